@@ -1,0 +1,202 @@
+//! One conversion, end to end: open the export, build the flow links, run the readers in
+//! parallel (GPU activity, CUDA API calls, NVTX), stream their chunks into a temporary file and
+//! rename it into place only when everything succeeded.
+
+use crate::flows::{self, FlowDb};
+use crate::layout::Router;
+use crate::nsys::info::ProfileInfo;
+use crate::nsys::{self, Schema};
+use crate::output::pftrace::Protobuf;
+use crate::output::{Chunk, Format, Ids, WellKnown};
+use crate::summary::Summary;
+use anyhow::{Context, Result, anyhow};
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::time::Instant;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OutputFormat {
+    #[default]
+    Protobuf,
+}
+
+impl OutputFormat {
+    pub fn extension(self) -> &'static str {
+        match self {
+            OutputFormat::Protobuf => "pftrace",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    pub format: OutputFormat,
+}
+
+/// Where the output goes by default: next to the input, with the format's extension.
+pub fn default_output(input: &Path, format: OutputFormat) -> PathBuf {
+    input.with_extension(format.extension())
+}
+
+/// Convert an nsys SQLite export. Errors name the problem in one line; the caller adds the file.
+pub fn convert_sqlite(input: &Path, output: &Path, opts: &Options) -> Result<Summary> {
+    match opts.format {
+        OutputFormat::Protobuf => run(input, output, &Protobuf),
+    }
+}
+
+fn run<F: Format>(input: &Path, output: &Path, format: &F) -> Result<Summary> {
+    let started = Instant::now();
+    let (conn, schema) = nsys::open_schema(input)?;
+    let info = Arc::new(
+        ProfileInfo::load(&conn, &schema).map_err(|e| anyhow!("damaged SQLite database: {e}"))?,
+    );
+    drop(conn);
+
+    let out_dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let tmp = tempfile::Builder::new()
+        .prefix(".nsys-perfetto-")
+        .suffix(".part")
+        .tempfile_in(&out_dir)
+        .with_context(|| format!("cannot write to {}", out_dir.display()))?;
+    let file = tmp.as_file().try_clone()?;
+
+    let (tx, rx) = sync_channel::<Chunk>(8);
+    let ids = Ids::default();
+    let mut summary = Summary::default();
+    let result: Result<(Summary, u64)> = std::thread::scope(|s| {
+        let writer = {
+            let info = info.clone();
+            s.spawn(move || write_file(file, rx, format, &info))
+        };
+        let readers = run_readers(s, &schema, &info, &ids, format, tx);
+        let written = writer
+            .join()
+            .map_err(|_| anyhow!("output writer panicked"))?;
+        // A writer failure (disk full) explains reader send failures: report it first.
+        let bytes = written?;
+        Ok((readers?, bytes))
+    });
+    let (readers_summary, bytes) = result?;
+    summary.merge(readers_summary);
+    tmp.persist(output)
+        .map_err(|e| anyhow!("cannot create {}: {}", output.display(), e.error))?;
+    summary.output_bytes = bytes;
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
+
+fn run_readers<'s, 'e, F: Format>(
+    s: &'s std::thread::Scope<'s, 'e>,
+    schema: &'e Schema,
+    info: &'e Arc<ProfileInfo>,
+    ids: &'e Ids,
+    format: &'e F,
+    tx: SyncSender<Chunk>,
+) -> Result<Summary> {
+    // NVTX needs no flow links: it starts at once, beside the link computation.
+    let nvtx = {
+        let tx = tx.clone();
+        s.spawn(move || -> Result<Summary> {
+            let conn = nsys::open_readonly(&schema.path)?;
+            let mut router = Router::new(format.writer(info.clone()), ids, info, tx);
+            nsys::nvtx::read(&conn, schema, &mut router)?;
+            router.finish()
+        })
+    };
+    let flow_db: Arc<Option<FlowDb>> = Arc::new(flows::prepare(schema)?);
+    let api = {
+        let tx = tx.clone();
+        let flow_db = flow_db.clone();
+        s.spawn(move || -> Result<Summary> {
+            let flow_db = flow_db.as_ref().as_ref();
+            let conn = nsys::open_readonly(&schema.path)?;
+            if let Some(f) = flow_db {
+                f.attach(&conn)?;
+            }
+            let mut router = Router::new(format.writer(info.clone()), ids, info, tx);
+            nsys::api::read(&conn, schema, flow_db.is_some(), &mut router)?;
+            router.finish()
+        })
+    };
+    let flow_db = flow_db.as_ref().as_ref();
+    let gpu = (|| -> Result<Summary> {
+        let conn = nsys::open_readonly(&schema.path)?;
+        if let Some(f) = flow_db {
+            f.attach(&conn)?;
+        }
+        let mut router = Router::new(format.writer(info.clone()), ids, info, tx);
+        nsys::gpu::read(&conn, schema, flow_db.is_some(), &mut router)?;
+        router.finish()
+    })();
+    let mut summary = Summary::default();
+    for part in [
+        gpu,
+        api.join().map_err(|_| anyhow!("API reader panicked"))?,
+        nvtx.join().map_err(|_| anyhow!("NVTX reader panicked"))?,
+    ] {
+        summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
+    }
+    if let Some(f) = flow_db {
+        if f.starts_before_launch > 0 {
+            summary.skipped.insert(
+                (
+                    "flow arrows".into(),
+                    "GPU row starts before its launching call ends its start (no arrow drawn)".into(),
+                ),
+                f.starts_before_launch,
+            );
+        }
+        if f.unmatched > 0 {
+            summary.notes.push(format!(
+                "{} GPU rows have no CUDA API call with their correlation id in their process (no arrow)",
+                f.unmatched
+            ));
+        }
+    }
+    Ok(summary)
+}
+
+/// SQLite errors from a damaged file read better with a hint.
+fn sqlite_problem(e: &anyhow::Error) -> String {
+    let msg = e.to_string();
+    if msg.contains("malformed") || msg.contains("not a database") || msg.contains("disk I/O") {
+        format!("damaged SQLite database: {msg}")
+    } else {
+        msg
+    }
+}
+
+fn write_file<F: Format>(
+    file: std::fs::File,
+    rx: Receiver<Chunk>,
+    format: &F,
+    info: &ProfileInfo,
+) -> Result<u64> {
+    let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let mut described: HashSet<WellKnown> = HashSet::new();
+    let mut bytes = 0u64;
+    let mut put = |out: &mut std::io::BufWriter<std::fs::File>, data: &[u8]| -> Result<()> {
+        out.write_all(data).context("cannot write output")?;
+        bytes += data.len() as u64;
+        Ok(())
+    };
+    put(&mut out, &format.header(info))?;
+    for chunk in rx {
+        for wk in chunk.requires {
+            if described.insert(wk) {
+                put(&mut out, &format.describe_well_known(wk, info))?;
+            }
+        }
+        put(&mut out, &chunk.data)?;
+    }
+    put(&mut out, &format.footer(info))?;
+    out.flush().context("cannot write output")?;
+    Ok(bytes)
+}

@@ -1,0 +1,272 @@
+//! Track layout: turns each logical group (a thread's API calls, a stream's GPU work, an NVTX
+//! domain) into lanes on which slices nest strictly, and orders BEGIN/END/INSTANT per group by
+//! time. Perfetto closes the most recent open slice on END, so a partial overlap would silently
+//! truncate a slice; overlapping work therefore moves to an extra lane beside its track.
+
+use crate::model::{Event, GroupKey, global_pid_of, pid_of};
+use crate::nsys::info::ProfileInfo;
+use crate::output::{Chunk, CustomTrack, EventWriter, Ids, WellKnown};
+use crate::summary::Summary;
+use anyhow::Result;
+use std::collections::HashMap;
+use std::sync::mpsc::SyncSender;
+
+/// Chunks go to the file writer once they reach this size: bounded memory, few channel sends.
+const CHUNK_BYTES: usize = 1 << 20;
+
+struct Lane {
+    uuid: u64,
+    /// End timestamps of the open slices, innermost last.
+    open: Vec<i64>,
+}
+
+struct Group {
+    id: u32,
+    nests: bool,
+    lanes: Vec<Lane>,
+    name: String,
+    parent: Option<u64>,
+    rank: Option<i64>,
+    /// Whether extra lanes are custom tracks under `parent` (false) or under lane 0 (true, for
+    /// thread tracks, which cannot have same-level custom siblings).
+    lanes_under_lane0: bool,
+}
+
+/// Routes events of one reader to groups and lanes, and hands encoded chunks to the file writer.
+pub struct Router<'a, W: EventWriter> {
+    writer: W,
+    ids: &'a Ids,
+    info: &'a ProfileInfo,
+    tx: SyncSender<Chunk>,
+    groups: HashMap<GroupKey, Group>,
+    gpu_tracks: HashMap<i64, u64>,
+    pub summary: Summary,
+}
+
+impl<'a, W: EventWriter> Router<'a, W> {
+    pub fn new(writer: W, ids: &'a Ids, info: &'a ProfileInfo, tx: SyncSender<Chunk>) -> Self {
+        Router {
+            writer,
+            ids,
+            info,
+            tx,
+            groups: HashMap::new(),
+            gpu_tracks: HashMap::new(),
+            summary: Summary::default(),
+        }
+    }
+
+    pub fn info(&self) -> &'a ProfileInfo {
+        self.info
+    }
+
+    /// A row that names something (an NVTX domain, category or thread) instead of being an event.
+    pub fn note_naming_row(&mut self, table: &'static str) {
+        *self.summary.naming_rows.entry(table.to_string()).or_default() += 1;
+    }
+
+    /// A row that could not be converted: counted by table and reason, never silently lost.
+    pub fn skip(&mut self, table: &'static str, reason: &'static str) {
+        self.summary.skip(table, reason);
+    }
+
+    pub fn event(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
+        if !self.groups.contains_key(&key) {
+            let g = self.new_group(key, ev.start);
+            self.groups.insert(key, g);
+        }
+        let group = self.groups.get_mut(&key).expect("group just inserted");
+        flush_ends(&mut self.writer, group, ev.start);
+        match ev.end {
+            None => {
+                let lane = &group.lanes[0];
+                self.writer.instant(group.id, lane.uuid, true, ev);
+            }
+            Some(end) => {
+                let idx = match group.lanes.iter().position(|l| fits(l, end, group.nests)) {
+                    Some(i) => i,
+                    None => {
+                        let uuid = self.ids.next_uuid();
+                        let n = group.lanes.len();
+                        let parent = if group.lanes_under_lane0 {
+                            Some(group.lanes[0].uuid)
+                        } else {
+                            group.parent
+                        };
+                        let name = if group.lanes_under_lane0 {
+                            format!("{} (overlap {n})", group.name)
+                        } else {
+                            group.name.clone()
+                        };
+                        self.writer.describe(&CustomTrack {
+                            uuid,
+                            parent,
+                            name,
+                            rank: group.rank,
+                            explicit_child_order: false,
+                        });
+                        group.lanes.push(Lane {
+                            uuid,
+                            open: Vec::new(),
+                        });
+                        self.summary.extra_lanes += 1;
+                        n
+                    }
+                };
+                let lane = &mut group.lanes[idx];
+                self.writer.begin(group.id, lane.uuid, idx == 0, ev);
+                lane.open.push(end);
+            }
+        }
+        self.summary.count(ev.category);
+        if ev.flows.terminating.is_some() {
+            self.summary.flows += 1;
+        }
+        self.maybe_send(false)
+    }
+
+    /// Close every open slice and send what is left.
+    pub fn finish(mut self) -> Result<Summary> {
+        let mut groups: Vec<_> = self.groups.drain().collect();
+        groups.sort_by_key(|(k, _)| *k);
+        for (_, mut g) in groups {
+            flush_ends(&mut self.writer, &mut g, i64::MAX);
+            self.summary.tracks += g.lanes.len() as u64;
+        }
+        self.summary.tracks += self.gpu_tracks.len() as u64;
+        self.maybe_send(true)?;
+        Ok(self.summary)
+    }
+
+    fn maybe_send(&mut self, force: bool) -> Result<()> {
+        if (force || self.writer.buffered() >= CHUNK_BYTES)
+            && let Some(chunk) = self.writer.take_chunk()
+        {
+            self.tx
+                .send(chunk)
+                .map_err(|_| anyhow::anyhow!("output writer stopped"))?;
+        }
+        Ok(())
+    }
+
+    fn new_group(&mut self, key: GroupKey, first_ts: i64) -> Group {
+        let id = self.ids.next_sequence();
+        let info = self.info;
+        let (lane0, name, parent, rank, under_lane0) = match key {
+            GroupKey::ThreadApi { global_tid } => {
+                self.writer.require(WellKnown::Thread(global_tid));
+                let uuid = WellKnown::Thread(global_tid).uuid();
+                (uuid, "CUDA API".to_string(), None, None, true)
+            }
+            GroupKey::ThreadNvtx { global_tid, domain } => {
+                self.writer.require(WellKnown::Thread(global_tid));
+                let parent = WellKnown::Thread(global_tid).uuid();
+                let name = info.nvtx_domain_name(global_tid, domain);
+                (self.custom(Some(parent), &name, None), name, Some(parent), None, false)
+            }
+            GroupKey::ProcessNvtx { global_pid, domain } => {
+                self.writer.require(WellKnown::Process(global_pid));
+                let parent = WellKnown::Process(global_pid).uuid();
+                let name = format!("{} (start/end)", info.nvtx_domain_name(global_pid, domain));
+                (self.custom(Some(parent), &name, None), name, Some(parent), None, false)
+            }
+            GroupKey::GpuStream {
+                device,
+                global_pid,
+                stream,
+            } => {
+                let gpu = self.gpu_track(device);
+                let name = if self.groups.keys().any(|k| matches!(k, GroupKey::GpuStream { device: d, stream: s, global_pid: p } if *d == device && *s == stream && *p != global_pid)) {
+                    format!("Stream {stream} (pid {})", pid_of(global_pid))
+                } else {
+                    format!("Stream {stream}")
+                };
+                (self.custom(Some(gpu), &name, Some(stream)), name, Some(gpu), Some(stream), false)
+            }
+        };
+        self.writer.open_group(id, lane0, first_ts);
+        Group {
+            id,
+            nests: key.nests(),
+            lanes: vec![Lane {
+                uuid: lane0,
+                open: Vec::new(),
+            }],
+            name,
+            parent,
+            rank,
+            lanes_under_lane0: under_lane0,
+        }
+    }
+
+    fn custom(&mut self, parent: Option<u64>, name: &str, rank: Option<i64>) -> u64 {
+        let uuid = self.ids.next_uuid();
+        self.writer.describe(&CustomTrack {
+            uuid,
+            parent,
+            name: name.to_string(),
+            rank,
+            explicit_child_order: false,
+        });
+        uuid
+    }
+
+    /// The per-device group track ("GPU 0 · NVIDIA H100"), its streams ordered by stream id.
+    fn gpu_track(&mut self, device: i64) -> u64 {
+        if let Some(u) = self.gpu_tracks.get(&device) {
+            return *u;
+        }
+        let uuid = self.ids.next_uuid();
+        self.writer.describe(&CustomTrack {
+            uuid,
+            parent: None,
+            name: self.info.gpu_label(device),
+            rank: Some(device),
+            explicit_child_order: true,
+        });
+        self.gpu_tracks.insert(device, uuid);
+        uuid
+    }
+}
+
+/// A slice ending at `end` may go on this lane when, after closing what ended, the lane is free,
+/// or (for call stacks) the innermost open slice contains it.
+fn fits(lane: &Lane, end: i64, nests: bool) -> bool {
+    match lane.open.last() {
+        None => true,
+        Some(&outer_end) => nests && outer_end >= end,
+    }
+}
+
+/// Emit, in time order across lanes, the ENDs of every slice that ended at or before `ts`.
+/// ENDs at `ts` come before a BEGIN at `ts`, as Perfetto expects.
+fn flush_ends<W: EventWriter>(writer: &mut W, group: &mut Group, ts: i64) {
+    loop {
+        let mut best: Option<(usize, i64)> = None;
+        for (i, lane) in group.lanes.iter().enumerate() {
+            if let Some(&e) = lane.open.last()
+                && e <= ts
+                && best.is_none_or(|(_, b)| e < b)
+            {
+                best = Some((i, e));
+            }
+        }
+        let Some((i, e)) = best else { break };
+        let lane = &mut group.lanes[i];
+        lane.open.pop();
+        writer.end(group.id, lane.uuid, i == 0, e);
+    }
+}
+
+/// The process a group belongs to, for selection by pid.
+pub fn group_pid(key: &GroupKey) -> i64 {
+    match *key {
+        GroupKey::ThreadApi { global_tid } | GroupKey::ThreadNvtx { global_tid, .. } => {
+            pid_of(global_tid)
+        }
+        GroupKey::ProcessNvtx { global_pid, .. } | GroupKey::GpuStream { global_pid, .. } => {
+            pid_of(global_pid_of(global_pid))
+        }
+    }
+}
+

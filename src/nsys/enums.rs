@@ -1,0 +1,108 @@
+//! Labels for the numeric enums nsys stores. Exports since ~2021 carry `ENUM_*` tables; older ones
+//! do not, so the values nsys has always used are built in. Unknown values show as numbers.
+
+use super::Schema;
+use rusqlite::Connection;
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+/// Short copy-kind names, as GPU engineers write them (index = nsys `copyKind`).
+const COPY_KINDS: &[&str] = &[
+    "Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP",
+    "UVM HtoD", "UVM DtoH", "UVM DtoD",
+];
+
+/// Memory kinds in nsys's numbering (`ENUM_CUDA_MEM_KIND`).
+const MEM_KINDS: &[&str] = &[
+    "Pageable",
+    "Pinned",
+    "Device",
+    "Array",
+    "Managed",
+    "Device Static",
+    "Managed Static",
+    "Unknown",
+];
+
+const LAUNCH_TYPES: &[&str] = &[
+    "Unknown",
+    "Regular",
+    "Coop Single Device",
+    "Coop Multi Device",
+];
+
+#[derive(Debug, Default, Clone)]
+pub struct Enums {
+    copy_kind: HashMap<i64, String>,
+    mem_kind: HashMap<i64, String>,
+    launch_type: HashMap<i64, String>,
+}
+
+fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> HashMap<i64, String> {
+    let mut out = HashMap::new();
+    if !schema.has_column(table, "id") {
+        return out;
+    }
+    let label = if schema.has_column(table, "label") { "label" } else { "name" };
+    let sql = format!("SELECT id, \"{label}\" FROM \"{table}\"");
+    if let Ok(mut stmt) = conn.prepare(&sql)
+        && let Ok(mut rows) = stmt.query([])
+    {
+        while let Ok(Some(r)) = rows.next() {
+            if let (Some(id), Some(l)) = (super::int_at(r, 0), super::text_at(r, 1)) {
+                out.insert(id, l.into_owned());
+            }
+        }
+    }
+    out
+}
+
+/// Built-in labels first, then whatever the export's own table adds.
+fn merged(builtin: &[&str], from_export: HashMap<i64, String>, export_wins: bool) -> HashMap<i64, String> {
+    let mut out: HashMap<i64, String> = builtin
+        .iter()
+        .enumerate()
+        .map(|(i, s)| (i as i64, s.to_string()))
+        .collect();
+    for (k, v) in from_export {
+        if export_wins || !out.contains_key(&k) {
+            out.insert(k, v);
+        }
+    }
+    out
+}
+
+fn label(map: &HashMap<i64, String>, v: i64) -> Cow<'_, str> {
+    match map.get(&v) {
+        Some(s) => Cow::Borrowed(s.as_str()),
+        None => Cow::Owned(v.to_string()),
+    }
+}
+
+impl Enums {
+    pub fn load(conn: &Connection, schema: &Schema) -> Enums {
+        let mut launch_type = read_enum(conn, schema, "ENUM_CUDA_KERNEL_LAUNCH_TYPE");
+        if launch_type.is_empty() {
+            // nsys 2022-2023 spelled it this way.
+            launch_type = read_enum(conn, schema, "ENUM_CUDA_KRENEL_LAUNCH_TYPE");
+        }
+        Enums {
+            // Short names ("HtoD") beat the export's long labels; the table only adds new kinds.
+            copy_kind: merged(COPY_KINDS, read_enum(conn, schema, "ENUM_CUDA_MEMCPY_OPER"), false),
+            mem_kind: merged(MEM_KINDS, read_enum(conn, schema, "ENUM_CUDA_MEM_KIND"), true),
+            launch_type: merged(LAUNCH_TYPES, launch_type, true),
+        }
+    }
+
+    pub fn copy_kind(&self, v: i64) -> Cow<'_, str> {
+        label(&self.copy_kind, v)
+    }
+
+    pub fn mem_kind(&self, v: i64) -> Cow<'_, str> {
+        label(&self.mem_kind, v)
+    }
+
+    pub fn launch_type(&self, v: i64) -> Cow<'_, str> {
+        label(&self.launch_type, v)
+    }
+}

@@ -1,0 +1,341 @@
+//! GPU activity: kernels, memcpys and memsets, merged in start order into per-stream groups.
+
+use super::{KERNEL, MEMCPY, MEMSET, Schema, int_at, is_start_ordered};
+use crate::flows::FLOWS_DB;
+use crate::layout::Router;
+use crate::model::{Arg, ArgValue, Category, Event, Flows, GroupKey, Name};
+use crate::output::EventWriter;
+use anyhow::Result;
+use rusqlite::Connection;
+use std::collections::HashMap;
+use std::fmt::Write as _;
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Kernel,
+    Memcpy,
+    Memset,
+}
+
+impl Kind {
+    fn table(self) -> &'static str {
+        match self {
+            Kind::Kernel => KERNEL,
+            Kind::Memcpy => MEMCPY,
+            Kind::Memset => MEMSET,
+        }
+    }
+    /// The `src` number the flow tables use for this table.
+    pub fn src(self) -> i64 {
+        match self {
+            Kind::Kernel => 0,
+            Kind::Memcpy => 1,
+            Kind::Memset => 2,
+        }
+    }
+}
+
+/// Common columns first, then up to 12 kind-specific ones.
+const COMMON: [&str; 7] = [
+    "start",
+    "end",
+    "deviceId",
+    "globalPid",
+    "streamId",
+    "contextId",
+    "correlationId",
+];
+const KERNEL_COLS: [&str; 14] = [
+    "shortName",
+    "demangledName",
+    "gridX",
+    "gridY",
+    "gridZ",
+    "blockX",
+    "blockY",
+    "blockZ",
+    "registersPerThread",
+    "staticSharedMemory",
+    "dynamicSharedMemory",
+    "launchType",
+    "graphNodeId",
+    "localMemoryTotal",
+];
+const MEMCPY_COLS: [&str; 6] = [
+    "bytes",
+    "copyKind",
+    "srcKind",
+    "dstKind",
+    "srcDeviceId",
+    "dstDeviceId",
+];
+const MEMSET_COLS: [&str; 3] = ["bytes", "value", "memKind"];
+
+const EXTRA: usize = 14;
+
+#[derive(Clone)]
+struct Row {
+    kind: Kind,
+    common: [Option<i64>; 7],
+    flow: Option<i64>,
+    extra: [Option<i64>; EXTRA],
+}
+
+fn extra_cols(kind: Kind) -> &'static [&'static str] {
+    match kind {
+        Kind::Kernel => &KERNEL_COLS,
+        Kind::Memcpy => &MEMCPY_COLS,
+        Kind::Memset => &MEMSET_COLS,
+    }
+}
+
+fn query(schema: &Schema, kind: Kind, ordered: bool, with_flows: bool) -> String {
+    let t = kind.table();
+    let mut cols: Vec<String> = COMMON.iter().map(|c| schema.col_of(t, "t", c)).collect();
+    cols.push(if with_flows { "f.flow_id".into() } else { "NULL".into() });
+    cols.extend(extra_cols(kind).iter().map(|c| schema.col_of(t, "t", c)));
+    let join = if with_flows {
+        format!(
+            " LEFT JOIN {FLOWS_DB}.gpu_flow f ON f.src = {} AND f.rid = t.rowid",
+            kind.src()
+        )
+    } else {
+        String::new()
+    };
+    let order = if ordered { "t.rowid" } else { "t.start, t.rowid" };
+    format!("SELECT {} FROM main.\"{t}\" t{join} ORDER BY {order}", cols.join(", "))
+}
+
+fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
+    let mut row = Row {
+        kind,
+        common: [None; 7],
+        flow: int_at(r, 7),
+        extra: [None; EXTRA],
+    };
+    for (i, c) in row.common.iter_mut().enumerate() {
+        *c = int_at(r, i);
+    }
+    for i in 0..extra_cols(kind).len() {
+        row.extra[i] = int_at(r, 8 + i);
+    }
+    row
+}
+
+/// Stream all GPU rows in start order into the router.
+pub fn read<W: EventWriter>(
+    conn: &Connection,
+    schema: &Schema,
+    with_flows: bool,
+    router: &mut Router<'_, W>,
+) -> Result<()> {
+    let kinds: Vec<Kind> = [Kind::Kernel, Kind::Memcpy, Kind::Memset]
+        .into_iter()
+        .filter(|k| schema.has_columns(k.table(), &["start", "end"]))
+        .collect();
+    let mut stmts = Vec::new();
+    for &k in &kinds {
+        let ordered = is_start_ordered(conn, k.table())?;
+        stmts.push((k, conn.prepare(&query(schema, k, ordered, with_flows))?));
+    }
+    let mut cursors = Vec::new();
+    for (k, stmt) in stmts.iter_mut() {
+        cursors.push((*k, stmt.query([])?));
+    }
+    let mut heads: Vec<Option<Row>> = Vec::with_capacity(cursors.len());
+    for (k, rows) in cursors.iter_mut() {
+        heads.push(rows.next()?.map(|r| decode(*k, r)));
+    }
+    let mut fmt = Formatter::default();
+    loop {
+        // k-way merge by start; ties keep table order.
+        let mut best: Option<(usize, i64)> = None;
+        for (i, h) in heads.iter().enumerate() {
+            if let Some(row) = h {
+                let s = row.common[0].unwrap_or(i64::MIN);
+                if best.is_none_or(|(_, b)| s < b) {
+                    best = Some((i, s));
+                }
+            }
+        }
+        let Some((i, _)) = best else { break };
+        let row = heads[i].take().expect("head present");
+        let (k, rows) = &mut cursors[i];
+        heads[i] = rows.next()?.map(|r| decode(*k, r));
+        emit(&row, router, &mut fmt)?;
+    }
+    Ok(())
+}
+
+/// Reusable text buffers for args built per row.
+#[derive(Default)]
+struct Formatter {
+    grid: String,
+    block: String,
+    /// (slot, value) -> label; slots: 0 launch type, 1 copy kind, 2 memory kind, 3 memcpy name.
+    labels: HashMap<(u8, i64), String>,
+}
+
+impl Formatter {
+    fn prepare(&mut self, slot: u8, v: Option<i64>, enums: &crate::nsys::enums::Enums) {
+        if let Some(v) = v {
+            self.labels.entry((slot, v)).or_insert_with(|| match slot {
+                0 => enums.launch_type(v).into_owned(),
+                1 => enums.copy_kind(v).into_owned(),
+                2 => enums.mem_kind(v).into_owned(),
+                _ => format!("Memcpy {}", enums.copy_kind(v)),
+            });
+        }
+    }
+}
+
+fn label(labels: &HashMap<(u8, i64), String>, slot: u8, v: Option<i64>) -> Option<&str> {
+    v.and_then(|v| labels.get(&(slot, v)).map(String::as_str))
+}
+
+/// A fixed-size argument list: no allocation per row.
+pub struct ArgList<'a> {
+    args: [Arg<'a>; 16],
+    n: usize,
+}
+
+impl<'a> ArgList<'a> {
+    pub fn new() -> Self {
+        ArgList {
+            args: [Arg::int("", 0); 16],
+            n: 0,
+        }
+    }
+    pub fn push(&mut self, key: &'static str, value: ArgValue<'a>) {
+        if self.n < self.args.len() {
+            self.args[self.n] = Arg { key, value };
+            self.n += 1;
+        }
+    }
+    pub fn int(&mut self, key: &'static str, v: Option<i64>) {
+        if let Some(v) = v {
+            self.push(key, ArgValue::Int(v));
+        }
+    }
+    pub fn label(&mut self, key: &'static str, v: Option<&'a str>) {
+        if let Some(v) = v {
+            self.push(key, ArgValue::Label(v));
+        }
+    }
+    pub fn as_slice(&self) -> &[Arg<'a>] {
+        &self.args[..self.n]
+    }
+}
+
+impl Default for ArgList<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter) -> Result<()> {
+    let table = row.kind.table();
+    let [start, end, device, gpid, stream, ctx, corr] = row.common;
+    let (Some(start), Some(end)) = (start, end) else {
+        router.skip(table, "no start or end timestamp");
+        return Ok(());
+    };
+    if end < start {
+        router.skip(table, "ends before it starts");
+        return Ok(());
+    }
+    if start < 0 {
+        router.skip(table, "negative timestamp");
+        return Ok(());
+    }
+    let (Some(device), Some(stream)) = (device, stream) else {
+        router.skip(table, "no device or stream id");
+        return Ok(());
+    };
+    let key = GroupKey::GpuStream {
+        device,
+        global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,
+        stream,
+    };
+    let flows = Flows {
+        terminating: row.flow.map(|v| v as u64),
+        ..Default::default()
+    };
+    let x = &row.extra;
+    {
+        let enums = &router.info().enums;
+        match row.kind {
+            Kind::Kernel => {
+                f.prepare(0, x[11], enums);
+                f.grid.clear();
+                let _ = write!(f.grid, "({}, {}, {})", x[2].unwrap_or(0), x[3].unwrap_or(0), x[4].unwrap_or(0));
+                f.block.clear();
+                let _ = write!(f.block, "({}, {}, {})", x[5].unwrap_or(0), x[6].unwrap_or(0), x[7].unwrap_or(0));
+            }
+            Kind::Memcpy => {
+                f.prepare(1, x[1], enums);
+                f.prepare(3, x[1], enums);
+                f.prepare(2, x[2], enums);
+                f.prepare(2, x[3], enums);
+            }
+            Kind::Memset => f.prepare(2, x[2], enums),
+        }
+    }
+    let labels = &f.labels;
+    let mut args = ArgList::new();
+    let (name, category) = match row.kind {
+        Kind::Kernel => {
+            args.push("grid", ArgValue::Label(&f.grid));
+            args.push("block", ArgValue::Label(&f.block));
+            args.int("registers_per_thread", x[8]);
+            args.int("shared_memory_static", x[9]);
+            args.int("shared_memory_dynamic", x[10]);
+            args.label("launch_type", label(labels, 0, x[11]));
+            args.int("graph_node_id", x[12]);
+            if let Some(d) = x[1] {
+                args.push("demangled_name", ArgValue::StrId(d));
+            }
+            let name = match (x[0], x[1]) {
+                (Some(s), _) | (None, Some(s)) => Name::Str(s),
+                _ => Name::Static("(unnamed kernel)"),
+            };
+            (name, Category::Kernel)
+        }
+        Kind::Memcpy => {
+            args.int("bytes", x[0]);
+            args.label("copy_kind", label(labels, 1, x[1]));
+            args.label("src_kind", label(labels, 2, x[2]));
+            args.label("dst_kind", label(labels, 2, x[3]));
+            args.int("src_device", x[4]);
+            args.int("dst_device", x[5]);
+            if let Some(b) = x[0]
+                && end > start
+            {
+                // bytes per ns = GB/s
+                let gbps = b as f64 / (end - start) as f64;
+                args.push("throughput_gbps", ArgValue::Double((gbps * 1000.0).round() / 1000.0));
+            }
+            let name = label(labels, 3, x[1]).map_or(Name::Static("Memcpy"), Name::Text);
+            (name, Category::Memcpy)
+        }
+        Kind::Memset => {
+            args.int("bytes", x[0]);
+            args.int("value", x[1]);
+            args.label("mem_kind", label(labels, 2, x[2]));
+            (Name::Static("Memset"), Category::Memset)
+        }
+    };
+    args.int("device", Some(device));
+    args.int("context", ctx);
+    args.int("stream", Some(stream));
+    args.int("correlation_id", corr);
+    let ev = Event {
+        start,
+        end: Some(end),
+        name,
+        category,
+        args: args.as_slice(),
+        flows,
+    };
+    router.event(key, &ev)
+}

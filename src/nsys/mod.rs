@@ -1,0 +1,203 @@
+//! Reading Nsight Systems SQLite exports.
+//!
+//! Every table is optional and every column is looked up by name: exports from nsys 2020.3 to
+//! 2026.2 (schemas 2.9 to 3.25) differ in both. Readers stream rows and never hold a whole table.
+
+pub mod api;
+pub mod enums;
+pub mod gpu;
+pub mod info;
+pub mod nvtx;
+
+use anyhow::{Context, Result, bail};
+use rusqlite::{Connection, OpenFlags};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+pub const KERNEL: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
+pub const MEMCPY: &str = "CUPTI_ACTIVITY_KIND_MEMCPY";
+pub const MEMSET: &str = "CUPTI_ACTIVITY_KIND_MEMSET";
+pub const RUNTIME: &str = "CUPTI_ACTIVITY_KIND_RUNTIME";
+pub const DRIVER: &str = "CUPTI_ACTIVITY_KIND_DRIVER";
+pub const NVTX: &str = "NVTX_EVENTS";
+
+/// Tables whose presence marks a file as an Nsight Systems export.
+const NSYS_MARKERS: &[&str] = &[
+    "StringIds",
+    "ThreadNames",
+    "TARGET_INFO_GPU",
+    "TARGET_INFO_CUDA_GPU",
+    "META_DATA_EXPORT",
+    "EXPORT_META_DATA",
+    NVTX,
+    KERNEL,
+    RUNTIME,
+];
+
+/// An opened export: the path and the set of tables with their columns.
+#[derive(Debug, Clone)]
+pub struct Schema {
+    pub path: PathBuf,
+    tables: HashMap<String, Vec<String>>,
+}
+
+impl Schema {
+    pub fn has_table(&self, table: &str) -> bool {
+        self.tables.contains_key(table)
+    }
+
+    pub fn has_column(&self, table: &str, column: &str) -> bool {
+        self.tables
+            .get(table)
+            .is_some_and(|cols| cols.iter().any(|c| c == column))
+    }
+
+    /// `"column"` when the table has it, else `NULL`: lets one query serve every schema version.
+    pub fn col(&self, table: &str, column: &str) -> String {
+        if self.has_column(table, column) {
+            format!("\"{column}\"")
+        } else {
+            "NULL".to_string()
+        }
+    }
+
+    /// Like [`Schema::col`] with a table alias prefix.
+    pub fn col_of(&self, table: &str, alias: &str, column: &str) -> String {
+        if self.has_column(table, column) {
+            format!("{alias}.\"{column}\"")
+        } else {
+            "NULL".to_string()
+        }
+    }
+
+    /// Whether the table exists and has all of these columns.
+    pub fn has_columns(&self, table: &str, columns: &[&str]) -> bool {
+        columns.iter().all(|c| self.has_column(table, c))
+    }
+}
+
+/// Percent-encode a path into an SQLite `file:` URI so any file name works.
+pub fn sqlite_uri(path: &Path, params: &str) -> String {
+    let raw = path.to_string_lossy();
+    let mut out = String::from("file:");
+    for b in raw.bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out.push('?');
+    out.push_str(params);
+    out
+}
+
+/// Open the export read-only. `immutable=1` tells SQLite nobody writes the file while we read,
+/// which skips locking and works on read-only media.
+pub fn open_readonly(path: &Path) -> Result<Connection> {
+    let uri = sqlite_uri(path, "mode=ro&immutable=1");
+    let conn = Connection::open_with_flags(
+        &uri,
+        OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )
+    .with_context(|| format!("cannot open as SQLite"))?;
+    tune(&conn)?;
+    Ok(conn)
+}
+
+/// Bounded memory for sorts and caches: big tables stream, they are never loaded whole.
+pub fn tune(conn: &Connection) -> Result<()> {
+    conn.execute_batch("PRAGMA cache_size = -8192; PRAGMA temp_store = FILE;")?;
+    Ok(())
+}
+
+/// Check the file and read its schema. Errors are one line naming the problem.
+pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
+    let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
+    if meta.is_dir() {
+        bail!("is a directory, not an nsys export");
+    }
+    let mut header = [0u8; 16];
+    {
+        use std::io::Read;
+        let mut f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
+        let n = f.read(&mut header).unwrap_or(0);
+        if n < 16 || &header != b"SQLite format 3\0" {
+            bail!("not an SQLite database (expected an nsys SQLite export)");
+        }
+    }
+    let conn = open_readonly(path)?;
+    let mut tables: HashMap<String, Vec<String>> = HashMap::new();
+    {
+        let mut stmt = conn
+            .prepare(
+                "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p \
+                 WHERE m.type = 'table'",
+            )
+            .map_err(|e| anyhow::anyhow!("damaged SQLite database: {e}"))?;
+        let mut rows = stmt
+            .query([])
+            .map_err(|e| anyhow::anyhow!("damaged SQLite database: {e}"))?;
+        while let Some(row) = rows
+            .next()
+            .map_err(|e| anyhow::anyhow!("damaged SQLite database: {e}"))?
+        {
+            let t: String = row.get(0)?;
+            let c: String = row.get(1)?;
+            tables.entry(t).or_default().push(c);
+        }
+    }
+    if !NSYS_MARKERS.iter().any(|t| tables.contains_key(*t)) {
+        bail!("SQLite database is not an Nsight Systems export (no StringIds, NVTX or CUPTI tables)");
+    }
+    Ok((
+        conn,
+        Schema {
+            path: path.to_path_buf(),
+            tables,
+        },
+    ))
+}
+
+/// Read an integer column that may be NULL or (in damaged rows) of another type.
+#[inline]
+pub fn int_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
+    match row.get_ref(idx) {
+        Ok(rusqlite::types::ValueRef::Integer(v)) => Some(v),
+        Ok(rusqlite::types::ValueRef::Real(v)) => Some(v as i64),
+        _ => None,
+    }
+}
+
+/// Read a float column that may be stored as integer or NULL.
+#[inline]
+pub fn real_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<f64> {
+    match row.get_ref(idx) {
+        Ok(rusqlite::types::ValueRef::Real(v)) => Some(v),
+        Ok(rusqlite::types::ValueRef::Integer(v)) => Some(v as f64),
+        _ => None,
+    }
+}
+
+/// Read a text column lossily: exports can hold bytes that are not valid UTF-8.
+#[inline]
+pub fn text_at<'r>(row: &'r rusqlite::Row<'_>, idx: usize) -> Option<std::borrow::Cow<'r, str>> {
+    match row.get_ref(idx) {
+        Ok(rusqlite::types::ValueRef::Text(b)) | Ok(rusqlite::types::ValueRef::Blob(b)) => {
+            Some(String::from_utf8_lossy(b))
+        }
+        _ => None,
+    }
+}
+
+/// True when rows of `table` are stored in `start` order, so they can stream without a sort.
+/// nsys writes them that way; derived or edited exports may not be.
+pub fn is_start_ordered(conn: &Connection, table: &str) -> Result<bool> {
+    let sql = format!(
+        "SELECT NOT EXISTS (SELECT 1 FROM (SELECT start - lag(start) OVER (ORDER BY rowid) AS d \
+         FROM \"{table}\") WHERE d < 0)"
+    );
+    Ok(conn.query_row(&sql, [], |r| r.get::<_, bool>(0))?)
+}

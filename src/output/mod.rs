@@ -1,0 +1,114 @@
+//! Output formats. Each reader thread owns one [`EventWriter`] that encodes its events into
+//! chunks; one file-writer thread concatenates chunks, first writing the descriptors of the
+//! processes and threads a chunk needs. Chunks of different readers may interleave freely
+//! because every group of events lives on its own sequence (protobuf) or carries its own ids
+//! (JSON).
+
+pub mod pftrace;
+
+use crate::model::{Event, global_pid_of, pid_of, tid_of};
+use crate::nsys::info::ProfileInfo;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// Processes and threads: tracks every format knows how to describe from the profile's names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum WellKnown {
+    Process(i64),
+    Thread(i64),
+}
+
+impl WellKnown {
+    /// Stable uuids in their own range (bit 62 set), apart from the small counter-allocated ones.
+    pub fn uuid(self) -> u64 {
+        match self {
+            WellKnown::Process(gp) => (1 << 62) | ((global_pid_of(gp) as u64) >> 24),
+            WellKnown::Thread(gt) => (1 << 62) | (1 << 61) | (gt as u64 & ((1 << 56) - 1)),
+        }
+    }
+
+    pub fn pid(self) -> i64 {
+        match self {
+            WellKnown::Process(g) | WellKnown::Thread(g) => pid_of(g),
+        }
+    }
+
+    pub fn tid(self) -> Option<i64> {
+        match self {
+            WellKnown::Process(_) => None,
+            WellKnown::Thread(g) => Some(tid_of(g)),
+        }
+    }
+}
+
+/// A named track that is not a process or thread: a GPU, a stream, an NVTX domain, a lane.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CustomTrack {
+    pub uuid: u64,
+    /// A well-known or custom uuid; `None` for top-level tracks (GPUs).
+    pub parent: Option<u64>,
+    pub name: String,
+    /// Order among siblings when the parent asks for explicit ordering.
+    pub rank: Option<i64>,
+    /// Children of this track are ordered by `rank` (GPU streams by stream id).
+    pub explicit_child_order: bool,
+}
+
+/// Encoded bytes plus the process/thread descriptors that must precede them in the file.
+#[derive(Debug, Default)]
+pub struct Chunk {
+    pub data: Vec<u8>,
+    pub requires: Vec<WellKnown>,
+}
+
+/// Id allocators shared by all writers of one output, so ids never collide across threads.
+#[derive(Debug)]
+pub struct Ids {
+    sequence: AtomicU32,
+    uuid: AtomicU64,
+}
+
+impl Default for Ids {
+    fn default() -> Self {
+        // Sequence 1 belongs to the file writer (descriptors); uuids start small for compactness.
+        Ids {
+            sequence: AtomicU32::new(2),
+            uuid: AtomicU64::new(1),
+        }
+    }
+}
+
+impl Ids {
+    pub fn next_sequence(&self) -> u32 {
+        self.sequence.fetch_add(1, Ordering::Relaxed)
+    }
+    pub fn next_uuid(&self) -> u64 {
+        self.uuid.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// Encodes one reader's events. Calls for one group arrive in time order; `group` ids are unique
+/// per output. `lane0` tells whether the event is on the group's first track (its default).
+pub trait EventWriter: Send {
+    /// A custom track, described before any event uses it.
+    fn describe(&mut self, track: &CustomTrack);
+    /// The next chunk must be preceded by this process's or thread's descriptor.
+    fn require(&mut self, track: WellKnown);
+    /// A group starts: its events go on `lane0_uuid` unless told otherwise.
+    fn open_group(&mut self, group: u32, lane0_uuid: u64, first_ts: i64);
+    fn begin(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>);
+    fn end(&mut self, group: u32, lane_uuid: u64, lane0: bool, ts: i64);
+    fn instant(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>);
+    /// Bytes encoded since the last chunk was taken.
+    fn buffered(&self) -> usize;
+    fn take_chunk(&mut self) -> Option<Chunk>;
+}
+
+/// A whole output format: how to make writers, describe processes/threads, and frame the file.
+pub trait Format: Sync {
+    type Writer: EventWriter;
+    fn writer(&self, info: Arc<ProfileInfo>) -> Self::Writer;
+    fn header(&self, info: &ProfileInfo) -> Vec<u8>;
+    fn describe_well_known(&self, track: WellKnown, info: &ProfileInfo) -> Vec<u8>;
+    fn footer(&self, info: &ProfileInfo) -> Vec<u8>;
+}

@@ -1,0 +1,390 @@
+//! Perfetto protobuf (TrackEvent) output.
+//!
+//! Each group of events is its own packet sequence: it clears incremental state once, declares a
+//! sequence-scoped incremental clock so every later packet carries a small delta timestamp, sets
+//! its first lane as the default track (events on it omit `track_uuid`), and interns names, arg
+//! keys and repeating string values on first use.
+
+use super::{Chunk, CustomTrack, EventWriter, Format, WellKnown};
+use crate::model::{ArgValue, Category, Event, Name};
+use crate::nsys::info::ProfileInfo;
+use crate::proto::{
+    ClockSnapshot, DebugAnnotation, DebugAnnotationName, EventCategory, EventName, InternedData,
+    InternedString, ProcessDescriptor, ThreadDescriptor, TracePacket, TracePacketDefaults,
+    TrackDescriptor, TrackEvent, TrackEventDefaults, clock_snapshot, debug_annotation,
+    trace_packet, track_descriptor, track_event,
+};
+use prost::Message;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Sequence-scoped clock ids are 64..=127; each sequence declares its own incremental clock.
+const INCREMENTAL_CLOCK: u32 = 64;
+const BOOTTIME: u32 = 6;
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+/// The file writer's own sequence, for process and thread descriptors.
+const DESCRIPTOR_SEQUENCE: u32 = 1;
+
+pub struct Protobuf;
+
+impl Format for Protobuf {
+    type Writer = ProtoWriter;
+
+    fn writer(&self, info: Arc<ProfileInfo>) -> ProtoWriter {
+        ProtoWriter {
+            info,
+            buf: Vec::with_capacity(1 << 20),
+            requires: Vec::new(),
+            seqs: HashMap::new(),
+            event: TrackEvent::default(),
+            interned: InternedData::default(),
+        }
+    }
+
+    fn header(&self, _info: &ProfileInfo) -> Vec<u8> {
+        Vec::new()
+    }
+
+    fn describe_well_known(&self, track: WellKnown, info: &ProfileInfo) -> Vec<u8> {
+        let desc = match track {
+            WellKnown::Process(gp) => TrackDescriptor {
+                uuid: Some(track.uuid()),
+                process: Some(ProcessDescriptor {
+                    pid: Some(track.pid() as i32),
+                    process_name: Some(info.process_name(gp)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            WellKnown::Thread(gt) => TrackDescriptor {
+                uuid: Some(track.uuid()),
+                thread: Some(ThreadDescriptor {
+                    pid: Some(track.pid() as i32),
+                    tid: track.tid().map(|t| t as i32),
+                    thread_name: Some(info.thread_name(gt)),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        };
+        let mut out = Vec::new();
+        frame(&descriptor_packet(desc), &mut out);
+        out
+    }
+
+    fn footer(&self, _info: &ProfileInfo) -> Vec<u8> {
+        Vec::new()
+    }
+}
+
+fn descriptor_packet(desc: TrackDescriptor) -> TracePacket {
+    TracePacket {
+        data: Some(trace_packet::Data::TrackDescriptor(desc)),
+        optional_trusted_packet_sequence_id: Some(
+            trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(
+                DESCRIPTOR_SEQUENCE,
+            ),
+        ),
+        ..Default::default()
+    }
+}
+
+/// `Trace.packet` framing: field 1, length-delimited. Any concatenation is a valid trace.
+fn frame(packet: &TracePacket, out: &mut Vec<u8>) {
+    out.push(0x0A);
+    packet
+        .encode_length_delimited(out)
+        .expect("Vec<u8> grows as needed");
+}
+
+/// Interning state of one sequence. Ids are per kind of interned data, starting at 1.
+#[derive(Default)]
+struct Sequence {
+    last_ts: i64,
+    names_by_sid: HashMap<i64, u64>,
+    names_by_text: HashMap<Box<str>, u64>,
+    arg_names: HashMap<&'static str, u64>,
+    values_by_sid: HashMap<i64, u64>,
+    values_by_text: HashMap<Box<str>, u64>,
+    categories: [u64; Category::ALL.len()],
+    next_name: u64,
+    next_arg_name: u64,
+    next_value: u64,
+    next_category: u64,
+}
+
+pub struct ProtoWriter {
+    info: Arc<ProfileInfo>,
+    buf: Vec<u8>,
+    requires: Vec<WellKnown>,
+    seqs: HashMap<u32, Sequence>,
+    /// Reused between events so the hot path does not allocate.
+    event: TrackEvent,
+    interned: InternedData,
+}
+
+fn lossy_name(info: &ProfileInfo, sid: i64) -> String {
+    info.string(sid)
+        .map(str::to_string)
+        .unwrap_or_else(|| format!("(string {sid})"))
+}
+
+impl ProtoWriter {
+    fn write_event(&mut self, seq_id: u32, ts: i64, extra_interning: bool) {
+        let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
+        let delta = (ts - seq.last_ts).max(0) as u64;
+        seq.last_ts = ts;
+        let has_interned = extra_interning
+            && (!self.interned.event_names.is_empty()
+                || !self.interned.event_categories.is_empty()
+                || !self.interned.debug_annotation_names.is_empty()
+                || !self.interned.debug_annotation_string_values.is_empty());
+        let mut packet = TracePacket {
+            timestamp: Some(delta),
+            optional_trusted_packet_sequence_id: Some(
+                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq_id),
+            ),
+            sequence_flags: Some(SEQ_NEEDS_INCREMENTAL_STATE),
+            interned_data: if has_interned {
+                Some(std::mem::take(&mut self.interned))
+            } else {
+                None
+            },
+            data: Some(trace_packet::Data::TrackEvent(std::mem::take(&mut self.event))),
+            ..Default::default()
+        };
+        frame(&packet, &mut self.buf);
+        // Take the reusable buffers back, emptied but with their capacity.
+        if let Some(trace_packet::Data::TrackEvent(ev)) = packet.data.take() {
+            self.event = ev;
+        }
+        reset_event(&mut self.event);
+        if let Some(mut i) = packet.interned_data.take() {
+            i.event_names.clear();
+            i.event_categories.clear();
+            i.debug_annotation_names.clear();
+            i.debug_annotation_string_values.clear();
+            self.interned = i;
+        }
+    }
+
+    /// Fill `self.event` for a BEGIN or INSTANT, interning what the sequence has not seen.
+    fn fill(&mut self, seq_id: u32, kind: track_event::Type, lane: u64, lane0: bool, ev: &Event<'_>) {
+        let info = &*self.info;
+        let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
+        let interned = &mut self.interned;
+        let e = &mut self.event;
+        e.r#type = Some(kind as i32);
+        e.track_uuid = if lane0 { None } else { Some(lane) };
+
+        let name_iid = match ev.name {
+            Name::Str(sid) => match seq.names_by_sid.get(&sid) {
+                Some(&iid) => iid,
+                None => {
+                    seq.next_name += 1;
+                    let iid = seq.next_name;
+                    seq.names_by_sid.insert(sid, iid);
+                    interned.event_names.push(EventName {
+                        iid: Some(iid),
+                        name: Some(lossy_name(info, sid)),
+                    });
+                    iid
+                }
+            },
+            Name::Text(t) | Name::Static(t) => match seq.names_by_text.get(t) {
+                Some(&iid) => iid,
+                None => {
+                    seq.next_name += 1;
+                    let iid = seq.next_name;
+                    seq.names_by_text.insert(t.into(), iid);
+                    interned.event_names.push(EventName {
+                        iid: Some(iid),
+                        name: Some(t.to_string()),
+                    });
+                    iid
+                }
+            },
+        };
+        e.name_field = Some(track_event::NameField::NameIid(name_iid));
+
+        let ci = ev.category.index();
+        if seq.categories[ci] == 0 {
+            seq.next_category += 1;
+            seq.categories[ci] = seq.next_category;
+            interned.event_categories.push(EventCategory {
+                iid: Some(seq.next_category),
+                name: Some(ev.category.as_str().to_string()),
+            });
+        }
+        e.category_iids.push(seq.categories[ci]);
+
+        for arg in ev.args {
+            let key_iid = match seq.arg_names.get(arg.key) {
+                Some(&iid) => iid,
+                None => {
+                    seq.next_arg_name += 1;
+                    let iid = seq.next_arg_name;
+                    seq.arg_names.insert(arg.key, iid);
+                    interned.debug_annotation_names.push(DebugAnnotationName {
+                        iid: Some(iid),
+                        name: Some(arg.key.to_string()),
+                    });
+                    iid
+                }
+            };
+            use debug_annotation::Value;
+            let value = match arg.value {
+                ArgValue::Int(v) => Value::IntValue(v),
+                ArgValue::Double(v) => Value::DoubleValue(v),
+                ArgValue::Bool(v) => Value::BoolValue(v),
+                ArgValue::Str(s) => Value::StringValue(s.to_string()),
+                ArgValue::Label(s) => Value::StringValueIid(match seq.values_by_text.get(s) {
+                    Some(&iid) => iid,
+                    None => {
+                        seq.next_value += 1;
+                        let iid = seq.next_value;
+                        seq.values_by_text.insert(s.into(), iid);
+                        interned.debug_annotation_string_values.push(InternedString {
+                            iid: Some(iid),
+                            str: Some(s.as_bytes().to_vec()),
+                        });
+                        iid
+                    }
+                }),
+                ArgValue::StrId(sid) => Value::StringValueIid(match seq.values_by_sid.get(&sid) {
+                    Some(&iid) => iid,
+                    None => {
+                        seq.next_value += 1;
+                        let iid = seq.next_value;
+                        seq.values_by_sid.insert(sid, iid);
+                        interned.debug_annotation_string_values.push(InternedString {
+                            iid: Some(iid),
+                            str: Some(lossy_name(info, sid).into_bytes()),
+                        });
+                        iid
+                    }
+                }),
+            };
+            e.debug_annotations.push(DebugAnnotation {
+                name_field: Some(debug_annotation::NameField::NameIid(key_iid)),
+                value: Some(value),
+                ..Default::default()
+            });
+        }
+
+        let f = ev.flows;
+        e.flow_ids
+            .extend((0..f.out_count as u64).map(|k| f.out_first + k));
+        if let Some(t) = f.terminating {
+            e.terminating_flow_ids.push(t);
+        }
+    }
+}
+
+fn reset_event(e: &mut TrackEvent) {
+    e.r#type = None;
+    e.track_uuid = None;
+    e.name_field = None;
+    e.category_iids.clear();
+    e.debug_annotations.clear();
+    e.flow_ids.clear();
+    e.terminating_flow_ids.clear();
+}
+
+impl EventWriter for ProtoWriter {
+    fn describe(&mut self, track: &CustomTrack) {
+        let desc = TrackDescriptor {
+            uuid: Some(track.uuid),
+            parent_uuid: track.parent,
+            static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(
+                track.name.clone(),
+            )),
+            child_ordering: track
+                .explicit_child_order
+                .then_some(track_descriptor::ChildTracksOrdering::Explicit as i32),
+            sibling_order_rank: track.rank.map(|r| r.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+            ..Default::default()
+        };
+        frame(&descriptor_packet(desc), &mut self.buf);
+    }
+
+    fn require(&mut self, track: WellKnown) {
+        if let WellKnown::Thread(gt) = track {
+            self.requires.push(WellKnown::Process(gt));
+        }
+        self.requires.push(track);
+    }
+
+    fn open_group(&mut self, group: u32, lane0_uuid: u64, first_ts: i64) {
+        let packet = TracePacket {
+            optional_trusted_packet_sequence_id: Some(
+                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(group),
+            ),
+            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+            first_packet_on_sequence: Some(true),
+            trace_packet_defaults: Some(TracePacketDefaults {
+                timestamp_clock_id: Some(INCREMENTAL_CLOCK),
+                track_event_defaults: Some(TrackEventDefaults {
+                    track_uuid: Some(lane0_uuid),
+                    ..Default::default()
+                }),
+            }),
+            data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
+                clocks: vec![
+                    clock_snapshot::Clock {
+                        clock_id: Some(BOOTTIME),
+                        timestamp: Some(first_ts.max(0) as u64),
+                        ..Default::default()
+                    },
+                    clock_snapshot::Clock {
+                        clock_id: Some(INCREMENTAL_CLOCK),
+                        timestamp: Some(first_ts.max(0) as u64),
+                        is_incremental: Some(true),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        frame(&packet, &mut self.buf);
+        self.seqs.insert(
+            group,
+            Sequence {
+                last_ts: first_ts.max(0),
+                ..Default::default()
+            },
+        );
+    }
+
+    fn begin(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
+        self.fill(group, track_event::Type::SliceBegin, lane_uuid, lane0, ev);
+        self.write_event(group, ev.start, true);
+    }
+
+    fn end(&mut self, group: u32, lane_uuid: u64, lane0: bool, ts: i64) {
+        self.event.r#type = Some(track_event::Type::SliceEnd as i32);
+        self.event.track_uuid = if lane0 { None } else { Some(lane_uuid) };
+        self.write_event(group, ts, false);
+    }
+
+    fn instant(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
+        self.fill(group, track_event::Type::Instant, lane_uuid, lane0, ev);
+        self.write_event(group, ev.start, true);
+    }
+
+    fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn take_chunk(&mut self) -> Option<Chunk> {
+        if self.buf.is_empty() && self.requires.is_empty() {
+            return None;
+        }
+        Some(Chunk {
+            data: std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),
+            requires: std::mem::take(&mut self.requires),
+        })
+    }
+}

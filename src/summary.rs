@@ -1,0 +1,119 @@
+//! What a conversion did: events per category, tracks, flows and every skipped row with its
+//! reason. Printed at the end of a run and returned to library users.
+
+use crate::model::Category;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Summary {
+    /// Slices and instants written, by category (index = `Category::index`).
+    pub events: [u64; Category::ALL.len()],
+    pub tracks: u64,
+    /// Lanes added beside a track because its work overlapped.
+    pub extra_lanes: u64,
+    /// Flow arrows (one per GPU row linked to its launch).
+    pub flows: u64,
+    /// (table, reason) -> rows not converted.
+    pub skipped: BTreeMap<(String, String), u64>,
+    /// table -> rows that name things (NVTX domains, categories, thread names): applied to the
+    /// names of tracks and args rather than drawn as events.
+    pub naming_rows: BTreeMap<String, u64>,
+    /// Notes on whole tables or features (e.g. a table present but not supported).
+    pub notes: Vec<String>,
+    pub output_bytes: u64,
+    pub seconds: f64,
+}
+
+impl Summary {
+    pub fn count(&mut self, c: Category) {
+        self.events[c.index()] += 1;
+    }
+
+    pub fn skip(&mut self, table: &str, reason: &str) {
+        *self
+            .skipped
+            .entry((table.to_string(), reason.to_string()))
+            .or_default() += 1;
+    }
+
+    pub fn events_of(&self, c: Category) -> u64 {
+        self.events[c.index()]
+    }
+
+    pub fn total_events(&self) -> u64 {
+        self.events.iter().sum()
+    }
+
+    pub fn skipped_total(&self) -> u64 {
+        self.skipped.values().sum()
+    }
+
+    pub fn merge(&mut self, other: Summary) {
+        for (a, b) in self.events.iter_mut().zip(other.events) {
+            *a += b;
+        }
+        self.tracks += other.tracks;
+        self.extra_lanes += other.extra_lanes;
+        self.flows += other.flows;
+        for (k, v) in other.skipped {
+            *self.skipped.entry(k).or_default() += v;
+        }
+        for (k, v) in other.naming_rows {
+            *self.naming_rows.entry(k).or_default() += v;
+        }
+        self.notes.extend(other.notes);
+    }
+
+    /// The end-of-run report.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let cats: Vec<String> = Category::ALL
+            .iter()
+            .filter(|c| self.events_of(**c) > 0)
+            .map(|c| format!("{} {}", c.as_str(), self.events_of(*c)))
+            .collect();
+        let _ = writeln!(
+            s,
+            "  events: {} ({})",
+            self.total_events(),
+            if cats.is_empty() { "none".to_string() } else { cats.join(", ") }
+        );
+        let _ = writeln!(
+            s,
+            "  tracks: {} ({} overlap lanes), flows: {}",
+            self.tracks, self.extra_lanes, self.flows
+        );
+        if self.skipped.is_empty() {
+            let _ = writeln!(s, "  skipped rows: 0");
+        } else {
+            let _ = writeln!(s, "  skipped rows: {}", self.skipped_total());
+            for ((table, reason), n) in &self.skipped {
+                let _ = writeln!(s, "    {n} in {table}: {reason}");
+            }
+        }
+        for (table, n) in &self.naming_rows {
+            let _ = writeln!(s, "  naming rows: {n} in {table} (domains, categories, thread names) applied as names");
+        }
+        for n in &self.notes {
+            let _ = writeln!(s, "  note: {n}");
+        }
+        let _ = writeln!(
+            s,
+            "  output: {} in {:.2} s",
+            human_bytes(self.output_bytes),
+            self.seconds
+        );
+        s
+    }
+}
+
+pub fn human_bytes(n: u64) -> String {
+    if n >= 10 * 1024 * 1024 {
+        format!("{:.1} MB", n as f64 / 1e6)
+    } else if n >= 10 * 1024 {
+        format!("{:.1} kB", n as f64 / 1e3)
+    } else {
+        format!("{n} B")
+    }
+}
