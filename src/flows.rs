@@ -1,10 +1,15 @@
 //! Flow arrows from each CUDA API call to the GPU rows it launched.
 //!
 //! A GPU row and its launch share `correlationId` within one process (ids repeat across
-//! processes). The link tables are computed once by SQLite into a scratch database, so memory
-//! stays bounded however long the profile: `gpu_flow` gives each linked GPU row its own flow id,
-//! and `api_flow` gives each launching call the consecutive range of ids of its GPU rows, so a
-//! launch that fans out to N rows gets N arrows.
+//! processes). Each linked GPU row's flow id is derived from its own identity ([`flow_id`]), so
+//! ids are unique across processes and tables. SQLite computes the links once into a scratch
+//! database (memory stays bounded however long the profile):
+//! - `api_first(pkey, corr) -> (src, rid, start)`: the launching call of each (process,
+//!   correlation id); should an export repeat one, the first row wins.
+//! - `gpu_link(asrc, arid, src, rid)`: for each launching call, every GPU row it launched, in
+//!   primary-key order, so the API reader merges it with its own rowid-ordered scan.
+//!
+//! The GPU reader looks its rows up in `api_first`; the API reader merges `gpu_link`.
 
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema};
 use anyhow::{Context, Result};
@@ -17,13 +22,6 @@ pub const FLOWS_DB: &str = "flows";
 pub struct FlowDb {
     _dir: tempfile::TempDir,
     path: PathBuf,
-    /// GPU rows linked to a launch.
-    pub linked: u64,
-    /// GPU rows whose launch was found but which start no later than it: drawing them would
-    /// point an arrow backwards in time, which Perfetto's importer rejects.
-    pub starts_before_launch: u64,
-    /// GPU rows with a correlation id but no API call in their process.
-    pub unmatched: u64,
 }
 
 impl FlowDb {
@@ -35,15 +33,20 @@ impl FlowDb {
     }
 }
 
+/// The flow id of GPU row `rid` of GPU table number `src` (0 kernel, 1 memcpy, 2 memset).
+pub fn flow_id(src: i64, rid: i64) -> u64 {
+    (rid as u64) << 2 | (src as u64 & 3)
+}
+
 /// (src number, table) of the GPU tables with what linking needs.
-fn gpu_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
+pub fn gpu_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
     [(0, KERNEL), (1, MEMCPY), (2, MEMSET)]
         .into_iter()
         .filter(|(_, t)| schema.has_columns(t, &["start", "correlationId", "globalPid"]))
         .collect()
 }
 
-fn api_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
+pub fn api_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
     [
         (crate::nsys::api::SRC_RUNTIME, RUNTIME),
         (crate::nsys::api::SRC_DRIVER, DRIVER),
@@ -51,6 +54,12 @@ fn api_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
     .into_iter()
     .filter(|(_, t)| schema.has_columns(t, &["start", "correlationId", "globalTid"]))
     .collect()
+}
+
+/// A GPU row links to its launch only when it starts after the launching call starts: an arrow
+/// backwards in time is rejected by Perfetto's importer.
+pub fn links(gpu_start: i64, launch_start: Option<i64>) -> bool {
+    launch_start.is_some_and(|a| gpu_start > a)
 }
 
 /// Build the link tables, or `None` when the export has no GPU rows or no API calls to link.
@@ -77,56 +86,25 @@ pub fn prepare(schema: &Schema) -> Result<Option<FlowDb>> {
     let src_uri = nsys::sqlite_uri(&schema.path, "mode=ro&immutable=1");
     conn.execute("ATTACH DATABASE ?1 AS src", [src_uri])?;
 
-    let api_union = api
-        .iter()
-        .map(|(s, t)| {
-            format!(
-                "SELECT globalTid >> 24 AS pkey, correlationId AS corr, {s} AS src, rowid AS rid, start \
-                 FROM src.\"{t}\" WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL"
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ");
-    let gpu_union = gpu
-        .iter()
-        .map(|(s, t)| {
-            format!(
-                "SELECT globalPid >> 24 AS pkey, correlationId AS corr, {s} AS src, rowid AS rid, start \
-                 FROM src.\"{t}\" WHERE correlationId IS NOT NULL AND globalPid IS NOT NULL"
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(" UNION ALL ");
-    // One launching call per (process, correlation id): the earliest, should an export repeat one.
-    conn.execute_batch(&format!(
-        "CREATE TABLE api_first AS SELECT pkey, corr, src, rid, start FROM ( \
-           SELECT *, row_number() OVER (PARTITION BY pkey, corr ORDER BY start, src, rid) AS rn \
-           FROM ({api_union})) WHERE rn = 1;
-         CREATE UNIQUE INDEX api_first_key ON api_first(pkey, corr);
-         CREATE TABLE gpu_all AS {gpu_union};
-         CREATE TABLE gpu_flow AS SELECT g.src AS src, g.rid AS rid, a.src AS asrc, a.rid AS arid, \
-           row_number() OVER (ORDER BY g.pkey, g.corr, g.start, g.src, g.rid) AS flow_id \
-           FROM gpu_all g JOIN api_first a ON a.pkey = g.pkey AND a.corr = g.corr \
-           WHERE g.start > a.start;
-         CREATE INDEX gpu_flow_row ON gpu_flow(src, rid);
-         CREATE TABLE api_flow AS SELECT asrc, arid, min(flow_id) AS first, count(*) AS n \
-           FROM gpu_flow GROUP BY asrc, arid;
-         CREATE INDEX api_flow_row ON api_flow(asrc, arid);"
-    ))?;
-    let linked: i64 = conn.query_row("SELECT count(*) FROM gpu_flow", [], |r| r.get(0))?;
-    let matched: i64 = conn.query_row(
-        "SELECT count(*) FROM gpu_all g JOIN api_first a ON a.pkey = g.pkey AND a.corr = g.corr",
-        [],
-        |r| r.get(0),
+    conn.execute_batch(
+        "CREATE TABLE api_first(pkey INTEGER, corr INTEGER, src INTEGER, rid INTEGER, start INTEGER, \
+           PRIMARY KEY (pkey, corr)) WITHOUT ROWID;
+         CREATE TABLE gpu_link(asrc INTEGER, arid INTEGER, src INTEGER, rid INTEGER, \
+           PRIMARY KEY (asrc, arid, src, rid)) WITHOUT ROWID;",
     )?;
-    let total: i64 = conn.query_row("SELECT count(*) FROM gpu_all", [], |r| r.get(0))?;
-    conn.execute_batch("DROP TABLE gpu_all; DROP TABLE api_first;")?;
+    for (s, t) in &api {
+        conn.execute_batch(&format!(
+            "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, {s}, rowid, start \
+             FROM src.\"{t}\" WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL"
+        ))?;
+    }
+    for (s, t) in &gpu {
+        conn.execute_batch(&format!(
+            "INSERT INTO gpu_link SELECT a.src, a.rid, {s}, g.rowid FROM src.\"{t}\" g \
+             JOIN api_first a ON a.pkey = g.globalPid >> 24 AND a.corr = g.correlationId \
+             WHERE g.start > a.start"
+        ))?;
+    }
     drop(conn);
-    Ok(Some(FlowDb {
-        _dir: dir,
-        path,
-        linked: linked as u64,
-        starts_before_launch: (matched - linked) as u64,
-        unmatched: (total - matched) as u64,
-    }))
+    Ok(Some(FlowDb { _dir: dir, path }))
 }

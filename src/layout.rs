@@ -22,6 +22,8 @@ struct Lane {
 
 struct Group {
     id: u32,
+    /// The last timestamp written on this group's sequence; later events may not go back.
+    emitted_ts: i64,
     nests: bool,
     lanes: Vec<Lane>,
     name: String,
@@ -38,7 +40,9 @@ pub struct Router<'a, W: EventWriter> {
     ids: &'a Ids,
     info: &'a ProfileInfo,
     tx: SyncSender<Chunk>,
-    groups: HashMap<GroupKey, Group>,
+    /// Each key's groups: normally one; a row that arrives later than its group's written time
+    /// (a table not in start order) goes to a further group, on a lane of its own.
+    groups: HashMap<GroupKey, Vec<Group>>,
     gpu_tracks: HashMap<i64, u64>,
     pub summary: Summary,
 }
@@ -71,19 +75,36 @@ impl<'a, W: EventWriter> Router<'a, W> {
     }
 
     pub fn event(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
-        if !self.groups.contains_key(&key) {
-            let g = self.new_group(key, ev.start);
-            self.groups.insert(key, g);
+        let chain_len = self.groups.get(&key).map_or(0, Vec::len);
+        let idx = self
+            .groups
+            .get(&key)
+            .and_then(|chain| chain.iter().position(|g| g.emitted_ts <= ev.start));
+        let idx = match idx {
+            Some(i) => i,
+            None => {
+                let g = if chain_len == 0 {
+                    self.new_group(key, ev.start)
+                } else {
+                    self.late_group(key, ev.start)
+                };
+                self.groups.entry(key).or_default().push(g);
+                chain_len
+            }
+        };
+        if idx > 0 {
+            self.summary.late_rows += 1;
         }
-        let group = self.groups.get_mut(&key).expect("group just inserted");
+        let group = &mut self.groups.get_mut(&key).expect("group exists")[idx];
         flush_ends(&mut self.writer, group, ev.start);
+        group.emitted_ts = ev.start;
         match ev.end {
             None => {
                 let lane = &group.lanes[0];
                 self.writer.instant(group.id, lane.uuid, true, ev);
             }
             Some(end) => {
-                let idx = match group.lanes.iter().position(|l| fits(l, end, group.nests)) {
+                let lane_idx = match group.lanes.iter().position(|l| fits(l, end, group.nests)) {
                     Some(i) => i,
                     None => {
                         let uuid = self.ids.next_uuid();
@@ -113,8 +134,8 @@ impl<'a, W: EventWriter> Router<'a, W> {
                         n
                     }
                 };
-                let lane = &mut group.lanes[idx];
-                self.writer.begin(group.id, lane.uuid, idx == 0, ev);
+                let lane = &mut group.lanes[lane_idx];
+                self.writer.begin(group.id, lane.uuid, lane_idx == 0, ev);
                 lane.open.push(end);
             }
         }
@@ -129,9 +150,11 @@ impl<'a, W: EventWriter> Router<'a, W> {
     pub fn finish(mut self) -> Result<Summary> {
         let mut groups: Vec<_> = self.groups.drain().collect();
         groups.sort_by_key(|(k, _)| *k);
-        for (_, mut g) in groups {
-            flush_ends(&mut self.writer, &mut g, i64::MAX);
-            self.summary.tracks += g.lanes.len() as u64;
+        for (_, chain) in groups {
+            for mut g in chain {
+                flush_ends(&mut self.writer, &mut g, i64::MAX);
+                self.summary.tracks += g.lanes.len() as u64;
+            }
         }
         self.summary.tracks += self.gpu_tracks.len() as u64;
         self.maybe_send(true)?;
@@ -187,6 +210,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
         self.writer.open_group(id, lane0, first_ts);
         Group {
             id,
+            emitted_ts: first_ts,
             nests: key.nests(),
             lanes: vec![Lane {
                 uuid: lane0,
@@ -196,6 +220,34 @@ impl<'a, W: EventWriter> Router<'a, W> {
             parent,
             rank,
             lanes_under_lane0: under_lane0,
+        }
+    }
+
+    /// A further group for rows that arrived after their group had moved past them: its own
+    /// sequence and its own lane track beside the group's first one.
+    fn late_group(&mut self, key: GroupKey, first_ts: i64) -> Group {
+        let first = &self.groups[&key][0];
+        let (parent, name, rank, nests) = if first.lanes_under_lane0 {
+            (Some(first.lanes[0].uuid), format!("{} (late rows)", first.name), first.rank, first.nests)
+        } else {
+            (first.parent, first.name.clone(), first.rank, first.nests)
+        };
+        let id = self.ids.next_sequence();
+        let lane0 = self.custom(parent, &name, rank);
+        self.summary.extra_lanes += 1;
+        self.writer.open_group(id, lane0, first_ts);
+        Group {
+            id,
+            emitted_ts: first_ts,
+            nests,
+            lanes: vec![Lane {
+                uuid: lane0,
+                open: Vec::new(),
+            }],
+            name,
+            parent,
+            rank,
+            lanes_under_lane0: false,
         }
     }
 
@@ -255,6 +307,7 @@ fn flush_ends<W: EventWriter>(writer: &mut W, group: &mut Group, ts: i64) {
         let lane = &mut group.lanes[i];
         lane.open.pop();
         writer.end(group.id, lane.uuid, i == 0, e);
+        group.emitted_ts = e;
     }
 }
 

@@ -78,12 +78,11 @@ impl<'a> Arg<'a> {
     }
 }
 
-/// Flow arrows: a launch (CUDA API call) owns `count` consecutive flow ids starting at `first`,
-/// one per GPU row it caused; each GPU row terminates exactly one of them.
+/// Flow arrows: a launch (CUDA API call) starts one flow per GPU row it caused (`out`); each
+/// GPU row terminates exactly one (`terminating`). Ids are unique in the whole trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Flows {
-    pub out_first: u64,
-    pub out_count: u32,
+pub struct Flows<'a> {
+    pub out: &'a [u64],
     pub terminating: Option<u64>,
 }
 
@@ -95,7 +94,7 @@ pub struct Event<'a> {
     pub name: Name<'a>,
     pub category: Category,
     pub args: &'a [Arg<'a>],
-    pub flows: Flows,
+    pub flows: Flows<'a>,
 }
 
 /// The logical track an event belongs to. Layout may split one group into several lanes.

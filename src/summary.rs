@@ -12,6 +12,9 @@ pub struct Summary {
     pub tracks: u64,
     /// Lanes added beside a track because its work overlapped.
     pub extra_lanes: u64,
+    /// Rows that came later than their track's written time (a table not in start order):
+    /// placed on a separate lane, never dropped.
+    pub late_rows: u64,
     /// Flow arrows (one per GPU row linked to its launch).
     pub flows: u64,
     /// (table, reason) -> rows not converted.
@@ -55,6 +58,7 @@ impl Summary {
         }
         self.tracks += other.tracks;
         self.extra_lanes += other.extra_lanes;
+        self.late_rows += other.late_rows;
         self.flows += other.flows;
         for (k, v) in other.skipped {
             *self.skipped.entry(k).or_default() += v;
@@ -84,6 +88,13 @@ impl Summary {
             "  tracks: {} ({} overlap lanes), flows: {}",
             self.tracks, self.extra_lanes, self.flows
         );
+        if self.late_rows > 0 {
+            let _ = writeln!(
+                s,
+                "  out-of-order rows: {} (placed on separate lanes)",
+                self.late_rows
+            );
+        }
         if self.skipped.is_empty() {
             let _ = writeln!(s, "  skipped rows: 0");
         } else {

@@ -1,7 +1,7 @@
 //! CUDA runtime and driver API calls, merged in start order onto their CPU threads.
 
 use super::gpu::ArgList;
-use super::{DRIVER, RUNTIME, Schema, int_at, is_start_ordered, text_at};
+use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at, text_at};
 use crate::flows::FLOWS_DB;
 use crate::layout::Router;
 use crate::model::{Category, Event, Flows, GroupKey, Name};
@@ -21,21 +21,13 @@ struct Row {
     corr: Option<i64>,
     name_id: Option<i64>,
     ret: Option<i64>,
-    flow_first: Option<i64>,
-    flow_count: Option<i64>,
+    rowid: i64,
+    flows: Vec<u64>,
     callchain: Option<String>,
 }
 
-fn query(schema: &Schema, table: &str, src: i64, ordered: bool, with_flows: bool) -> String {
+fn query(schema: &Schema, table: &str) -> String {
     let c = |n: &str| schema.col_of(table, "t", n);
-    let (flow_cols, join) = if with_flows {
-        (
-            "f.first, f.n".to_string(),
-            format!(" LEFT JOIN {FLOWS_DB}.api_flow f ON f.asrc = {src} AND f.arid = t.rowid"),
-        )
-    } else {
-        ("NULL, NULL".to_string(), String::new())
-    };
     // The call stack at the call site, innermost frame first, when nsys captured one.
     let callchain = if schema.has_column(table, "callchainId")
         && schema.has_columns("CUDA_CALLCHAINS", &["id", "symbol", "stackDepth"])
@@ -46,9 +38,8 @@ fn query(schema: &Schema, table: &str, src: i64, ordered: bool, with_flows: bool
     } else {
         "NULL".to_string()
     };
-    let order = if ordered { "t.rowid" } else { "t.start, t.rowid" };
     format!(
-        "SELECT {}, {}, {}, {}, {}, {}, {flow_cols}, {callchain} FROM main.\"{table}\" t{join} ORDER BY {order}",
+        "SELECT {}, {}, {}, {}, {}, {}, t.rowid, {callchain} FROM main.\"{table}\" t ORDER BY t.rowid",
         c("start"),
         c("end"),
         c("globalTid"),
@@ -67,9 +58,51 @@ fn decode(table: &'static str, r: &rusqlite::Row<'_>) -> Row {
         corr: int_at(r, 3),
         name_id: int_at(r, 4),
         ret: int_at(r, 5),
-        flow_first: int_at(r, 6),
-        flow_count: int_at(r, 7),
-        callchain: text_at(r, 8).map(|s| s.into_owned()),
+        rowid: int_at(r, 6).unwrap_or(0),
+        flows: Vec::new(),
+        callchain: text_at(r, 7).map(|s| s.into_owned()),
+    }
+}
+
+/// One API table in rowid order, merged with its rows of `gpu_link` (also in launch rowid
+/// order) so each call carries the flow ids of the GPU rows it launched.
+struct Cursor<'s> {
+    table: &'static str,
+    rows: rusqlite::Rows<'s>,
+    links: Option<rusqlite::Rows<'s>>,
+    /// The next link not yet consumed: (arid, flow id).
+    pending: Option<(i64, u64)>,
+}
+
+impl Cursor<'_> {
+    fn next(&mut self) -> Result<Option<Row>> {
+        let Some(r) = self.rows.next()? else {
+            return Ok(None);
+        };
+        let mut row = decode(self.table, r);
+        if let Some(links) = self.links.as_mut() {
+            loop {
+                if self.pending.is_none() {
+                    self.pending = links.next()?.map(|l| {
+                        let (arid, src, rid) = (
+                            int_at(l, 0).unwrap_or(0),
+                            int_at(l, 1).unwrap_or(0),
+                            int_at(l, 2).unwrap_or(0),
+                        );
+                        (arid, crate::flows::flow_id(src, rid))
+                    });
+                }
+                match self.pending {
+                    Some((arid, id)) if arid == row.rowid => {
+                        row.flows.push(id);
+                        self.pending = None;
+                    }
+                    Some((arid, _)) if arid < row.rowid => self.pending = None,
+                    _ => break,
+                }
+            }
+        }
+        Ok(Some(row))
     }
 }
 
@@ -85,17 +118,32 @@ pub fn read<W: EventWriter>(
         .collect();
     let mut stmts = Vec::new();
     for &(t, src) in &tables {
-        let ordered = is_start_ordered(conn, t)?;
-        stmts.push((t, conn.prepare(&query(schema, t, src, ordered, with_flows))?));
+        let links = if with_flows && schema.has_columns(t, &["correlationId", "globalTid"]) {
+            Some(conn.prepare(&format!(
+                "SELECT arid, src, rid FROM {FLOWS_DB}.gpu_link WHERE asrc = {src} ORDER BY arid, src, rid"
+            ))?)
+        } else {
+            None
+        };
+        stmts.push((t, conn.prepare(&query(schema, t))?, links));
     }
     let mut cursors = Vec::new();
-    for (t, stmt) in stmts.iter_mut() {
-        cursors.push((*t, stmt.query([])?));
+    for (t, stmt, links) in stmts.iter_mut() {
+        cursors.push(Cursor {
+            table: t,
+            rows: stmt.query([])?,
+            links: match links {
+                Some(l) => Some(l.query([])?),
+                None => None,
+            },
+            pending: None,
+        });
     }
     let mut heads: Vec<Option<Row>> = Vec::new();
-    for (t, rows) in cursors.iter_mut() {
-        heads.push(rows.next()?.map(|r| decode(t, r)));
+    for c in cursors.iter_mut() {
+        heads.push(c.next()?);
     }
+    let mut window = Reorder::new(REORDER_WINDOW);
     loop {
         let mut best: Option<(usize, i64)> = None;
         for (i, h) in heads.iter().enumerate() {
@@ -108,8 +156,12 @@ pub fn read<W: EventWriter>(
         }
         let Some((i, _)) = best else { break };
         let row = heads[i].take().expect("head present");
-        let (t, rows) = &mut cursors[i];
-        heads[i] = rows.next()?.map(|r| decode(t, r));
+        heads[i] = cursors[i].next()?;
+        if let Some(row) = window.push(row.start.unwrap_or(i64::MIN), row) {
+            emit(&row, router)?;
+        }
+    }
+    while let Some(row) = window.pop() {
         emit(&row, router)?;
     }
     Ok(())
@@ -138,13 +190,9 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>) -> Result<()> {
     if let Some(cc) = &row.callchain {
         args.push("callchain", crate::model::ArgValue::Str(cc));
     }
-    let flows = match (row.flow_first, row.flow_count) {
-        (Some(first), Some(n)) if n > 0 => Flows {
-            out_first: first as u64,
-            out_count: n as u32,
-            terminating: None,
-        },
-        _ => Flows::default(),
+    let flows = Flows {
+        out: &row.flows,
+        terminating: None,
     };
     let ev = Event {
         start,

@@ -1,6 +1,6 @@
 //! GPU activity: kernels, memcpys and memsets, merged in start order into per-stream groups.
 
-use super::{KERNEL, MEMCPY, MEMSET, Schema, int_at, is_start_ordered};
+use super::{KERNEL, MEMCPY, MEMSET, REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::flows::FLOWS_DB;
 use crate::layout::Router;
 use crate::model::{Arg, ArgValue, Category, Event, Flows, GroupKey, Name};
@@ -77,7 +77,8 @@ const EXTRA: usize = 14;
 struct Row {
     kind: Kind,
     common: [Option<i64>; 7],
-    flow: Option<i64>,
+    launch_start: Option<i64>,
+    rowid: i64,
     extra: [Option<i64>; EXTRA],
 }
 
@@ -89,35 +90,37 @@ fn extra_cols(kind: Kind) -> &'static [&'static str] {
     }
 }
 
-fn query(schema: &Schema, kind: Kind, ordered: bool, with_flows: bool) -> String {
+fn query(schema: &Schema, kind: Kind, with_flows: bool) -> String {
     let t = kind.table();
     let mut cols: Vec<String> = COMMON.iter().map(|c| schema.col_of(t, "t", c)).collect();
-    cols.push(if with_flows { "f.flow_id".into() } else { "NULL".into() });
+    let linkable = with_flows && schema.has_columns(t, &["correlationId", "globalPid"]);
+    // The launching call's start, when the row has one; the row's own rowid names its flow.
+    cols.push(if linkable { "a.start".into() } else { "NULL".into() });
+    cols.push("t.rowid".into());
     cols.extend(extra_cols(kind).iter().map(|c| schema.col_of(t, "t", c)));
-    let join = if with_flows {
+    let join = if linkable {
         format!(
-            " LEFT JOIN {FLOWS_DB}.gpu_flow f ON f.src = {} AND f.rid = t.rowid",
-            kind.src()
+            " LEFT JOIN {FLOWS_DB}.api_first a ON a.pkey = t.globalPid >> 24 AND a.corr = t.correlationId"
         )
     } else {
         String::new()
     };
-    let order = if ordered { "t.rowid" } else { "t.start, t.rowid" };
-    format!("SELECT {} FROM main.\"{t}\" t{join} ORDER BY {order}", cols.join(", "))
+    format!("SELECT {} FROM main.\"{t}\" t{join} ORDER BY t.rowid", cols.join(", "))
 }
 
 fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
     let mut row = Row {
         kind,
         common: [None; 7],
-        flow: int_at(r, 7),
+        launch_start: int_at(r, 7),
+        rowid: int_at(r, 8).unwrap_or(0),
         extra: [None; EXTRA],
     };
     for (i, c) in row.common.iter_mut().enumerate() {
         *c = int_at(r, i);
     }
     for i in 0..extra_cols(kind).len() {
-        row.extra[i] = int_at(r, 8 + i);
+        row.extra[i] = int_at(r, 9 + i);
     }
     row
 }
@@ -135,8 +138,7 @@ pub fn read<W: EventWriter>(
         .collect();
     let mut stmts = Vec::new();
     for &k in &kinds {
-        let ordered = is_start_ordered(conn, k.table())?;
-        stmts.push((k, conn.prepare(&query(schema, k, ordered, with_flows))?));
+        stmts.push((k, conn.prepare(&query(schema, k, with_flows))?));
     }
     let mut cursors = Vec::new();
     for (k, stmt) in stmts.iter_mut() {
@@ -147,6 +149,7 @@ pub fn read<W: EventWriter>(
         heads.push(rows.next()?.map(|r| decode(*k, r)));
     }
     let mut fmt = Formatter::default();
+    let mut window = Reorder::new(REORDER_WINDOW);
     loop {
         // k-way merge by start; ties keep table order.
         let mut best: Option<(usize, i64)> = None;
@@ -162,6 +165,11 @@ pub fn read<W: EventWriter>(
         let row = heads[i].take().expect("head present");
         let (k, rows) = &mut cursors[i];
         heads[i] = rows.next()?.map(|r| decode(*k, r));
+        if let Some(row) = window.push(row.common[0].unwrap_or(i64::MIN), row) {
+            emit(&row, router, &mut fmt)?;
+        }
+    }
+    while let Some(row) = window.pop() {
         emit(&row, router, &mut fmt)?;
     }
     Ok(())
@@ -257,8 +265,12 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter
         global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,
         stream,
     };
+    let linked = crate::flows::links(start, row.launch_start);
+    if row.launch_start.is_some() && !linked {
+        router.skip("flow arrows", "GPU row starts before its launching call (no arrow drawn)");
+    }
     let flows = Flows {
-        terminating: row.flow.map(|v| v as u64),
+        terminating: linked.then(|| crate::flows::flow_id(row.kind.src(), row.rowid)),
         ..Default::default()
     };
     let x = &row.extra;

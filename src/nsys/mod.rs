@@ -192,12 +192,57 @@ pub fn text_at<'r>(row: &'r rusqlite::Row<'_>, idx: usize) -> Option<std::borrow
     }
 }
 
-/// True when rows of `table` are stored in `start` order, so they can stream without a sort.
-/// nsys writes them that way; derived or edited exports may not be.
-pub fn is_start_ordered(conn: &Connection, table: &str) -> Result<bool> {
-    let sql = format!(
-        "SELECT NOT EXISTS (SELECT 1 FROM (SELECT start - lag(start) OVER (ORDER BY rowid) AS d \
-         FROM \"{table}\") WHERE d < 0)"
-    );
-    Ok(conn.query_row(&sql, [], |r| r.get::<_, bool>(0))?)
+/// Restores start order when a table's rows are only nearly sorted. nsys writes rows in start
+/// order, but merged tables and edited exports can have local inversions: a bounded window
+/// absorbs those; anything later than that is placed on a separate lane by the layout.
+/// The heap holds small keys; rows sit in a slab so they move once in and once out.
+pub struct Reorder<T> {
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, u64, u32)>>,
+    slots: Vec<Option<T>>,
+    free: Vec<u32>,
+    seq: u64,
+    capacity: usize,
 }
+
+impl<T> Reorder<T> {
+    pub fn new(capacity: usize) -> Self {
+        Reorder {
+            heap: std::collections::BinaryHeap::new(),
+            slots: Vec::new(),
+            free: Vec::new(),
+            seq: 0,
+            capacity,
+        }
+    }
+
+    /// Add a row; returns the earliest row once the window is full.
+    pub fn push(&mut self, start: i64, item: T) -> Option<T> {
+        self.seq += 1;
+        let slot = match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(item);
+                i
+            }
+            None => {
+                self.slots.push(Some(item));
+                (self.slots.len() - 1) as u32
+            }
+        };
+        self.heap.push(std::cmp::Reverse((start, self.seq, slot)));
+        if self.heap.len() > self.capacity {
+            self.pop()
+        } else {
+            None
+        }
+    }
+
+    /// Drain remaining rows in start order.
+    pub fn pop(&mut self) -> Option<T> {
+        let std::cmp::Reverse((_, _, slot)) = self.heap.pop()?;
+        self.free.push(slot);
+        self.slots[slot as usize].take()
+    }
+}
+
+/// Rows held back to restore start order (per reader); bounds memory at a few MB.
+pub const REORDER_WINDOW: usize = 32768;

@@ -2,7 +2,7 @@
 //! domain. Names come from `text` or, for registered strings, `textId`.
 
 use super::gpu::ArgList;
-use super::{NVTX, Schema, int_at, is_start_ordered, real_at, text_at};
+use super::{NVTX, Schema, int_at, real_at, text_at};
 use crate::layout::Router;
 use crate::model::{ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, tid_of};
 use crate::output::EventWriter;
@@ -41,10 +41,9 @@ pub fn read<W: EventWriter>(conn: &Connection, schema: &Schema, router: &mut Rou
     if !schema.has_columns(NVTX, &["start", "eventType"]) {
         return Ok(());
     }
-    let ordered = is_start_ordered(conn, NVTX)?;
     let cols: Vec<String> = COLS.iter().map(|c| schema.col(NVTX, c)).collect();
-    let order = if ordered { "rowid" } else { "start, rowid" };
-    let sql = format!("SELECT {} FROM {NVTX} ORDER BY {order}", cols.join(", "));
+    // Rows stream in storage order, which nsys writes by start; layout copes with stragglers.
+    let sql = format!("SELECT {} FROM {NVTX} ORDER BY rowid", cols.join(", "));
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
     let mut colors: HashMap<i64, String> = HashMap::new();

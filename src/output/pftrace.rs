@@ -133,6 +133,7 @@ fn lossy_name(info: &ProfileInfo, sid: i64) -> String {
 impl ProtoWriter {
     fn write_event(&mut self, seq_id: u32, ts: i64, extra_interning: bool) {
         let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
+        debug_assert!(ts >= seq.last_ts, "layout keeps each sequence in time order");
         let delta = (ts - seq.last_ts).max(0) as u64;
         seq.last_ts = ts;
         let has_interned = extra_interning
@@ -274,8 +275,7 @@ impl ProtoWriter {
         }
 
         let f = ev.flows;
-        e.flow_ids
-            .extend((0..f.out_count as u64).map(|k| f.out_first + k));
+        e.flow_ids.extend_from_slice(f.out);
         if let Some(t) = f.terminating {
             e.terminating_flow_ids.push(t);
         }
