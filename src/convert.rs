@@ -6,6 +6,7 @@ use crate::flows::{self, FlowDb};
 use crate::layout::Router;
 use crate::nsys::info::ProfileInfo;
 use crate::nsys::{self, Schema};
+use crate::output::json::Json;
 use crate::output::pftrace::Protobuf;
 use crate::output::{Chunk, Format, Ids, WellKnown};
 use crate::summary::Summary;
@@ -21,12 +22,15 @@ use std::time::Instant;
 pub enum OutputFormat {
     #[default]
     Protobuf,
+    /// Chrome JSON trace format.
+    Json,
 }
 
 impl OutputFormat {
     pub fn extension(self) -> &'static str {
         match self {
             OutputFormat::Protobuf => "pftrace",
+            OutputFormat::Json => "json",
         }
     }
 }
@@ -34,6 +38,8 @@ impl OutputFormat {
 #[derive(Debug, Clone, Default)]
 pub struct Options {
     pub format: OutputFormat,
+    /// JSON only: NVTX colours as the nearest Chrome colour names (`cname`).
+    pub json_colors: bool,
 }
 
 /// Where the output goes by default: next to the input, with the format's extension.
@@ -45,6 +51,13 @@ pub fn default_output(input: &Path, format: OutputFormat) -> PathBuf {
 pub fn convert_sqlite(input: &Path, output: &Path, opts: &Options) -> Result<Summary> {
     match opts.format {
         OutputFormat::Protobuf => run(input, output, &Protobuf),
+        OutputFormat::Json => run(
+            input,
+            output,
+            &Json {
+                colors: opts.json_colors,
+            },
+        ),
     }
 }
 
@@ -66,6 +79,8 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F) -> Result<Summary> {
         .tempfile_in(&out_dir)
         .with_context(|| format!("cannot write to {}", out_dir.display()))?;
     let file = tmp.as_file().try_clone()?;
+    // Any format can be gzipped whole: Perfetto and chrome://tracing read .gz files.
+    let gzip = output.extension().is_some_and(|e| e == "gz");
 
     let (tx, rx) = sync_channel::<Chunk>(8);
     let ids = Ids::default();
@@ -73,7 +88,7 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F) -> Result<Summary> {
     let result: Result<(Summary, u64)> = std::thread::scope(|s| {
         let writer = {
             let info = info.clone();
-            s.spawn(move || write_file(file, rx, format, &info))
+            s.spawn(move || write_file(file, rx, format, &info, gzip))
         };
         let readers = run_readers(s, &schema, &info, &ids, format, tx);
         let written = writer
@@ -87,7 +102,11 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F) -> Result<Summary> {
     summary.merge(readers_summary);
     tmp.persist(output)
         .map_err(|e| anyhow!("cannot create {}: {}", output.display(), e.error))?;
-    summary.output_bytes = bytes;
+    summary.output_bytes = if gzip {
+        std::fs::metadata(output).map_or(bytes, |m| m.len())
+    } else {
+        bytes
+    };
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
 }
@@ -164,31 +183,50 @@ fn sqlite_problem(e: &anyhow::Error) -> String {
     }
 }
 
+/// Write the file, gzip-compressed when asked. Returns the bytes written before compression.
 fn write_file<F: Format>(
     file: std::fs::File,
     rx: Receiver<Chunk>,
     format: &F,
     info: &ProfileInfo,
+    gzip: bool,
 ) -> Result<u64> {
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+    let bytes = if gzip {
+        let mut gz = flate2::write::GzEncoder::new(&mut out, flate2::Compression::default());
+        let bytes = write_chunks(&mut gz, rx, format, info)?;
+        gz.finish().context("cannot write output")?;
+        bytes
+    } else {
+        write_chunks(&mut out, rx, format, info)?
+    };
+    out.flush().context("cannot write output")?;
+    Ok(bytes)
+}
+
+fn write_chunks<F: Format, W: Write>(
+    out: &mut W,
+    rx: Receiver<Chunk>,
+    format: &F,
+    info: &ProfileInfo,
+) -> Result<u64> {
     let mut described: HashSet<WellKnown> = HashSet::new();
     let mut bytes = 0u64;
-    let mut put = |out: &mut std::io::BufWriter<std::fs::File>, data: &[u8]| -> Result<()> {
+    let mut put = |out: &mut W, data: &[u8]| -> Result<()> {
         out.write_all(data).context("cannot write output")?;
         bytes += data.len() as u64;
         Ok(())
     };
-    put(&mut out, &format.header(info))?;
+    put(out, &format.header(info))?;
     for chunk in rx {
         for wk in chunk.requires {
             if described.insert(wk) {
-                put(&mut out, &format.describe_well_known(wk, info))?;
+                put(out, &format.describe_well_known(wk, info))?;
             }
         }
-        put(&mut out, &chunk.data)?;
+        put(out, &chunk.data)?;
     }
-    put(&mut out, &format.footer(info))?;
-    out.flush().context("cannot write output")?;
+    put(out, &format.footer(info))?;
     Ok(bytes)
 }
 
@@ -200,7 +238,10 @@ fn timing(phase: &str, since: Instant) {
             .ok()
             .and_then(|s| {
                 let f: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
-                Some((f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64 / 100.0)
+                Some(
+                    (f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64
+                        / 100.0,
+                )
             })
             .unwrap_or(f64::NAN);
         eprintln!(

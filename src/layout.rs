@@ -66,7 +66,11 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
     /// A row that names something (an NVTX domain, category or thread) instead of being an event.
     pub fn note_naming_row(&mut self, table: &'static str) {
-        *self.summary.naming_rows.entry(table.to_string()).or_default() += 1;
+        *self
+            .summary
+            .naming_rows
+            .entry(table.to_string())
+            .or_default() += 1;
     }
 
     /// A row that could not be converted: counted by table and reason, never silently lost.
@@ -185,13 +189,25 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 self.writer.require(WellKnown::Thread(global_tid));
                 let parent = WellKnown::Thread(global_tid).uuid();
                 let name = info.nvtx_domain_name(global_tid, domain);
-                (self.custom(Some(parent), &name, None), name, Some(parent), None, false)
+                (
+                    self.custom(Some(parent), &name, None),
+                    name,
+                    Some(parent),
+                    None,
+                    false,
+                )
             }
             GroupKey::ProcessNvtx { global_pid, domain } => {
                 self.writer.require(WellKnown::Process(global_pid));
                 let parent = WellKnown::Process(global_pid).uuid();
                 let name = format!("{} (start/end)", info.nvtx_domain_name(global_pid, domain));
-                (self.custom(Some(parent), &name, None), name, Some(parent), None, false)
+                (
+                    self.custom(Some(parent), &name, None),
+                    name,
+                    Some(parent),
+                    None,
+                    false,
+                )
             }
             GroupKey::GpuStream {
                 device,
@@ -204,7 +220,13 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 } else {
                     format!("Stream {stream}")
                 };
-                (self.custom(Some(gpu), &name, Some(stream)), name, Some(gpu), Some(stream), false)
+                (
+                    self.custom(Some(gpu), &name, Some(stream)),
+                    name,
+                    Some(gpu),
+                    Some(stream),
+                    false,
+                )
             }
         };
         self.writer.open_group(id, lane0, first_ts);
@@ -228,7 +250,12 @@ impl<'a, W: EventWriter> Router<'a, W> {
     fn late_group(&mut self, key: GroupKey, first_ts: i64) -> Group {
         let first = &self.groups[&key][0];
         let (parent, name, rank, nests) = if first.lanes_under_lane0 {
-            (Some(first.lanes[0].uuid), format!("{} (late rows)", first.name), first.rank, first.nests)
+            (
+                Some(first.lanes[0].uuid),
+                format!("{} (late rows)", first.name),
+                first.rank,
+                first.nests,
+            )
         } else {
             (first.parent, first.name.clone(), first.rank, first.nests)
         };
@@ -322,4 +349,3 @@ pub fn group_pid(key: &GroupKey) -> i64 {
         }
     }
 }
-

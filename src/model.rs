@@ -71,10 +71,16 @@ pub struct Arg<'a> {
 
 impl<'a> Arg<'a> {
     pub fn int(key: &'static str, v: i64) -> Self {
-        Arg { key, value: ArgValue::Int(v) }
+        Arg {
+            key,
+            value: ArgValue::Int(v),
+        }
     }
     pub fn str(key: &'static str, v: &'a str) -> Self {
-        Arg { key, value: ArgValue::Str(v) }
+        Arg {
+            key,
+            value: ArgValue::Str(v),
+        }
     }
 }
 
@@ -107,14 +113,21 @@ pub enum GroupKey {
     /// NVTX start/end ranges of one domain in one process.
     ProcessNvtx { global_pid: i64, domain: i64 },
     /// GPU work of one stream.
-    GpuStream { device: i64, global_pid: i64, stream: i64 },
+    GpuStream {
+        device: i64,
+        global_pid: i64,
+        stream: i64,
+    },
 }
 
 impl GroupKey {
     /// Whether slices of this group may nest (a CPU call stack) or must never overlap
     /// (GPU work and NVTX start/end ranges, which are independent intervals).
     pub fn nests(&self) -> bool {
-        matches!(self, GroupKey::ThreadApi { .. } | GroupKey::ThreadNvtx { .. })
+        matches!(
+            self,
+            GroupKey::ThreadApi { .. } | GroupKey::ThreadNvtx { .. }
+        )
     }
 }
 

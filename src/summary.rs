@@ -81,7 +81,11 @@ impl Summary {
             s,
             "  events: {} ({})",
             self.total_events(),
-            if cats.is_empty() { "none".to_string() } else { cats.join(", ") }
+            if cats.is_empty() {
+                "none".to_string()
+            } else {
+                cats.join(", ")
+            }
         );
         let _ = writeln!(
             s,
@@ -104,7 +108,10 @@ impl Summary {
             }
         }
         for (table, n) in &self.naming_rows {
-            let _ = writeln!(s, "  naming rows: {n} in {table} (domains, categories, thread names) applied as names");
+            let _ = writeln!(
+                s,
+                "  naming rows: {n} in {table} (domains, categories, thread names) applied as names"
+            );
         }
         for n in &self.notes {
             let _ = writeln!(s, "  note: {n}");

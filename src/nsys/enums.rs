@@ -43,7 +43,11 @@ fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> HashMap<i64, St
     if !schema.has_column(table, "id") {
         return out;
     }
-    let label = if schema.has_column(table, "label") { "label" } else { "name" };
+    let label = if schema.has_column(table, "label") {
+        "label"
+    } else {
+        "name"
+    };
     let sql = format!("SELECT id, \"{label}\" FROM \"{table}\"");
     if let Ok(mut stmt) = conn.prepare(&sql)
         && let Ok(mut rows) = stmt.query([])
@@ -58,7 +62,11 @@ fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> HashMap<i64, St
 }
 
 /// Built-in labels first, then whatever the export's own table adds.
-fn merged(builtin: &[&str], from_export: HashMap<i64, String>, export_wins: bool) -> HashMap<i64, String> {
+fn merged(
+    builtin: &[&str],
+    from_export: HashMap<i64, String>,
+    export_wins: bool,
+) -> HashMap<i64, String> {
     let mut out: HashMap<i64, String> = builtin
         .iter()
         .enumerate()
@@ -88,8 +96,16 @@ impl Enums {
         }
         Enums {
             // Short names ("HtoD") beat the export's long labels; the table only adds new kinds.
-            copy_kind: merged(COPY_KINDS, read_enum(conn, schema, "ENUM_CUDA_MEMCPY_OPER"), false),
-            mem_kind: merged(MEM_KINDS, read_enum(conn, schema, "ENUM_CUDA_MEM_KIND"), true),
+            copy_kind: merged(
+                COPY_KINDS,
+                read_enum(conn, schema, "ENUM_CUDA_MEMCPY_OPER"),
+                false,
+            ),
+            mem_kind: merged(
+                MEM_KINDS,
+                read_enum(conn, schema, "ENUM_CUDA_MEM_KIND"),
+                true,
+            ),
             launch_type: merged(LAUNCH_TYPES, launch_type, true),
         }
     }

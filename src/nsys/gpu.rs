@@ -95,7 +95,11 @@ fn query(schema: &Schema, kind: Kind, with_flows: bool) -> String {
     let mut cols: Vec<String> = COMMON.iter().map(|c| schema.col_of(t, "t", c)).collect();
     let linkable = with_flows && schema.has_columns(t, &["correlationId", "globalPid"]);
     // The launching call's start, when the row has one; the row's own rowid names its flow.
-    cols.push(if linkable { "a.start".into() } else { "NULL".into() });
+    cols.push(if linkable {
+        "a.start".into()
+    } else {
+        "NULL".into()
+    });
     cols.push("t.rowid".into());
     cols.extend(extra_cols(kind).iter().map(|c| schema.col_of(t, "t", c)));
     let join = if linkable {
@@ -105,7 +109,10 @@ fn query(schema: &Schema, kind: Kind, with_flows: bool) -> String {
     } else {
         String::new()
     };
-    format!("SELECT {} FROM main.\"{t}\" t{join} ORDER BY t.rowid", cols.join(", "))
+    format!(
+        "SELECT {} FROM main.\"{t}\" t{join} ORDER BY t.rowid",
+        cols.join(", ")
+    )
 }
 
 fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
@@ -267,7 +274,10 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter
     };
     let linked = crate::flows::links(start, row.launch_start);
     if row.launch_start.is_some() && !linked {
-        router.skip("flow arrows", "GPU row starts before its launching call (no arrow drawn)");
+        router.skip(
+            "flow arrows",
+            "GPU row starts before its launching call (no arrow drawn)",
+        );
     }
     let flows = Flows {
         terminating: linked.then(|| crate::flows::flow_id(row.kind.src(), row.rowid)),
@@ -280,9 +290,21 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter
             Kind::Kernel => {
                 f.prepare(0, x[11], enums);
                 f.grid.clear();
-                let _ = write!(f.grid, "({}, {}, {})", x[2].unwrap_or(0), x[3].unwrap_or(0), x[4].unwrap_or(0));
+                let _ = write!(
+                    f.grid,
+                    "({}, {}, {})",
+                    x[2].unwrap_or(0),
+                    x[3].unwrap_or(0),
+                    x[4].unwrap_or(0)
+                );
                 f.block.clear();
-                let _ = write!(f.block, "({}, {}, {})", x[5].unwrap_or(0), x[6].unwrap_or(0), x[7].unwrap_or(0));
+                let _ = write!(
+                    f.block,
+                    "({}, {}, {})",
+                    x[5].unwrap_or(0),
+                    x[6].unwrap_or(0),
+                    x[7].unwrap_or(0)
+                );
             }
             Kind::Memcpy => {
                 f.prepare(1, x[1], enums);
@@ -325,7 +347,10 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter
             {
                 // bytes per ns = GB/s
                 let gbps = b as f64 / (end - start) as f64;
-                args.push("throughput_gbps", ArgValue::Double((gbps * 1000.0).round() / 1000.0));
+                args.push(
+                    "throughput_gbps",
+                    ArgValue::Double((gbps * 1000.0).round() / 1000.0),
+                );
             }
             let name = label(labels, 3, x[1]).map_or(Name::Static("Memcpy"), Name::Text);
             (name, Category::Memcpy)

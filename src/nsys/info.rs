@@ -66,7 +66,11 @@ impl ProfileInfo {
                 }
             })?;
         }
-        for (table, id_col) in [("TARGET_INFO_GPU", "id"), ("TARGET_INFO_GPU", "deviceId"), ("TARGET_INFO_CUDA_GPU", "deviceId")] {
+        for (table, id_col) in [
+            ("TARGET_INFO_GPU", "id"),
+            ("TARGET_INFO_GPU", "deviceId"),
+            ("TARGET_INFO_CUDA_GPU", "deviceId"),
+        ] {
             if schema.has_columns(table, &[id_col, "name"]) {
                 let sql = format!("SELECT \"{id_col}\", name FROM \"{table}\"");
                 each_row(conn, &sql, |r| {
@@ -113,9 +117,11 @@ impl ProfileInfo {
             let ty = int_at(r, 0).unwrap_or(-1);
             let gtid = int_at(r, 1).unwrap_or(0);
             let domain = int_at(r, 2).unwrap_or(0);
-            let name = text_at(r, 4)
-                .map(|s| s.into_owned())
-                .or_else(|| int_at(r, 5).and_then(|id| strings.get(&id)).map(|s| s.to_string()));
+            let name = text_at(r, 4).map(|s| s.into_owned()).or_else(|| {
+                int_at(r, 5)
+                    .and_then(|id| strings.get(&id))
+                    .map(|s| s.to_string())
+            });
             let Some(name) = name else { return };
             match ty {
                 75 => {

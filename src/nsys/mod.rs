@@ -102,7 +102,7 @@ pub fn open_readonly(path: &Path) -> Result<Connection> {
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .with_context(|| format!("cannot open as SQLite"))?;
+    .context("cannot open as SQLite")?;
     tune(&conn)?;
     Ok(conn)
 }
@@ -150,7 +150,9 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
         }
     }
     if !NSYS_MARKERS.iter().any(|t| tables.contains_key(*t)) {
-        bail!("SQLite database is not an Nsight Systems export (no StringIds, NVTX or CUPTI tables)");
+        bail!(
+            "SQLite database is not an Nsight Systems export (no StringIds, NVTX or CUPTI tables)"
+        );
     }
     Ok((
         conn,

@@ -37,7 +37,11 @@ const COLS: [&str; 18] = [
     "jsonText",
 ];
 
-pub fn read<W: EventWriter>(conn: &Connection, schema: &Schema, router: &mut Router<'_, W>) -> Result<()> {
+pub fn read<W: EventWriter>(
+    conn: &Connection,
+    schema: &Schema,
+    router: &mut Router<'_, W>,
+) -> Result<()> {
     if !schema.has_columns(NVTX, &["start", "eventType"]) {
         return Ok(());
     }
@@ -112,10 +116,15 @@ pub fn read<W: EventWriter>(conn: &Connection, schema: &Schema, router: &mut Rou
             (None, None) => Name::Static("(unnamed range)"),
         };
         let mut args = ArgList::new();
-        args.label("color", color.and_then(|c| colors.get(&c)).map(String::as_str));
+        args.label(
+            "color",
+            color.and_then(|c| colors.get(&c)).map(String::as_str),
+        );
         args.label(
             "category",
-            category.and_then(|c| categories.get(&(gpid, domain, c))).map(String::as_str),
+            category
+                .and_then(|c| categories.get(&(gpid, domain, c)))
+                .map(String::as_str),
         );
         if let Some(v) = int_at(r, 10) {
             args.push("payload", ArgValue::Int(v));

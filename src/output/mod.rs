@@ -4,6 +4,7 @@
 //! because every group of events lives on its own sequence (protobuf) or carries its own ids
 //! (JSON).
 
+pub mod json;
 pub mod pftrace;
 
 use crate::model::{Event, global_pid_of, pid_of, tid_of};
@@ -24,6 +25,22 @@ impl WellKnown {
         match self {
             WellKnown::Process(gp) => (1 << 62) | ((global_pid_of(gp) as u64) >> 24),
             WellKnown::Thread(gt) => (1 << 62) | (1 << 61) | (gt as u64 & ((1 << 56) - 1)),
+        }
+    }
+
+    /// The process or thread a [`WellKnown::uuid`] stands for; `None` for any other uuid.
+    /// Exact for every nsys id (global thread ids below 2^56).
+    pub fn from_uuid(uuid: u64) -> Option<WellKnown> {
+        const PROCESS: u64 = 1 << 62;
+        const THREAD: u64 = PROCESS | (1 << 61);
+        if uuid >> 63 != 0 {
+            None
+        } else if uuid & THREAD == THREAD {
+            Some(WellKnown::Thread((uuid & ((1 << 56) - 1)) as i64))
+        } else if uuid & PROCESS == PROCESS {
+            Some(WellKnown::Process(((uuid & !PROCESS) << 24) as i64))
+        } else {
+            None
         }
     }
 

@@ -133,7 +133,10 @@ fn lossy_name(info: &ProfileInfo, sid: i64) -> String {
 impl ProtoWriter {
     fn write_event(&mut self, seq_id: u32, ts: i64, extra_interning: bool) {
         let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
-        debug_assert!(ts >= seq.last_ts, "layout keeps each sequence in time order");
+        debug_assert!(
+            ts >= seq.last_ts,
+            "layout keeps each sequence in time order"
+        );
         let delta = (ts - seq.last_ts).max(0) as u64;
         seq.last_ts = ts;
         let has_interned = extra_interning
@@ -152,7 +155,9 @@ impl ProtoWriter {
             } else {
                 None
             },
-            data: Some(trace_packet::Data::TrackEvent(std::mem::take(&mut self.event))),
+            data: Some(trace_packet::Data::TrackEvent(std::mem::take(
+                &mut self.event,
+            ))),
             ..Default::default()
         };
         frame(&packet, &mut self.buf);
@@ -171,7 +176,14 @@ impl ProtoWriter {
     }
 
     /// Fill `self.event` for a BEGIN or INSTANT, interning what the sequence has not seen.
-    fn fill(&mut self, seq_id: u32, kind: track_event::Type, lane: u64, lane0: bool, ev: &Event<'_>) {
+    fn fill(
+        &mut self,
+        seq_id: u32,
+        kind: track_event::Type,
+        lane: u64,
+        lane0: bool,
+        ev: &Event<'_>,
+    ) {
         let info = &*self.info;
         let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
         let interned = &mut self.interned;
@@ -246,10 +258,12 @@ impl ProtoWriter {
                         seq.next_value += 1;
                         let iid = seq.next_value;
                         seq.values_by_text.insert(s.into(), iid);
-                        interned.debug_annotation_string_values.push(InternedString {
-                            iid: Some(iid),
-                            str: Some(s.as_bytes().to_vec()),
-                        });
+                        interned
+                            .debug_annotation_string_values
+                            .push(InternedString {
+                                iid: Some(iid),
+                                str: Some(s.as_bytes().to_vec()),
+                            });
                         iid
                     }
                 }),
@@ -259,10 +273,12 @@ impl ProtoWriter {
                         seq.next_value += 1;
                         let iid = seq.next_value;
                         seq.values_by_sid.insert(sid, iid);
-                        interned.debug_annotation_string_values.push(InternedString {
-                            iid: Some(iid),
-                            str: Some(lossy_name(info, sid).into_bytes()),
-                        });
+                        interned
+                            .debug_annotation_string_values
+                            .push(InternedString {
+                                iid: Some(iid),
+                                str: Some(lossy_name(info, sid).into_bytes()),
+                            });
                         iid
                     }
                 }),
@@ -303,7 +319,9 @@ impl EventWriter for ProtoWriter {
             child_ordering: track
                 .explicit_child_order
                 .then_some(track_descriptor::ChildTracksOrdering::Explicit as i32),
-            sibling_order_rank: track.rank.map(|r| r.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
+            sibling_order_rank: track
+                .rank
+                .map(|r| r.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
             ..Default::default()
         };
         frame(&descriptor_packet(desc), &mut self.buf);
