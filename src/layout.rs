@@ -100,8 +100,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
             self.summary.late_rows += 1;
         }
         let group = &mut self.groups.get_mut(&key).expect("group exists")[idx];
-        flush_ends(&mut self.writer, group, ev.start);
+        self.summary.trace_events += flush_ends(&mut self.writer, group, ev.start);
         group.emitted_ts = ev.start;
+        self.summary.trace_events += 1;
         match ev.end {
             None => {
                 let lane = &group.lanes[0];
@@ -156,7 +157,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
         groups.sort_by_key(|(k, _)| *k);
         for (_, chain) in groups {
             for mut g in chain {
-                flush_ends(&mut self.writer, &mut g, i64::MAX);
+                self.summary.trace_events += flush_ends(&mut self.writer, &mut g, i64::MAX);
                 self.summary.tracks += g.lanes.len() as u64;
             }
         }
@@ -318,8 +319,9 @@ fn fits(lane: &Lane, end: i64, nests: bool) -> bool {
 }
 
 /// Emit, in time order across lanes, the ENDs of every slice that ended at or before `ts`.
-/// ENDs at `ts` come before a BEGIN at `ts`, as Perfetto expects.
-fn flush_ends<W: EventWriter>(writer: &mut W, group: &mut Group, ts: i64) {
+/// ENDs at `ts` come before a BEGIN at `ts`, as Perfetto expects. Returns how many.
+fn flush_ends<W: EventWriter>(writer: &mut W, group: &mut Group, ts: i64) -> u64 {
+    let mut n = 0;
     loop {
         let mut best: Option<(usize, i64)> = None;
         for (i, lane) in group.lanes.iter().enumerate() {
@@ -335,7 +337,9 @@ fn flush_ends<W: EventWriter>(writer: &mut W, group: &mut Group, ts: i64) {
         lane.open.pop();
         writer.end(group.id, lane.uuid, i == 0, e);
         group.emitted_ts = e;
+        n += 1;
     }
+    n
 }
 
 /// The process a group belongs to, for selection by pid.

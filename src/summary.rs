@@ -9,6 +9,8 @@ use std::fmt::Write as _;
 pub struct Summary {
     /// Slices and instants written, by category (index = `Category::index`).
     pub events: [u64; Category::ALL.len()],
+    /// Trace events written: BEGIN, END and INSTANT (a slice is two).
+    pub trace_events: u64,
     pub tracks: u64,
     /// Lanes added beside a track because its work overlapped.
     pub extra_lanes: u64,
@@ -56,6 +58,7 @@ impl Summary {
         for (a, b) in self.events.iter_mut().zip(other.events) {
             *a += b;
         }
+        self.trace_events += other.trace_events;
         self.tracks += other.tracks;
         self.extra_lanes += other.extra_lanes;
         self.late_rows += other.late_rows;
