@@ -10,5 +10,6 @@ pub mod layout;
 pub mod model;
 pub mod nsys;
 pub mod output;
+pub mod projection;
 pub mod proto;
 pub mod summary;
