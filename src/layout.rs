@@ -45,6 +45,9 @@ pub struct Router<'a, W: EventWriter> {
     groups: HashMap<GroupKey, Vec<Group>>,
     gpu_tracks: HashMap<i64, u64>,
     pub summary: Summary,
+    progress: Option<&'a crate::progress::Progress>,
+    /// Rows handled since progress was last reported (reported in batches: less contention).
+    unreported: u64,
 }
 
 impl<'a, W: EventWriter> Router<'a, W> {
@@ -57,6 +60,23 @@ impl<'a, W: EventWriter> Router<'a, W> {
             groups: HashMap::new(),
             gpu_tracks: HashMap::new(),
             summary: Summary::default(),
+            progress: None,
+            unreported: 0,
+        }
+    }
+
+    pub fn with_progress(mut self, progress: &'a crate::progress::Progress) -> Self {
+        self.progress = Some(progress);
+        self
+    }
+
+    fn tick(&mut self) {
+        self.unreported += 1;
+        if self.unreported >= 4096 {
+            if let Some(p) = self.progress {
+                p.add(self.unreported);
+            }
+            self.unreported = 0;
         }
     }
 
@@ -66,6 +86,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
     /// A row that names something (an NVTX domain, category or thread) instead of being an event.
     pub fn note_naming_row(&mut self, table: &'static str) {
+        self.tick();
         *self
             .summary
             .naming_rows
@@ -75,6 +96,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
     /// A row that could not be converted: counted by table and reason, never silently lost.
     pub fn skip(&mut self, table: &'static str, reason: &'static str) {
+        self.tick();
         self.summary.skip(table, reason);
     }
 
@@ -145,6 +167,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             }
         }
         self.summary.count(ev.category);
+        self.tick();
         if ev.flows.terminating.is_some() {
             self.summary.flows += 1;
         }
@@ -153,6 +176,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
     /// Close every open slice and send what is left.
     pub fn finish(mut self) -> Result<Summary> {
+        if let Some(p) = self.progress {
+            p.add(self.unreported);
+        }
         let mut groups: Vec<_> = self.groups.drain().collect();
         groups.sort_by_key(|(k, _)| *k);
         for (_, chain) in groups {

@@ -92,6 +92,11 @@ impl Summary {
         );
         let _ = writeln!(
             s,
+            "  trace events: {} (slice begins and ends, instants)",
+            self.trace_events
+        );
+        let _ = writeln!(
+            s,
             "  tracks: {} ({} overlap lanes), flows: {}",
             self.tracks, self.extra_lanes, self.flows
         );

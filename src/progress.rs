@@ -1,0 +1,51 @@
+//! A progress bar on stderr, drawn only when stderr is a terminal.
+
+use std::io::{IsTerminal, Write};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Rows handled so far, shared by the reader threads (each adds in batches).
+#[derive(Debug, Default)]
+pub struct Progress {
+    pub done: AtomicU64,
+    pub total: AtomicU64,
+    finished: AtomicBool,
+}
+
+impl Progress {
+    pub fn add(&self, n: u64) {
+        self.done.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn finish(&self) {
+        self.finished.store(true, Ordering::Relaxed);
+    }
+
+    /// Redraw every 100 ms until `finish`; does nothing when stderr is not a terminal.
+    pub fn draw_until_finished(&self, label: &str) {
+        if !std::io::stderr().is_terminal() {
+            return;
+        }
+        let mut err = std::io::stderr();
+        while !self.finished.load(Ordering::Relaxed) {
+            let done = self.done.load(Ordering::Relaxed);
+            let total = self.total.load(Ordering::Relaxed).max(1);
+            let frac = (done as f64 / total as f64).min(1.0);
+            let width = 30;
+            let filled = (frac * width as f64) as usize;
+            let _ = write!(
+                err,
+                "\r{label} [{}{}] {:3.0}% {} / {} rows",
+                "#".repeat(filled),
+                " ".repeat(width - filled),
+                frac * 100.0,
+                done,
+                total
+            );
+            let _ = err.flush();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        let _ = write!(err, "\r\x1b[2K");
+        let _ = err.flush();
+    }
+}
