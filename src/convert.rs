@@ -9,12 +9,14 @@ use crate::nsys::{self, Schema};
 use crate::output::json::Json;
 use crate::output::pftrace::Protobuf;
 use crate::output::{Chunk, Format, Ids, WellKnown};
+use crate::progress::Progress;
 use crate::summary::Summary;
 use anyhow::{Context, Result, anyhow};
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::time::Instant;
 
@@ -40,6 +42,8 @@ pub struct Options {
     pub format: OutputFormat,
     /// JSON only: NVTX colours as the nearest Chrome colour names (`cname`).
     pub json_colors: bool,
+    /// Draw a progress bar on stderr when it is a terminal.
+    pub progress: bool,
 }
 
 /// Where the output goes by default: next to the input, with the format's extension.
@@ -50,18 +54,19 @@ pub fn default_output(input: &Path, format: OutputFormat) -> PathBuf {
 /// Convert an nsys SQLite export. Errors name the problem in one line; the caller adds the file.
 pub fn convert_sqlite(input: &Path, output: &Path, opts: &Options) -> Result<Summary> {
     match opts.format {
-        OutputFormat::Protobuf => run(input, output, &Protobuf),
+        OutputFormat::Protobuf => run(input, output, &Protobuf, opts),
         OutputFormat::Json => run(
             input,
             output,
             &Json {
                 colors: opts.json_colors,
             },
+            opts,
         ),
     }
 }
 
-fn run<F: Format>(input: &Path, output: &Path, format: &F) -> Result<Summary> {
+fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Result<Summary> {
     let started = Instant::now();
     let (conn, schema) = nsys::open_schema(input)?;
     let info = Arc::new(
@@ -85,12 +90,20 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F) -> Result<Summary> {
     let (tx, rx) = sync_channel::<Chunk>(8);
     let ids = Ids::default();
     let mut summary = Summary::default();
+    let progress = Progress::default();
+    progress
+        .total
+        .store(estimated_rows(&schema), Ordering::Relaxed);
     let result: Result<(Summary, u64)> = std::thread::scope(|s| {
+        if opts.progress {
+            s.spawn(|| progress.draw_until_finished("converting"));
+        }
         let writer = {
             let info = info.clone();
             s.spawn(move || write_file(file, rx, format, &info, gzip))
         };
-        let readers = run_readers(s, &schema, &info, &ids, format, tx);
+        let readers = run_readers(s, &schema, &info, &ids, format, tx, &progress);
+        progress.finish();
         let written = writer
             .join()
             .map_err(|_| anyhow!("output writer panicked"))?;
@@ -118,6 +131,7 @@ fn run_readers<'s, 'e, F: Format>(
     ids: &'e Ids,
     format: &'e F,
     tx: SyncSender<Chunk>,
+    progress: &'e Progress,
 ) -> Result<Summary> {
     // NVTX needs no flow links: it starts at once, beside the link computation.
     let nvtx = {
@@ -125,7 +139,8 @@ fn run_readers<'s, 'e, F: Format>(
         s.spawn(move || -> Result<Summary> {
             let conn = nsys::open_readonly(&schema.path)?;
             let t = Instant::now();
-            let mut router = Router::new(format.writer(info.clone()), ids, info, tx);
+            let mut router =
+                Router::new(format.writer(info.clone()), ids, info, tx).with_progress(progress);
             nsys::nvtx::read(&conn, schema, &mut router)?;
             timing("nvtx", t);
             router.finish()
@@ -144,7 +159,8 @@ fn run_readers<'s, 'e, F: Format>(
                 f.attach(&conn)?;
             }
             let t = Instant::now();
-            let mut router = Router::new(format.writer(info.clone()), ids, info, tx);
+            let mut router =
+                Router::new(format.writer(info.clone()), ids, info, tx).with_progress(progress);
             nsys::api::read(&conn, schema, flow_db.is_some(), &mut router)?;
             timing("cuda api", t);
             router.finish()
@@ -157,7 +173,8 @@ fn run_readers<'s, 'e, F: Format>(
             f.attach(&conn)?;
         }
         let t = Instant::now();
-        let mut router = Router::new(format.writer(info.clone()), ids, info, tx);
+        let mut router =
+            Router::new(format.writer(info.clone()), ids, info, tx).with_progress(progress);
         nsys::gpu::read(&conn, schema, flow_db.is_some(), &mut router)?;
         timing("gpu", t);
         router.finish()
@@ -171,6 +188,33 @@ fn run_readers<'s, 'e, F: Format>(
         summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
     }
     Ok(summary)
+}
+
+/// Rows the readers will visit, for the progress bar: `max(rowid)` is instant where `count(*)`
+/// would scan the table.
+fn estimated_rows(schema: &Schema) -> u64 {
+    let Ok(conn) = nsys::open_readonly(&schema.path) else {
+        return 0;
+    };
+    [
+        nsys::KERNEL,
+        nsys::MEMCPY,
+        nsys::MEMSET,
+        nsys::RUNTIME,
+        nsys::DRIVER,
+        nsys::NVTX,
+    ]
+    .iter()
+    .filter(|t| schema.has_table(t))
+    .filter_map(|t| {
+        conn.query_row(&format!("SELECT max(rowid) FROM \"{t}\""), [], |r| {
+            r.get::<_, Option<i64>>(0)
+        })
+        .ok()
+        .flatten()
+    })
+    .map(|n| n.max(0) as u64)
+    .sum()
 }
 
 /// SQLite errors from a damaged file read better with a hint.

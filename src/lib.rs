@@ -10,6 +10,7 @@ pub mod layout;
 pub mod model;
 pub mod nsys;
 pub mod output;
+pub mod progress;
 pub mod projection;
 pub mod proto;
 pub mod summary;
