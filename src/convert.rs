@@ -10,6 +10,8 @@ use crate::output::json::Json;
 use crate::output::pftrace::Protobuf;
 use crate::output::{Chunk, Format, Ids, WellKnown};
 use crate::progress::Progress;
+use crate::projection::Projection;
+use crate::select::{EventType, Selection};
 use crate::summary::Summary;
 use anyhow::{Context, Result, anyhow};
 use std::collections::HashSet;
@@ -44,6 +46,8 @@ pub struct Options {
     pub json_colors: bool,
     /// Draw a progress bar on stderr when it is a terminal.
     pub progress: bool,
+    /// What to convert (default: everything).
+    pub selection: Selection,
 }
 
 /// Where the output goes by default: next to the input, with the format's extension.
@@ -94,6 +98,14 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
     progress
         .total
         .store(estimated_rows(&schema), Ordering::Relaxed);
+    let shared = Shared {
+        schema: &schema,
+        info: &info,
+        ids: &ids,
+        format,
+        progress: &progress,
+        selection: &opts.selection,
+    };
     let result: Result<(Summary, u64)> = std::thread::scope(|s| {
         if opts.progress {
             s.spawn(|| progress.draw_until_finished("converting"));
@@ -102,7 +114,7 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
             let info = info.clone();
             s.spawn(move || write_file(file, rx, format, &info, gzip))
         };
-        let readers = run_readers(s, &schema, &info, &ids, format, tx, &progress);
+        let readers = run_readers(s, &shared, tx);
         progress.finish();
         let written = writer
             .join()
@@ -124,30 +136,59 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
     Ok(summary)
 }
 
-fn run_readers<'s, 'e, F: Format>(
-    s: &'s std::thread::Scope<'s, 'e>,
+/// Everything the reader threads share.
+struct Shared<'e, F: Format> {
     schema: &'e Schema,
     info: &'e Arc<ProfileInfo>,
     ids: &'e Ids,
     format: &'e F,
-    tx: SyncSender<Chunk>,
     progress: &'e Progress,
+    selection: &'e Selection,
+}
+
+impl<F: Format> Shared<'_, F> {
+    fn router(&self, tx: SyncSender<Chunk>) -> Router<'_, F::Writer> {
+        Router::new(
+            self.format.writer(self.info.clone()),
+            self.ids,
+            self.info,
+            tx,
+        )
+        .with_progress(self.progress)
+    }
+}
+
+/// The readers and what they wait for: NVTX and the NVTX-on-GPU projection start at once; the
+/// CUDA API reader waits for the flow links; the GPU reader for the links and the projection
+/// (each kernel lists its enclosing NVTX ranges).
+fn run_readers<'s, 'e, F: Format>(
+    s: &'s std::thread::Scope<'s, 'e>,
+    sh: &'e Shared<'e, F>,
+    tx: SyncSender<Chunk>,
 ) -> Result<Summary> {
-    // NVTX needs no flow links: it starts at once, beside the link computation.
+    let schema = sh.schema;
     let nvtx = {
         let tx = tx.clone();
         s.spawn(move || -> Result<Summary> {
-            let conn = nsys::open_readonly(&schema.path)?;
             let t = Instant::now();
-            let mut router =
-                Router::new(format.writer(info.clone()), ids, info, tx).with_progress(progress);
-            nsys::nvtx::read(&conn, schema, &mut router)?;
+            let conn = nsys::open_readonly(&schema.path)?;
+            let mut router = sh.router(tx);
+            nsys::nvtx::read(&conn, schema, sh.selection, &mut router)?;
             timing("nvtx", t);
             router.finish()
         })
     };
+    let projection = s.spawn(move || -> Result<Option<Projection>> {
+        if !sh.selection.wants(EventType::NvtxGpu) {
+            return Ok(None);
+        }
+        let t = Instant::now();
+        let p = Projection::build(schema)?;
+        timing("nvtx-gpu projection", t);
+        Ok(p)
+    });
     let t = Instant::now();
-    let flow_db: Arc<Option<FlowDb>> = Arc::new(flows::prepare(schema)?);
+    let flow_db: Arc<Option<FlowDb>> = Arc::new(flows::prepare(schema, sh.selection)?);
     timing("flow links", t);
     let api = {
         let tx = tx.clone();
@@ -159,10 +200,29 @@ fn run_readers<'s, 'e, F: Format>(
                 f.attach(&conn)?;
             }
             let t = Instant::now();
-            let mut router =
-                Router::new(format.writer(info.clone()), ids, info, tx).with_progress(progress);
-            nsys::api::read(&conn, schema, flow_db.is_some(), &mut router)?;
+            let mut router = sh.router(tx);
+            nsys::api::read(&conn, schema, flow_db.is_some(), sh.selection, &mut router)?;
             timing("cuda api", t);
+            router.finish()
+        })
+    };
+    let projection: Arc<Option<Projection>> = Arc::new(
+        projection
+            .join()
+            .map_err(|_| anyhow!("NVTX projection panicked"))??,
+    );
+    let nvtx_gpu = {
+        let tx = tx.clone();
+        let projection = projection.clone();
+        s.spawn(move || -> Result<Summary> {
+            let mut router = sh.router(tx);
+            if let Some(p) = projection.as_ref() {
+                let t = Instant::now();
+                let conn = nsys::open_readonly(&schema.path)?;
+                p.attach(&conn)?;
+                nsys::nvtx::read_projection(&conn, sh.selection, &mut router)?;
+                timing("nvtx-gpu", t);
+            }
             router.finish()
         })
     };
@@ -172,10 +232,17 @@ fn run_readers<'s, 'e, F: Format>(
         if let Some(f) = flow_db {
             f.attach(&conn)?;
         }
+        if let Some(p) = projection.as_ref() {
+            p.attach(&conn)?;
+        }
         let t = Instant::now();
-        let mut router =
-            Router::new(format.writer(info.clone()), ids, info, tx).with_progress(progress);
-        nsys::gpu::read(&conn, schema, flow_db.is_some(), &mut router)?;
+        let mut router = sh.router(tx);
+        let q = nsys::gpu::GpuQuery {
+            with_flows: flow_db.is_some(),
+            with_nvtx: projection.is_some(),
+            selection: sh.selection,
+        };
+        nsys::gpu::read(&conn, schema, &q, &mut router)?;
         timing("gpu", t);
         router.finish()
     })();
@@ -184,8 +251,14 @@ fn run_readers<'s, 'e, F: Format>(
         gpu,
         api.join().map_err(|_| anyhow!("API reader panicked"))?,
         nvtx.join().map_err(|_| anyhow!("NVTX reader panicked"))?,
+        nvtx_gpu
+            .join()
+            .map_err(|_| anyhow!("NVTX projection reader panicked"))?,
     ] {
         summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
+    }
+    if !sh.selection.is_everything() {
+        summary.notes.push(format!("selection: {}", sh.selection));
     }
     Ok(summary)
 }

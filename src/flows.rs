@@ -12,6 +12,7 @@
 //! The GPU reader looks its rows up in `api_first`; the API reader merges `gpu_link`.
 
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema};
+use crate::select::{EventType, Selection};
 use anyhow::{Context, Result};
 use rusqlite::{Connection, OpenFlags};
 use std::path::PathBuf;
@@ -63,9 +64,19 @@ pub fn links(gpu_start: i64, launch_start: Option<i64>) -> bool {
 }
 
 /// Build the link tables, or `None` when the export has no GPU rows or no API calls to link.
-pub fn prepare(schema: &Schema) -> Result<Option<FlowDb>> {
-    let gpu = gpu_tables(schema);
-    let api = api_tables(schema);
+pub fn prepare(schema: &Schema, sel: &Selection) -> Result<Option<FlowDb>> {
+    // Only selected rows link: an arrow never points at a slice that is not written.
+    let gpu: Vec<_> = gpu_tables(schema)
+        .into_iter()
+        .filter(|(s, _)| {
+            sel.wants([EventType::Kernel, EventType::Memcpy, EventType::Memset][*s as usize])
+        })
+        .collect();
+    let api = if sel.wants(EventType::CudaApi) {
+        api_tables(schema)
+    } else {
+        Vec::new()
+    };
     if gpu.is_empty() || api.is_empty() {
         return Ok(None);
     }
@@ -95,14 +106,21 @@ pub fn prepare(schema: &Schema) -> Result<Option<FlowDb>> {
     for (s, t) in &api {
         conn.execute_batch(&format!(
             "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, {s}, rowid, start \
-             FROM src.\"{t}\" WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL"
+             FROM src.\"{t}\" t WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL AND {}",
+            sel.sql("t", true, Some("globalTid"), None)
         ))?;
     }
     for (s, t) in &gpu {
         conn.execute_batch(&format!(
             "INSERT INTO gpu_link SELECT a.src, a.rid, {s}, g.rowid FROM src.\"{t}\" g \
              JOIN api_first a ON a.pkey = g.globalPid >> 24 AND a.corr = g.correlationId \
-             WHERE g.start > a.start"
+             WHERE g.start > a.start AND {}",
+            sel.sql(
+                "g",
+                true,
+                Some("globalPid"),
+                schema.has_column(t, "deviceId").then_some("deviceId")
+            )
         ))?;
     }
     drop(conn);

@@ -255,6 +255,18 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     false,
                 )
             }
+            GroupKey::GpuNvtx { device, global_tid } => {
+                let gpu = self.gpu_track(device);
+                let name = format!("NVTX · {}", info.thread_name(global_tid));
+                // Above the streams: NVTX explains what the kernels below belong to.
+                (
+                    self.custom(Some(gpu), &name, Some(-1)),
+                    name,
+                    Some(gpu),
+                    Some(-1),
+                    false,
+                )
+            }
         };
         self.writer.open_group(id, lane0, first_ts);
         Group {
@@ -377,5 +389,6 @@ pub fn group_pid(key: &GroupKey) -> i64 {
         GroupKey::ProcessNvtx { global_pid, .. } | GroupKey::GpuStream { global_pid, .. } => {
             pid_of(global_pid_of(global_pid))
         }
+        GroupKey::GpuNvtx { global_tid, .. } => pid_of(global_tid),
     }
 }

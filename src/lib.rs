@@ -13,4 +13,6 @@ pub mod output;
 pub mod progress;
 pub mod projection;
 pub mod proto;
+pub mod select;
 pub mod summary;
+pub mod workflow;

@@ -22,16 +22,19 @@ pub enum Category {
     CudaApi,
     Nvtx,
     NvtxMark,
+    /// NVTX ranges projected onto the GPU work they launched.
+    NvtxGpu,
 }
 
 impl Category {
-    pub const ALL: [Category; 6] = [
+    pub const ALL: [Category; 7] = [
         Category::Kernel,
         Category::Memcpy,
         Category::Memset,
         Category::CudaApi,
         Category::Nvtx,
         Category::NvtxMark,
+        Category::NvtxGpu,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -42,6 +45,7 @@ impl Category {
             Category::CudaApi => "cuda.api",
             Category::Nvtx => "nvtx",
             Category::NvtxMark => "nvtx.mark",
+            Category::NvtxGpu => "nvtx.gpu",
         }
     }
 
@@ -118,6 +122,8 @@ pub enum GroupKey {
         global_pid: i64,
         stream: i64,
     },
+    /// NVTX ranges of one CPU thread projected onto one GPU.
+    GpuNvtx { device: i64, global_tid: i64 },
 }
 
 impl GroupKey {

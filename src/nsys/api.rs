@@ -6,6 +6,7 @@ use crate::flows::FLOWS_DB;
 use crate::layout::Router;
 use crate::model::{Category, Event, Flows, GroupKey, Name};
 use crate::output::EventWriter;
+use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
 
@@ -26,7 +27,7 @@ struct Row {
     callchain: Option<String>,
 }
 
-fn query(schema: &Schema, table: &str) -> String {
+fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
     let c = |n: &str| schema.col_of(table, "t", n);
     // The call stack at the call site, innermost frame first, when nsys captured one.
     let callchain = if schema.has_column(table, "callchainId")
@@ -39,13 +40,19 @@ fn query(schema: &Schema, table: &str) -> String {
         "NULL".to_string()
     };
     format!(
-        "SELECT {}, {}, {}, {}, {}, {}, t.rowid, {callchain} FROM main.\"{table}\" t ORDER BY t.rowid",
+        "SELECT {}, {}, {}, {}, {}, {}, t.rowid, {callchain} FROM main.\"{table}\" t WHERE {} ORDER BY t.rowid",
         c("start"),
         c("end"),
         c("globalTid"),
         c("correlationId"),
         c("nameId"),
         c("returnValue"),
+        selection.sql(
+            "t",
+            true,
+            schema.has_column(table, "globalTid").then_some("globalTid"),
+            None
+        ),
     )
 }
 
@@ -110,8 +117,12 @@ pub fn read<W: EventWriter>(
     conn: &Connection,
     schema: &Schema,
     with_flows: bool,
+    selection: &Selection,
     router: &mut Router<'_, W>,
 ) -> Result<()> {
+    if !selection.wants(EventType::CudaApi) {
+        return Ok(());
+    }
     let tables: Vec<(&'static str, i64)> = [(RUNTIME, SRC_RUNTIME), (DRIVER, SRC_DRIVER)]
         .into_iter()
         .filter(|(t, _)| schema.has_columns(t, &["start", "end"]))
@@ -125,7 +136,7 @@ pub fn read<W: EventWriter>(
         } else {
             None
         };
-        stmts.push((t, conn.prepare(&query(schema, t))?, links));
+        stmts.push((t, conn.prepare(&query(schema, t, selection))?, links));
     }
     let mut cursors = Vec::new();
     for (t, stmt, links) in stmts.iter_mut() {

@@ -5,6 +5,8 @@ use crate::flows::FLOWS_DB;
 use crate::layout::Router;
 use crate::model::{Arg, ArgValue, Category, Event, Flows, GroupKey, Name};
 use crate::output::EventWriter;
+use crate::projection::{KERNEL_NVTX, PROJ_DB};
+use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
 use std::collections::HashMap;
@@ -25,6 +27,14 @@ impl Kind {
             Kind::Memset => MEMSET,
         }
     }
+    fn event_type(self) -> EventType {
+        match self {
+            Kind::Kernel => EventType::Kernel,
+            Kind::Memcpy => EventType::Memcpy,
+            Kind::Memset => EventType::Memset,
+        }
+    }
+
     /// The `src` number the flow tables use for this table.
     pub fn src(self) -> i64 {
         match self {
@@ -80,6 +90,8 @@ struct Row {
     launch_start: Option<i64>,
     rowid: i64,
     extra: [Option<i64>; EXTRA],
+    /// Enclosing NVTX ranges of the launch, outermost first.
+    nvtx: Option<String>,
 }
 
 fn extra_cols(kind: Kind) -> &'static [&'static str] {
@@ -90,7 +102,16 @@ fn extra_cols(kind: Kind) -> &'static [&'static str] {
     }
 }
 
-fn query(schema: &Schema, kind: Kind, with_flows: bool) -> String {
+/// What the GPU reader joins and filters.
+pub struct GpuQuery<'a> {
+    pub with_flows: bool,
+    /// Attach each row's enclosing NVTX ranges (the projection tables are attached).
+    pub with_nvtx: bool,
+    pub selection: &'a Selection,
+}
+
+fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
+    let with_flows = q.with_flows;
     let t = kind.table();
     let mut cols: Vec<String> = COMMON.iter().map(|c| schema.col_of(t, "t", c)).collect();
     let linkable = with_flows && schema.has_columns(t, &["correlationId", "globalPid"]);
@@ -102,15 +123,30 @@ fn query(schema: &Schema, kind: Kind, with_flows: bool) -> String {
     });
     cols.push("t.rowid".into());
     cols.extend(extra_cols(kind).iter().map(|c| schema.col_of(t, "t", c)));
-    let join = if linkable {
+    let mut join = if linkable {
         format!(
             " LEFT JOIN {FLOWS_DB}.api_first a ON a.pkey = t.globalPid >> 24 AND a.corr = t.correlationId"
         )
     } else {
         String::new()
     };
+    if q.with_nvtx {
+        cols.push("k.ranges".into());
+        join += &format!(
+            " LEFT JOIN {PROJ_DB}.{KERNEL_NVTX} k ON k.src = {} AND k.rid = t.rowid",
+            kind.src()
+        );
+    } else {
+        cols.push("NULL".into());
+    }
+    let filter = q.selection.sql(
+        "t",
+        true,
+        schema.has_column(t, "globalPid").then_some("globalPid"),
+        schema.has_column(t, "deviceId").then_some("deviceId"),
+    );
     format!(
-        "SELECT {} FROM main.\"{t}\" t{join} ORDER BY t.rowid",
+        "SELECT {} FROM main.\"{t}\" t{join} WHERE {filter} ORDER BY t.rowid",
         cols.join(", ")
     )
 }
@@ -122,6 +158,7 @@ fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
         launch_start: int_at(r, 7),
         rowid: int_at(r, 8).unwrap_or(0),
         extra: [None; EXTRA],
+        nvtx: super::text_at(r, 9 + extra_cols(kind).len()).map(|s| s.into_owned()),
     };
     for (i, c) in row.common.iter_mut().enumerate() {
         *c = int_at(r, i);
@@ -136,16 +173,17 @@ fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
 pub fn read<W: EventWriter>(
     conn: &Connection,
     schema: &Schema,
-    with_flows: bool,
+    q: &GpuQuery<'_>,
     router: &mut Router<'_, W>,
 ) -> Result<()> {
     let kinds: Vec<Kind> = [Kind::Kernel, Kind::Memcpy, Kind::Memset]
         .into_iter()
         .filter(|k| schema.has_columns(k.table(), &["start", "end"]))
+        .filter(|k| q.selection.wants(k.event_type()))
         .collect();
     let mut stmts = Vec::new();
     for &k in &kinds {
-        stmts.push((k, conn.prepare(&query(schema, k, with_flows))?));
+        stmts.push((k, conn.prepare(&query(schema, k, q))?));
     }
     let mut cursors = Vec::new();
     for (k, stmt) in stmts.iter_mut() {
@@ -363,6 +401,9 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter
             (Name::Static("Memset"), Category::Memset)
         }
     };
+    if let Some(n) = &row.nvtx {
+        args.push("nvtx_ranges", ArgValue::Label(n));
+    }
     args.int("device", Some(device));
     args.int("context", ctx);
     args.int("stream", Some(stream));

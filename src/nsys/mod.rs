@@ -199,7 +199,7 @@ pub fn text_at<'r>(row: &'r rusqlite::Row<'_>, idx: usize) -> Option<std::borrow
 /// absorbs those; anything later than that is placed on a separate lane by the layout.
 /// The heap holds small keys; rows sit in a slab so they move once in and once out.
 pub struct Reorder<T> {
-    heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, u64, u32)>>,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, i64, u64, u32)>>,
     slots: Vec<Option<T>>,
     free: Vec<u32>,
     seq: u64,
@@ -219,6 +219,11 @@ impl<T> Reorder<T> {
 
     /// Add a row; returns the earliest row once the window is full.
     pub fn push(&mut self, start: i64, item: T) -> Option<T> {
+        self.push_keyed(start, 0, item)
+    }
+
+    /// Like [`Reorder::push`], ordering equal starts by `tiebreak` (e.g. `-end`: outer first).
+    pub fn push_keyed(&mut self, start: i64, tiebreak: i64, item: T) -> Option<T> {
         self.seq += 1;
         let slot = match self.free.pop() {
             Some(i) => {
@@ -230,7 +235,8 @@ impl<T> Reorder<T> {
                 (self.slots.len() - 1) as u32
             }
         };
-        self.heap.push(std::cmp::Reverse((start, self.seq, slot)));
+        self.heap
+            .push(std::cmp::Reverse((start, tiebreak, self.seq, slot)));
         if self.heap.len() > self.capacity {
             self.pop()
         } else {
@@ -240,7 +246,7 @@ impl<T> Reorder<T> {
 
     /// Drain remaining rows in start order.
     pub fn pop(&mut self) -> Option<T> {
-        let std::cmp::Reverse((_, _, slot)) = self.heap.pop()?;
+        let std::cmp::Reverse((_, _, _, slot)) = self.heap.pop()?;
         self.free.push(slot);
         self.slots[slot as usize].take()
     }

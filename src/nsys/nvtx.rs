@@ -6,6 +6,8 @@ use super::{NVTX, Schema, int_at, real_at, text_at};
 use crate::layout::Router;
 use crate::model::{ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, tid_of};
 use crate::output::EventWriter;
+use crate::projection::{NVTX_GPU, PROJ_DB};
+use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
 use std::collections::HashMap;
@@ -40,14 +42,26 @@ const COLS: [&str; 18] = [
 pub fn read<W: EventWriter>(
     conn: &Connection,
     schema: &Schema,
+    selection: &Selection,
     router: &mut Router<'_, W>,
 ) -> Result<()> {
-    if !schema.has_columns(NVTX, &["start", "eventType"]) {
+    if !schema.has_columns(NVTX, &["start", "eventType"]) || !selection.wants(EventType::Nvtx) {
         return Ok(());
     }
-    let cols: Vec<String> = COLS.iter().map(|c| schema.col(NVTX, c)).collect();
+    let cols: Vec<String> = COLS.iter().map(|c| schema.col_of(NVTX, "t", c)).collect();
+    // Naming rows always pass (they are counted); events are filtered by the selection.
+    let filter = selection.sql(
+        "t",
+        schema.has_column(NVTX, "end"),
+        schema.has_column(NVTX, "globalTid").then_some("globalTid"),
+        None,
+    );
     // Rows stream in storage order, which nsys writes by start; layout copes with stragglers.
-    let sql = format!("SELECT {} FROM {NVTX} ORDER BY rowid", cols.join(", "));
+    let sql = format!(
+        "SELECT {} FROM {NVTX} t WHERE t.eventType NOT IN ({MARK}, {PUSH_POP}, {START_END}) OR ({filter}) \
+         ORDER BY t.rowid",
+        cols.join(", ")
+    );
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
     let mut colors: HashMap<i64, String> = HashMap::new();
@@ -115,6 +129,11 @@ pub fn read<W: EventWriter>(
             (None, Some(id)) => Name::Str(id),
             (None, None) => Name::Static("(unnamed range)"),
         };
+        if let Some(f) = &selection.nvtx_filter
+            && !f.matches(&name_text(router.info(), name))
+        {
+            continue;
+        }
         let mut args = ArgList::new();
         args.label(
             "color",
@@ -172,4 +191,126 @@ pub fn read<W: EventWriter>(
         router.event(key, &ev)?;
     }
     Ok(())
+}
+
+/// The text of a name, for matching against `--nvtx-filter`.
+fn name_text<'a>(
+    info: &'a crate::nsys::info::ProfileInfo,
+    name: Name<'a>,
+) -> std::borrow::Cow<'a, str> {
+    match name {
+        Name::Text(t) | Name::Static(t) => std::borrow::Cow::Borrowed(t),
+        Name::Str(id) => std::borrow::Cow::Borrowed(info.string(id).unwrap_or("")),
+    }
+}
+
+/// NVTX ranges projected onto the GPU (`nvtx-gpu`): each range becomes a slice spanning the GPU
+/// work it launched, on a per-GPU track of its thread. Reads [`crate::projection`]'s tables,
+/// which must be attached to `conn`.
+pub fn read_projection<W: EventWriter>(
+    conn: &Connection,
+    selection: &Selection,
+    router: &mut Router<'_, W>,
+) -> Result<()> {
+    let mut conds = Vec::new();
+    if let Some(t) = selection.time {
+        if let Some(s) = t.start {
+            conds.push(format!("gpu_end >= {s}"));
+        }
+        if let Some(e) = t.end {
+            conds.push(format!("gpu_start <= {e}"));
+        }
+    }
+    if !selection.pids.is_empty() {
+        let l: Vec<_> = selection.pids.iter().map(|p| p.to_string()).collect();
+        conds.push(format!(
+            "((global_tid >> 24) & 16777215) IN ({})",
+            l.join(",")
+        ));
+    }
+    if !selection.devices.is_empty() {
+        let l: Vec<_> = selection.devices.iter().map(|d| d.to_string()).collect();
+        conds.push(format!("device IN ({})", l.join(",")));
+    }
+    let filter = if conds.is_empty() {
+        "1".to_string()
+    } else {
+        conds.join(" AND ")
+    };
+    let sql = format!(
+        "SELECT gpu_start, gpu_end, global_tid, device, gpu_rows, name_text, name_id, event_type \
+         FROM {PROJ_DB}.{NVTX_GPU} WHERE {filter} ORDER BY gpu_start"
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+    // Equal starts: the longer (enclosing) range first, so projected ranges nest like the CPU ones.
+    let mut window = super::Reorder::new(super::REORDER_WINDOW);
+    let emit = |row: ProjectedRow, router: &mut Router<'_, W>| -> Result<()> {
+        let name = match (&row.text, row.name_id) {
+            (Some(t), _) => Name::Text(t),
+            (None, Some(id)) => Name::Str(id),
+            (None, None) => Name::Static("(unnamed range)"),
+        };
+        if let Some(f) = &selection.nvtx_filter
+            && !f.matches(&name_text(router.info(), name))
+        {
+            return Ok(());
+        }
+        let mut args = ArgList::new();
+        args.int("gpu_rows", Some(row.gpu_rows));
+        args.int("tid", Some(tid_of(row.global_tid)));
+        if row.event_type == START_END {
+            args.label("range_kind", Some("start/end"));
+        }
+        let ev = Event {
+            start: row.start,
+            end: Some(row.end),
+            name,
+            category: Category::NvtxGpu,
+            args: args.as_slice(),
+            flows: Flows::default(),
+        };
+        router.event(
+            GroupKey::GpuNvtx {
+                device: row.device,
+                global_tid: row.global_tid,
+            },
+            &ev,
+        )
+    };
+    while let Some(r) = rows.next()? {
+        let (Some(start), Some(end), Some(global_tid), Some(device)) =
+            (int_at(r, 0), int_at(r, 1), int_at(r, 2), int_at(r, 3))
+        else {
+            continue;
+        };
+        let row = ProjectedRow {
+            start,
+            end,
+            global_tid,
+            device,
+            gpu_rows: int_at(r, 4).unwrap_or(0),
+            text: text_at(r, 5).map(|s| s.into_owned()),
+            name_id: int_at(r, 6),
+            event_type: int_at(r, 7).unwrap_or(PUSH_POP),
+        };
+        if let Some(row) = window.push_keyed(start, -end, row) {
+            emit(row, router)?;
+        }
+    }
+    while let Some(row) = window.pop() {
+        emit(row, router)?;
+    }
+    Ok(())
+}
+
+struct ProjectedRow {
+    start: i64,
+    end: i64,
+    global_tid: i64,
+    device: i64,
+    gpu_rows: i64,
+    text: Option<String>,
+    name_id: Option<i64>,
+    event_type: i64,
 }

@@ -1,0 +1,290 @@
+//! What to convert: event types, NVTX names, a time window, processes and GPUs.
+//!
+//! A selection is applied inside the SQL that reads each table and the SQL that links launches
+//! to GPU work, so flow arrows only ever join two selected slices and lanes are laid out over
+//! exactly what is written.
+
+use anyhow::{Result, bail};
+use regex::Regex;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::str::FromStr;
+
+/// Event types, as named on the command line (`--types`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum EventType {
+    Kernel,
+    Memcpy,
+    Memset,
+    CudaApi,
+    Nvtx,
+    NvtxGpu,
+}
+
+impl EventType {
+    pub const ALL: [EventType; 6] = [
+        EventType::Kernel,
+        EventType::Memcpy,
+        EventType::Memset,
+        EventType::CudaApi,
+        EventType::Nvtx,
+        EventType::NvtxGpu,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EventType::Kernel => "kernel",
+            EventType::Memcpy => "memcpy",
+            EventType::Memset => "memset",
+            EventType::CudaApi => "cuda-api",
+            EventType::Nvtx => "nvtx",
+            EventType::NvtxGpu => "nvtx-gpu",
+        }
+    }
+}
+
+impl FromStr for EventType {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        EventType::ALL
+            .into_iter()
+            .find(|t| t.name() == s.trim())
+            .ok_or_else(|| {
+                let names: Vec<_> = EventType::ALL.iter().map(|t| t.name()).collect();
+                anyhow::anyhow!("unknown event type '{s}' (known: {})", names.join(", "))
+            })
+    }
+}
+
+/// How NVTX ranges are matched by name.
+#[derive(Debug, Clone)]
+pub enum NameFilter {
+    Prefix(String),
+    Regex(Regex),
+}
+
+impl NameFilter {
+    /// `re:PATTERN` is a regular expression; anything else is a name prefix.
+    pub fn parse(s: &str) -> Result<NameFilter> {
+        match s.strip_prefix("re:") {
+            Some(re) => {
+                Ok(NameFilter::Regex(Regex::new(re).map_err(|e| {
+                    anyhow::anyhow!("bad --nvtx-filter regex: {e}")
+                })?))
+            }
+            None => Ok(NameFilter::Prefix(s.to_string())),
+        }
+    }
+
+    pub fn matches(&self, name: &str) -> bool {
+        match self {
+            NameFilter::Prefix(p) => name.starts_with(p.as_str()),
+            NameFilter::Regex(r) => r.is_match(name),
+        }
+    }
+}
+
+/// A time window in ns relative to the capture start (nsys timestamps are already relative).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TimeRange {
+    pub start: Option<i64>,
+    pub end: Option<i64>,
+}
+
+/// `1.5s`, `200ms`, `30us`, `100ns` (a bare number is seconds).
+pub fn parse_duration(s: &str) -> Result<i64> {
+    let s = s.trim();
+    let (num, scale) = [
+        ("ns", 1.0),
+        ("us", 1e3),
+        ("µs", 1e3),
+        ("ms", 1e6),
+        ("s", 1e9),
+    ]
+    .iter()
+    .find_map(|(unit, scale)| s.strip_suffix(unit).map(|n| (n, *scale)))
+    .unwrap_or((s, 1e9));
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| anyhow::anyhow!("bad time '{s}' (use e.g. 2s, 350ms, 10us, 500ns)"))?;
+    if !v.is_finite() || v < 0.0 {
+        bail!("bad time '{s}': must be a non-negative number");
+    }
+    Ok((v * scale).round() as i64)
+}
+
+impl FromStr for TimeRange {
+    type Err = anyhow::Error;
+    /// `START..END`, either side optional: `2s..3.5s`, `..500ms`, `1s..`.
+    fn from_str(s: &str) -> Result<Self> {
+        let Some((a, b)) = s.split_once("..") else {
+            bail!("bad time range '{s}': expected START..END, e.g. 2s..3.5s");
+        };
+        let start = (!a.trim().is_empty())
+            .then(|| parse_duration(a))
+            .transpose()?;
+        let end = (!b.trim().is_empty())
+            .then(|| parse_duration(b))
+            .transpose()?;
+        if let (Some(a), Some(b)) = (start, end)
+            && b < a
+        {
+            bail!("bad time range '{s}': the end is before the start");
+        }
+        Ok(TimeRange { start, end })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Selection {
+    pub types: BTreeSet<EventType>,
+    pub nvtx_filter: Option<NameFilter>,
+    pub time: Option<TimeRange>,
+    pub pids: Vec<i64>,
+    pub devices: Vec<i64>,
+}
+
+impl Default for Selection {
+    fn default() -> Self {
+        Selection {
+            types: EventType::ALL.into_iter().collect(),
+            nvtx_filter: None,
+            time: None,
+            pids: Vec::new(),
+            devices: Vec::new(),
+        }
+    }
+}
+
+impl fmt::Display for Selection {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let types: Vec<_> = self.types.iter().map(|t| t.name()).collect();
+        write!(f, "types {}", types.join(","))?;
+        if let Some(n) = &self.nvtx_filter {
+            match n {
+                NameFilter::Prefix(p) => write!(f, ", NVTX names starting with '{p}'")?,
+                NameFilter::Regex(r) => write!(f, ", NVTX names matching /{r}/")?,
+            }
+        }
+        if let Some(t) = self.time {
+            write!(f, ", time ")?;
+            match t.start {
+                Some(s) => write!(f, "{:.6}s", s as f64 / 1e9)?,
+                None => write!(f, "start")?,
+            }
+            match t.end {
+                Some(e) => write!(f, "..{:.6}s", e as f64 / 1e9)?,
+                None => write!(f, "..end")?,
+            }
+        }
+        if !self.pids.is_empty() {
+            write!(f, ", pids {:?}", self.pids)?;
+        }
+        if !self.devices.is_empty() {
+            write!(f, ", devices {:?}", self.devices)?;
+        }
+        Ok(())
+    }
+}
+
+impl Selection {
+    pub fn is_everything(&self) -> bool {
+        self.types.len() == EventType::ALL.len()
+            && self.nvtx_filter.is_none()
+            && self.time.is_none()
+            && self.pids.is_empty()
+            && self.devices.is_empty()
+    }
+
+    pub fn wants(&self, t: EventType) -> bool {
+        self.types.contains(&t)
+    }
+
+    /// SQL conditions (joined with AND, "1" when none) for a table aliased `alias` whose rows
+    /// have `start`/`end`, a process in `id_col` (globalTid or globalPid) and optionally a
+    /// device column. Rows are kept when they overlap the window.
+    pub fn sql(
+        &self,
+        alias: &str,
+        has_end: bool,
+        id_col: Option<&str>,
+        device_col: Option<&str>,
+    ) -> String {
+        let mut conds: Vec<String> = Vec::new();
+        if let Some(t) = self.time {
+            if let Some(s) = t.start {
+                let end = if has_end {
+                    format!("coalesce({alias}.\"end\", {alias}.start)")
+                } else {
+                    format!("{alias}.start")
+                };
+                conds.push(format!("{end} >= {s}"));
+            }
+            if let Some(e) = t.end {
+                conds.push(format!("{alias}.start <= {e}"));
+            }
+        }
+        if let Some(col) = id_col
+            && !self.pids.is_empty()
+        {
+            let list: Vec<String> = self.pids.iter().map(|p| p.to_string()).collect();
+            conds.push(format!(
+                "(({alias}.\"{col}\" >> 24) & 16777215) IN ({})",
+                list.join(",")
+            ));
+        }
+        if let Some(col) = device_col
+            && !self.devices.is_empty()
+        {
+            let list: Vec<String> = self.devices.iter().map(|d| d.to_string()).collect();
+            conds.push(format!("{alias}.\"{col}\" IN ({})", list.join(",")));
+        }
+        if conds.is_empty() {
+            "1".to_string()
+        } else {
+            conds.join(" AND ")
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_time_ranges_with_units() {
+        let r: TimeRange = "2s..3.5s".parse().unwrap();
+        assert_eq!(r.start, Some(2_000_000_000));
+        assert_eq!(r.end, Some(3_500_000_000));
+        let r: TimeRange = "..250ms".parse().unwrap();
+        assert_eq!((r.start, r.end), (None, Some(250_000_000)));
+        let r: TimeRange = "10us..".parse().unwrap();
+        assert_eq!((r.start, r.end), (Some(10_000), None));
+        assert!("3s..2s".parse::<TimeRange>().is_err());
+        assert!("abc".parse::<TimeRange>().is_err());
+        assert_eq!(parse_duration("1500ns").unwrap(), 1500);
+    }
+
+    #[test]
+    fn name_filters() {
+        assert!(NameFilter::parse("fwd").unwrap().matches("fwd:layer1"));
+        assert!(!NameFilter::parse("fwd").unwrap().matches("bwd"));
+        assert!(NameFilter::parse("re:^(fwd|bwd)$").unwrap().matches("bwd"));
+        assert!(NameFilter::parse("re:(").is_err());
+    }
+
+    #[test]
+    fn sql_conditions() {
+        let mut s = Selection::default();
+        assert_eq!(s.sql("t", true, Some("globalTid"), None), "1");
+        s.time = Some("1s..2s".parse().unwrap());
+        s.pids = vec![42];
+        s.devices = vec![1];
+        let sql = s.sql("t", true, Some("globalPid"), Some("deviceId"));
+        assert!(sql.contains("coalesce(t.\"end\", t.start) >= 1000000000"));
+        assert!(sql.contains("t.start <= 2000000000"));
+        assert!(sql.contains("IN (42)"));
+        assert!(sql.contains("t.\"deviceId\" IN (1)"));
+    }
+}
