@@ -1,0 +1,599 @@
+//! Chrome JSON trace output (`{"traceEvents": [...]}`), for tools that read nothing else.
+//!
+//! The same content as the protobuf output as far as the format carries it:
+//! - slices are complete (`X`) events and NVTX marks thread-scoped instants (`i`), with the same
+//!   names, categories and args. Timestamps are microseconds written from integer nanoseconds as
+//!   `{ns / 1000}.{ns % 1000:03}`, so they keep nanosecond precision (never via `f64`);
+//! - JSON has no custom tracks, so a GPU becomes a named pseudo-process and each of its streams
+//!   (and each overlap lane) a named pseudo-thread; NVTX domains and overlap lanes of a thread
+//!   become pseudo-threads of its process. Every lane is strictly nested, since JSON importers
+//!   drop or move partly overlapping `X` events of one thread. Metadata (`M`) events name and
+//!   order processes and threads;
+//! - flow arrows are v1 flow events: `s` at the launching call's start on its thread, `f` with
+//!   `"bp":"e"` at the GPU row's start on its stream. Each is written right after its slice, so
+//!   importers that sort by (timestamp, duration) see the slice first. Flow ids are the model's
+//!   ids, unique in the whole trace, with one fixed category and name.
+//!
+//! The file is streamed: the header opens the event array with one inert first object and every
+//! later event is written as `,\n{...}`, so chunks of different writers concatenate in any order.
+
+use super::{Chunk, CustomTrack, EventWriter, Format, WellKnown};
+use crate::model::{ArgValue, Category, Event, Name, pid_of, tid_of};
+use crate::nsys::info::ProfileInfo;
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::sync::Arc;
+
+/// Pseudo-processes (GPUs) and pseudo-threads get ids above the 24 bits nsys gives real pids and
+/// tids, so they never collide with them or with each other (custom uuids are small counters).
+const PSEUDO_PID_BASE: u32 = 0x7000_0000;
+const PSEUDO_TID_BASE: u32 = 0x4000_0000;
+const PSEUDO_MASK: u64 = 0x0FFF_FFFF;
+/// Real processes sort after the GPUs, by pid; threads by tid, their pseudo-threads beside them.
+const PROCESS_SORT_BASE: i64 = 0x100_0000;
+const THREAD_SORT_STRIDE: i64 = 16;
+/// Flow events share one category and name: v1 flows are matched by (id, cat, name).
+const FLOW_CAT_NAME: &[u8] = b"\"cat\":\"flow\",\"name\":\"launch\"";
+
+/// Chrome JSON output. `colors`: map NVTX colours to the nearest Chrome colour name (`cname`).
+pub struct Json {
+    pub colors: bool,
+}
+
+impl Format for Json {
+    type Writer = JsonWriter;
+
+    fn writer(&self, info: Arc<ProfileInfo>) -> JsonWriter {
+        JsonWriter {
+            info,
+            colors: self.colors,
+            buf: Vec::with_capacity(1 << 20),
+            requires: Vec::new(),
+            tracks: HashMap::new(),
+            groups: HashMap::new(),
+            children: HashMap::new(),
+            cnames: HashMap::new(),
+        }
+    }
+
+    fn header(&self, _info: &ProfileInfo) -> Vec<u8> {
+        // The first object must need no comma. A metadata event whose args were "stripped"
+        // is skipped by chrome://tracing and ignored by Perfetto: it names and creates nothing.
+        b"{\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"nsys_perfetto\",\"pid\":0,\"tid\":0,\"args\":\"__stripped__\"}"
+            .to_vec()
+    }
+
+    fn describe_well_known(&self, track: WellKnown, info: &ProfileInfo) -> Vec<u8> {
+        let mut out = Vec::new();
+        let pid = track.pid() as u32;
+        match track {
+            WellKnown::Process(gp) => {
+                metadata_name(&mut out, "process_name", pid, None, &info.process_name(gp));
+                metadata_sort(
+                    &mut out,
+                    "process_sort_index",
+                    pid,
+                    None,
+                    PROCESS_SORT_BASE + pid as i64,
+                );
+            }
+            WellKnown::Thread(gt) => {
+                let tid = tid_of(gt) as u32;
+                metadata_name(
+                    &mut out,
+                    "thread_name",
+                    pid,
+                    Some(tid),
+                    &info.thread_name(gt),
+                );
+                metadata_sort(
+                    &mut out,
+                    "thread_sort_index",
+                    pid,
+                    Some(tid),
+                    tid as i64 * THREAD_SORT_STRIDE,
+                );
+            }
+        }
+        out
+    }
+
+    fn footer(&self, info: &ProfileInfo) -> Vec<u8> {
+        let mut out = b"\n],\"otherData\":{\"converter\":".to_vec();
+        push_str(
+            &mut out,
+            concat!("nsys-perfetto ", env!("CARGO_PKG_VERSION")),
+        );
+        for (k, v) in &info.export_meta {
+            out.push(b',');
+            push_str(&mut out, k);
+            out.push(b':');
+            push_str(&mut out, v);
+        }
+        out.extend_from_slice(b"}}\n");
+        out
+    }
+}
+
+/// Where a track's events go, and how it is named once first used.
+struct Track {
+    pid: u32,
+    /// `None` for a pseudo-process (a GPU), which holds no events itself.
+    tid: Option<u32>,
+    name: String,
+    /// The real thread a pseudo-thread belongs to (its name is appended to the track's).
+    thread: Option<i64>,
+    sort_index: i64,
+    /// Whether its metadata events have been written.
+    named: bool,
+}
+
+struct GroupLanes {
+    lane0: u64,
+    /// Extra lanes named so far.
+    extra: u32,
+}
+
+pub struct JsonWriter {
+    info: Arc<ProfileInfo>,
+    colors: bool,
+    buf: Vec<u8>,
+    requires: Vec<WellKnown>,
+    /// Custom tracks described to this writer, and well-known thread lanes once used.
+    tracks: HashMap<u64, Track>,
+    groups: HashMap<u32, GroupLanes>,
+    /// Pseudo-threads created per parent uuid, to order them after their thread.
+    children: HashMap<u64, i64>,
+    /// NVTX colour (0xRRGGBB) -> Chrome colour name.
+    cnames: HashMap<u32, &'static str>,
+}
+
+impl JsonWriter {
+    /// The (pid, tid) of a lane, writing its metadata events on first use.
+    fn lane(&mut self, group: u32, lane: u64, lane0: bool) -> (u32, u32) {
+        if let Some(t) = self.tracks.get(&lane)
+            && t.named
+        {
+            return (t.pid, t.tid.unwrap_or(t.pid));
+        }
+        if !self.tracks.contains_key(&lane) {
+            // A process or thread track: its descriptor comes from the file writer.
+            let (pid, tid) = match WellKnown::from_uuid(lane) {
+                Some(WellKnown::Thread(gt)) => (pid_of(gt) as u32, tid_of(gt) as u32),
+                Some(WellKnown::Process(gp)) => (pid_of(gp) as u32, pid_of(gp) as u32),
+                // Never described: still a lane of its own, in a pseudo-process of its own.
+                None => (pseudo_pid(lane), pseudo_tid(lane)),
+            };
+            self.tracks.insert(
+                lane,
+                Track {
+                    pid,
+                    tid: Some(tid),
+                    name: String::new(),
+                    thread: None,
+                    sort_index: 0,
+                    named: true,
+                },
+            );
+            return (pid, tid);
+        }
+        // An extra lane with its group's name: tell it apart, as JSON does not merge lanes.
+        let mut suffix = None;
+        if !lane0 && let Some(g) = self.groups.get_mut(&group) {
+            let lane0_name = self.tracks.get(&g.lane0).map(|t| t.name.as_str());
+            if lane0_name == self.tracks.get(&lane).map(|t| t.name.as_str()) {
+                g.extra += 1;
+                suffix = Some(g.extra);
+            }
+        }
+        let t = self.tracks.get_mut(&lane).expect("checked above");
+        t.named = true;
+        let (pid, tid) = (t.pid, t.tid.unwrap_or(t.pid));
+        let mut name = t.name.clone();
+        if let Some(k) = suffix {
+            name.push_str(&format!(" (overlap {k})"));
+        }
+        if let Some(gt) = t.thread {
+            name.push_str(" · ");
+            name.push_str(&self.info.thread_name(gt));
+        }
+        let sort = t.sort_index;
+        metadata_name(&mut self.buf, "thread_name", pid, Some(tid), &name);
+        metadata_sort(&mut self.buf, "thread_sort_index", pid, Some(tid), sort);
+        (pid, tid)
+    }
+
+    /// `,\n{"ph":"X","cat":..,"name":..,"pid":..,"tid":..,"ts":..[,"dur":..][,"cname":..][,"args":{..}]}`
+    fn event(&mut self, ph: u8, pid: u32, tid: u32, ev: &Event<'_>) {
+        let b = &mut self.buf;
+        b.extend_from_slice(b",\n{\"ph\":\"");
+        b.push(ph);
+        b.extend_from_slice(b"\",\"cat\":\"");
+        b.extend_from_slice(ev.category.as_str().as_bytes());
+        b.extend_from_slice(b"\",\"name\":");
+        match ev.name {
+            Name::Str(sid) => match self.info.string(sid) {
+                Some(s) => push_str(b, s),
+                None => push_str(b, &format!("(string {sid})")),
+            },
+            Name::Text(t) | Name::Static(t) => push_str(b, t),
+        }
+        push_pid_tid(b, pid, tid);
+        b.extend_from_slice(b",\"ts\":");
+        push_us(b, ev.start);
+        match ev.end {
+            Some(end) => {
+                b.extend_from_slice(b",\"dur\":");
+                push_us(b, end - ev.start);
+            }
+            None => b.extend_from_slice(b",\"s\":\"t\""),
+        }
+        if self.colors
+            && matches!(ev.category, Category::Nvtx | Category::NvtxMark)
+            && let Some(cname) = nvtx_color(ev)
+                .map(|rgb| *self.cnames.entry(rgb).or_insert_with(|| nearest_cname(rgb)))
+        {
+            let b = &mut self.buf;
+            b.extend_from_slice(b",\"cname\":\"");
+            b.extend_from_slice(cname.as_bytes());
+            b.push(b'"');
+        }
+        let b = &mut self.buf;
+        if !ev.args.is_empty() {
+            b.extend_from_slice(b",\"args\":{");
+            for (i, arg) in ev.args.iter().enumerate() {
+                if i > 0 {
+                    b.push(b',');
+                }
+                push_str(b, arg.key);
+                b.push(b':');
+                match arg.value {
+                    ArgValue::Int(v) => push_int(b, v),
+                    ArgValue::Double(v) if v.is_finite() => {
+                        // Debug keeps a float a float ("3.0") and is the shortest exact form.
+                        let _ = write!(b, "{v:?}");
+                    }
+                    ArgValue::Double(_) => b.extend_from_slice(b"null"),
+                    ArgValue::Bool(v) => b.extend_from_slice(if v { b"true" } else { b"false" }),
+                    ArgValue::Str(s) | ArgValue::Label(s) => push_str(b, s),
+                    ArgValue::StrId(sid) => match self.info.string(sid) {
+                        Some(s) => push_str(b, s),
+                        None => push_str(b, &format!("(string {sid})")),
+                    },
+                }
+            }
+            b.push(b'}');
+        }
+        b.push(b'}');
+    }
+
+    /// v1 flow events: `s` (start) on the launching slice, `f` (end) on the launched one.
+    fn flows(&mut self, pid: u32, tid: u32, ev: &Event<'_>) {
+        let b = &mut self.buf;
+        for &id in ev.flows.out {
+            flow_event(b, b's', id, pid, tid, ev.start);
+        }
+        if let Some(id) = ev.flows.terminating {
+            flow_event(b, b'f', id, pid, tid, ev.start);
+        }
+    }
+}
+
+impl EventWriter for JsonWriter {
+    fn describe(&mut self, track: &CustomTrack) {
+        let uuid = track.uuid;
+        let Some(parent) = track.parent else {
+            // A GPU: a pseudo-process, named now; its streams become its pseudo-threads.
+            let pid = pseudo_pid(uuid);
+            let sort = track.rank.unwrap_or(0).clamp(0, PROCESS_SORT_BASE - 1);
+            metadata_name(&mut self.buf, "process_name", pid, None, &track.name);
+            metadata_sort(&mut self.buf, "process_sort_index", pid, None, sort);
+            self.tracks.insert(
+                uuid,
+                Track {
+                    pid,
+                    tid: None,
+                    name: track.name.clone(),
+                    thread: None,
+                    sort_index: sort,
+                    named: true,
+                },
+            );
+            return;
+        };
+        let nth = {
+            let n = self.children.entry(parent).or_insert(0);
+            *n += 1;
+            (*n).min(THREAD_SORT_STRIDE - 1)
+        };
+        let (pid, thread, sort_index) = match WellKnown::from_uuid(parent) {
+            Some(WellKnown::Thread(gt)) => (
+                pid_of(gt) as u32,
+                Some(gt),
+                tid_of(gt) * THREAD_SORT_STRIDE + nth,
+            ),
+            Some(WellKnown::Process(gp)) => (pid_of(gp) as u32, None, nth),
+            None => match self.tracks.get(&parent) {
+                // A stream (or its lane) of a GPU, ordered by its rank (the stream id).
+                Some(p) if p.tid.is_none() => (p.pid, None, track.rank.unwrap_or(0)),
+                // Under a pseudo-thread: beside it, in the same process.
+                Some(p) => (p.pid, p.thread, p.sort_index),
+                None => (pseudo_pid(parent), None, track.rank.unwrap_or(0)),
+            },
+        };
+        self.tracks.insert(
+            uuid,
+            Track {
+                pid,
+                tid: Some(pseudo_tid(uuid)),
+                name: track.name.clone(),
+                thread,
+                sort_index: sort_index.clamp(i32::MIN as i64, i32::MAX as i64),
+                named: false,
+            },
+        );
+    }
+
+    fn require(&mut self, track: WellKnown) {
+        if let WellKnown::Thread(gt) = track {
+            self.requires
+                .push(WellKnown::Process(crate::model::global_pid_of(gt)));
+        }
+        self.requires.push(track);
+    }
+
+    fn open_group(&mut self, group: u32, lane0_uuid: u64, _first_ts: i64) {
+        self.groups.insert(
+            group,
+            GroupLanes {
+                lane0: lane0_uuid,
+                extra: 0,
+            },
+        );
+    }
+
+    fn begin(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
+        let (pid, tid) = self.lane(group, lane_uuid, lane0);
+        self.event(b'X', pid, tid, ev);
+        self.flows(pid, tid, ev);
+    }
+
+    fn end(&mut self, _group: u32, _lane_uuid: u64, _lane0: bool, _ts: i64) {
+        // Complete events carry their duration.
+    }
+
+    fn instant(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
+        let (pid, tid) = self.lane(group, lane_uuid, lane0);
+        self.event(b'i', pid, tid, ev);
+        self.flows(pid, tid, ev);
+    }
+
+    fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+
+    fn take_chunk(&mut self) -> Option<Chunk> {
+        if self.buf.is_empty() && self.requires.is_empty() {
+            return None;
+        }
+        Some(Chunk {
+            data: std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),
+            requires: std::mem::take(&mut self.requires),
+        })
+    }
+}
+
+fn pseudo_pid(uuid: u64) -> u32 {
+    PSEUDO_PID_BASE + (uuid & PSEUDO_MASK) as u32
+}
+
+fn pseudo_tid(uuid: u64) -> u32 {
+    PSEUDO_TID_BASE + (uuid & PSEUDO_MASK) as u32
+}
+
+fn push_pid_tid(b: &mut Vec<u8>, pid: u32, tid: u32) {
+    let mut n = itoa::Buffer::new();
+    b.extend_from_slice(b",\"pid\":");
+    b.extend_from_slice(n.format(pid).as_bytes());
+    b.extend_from_slice(b",\"tid\":");
+    b.extend_from_slice(n.format(tid).as_bytes());
+}
+
+fn flow_event(b: &mut Vec<u8>, ph: u8, id: u64, pid: u32, tid: u32, ts: i64) {
+    b.extend_from_slice(b",\n{\"ph\":\"");
+    b.push(ph);
+    b.extend_from_slice(b"\",");
+    b.extend_from_slice(FLOW_CAT_NAME);
+    b.extend_from_slice(b",\"id\":");
+    b.extend_from_slice(itoa::Buffer::new().format(id).as_bytes());
+    push_pid_tid(b, pid, tid);
+    b.extend_from_slice(b",\"ts\":");
+    push_us(b, ts);
+    b.extend_from_slice(b",\"bp\":\"e\"}");
+}
+
+/// `,\n{"ph":"M","name":<what>,"pid":..[,"tid":..],"args":{"name":<name>}}`
+fn metadata_name(b: &mut Vec<u8>, what: &str, pid: u32, tid: Option<u32>, name: &str) {
+    metadata_head(b, what, pid, tid);
+    b.extend_from_slice(b",\"args\":{\"name\":");
+    push_str(b, name);
+    b.extend_from_slice(b"}}");
+}
+
+fn metadata_sort(b: &mut Vec<u8>, what: &str, pid: u32, tid: Option<u32>, index: i64) {
+    metadata_head(b, what, pid, tid);
+    b.extend_from_slice(b",\"args\":{\"sort_index\":");
+    push_int(b, index);
+    b.extend_from_slice(b"}}");
+}
+
+fn metadata_head(b: &mut Vec<u8>, what: &str, pid: u32, tid: Option<u32>) {
+    b.extend_from_slice(b",\n{\"ph\":\"M\",\"name\":\"");
+    b.extend_from_slice(what.as_bytes());
+    b.extend_from_slice(b"\",\"pid\":");
+    let mut n = itoa::Buffer::new();
+    b.extend_from_slice(n.format(pid).as_bytes());
+    if let Some(tid) = tid {
+        b.extend_from_slice(b",\"tid\":");
+        b.extend_from_slice(n.format(tid).as_bytes());
+    }
+}
+
+fn push_int(b: &mut Vec<u8>, v: i64) {
+    b.extend_from_slice(itoa::Buffer::new().format(v).as_bytes());
+}
+
+/// Integer nanoseconds as microseconds with exactly three decimals: 1234567 -> `1234.567`.
+pub fn push_us(b: &mut Vec<u8>, ns: i64) {
+    if ns < 0 {
+        b.push(b'-');
+    }
+    let ns = ns.unsigned_abs();
+    b.extend_from_slice(itoa::Buffer::new().format(ns / 1000).as_bytes());
+    let frac = (ns % 1000) as u16;
+    b.extend_from_slice(&[
+        b'.',
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ]);
+}
+
+/// A JSON string literal. Input is valid UTF-8 (export text is made lossy when read), so only
+/// quotes, backslashes and control characters need escaping.
+pub fn push_str(b: &mut Vec<u8>, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    b.push(b'"');
+    let bytes = s.as_bytes();
+    let mut from = 0;
+    for (i, &c) in bytes.iter().enumerate() {
+        let esc: &[u8] = match c {
+            b'"' => b"\\\"",
+            b'\\' => b"\\\\",
+            b'\n' => b"\\n",
+            b'\r' => b"\\r",
+            b'\t' => b"\\t",
+            0x08 => b"\\b",
+            0x0c => b"\\f",
+            0..=0x1f => &[
+                b'\\',
+                b'u',
+                b'0',
+                b'0',
+                HEX[(c >> 4) as usize],
+                HEX[(c & 0xf) as usize],
+            ],
+            _ => continue,
+        };
+        b.extend_from_slice(&bytes[from..i]);
+        b.extend_from_slice(esc);
+        from = i + 1;
+    }
+    b.extend_from_slice(&bytes[from..]);
+    b.push(b'"');
+}
+
+/// The NVTX colour of an event, from its `color` arg (`#rrggbb`).
+fn nvtx_color(ev: &Event<'_>) -> Option<u32> {
+    ev.args.iter().find_map(|a| match (a.key, a.value) {
+        ("color", ArgValue::Label(s) | ArgValue::Str(s)) => {
+            let hex = s.strip_prefix('#').filter(|h| h.len() == 6)?;
+            u32::from_str_radix(hex, 16).ok()
+        }
+        _ => None,
+    })
+}
+
+/// Chrome's trace viewer accepts only its reserved colour names as `cname`
+/// (catapult `tracing/base/color_scheme.html`), with these RGB values.
+const CNAMES: [(&str, [u8; 3]); 34] = [
+    ("thread_state_uninterruptible", [182, 125, 143]),
+    ("thread_state_iowait", [255, 140, 0]),
+    ("thread_state_running", [126, 200, 148]),
+    ("thread_state_runnable", [133, 160, 210]),
+    ("thread_state_sleeping", [240, 240, 240]),
+    ("thread_state_unknown", [199, 155, 125]),
+    ("background_memory_dump", [0, 180, 180]),
+    ("light_memory_dump", [0, 0, 180]),
+    ("detailed_memory_dump", [180, 0, 180]),
+    ("vsync_highlight_color", [0, 0, 255]),
+    ("generic_work", [125, 125, 125]),
+    ("good", [0, 125, 0]),
+    ("bad", [180, 125, 0]),
+    ("terrible", [180, 0, 0]),
+    ("black", [0, 0, 0]),
+    ("grey", [221, 221, 221]),
+    ("white", [255, 255, 255]),
+    ("yellow", [255, 255, 0]),
+    ("olive", [100, 100, 0]),
+    ("rail_response", [67, 135, 253]),
+    ("rail_animation", [244, 74, 63]),
+    ("rail_idle", [238, 142, 0]),
+    ("rail_load", [13, 168, 97]),
+    ("startup", [230, 230, 0]),
+    ("heap_dump_stack_frame", [128, 128, 128]),
+    ("heap_dump_object_type", [0, 0, 255]),
+    ("heap_dump_child_node_arrow", [204, 102, 0]),
+    ("cq_build_running", [255, 255, 119]),
+    ("cq_build_passed", [153, 238, 102]),
+    ("cq_build_failed", [238, 136, 136]),
+    ("cq_build_abandoned", [187, 187, 187]),
+    ("cq_build_attempt_runnig", [222, 222, 75]),
+    ("cq_build_attempt_passed", [103, 218, 35]),
+    ("cq_build_attempt_failed", [197, 81, 81]),
+];
+
+/// The reserved colour name nearest to `rgb` (0xRRGGBB), by squared RGB distance.
+pub fn nearest_cname(rgb: u32) -> &'static str {
+    let c = [(rgb >> 16) as u8, (rgb >> 8) as u8, rgb as u8];
+    CNAMES
+        .iter()
+        .min_by_key(|(_, v)| {
+            (0..3)
+                .map(|i| (c[i] as i32 - v[i] as i32).pow(2))
+                .sum::<i32>()
+        })
+        .map(|(n, _)| *n)
+        .expect("non-empty table")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(ns: i64) -> String {
+        let mut b = Vec::new();
+        push_us(&mut b, ns);
+        String::from_utf8(b).unwrap()
+    }
+
+    #[test]
+    fn microseconds_keep_nanoseconds() {
+        assert_eq!(us(1_234_567), "1234.567");
+        assert_eq!(us(0), "0.000");
+        assert_eq!(us(5), "0.005");
+        assert_eq!(us(1_000), "1.000");
+        assert_eq!(us(-1_500), "-1.500");
+        assert_eq!(us(i64::MAX), "9223372036854775.807");
+        assert_eq!(us(i64::MIN), "-9223372036854775.808");
+    }
+
+    #[test]
+    fn strings_escape() {
+        let mut b = Vec::new();
+        push_str(&mut b, "a\"b\\c\nd\u{1}e\u{7f}é\u{fffd}");
+        let s = String::from_utf8(b).unwrap();
+        assert_eq!(s, "\"a\\\"b\\\\c\\nd\\u0001e\u{7f}é\u{fffd}\"");
+    }
+
+    #[test]
+    fn colours_map_to_nearest_name() {
+        assert_eq!(nearest_cname(0xFF0000), "terrible");
+        assert_eq!(nearest_cname(0xF44A3F), "rail_animation");
+        assert_eq!(nearest_cname(0x00FF00), "cq_build_attempt_passed");
+        assert_eq!(nearest_cname(0x0000FF), "vsync_highlight_color");
+        assert_eq!(nearest_cname(0x000000), "black");
+        assert_eq!(nearest_cname(0xFFFFFF), "white");
+        assert_eq!(nearest_cname(0x7D7D7D), "generic_work");
+    }
+}
