@@ -151,31 +151,34 @@ pub struct JsonWriter {
 impl JsonWriter {
     /// The (pid, tid) of a lane, writing its metadata events on first use.
     fn lane(&mut self, group: u32, lane: u64, lane0: bool) -> (u32, u32) {
-        if let Some(t) = self.tracks.get(&lane)
-            && t.named
-        {
-            return (t.pid, t.tid.unwrap_or(t.pid));
-        }
-        if !self.tracks.contains_key(&lane) {
-            // A process or thread track: its descriptor comes from the file writer.
-            let (pid, tid) = match WellKnown::from_uuid(lane) {
-                Some(WellKnown::Thread(gt)) => (pid_of(gt) as u32, tid_of(gt) as u32),
-                Some(WellKnown::Process(gp)) => (pid_of(gp) as u32, pid_of(gp) as u32),
-                // Never described: still a lane of its own, in a pseudo-process of its own.
-                None => (pseudo_pid(lane), pseudo_tid(lane)),
-            };
-            self.tracks.insert(
-                lane,
-                Track {
+        match self.tracks.get(&lane) {
+            Some(t) if t.named => return (t.pid, t.tid.unwrap_or(t.pid)),
+            Some(_) => {}
+            None => {
+                // A process or thread track: its descriptor comes from the file writer.
+                let (pid, tid) = match WellKnown::from_uuid(lane) {
+                    Some(WellKnown::Thread(gt)) => (pid_of(gt) as u32, tid_of(gt) as u32),
+                    Some(WellKnown::Process(gp)) => (pid_of(gp) as u32, pid_of(gp) as u32),
+                    // Never described (not expected): a named lane of its own all the same.
+                    None => {
+                        let (pid, tid) = (pseudo_pid(lane), pseudo_tid(lane));
+                        let name = format!("Track {lane}");
+                        metadata_name(&mut self.buf, "process_name", pid, None, &name);
+                        metadata_name(&mut self.buf, "thread_name", pid, Some(tid), &name);
+                        (pid, tid)
+                    }
+                };
+                let track = Track {
                     pid,
                     tid: Some(tid),
                     name: String::new(),
                     thread: None,
                     sort_index: 0,
                     named: true,
-                },
-            );
-            return (pid, tid);
+                };
+                self.tracks.insert(lane, track);
+                return (pid, tid);
+            }
         }
         // An extra lane with its group's name: tell it apart, as JSON does not merge lanes.
         let mut suffix = None;
