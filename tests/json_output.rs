@@ -374,6 +374,17 @@ fn check_structure(what: &str, summary: &Summary, t: &Trace) {
         }
     }
 
+    // Streams and lanes of one GPU have names of their own.
+    let mut gpu_threads: HashSet<(u64, &str)> = HashSet::new();
+    for ((pid, _), name) in &t.thread_names {
+        if *pid >= 0x7000_0000 {
+            assert!(
+                gpu_threads.insert((*pid, name)),
+                "{what}: two GPU threads named {name}"
+            );
+        }
+    }
+
     // Names: every process and thread that holds an event has its metadata.
     for e in &t.events {
         assert!(
@@ -598,6 +609,19 @@ fn marks_lanes_colours_and_strings() {
     assert_eq!(thread_of("start/end a"), "NVTX (start/end)");
     assert_eq!(thread_of("start/end b"), "NVTX (start/end) (overlap 1)");
     assert_eq!(t.process_names[&100], "Process 100");
+    // Every pseudo-thread has a name of its own (here a row out of time order may have gone to
+    // a further track of its group's name).
+    let pseudo: Vec<&String> = t
+        .thread_names
+        .iter()
+        .filter(|((_, tid), _)| *tid >= 0x4000_0000)
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(
+        pseudo.iter().collect::<HashSet<_>>().len(),
+        pseudo.len(),
+        "{pseudo:?}"
+    );
 
     // Without the flag, no colours.
     let (_, plain) = convert(&input, &dir.path().join("p.json"), &json_opts(false));

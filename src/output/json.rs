@@ -51,6 +51,7 @@ impl Format for Json {
             requires: Vec::new(),
             tracks: HashMap::new(),
             groups: HashMap::new(),
+            group_names: HashMap::new(),
             children: HashMap::new(),
             cnames: HashMap::new(),
         }
@@ -121,6 +122,9 @@ struct Track {
     /// `None` for a pseudo-process (a GPU), which holds no events itself.
     tid: Option<u32>,
     name: String,
+    /// Appended to the name: tells apart tracks that share a parent and a name.
+    suffix: String,
+    parent: Option<u64>,
     /// The real thread a pseudo-thread belongs to (its name is appended to the track's).
     thread: Option<i64>,
     sort_index: i64,
@@ -142,6 +146,8 @@ pub struct JsonWriter {
     /// Custom tracks described to this writer, and well-known thread lanes once used.
     tracks: HashMap<u64, Track>,
     groups: HashMap<u32, GroupLanes>,
+    /// Groups opened per (parent, name) of their first track.
+    group_names: HashMap<(Option<u64>, String), u32>,
     /// Pseudo-threads created per parent uuid, to order them after their thread.
     children: HashMap<u64, i64>,
     /// NVTX colour (0xRRGGBB) -> Chrome colour name.
@@ -172,6 +178,8 @@ impl JsonWriter {
                     pid,
                     tid: Some(tid),
                     name: String::new(),
+                    suffix: String::new(),
+                    parent: None,
                     thread: None,
                     sort_index: 0,
                     named: true,
@@ -182,20 +190,21 @@ impl JsonWriter {
         }
         // An extra lane with its group's name: tell it apart, as JSON does not merge lanes.
         let mut suffix = None;
-        if !lane0 && let Some(g) = self.groups.get_mut(&group) {
-            let lane0_name = self.tracks.get(&g.lane0).map(|t| t.name.as_str());
-            if lane0_name == self.tracks.get(&lane).map(|t| t.name.as_str()) {
-                g.extra += 1;
-                suffix = Some(g.extra);
-            }
+        if !lane0
+            && let Some(g) = self.groups.get_mut(&group)
+            && let Some(first) = self.tracks.get(&g.lane0)
+            && Some(&first.name) == self.tracks.get(&lane).map(|t| &t.name)
+        {
+            g.extra += 1;
+            suffix = Some(format!("{} (overlap {})", first.suffix, g.extra));
         }
         let t = self.tracks.get_mut(&lane).expect("checked above");
         t.named = true;
-        let (pid, tid) = (t.pid, t.tid.unwrap_or(t.pid));
-        let mut name = t.name.clone();
-        if let Some(k) = suffix {
-            name.push_str(&format!(" (overlap {k})"));
+        if let Some(s) = suffix {
+            t.suffix = s;
         }
+        let (pid, tid) = (t.pid, t.tid.unwrap_or(t.pid));
+        let mut name = format!("{}{}", t.name, t.suffix);
         if let Some(gt) = t.thread {
             name.push_str(" · ");
             name.push_str(&self.info.thread_name(gt));
@@ -297,6 +306,8 @@ impl EventWriter for JsonWriter {
                     pid,
                     tid: None,
                     name: track.name.clone(),
+                    suffix: String::new(),
+                    parent: None,
                     thread: None,
                     sort_index: sort,
                     named: true,
@@ -330,6 +341,8 @@ impl EventWriter for JsonWriter {
                 pid,
                 tid: Some(pseudo_tid(uuid)),
                 name: track.name.clone(),
+                suffix: String::new(),
+                parent: Some(parent),
                 thread,
                 sort_index: sort_index.clamp(i32::MIN as i64, i32::MAX as i64),
                 named: false,
@@ -346,6 +359,20 @@ impl EventWriter for JsonWriter {
     }
 
     fn open_group(&mut self, group: u32, lane0_uuid: u64, _first_ts: i64) {
+        // A further group on a track of the same name and parent (rows that came late, or two
+        // NVTX domains of one name): numbered, as JSON does not merge same-named threads.
+        if let Some(t) = self.tracks.get_mut(&lane0_uuid)
+            && !t.named
+        {
+            let n = self
+                .group_names
+                .entry((t.parent, t.name.clone()))
+                .or_insert(0);
+            *n += 1;
+            if *n > 1 {
+                t.suffix = format!(" ({n})");
+            }
+        }
         self.groups.insert(
             group,
             GroupLanes {
