@@ -1,0 +1,1163 @@
+//! Shared test support: a Perfetto trace validator and small helpers.
+//!
+//! [`validate`] decodes a `.pftrace` packet by packet (with the crate's own prost types) and
+//! replays it the way Perfetto's trace_processor imports it:
+//! - per-sequence incremental state: `SEQ_INCREMENTAL_STATE_CLEARED` starts a new generation of
+//!   interned data (event names, categories, debug annotation names and string values) and of
+//!   `trace_packet_defaults` (timestamp clock, default track);
+//! - clocks: sequence-scoped clock ids 64..=127 are defined by a `ClockSnapshot` on the same
+//!   sequence; an incremental one turns each packet timestamp into a delta, converted here to
+//!   absolute BOOTTIME nanoseconds;
+//! - slices: all track events are sorted by time (stably, file order breaking ties) and BEGIN/END
+//!   are matched per track with a stack, as the importer does.
+//!
+//! It checks the rules whose violation the importer punishes silently or with a stat the UI does
+//! not show, and reports every violation with the rule it breaks:
+//! every TrackEvent packet has a trusted_packet_sequence_id; interned ids are defined on their
+//! sequence before use; incremental state is cleared before it is needed; BEGIN/END are balanced
+//! per track (so slices nest strictly); delta-encoded timestamps never wrap (non-decreasing);
+//! each flow id has exactly one source and one destination, the destination later in time;
+//! every track uuid used is described before use, parents before children.
+//!
+//! The result is a decoded model for assertions: slices and instants with their track, name,
+//! category, times, nesting depth, args and flows; track descriptors; flows.
+
+#![allow(dead_code)]
+
+use nsys_perfetto::proto::{
+    DebugAnnotation, TracePacket, TrackDescriptor, TrackEvent, debug_annotation, trace_packet,
+    track_descriptor, track_event,
+};
+use prost::Message;
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+pub type Str = Arc<str>;
+
+// ---------------------------------------------------------------------------------------------
+// Rules
+
+pub const R_FRAMING: &str = "a trace is a sequence of well-formed field-1 TracePacket records";
+pub const R_SEQUENCE_ID: &str = "every TrackEvent packet has a trusted_packet_sequence_id";
+pub const R_INCREMENTAL: &str =
+    "a sequence clears its incremental state (SEQ_INCREMENTAL_STATE_CLEARED) before relying on it";
+pub const R_INTERNED: &str = "interned ids are defined on their sequence before use";
+pub const R_CLOCK: &str =
+    "a sequence-scoped clock is defined by a ClockSnapshot on the same sequence before use";
+pub const R_DELTA: &str = "timestamps are non-decreasing where delta-encoded (no wrapped delta)";
+pub const R_TIMESTAMP: &str = "every TrackEvent has a timestamp that resolves to a time >= 0";
+pub const R_TRACK: &str = "every track uuid used is described before use, parents first";
+pub const R_NESTING: &str = "BEGIN/END are balanced and strictly nested per track";
+pub const R_FLOW: &str =
+    "each flow id has exactly one source and one destination, the destination starting later";
+pub const R_UTF8: &str = "strings are valid UTF-8";
+pub const R_EVENT_TYPE: &str = "every TrackEvent has a known type (BEGIN, END, INSTANT, COUNTER)";
+
+const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
+const BOOTTIME: u32 = 6;
+
+/// One broken rule, with enough detail to find the offending packet.
+#[derive(Debug, Clone)]
+pub struct Violation {
+    pub rule: &'static str,
+    pub detail: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[rule: {}] {}", self.rule, self.detail)
+    }
+}
+
+/// All violations found (the first `MAX_KEPT` in full, the rest counted per rule).
+#[derive(Debug, Default)]
+pub struct Violations {
+    pub kept: Vec<Violation>,
+    pub per_rule: BTreeMap<&'static str, u64>,
+}
+
+const MAX_KEPT: usize = 40;
+
+impl Violations {
+    fn push(&mut self, rule: &'static str, detail: String) {
+        *self.per_rule.entry(rule).or_default() += 1;
+        if self.kept.len() < MAX_KEPT {
+            self.kept.push(Violation { rule, detail });
+        }
+    }
+    pub fn is_empty(&self) -> bool {
+        self.per_rule.is_empty()
+    }
+    pub fn total(&self) -> u64 {
+        self.per_rule.values().sum()
+    }
+}
+
+impl fmt::Display for Violations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(f, "{} violation(s) of Perfetto import rules:", self.total())?;
+        for (rule, n) in &self.per_rule {
+            writeln!(f, "  {n} x {rule}")?;
+        }
+        writeln!(f, "first {}:", self.kept.len())?;
+        for v in &self.kept {
+            writeln!(f, "  {v}")?;
+        }
+        Ok(())
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decoded model
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Arg {
+    Int(i64),
+    Uint(u64),
+    Double(f64),
+    Bool(bool),
+    Str(Str),
+}
+
+impl Arg {
+    pub fn as_int(&self) -> Option<i64> {
+        match self {
+            Arg::Int(v) => Some(*v),
+            Arg::Uint(v) => i64::try_from(*v).ok(),
+            _ => None,
+        }
+    }
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Arg::Double(v) => Some(*v),
+            Arg::Int(v) => Some(*v as f64),
+            Arg::Uint(v) => Some(*v as f64),
+            _ => None,
+        }
+    }
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Arg::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Arg {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Arg::Int(v) => write!(f, "{v}"),
+            Arg::Uint(v) => write!(f, "{v}"),
+            Arg::Double(v) => write!(f, "{v}"),
+            Arg::Bool(v) => write!(f, "{v}"),
+            Arg::Str(s) => write!(f, "{s:?}"),
+        }
+    }
+}
+
+/// A slice (BEGIN..END) or an instant (`instant`, `end == start`).
+#[derive(Debug, Clone)]
+pub struct Slice {
+    pub track: u64,
+    pub sequence: u32,
+    pub name: Str,
+    /// Category names joined with ",".
+    pub category: Str,
+    pub start: i64,
+    pub end: i64,
+    pub instant: bool,
+    /// Nesting depth on its track (0 = top level), as trace_processor computes it.
+    pub depth: u32,
+    pub args: Vec<(Str, Arg)>,
+    /// Flow ids this slice starts (`flow_ids`) and terminates (`terminating_flow_ids`).
+    pub flow_out: Vec<u64>,
+    pub flow_in: Vec<u64>,
+    /// Index of its BEGIN/INSTANT packet in the file.
+    pub packet: usize,
+}
+
+impl Slice {
+    pub fn dur(&self) -> i64 {
+        self.end - self.start
+    }
+    pub fn arg(&self, key: &str) -> Option<&Arg> {
+        self.args.iter().find(|(k, _)| &**k == key).map(|(_, v)| v)
+    }
+    pub fn arg_int(&self, key: &str) -> Option<i64> {
+        self.arg(key).and_then(Arg::as_int)
+    }
+    pub fn arg_str(&self, key: &str) -> Option<&str> {
+        self.arg(key).and_then(Arg::as_str)
+    }
+    pub fn arg_f64(&self, key: &str) -> Option<f64> {
+        self.arg(key).and_then(Arg::as_f64)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ProcessInfo {
+    pub pid: i32,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ThreadInfo {
+    pub pid: i32,
+    pub tid: i32,
+    pub name: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Track {
+    pub uuid: u64,
+    pub parent: Option<u64>,
+    pub name: Option<String>,
+    pub process: Option<ProcessInfo>,
+    pub thread: Option<ThreadInfo>,
+    pub counter: bool,
+    pub child_ordering: Option<i32>,
+    pub sibling_order_rank: Option<i32>,
+    /// Index of the packet that first described it.
+    pub packet: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    pub id: u64,
+    /// Indices into [`Trace::slices`].
+    pub source: usize,
+    pub destination: usize,
+}
+
+#[derive(Debug, Default)]
+pub struct Trace {
+    /// Slices and instants, in the order trace_processor would create them (by start time).
+    pub slices: Vec<Slice>,
+    pub tracks: BTreeMap<u64, Track>,
+    pub flows: Vec<Flow>,
+    pub packets: usize,
+    pub sequences: usize,
+    pub counter_values: usize,
+}
+
+impl Trace {
+    pub fn instants(&self) -> impl Iterator<Item = &Slice> {
+        self.slices.iter().filter(|s| s.instant)
+    }
+    pub fn ranges(&self) -> impl Iterator<Item = &Slice> {
+        self.slices.iter().filter(|s| !s.instant)
+    }
+    pub fn of_category<'a>(&'a self, cat: &'a str) -> impl Iterator<Item = &'a Slice> + 'a {
+        self.slices.iter().filter(move |s| &*s.category == cat)
+    }
+    pub fn count_by_category(&self) -> BTreeMap<String, u64> {
+        let mut m = BTreeMap::new();
+        for s in &self.slices {
+            *m.entry(s.category.to_string()).or_default() += 1;
+        }
+        m
+    }
+    pub fn track(&self, uuid: u64) -> &Track {
+        self.tracks
+            .get(&uuid)
+            .unwrap_or_else(|| panic!("track {uuid} not described"))
+    }
+    pub fn track_name(&self, uuid: u64) -> String {
+        let t = self.track(uuid);
+        if let Some(n) = &t.name {
+            return n.clone();
+        }
+        if let Some(th) = &t.thread {
+            return th.name.clone().unwrap_or_default();
+        }
+        if let Some(p) = &t.process {
+            return p.name.clone().unwrap_or_default();
+        }
+        String::new()
+    }
+    /// The track and its ancestors, innermost first.
+    pub fn ancestry(&self, uuid: u64) -> Vec<&Track> {
+        let mut out = Vec::new();
+        let mut cur = Some(uuid);
+        while let Some(u) = cur {
+            let t = self.track(u);
+            out.push(t);
+            cur = t.parent;
+            assert!(out.len() < 64, "track parent chain too long at {uuid}");
+        }
+        out
+    }
+    /// The nearest thread track at or above `uuid`.
+    pub fn thread_of(&self, uuid: u64) -> Option<&ThreadInfo> {
+        self.ancestry(uuid)
+            .into_iter()
+            .find_map(|t| t.thread.as_ref())
+    }
+    /// The nearest process track at or above `uuid`.
+    pub fn process_of(&self, uuid: u64) -> Option<&ProcessInfo> {
+        self.ancestry(uuid)
+            .into_iter()
+            .find_map(|t| t.process.as_ref())
+    }
+    /// The pid a track belongs to: from its thread or process ancestor.
+    pub fn pid_of(&self, uuid: u64) -> Option<i32> {
+        self.ancestry(uuid).into_iter().find_map(|t| {
+            t.thread
+                .as_ref()
+                .map(|th| th.pid)
+                .or(t.process.as_ref().map(|p| p.pid))
+        })
+    }
+    pub fn children(&self, uuid: u64) -> Vec<&Track> {
+        self.tracks
+            .values()
+            .filter(|t| t.parent == Some(uuid))
+            .collect()
+    }
+    pub fn process_tracks(&self) -> impl Iterator<Item = &Track> {
+        self.tracks.values().filter(|t| t.process.is_some())
+    }
+    pub fn thread_tracks(&self) -> impl Iterator<Item = &Track> {
+        self.tracks.values().filter(|t| t.thread.is_some())
+    }
+    /// The flow ending at slice `i`, if any.
+    pub fn flow_into(&self, i: usize) -> Option<&Flow> {
+        self.flows.iter().find(|f| f.destination == i)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Replay
+
+#[derive(Default)]
+struct Interned {
+    names: HashMap<u64, Str>,
+    categories: HashMap<u64, Str>,
+    arg_names: HashMap<u64, Str>,
+    string_values: HashMap<u64, Str>,
+}
+
+struct SeqClock {
+    incremental: bool,
+    unit: u64,
+    /// The clock's current value (for incremental clocks, the last absolute value).
+    value: u64,
+    /// (clock value, BOOTTIME value) at the snapshot.
+    snapshot: (u64, u64),
+}
+
+#[derive(Default)]
+struct SeqState {
+    /// Whether SEQ_INCREMENTAL_STATE_CLEARED was seen.
+    valid: bool,
+    interned: Interned,
+    default_clock: Option<u32>,
+    default_track: Option<u64>,
+    clocks: HashMap<u32, SeqClock>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Begin,
+    End,
+    Instant,
+}
+
+struct RawEvent {
+    packet: usize,
+    ts: i64,
+    track: u64,
+    kind: Kind,
+    /// For BEGIN/INSTANT: the slice as far as known (end filled at its END).
+    slice: Option<Slice>,
+    /// Flows and args carried by an END (bound to the slice it closes).
+    end_flows: (Vec<u64>, Vec<u64>),
+    end_args: Vec<(Str, Arg)>,
+}
+
+/// Validate a file; panics with every violation (and the rule broken) when there is one.
+pub fn validate_file(path: &Path) -> Trace {
+    let bytes =
+        std::fs::read(path).unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    match validate(&bytes) {
+        Ok(t) => t,
+        Err(v) => panic!("{}: {v}", path.display()),
+    }
+}
+
+/// Decode and check a trace; the decoded model, or every violation found.
+pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
+    let mut v = Violations::default();
+    let mut seqs: HashMap<u32, SeqState> = HashMap::new();
+    let mut tracks: BTreeMap<u64, Track> = BTreeMap::new();
+    let mut raw: Vec<RawEvent> = Vec::new();
+    let mut counter_values = 0usize;
+    let mut pos = 0usize;
+    let mut index = 0usize;
+
+    while pos < bytes.len() {
+        let at = pos;
+        let tag = bytes[pos];
+        pos += 1;
+        if tag != 0x0A {
+            v.push(
+                R_FRAMING,
+                format!("byte {at}: tag 0x{tag:02x} where a TracePacket (0x0a) was expected"),
+            );
+            break;
+        }
+        let Some((len, n)) = varint(&bytes[pos..]) else {
+            v.push(
+                R_FRAMING,
+                format!("byte {at}: packet length varint cut off"),
+            );
+            break;
+        };
+        pos += n;
+        let len = len as usize;
+        if bytes.len() - pos < len {
+            v.push(
+                R_FRAMING,
+                format!(
+                    "byte {at}: packet #{index} of {len} bytes cut off after {} bytes (file truncated mid-packet)",
+                    bytes.len() - pos
+                ),
+            );
+            break;
+        }
+        let body = &bytes[pos..pos + len];
+        pos += len;
+        let packet = match TracePacket::decode(body) {
+            Ok(p) => p,
+            Err(e) => {
+                v.push(
+                    R_FRAMING,
+                    format!("byte {at}: packet #{index} does not decode ({e}); invalid UTF-8 in a string field also lands here"),
+                );
+                index += 1;
+                continue;
+            }
+        };
+        replay_packet(
+            index,
+            packet,
+            &mut seqs,
+            &mut tracks,
+            &mut raw,
+            &mut counter_values,
+            &mut v,
+        );
+        index += 1;
+    }
+
+    let slices = match_slices(raw, &tracks, &mut v);
+    let flows = match_flows(&slices, &mut v);
+    if !v.is_empty() {
+        return Err(v);
+    }
+    Ok(Trace {
+        slices,
+        tracks,
+        flows,
+        packets: index,
+        sequences: seqs.len(),
+        counter_values,
+    })
+}
+
+fn varint(b: &[u8]) -> Option<(u64, usize)> {
+    let mut out = 0u64;
+    for (i, &byte) in b.iter().enumerate().take(10) {
+        out |= u64::from(byte & 0x7F) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((out, i + 1));
+        }
+    }
+    None
+}
+
+fn seq_id_of(p: &TracePacket) -> Option<u32> {
+    p.optional_trusted_packet_sequence_id
+        .map(|trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(id)| id)
+}
+
+fn replay_packet(
+    index: usize,
+    packet: TracePacket,
+    seqs: &mut HashMap<u32, SeqState>,
+    tracks: &mut BTreeMap<u64, Track>,
+    raw: &mut Vec<RawEvent>,
+    counter_values: &mut usize,
+    v: &mut Violations,
+) {
+    let seq_id = seq_id_of(&packet);
+    let is_track_event = matches!(packet.data, Some(trace_packet::Data::TrackEvent(_)));
+    if is_track_event && seq_id.is_none() {
+        v.push(
+            R_SEQUENCE_ID,
+            format!("packet #{index}: TrackEvent without trusted_packet_sequence_id (dropped by the importer)"),
+        );
+        return;
+    }
+    let sid = seq_id.unwrap_or(0);
+    let state = seqs.entry(sid).or_default();
+    let flags = packet.sequence_flags.unwrap_or(0);
+    if flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 || packet.incremental_state_cleared == Some(true)
+    {
+        state.valid = true;
+        state.interned = Interned::default();
+        state.default_clock = None;
+        state.default_track = None;
+    }
+    if flags & SEQ_NEEDS_INCREMENTAL_STATE != 0 && !state.valid {
+        v.push(
+            R_INCREMENTAL,
+            format!("packet #{index} on sequence {sid}: SEQ_NEEDS_INCREMENTAL_STATE but the sequence never cleared its state (the importer drops it)"),
+        );
+        return;
+    }
+    if let Some(interned) = &packet.interned_data {
+        if !state.valid {
+            v.push(
+                R_INCREMENTAL,
+                format!("packet #{index} on sequence {sid}: interned_data on a sequence whose incremental state was never cleared"),
+            );
+        }
+        let i = &mut state.interned;
+        for e in &interned.event_names {
+            define(
+                &mut i.names,
+                e.iid,
+                e.name.as_deref(),
+                "event_names",
+                index,
+                sid,
+                v,
+            );
+        }
+        for e in &interned.event_categories {
+            define(
+                &mut i.categories,
+                e.iid,
+                e.name.as_deref(),
+                "event_categories",
+                index,
+                sid,
+                v,
+            );
+        }
+        for e in &interned.debug_annotation_names {
+            define(
+                &mut i.arg_names,
+                e.iid,
+                e.name.as_deref(),
+                "debug_annotation_names",
+                index,
+                sid,
+                v,
+            );
+        }
+        for e in &interned.debug_annotation_string_values {
+            let s = e.str.as_deref().map(|b| match std::str::from_utf8(b) {
+                Ok(s) => s.to_string(),
+                Err(_) => {
+                    v.push(
+                        R_UTF8,
+                        format!("packet #{index} on sequence {sid}: interned debug_annotation_string_values iid {:?} is not UTF-8: {:?}", e.iid, String::from_utf8_lossy(b)),
+                    );
+                    String::from_utf8_lossy(b).into_owned()
+                }
+            });
+            define(
+                &mut i.string_values,
+                e.iid,
+                s.as_deref(),
+                "debug_annotation_string_values",
+                index,
+                sid,
+                v,
+            );
+        }
+    }
+    if let Some(d) = &packet.trace_packet_defaults {
+        state.default_clock = d.timestamp_clock_id;
+        state.default_track = d.track_event_defaults.as_ref().and_then(|t| t.track_uuid);
+    }
+
+    match packet.data {
+        Some(trace_packet::Data::ClockSnapshot(cs)) => {
+            let boot = cs
+                .clocks
+                .iter()
+                .find(|c| c.clock_id == Some(BOOTTIME))
+                .and_then(|c| c.timestamp);
+            for c in &cs.clocks {
+                let Some(id) = c.clock_id else {
+                    v.push(
+                        R_CLOCK,
+                        format!("packet #{index}: ClockSnapshot clock without clock_id"),
+                    );
+                    continue;
+                };
+                if (64..=127).contains(&id) {
+                    if seq_id.is_none() {
+                        v.push(R_CLOCK, format!("packet #{index}: sequence-scoped clock {id} in a snapshot without a sequence id"));
+                        continue;
+                    }
+                    let Some(boot) = boot else {
+                        v.push(R_CLOCK, format!("packet #{index} on sequence {sid}: snapshot of clock {id} has no BOOTTIME clock to relate it to (validator supports BOOTTIME as the trace clock)"));
+                        continue;
+                    };
+                    let value = c.timestamp.unwrap_or(0);
+                    state.clocks.insert(
+                        id,
+                        SeqClock {
+                            incremental: c.is_incremental.unwrap_or(false),
+                            unit: c.unit_multiplier_ns.unwrap_or(1).max(1),
+                            value,
+                            snapshot: (value, boot),
+                        },
+                    );
+                }
+            }
+        }
+        Some(trace_packet::Data::TrackDescriptor(td)) => describe(index, td, tracks, v),
+        Some(trace_packet::Data::TrackEvent(te)) => {
+            let Some(ts) = resolve_ts(
+                index,
+                sid,
+                &packet.timestamp,
+                packet.timestamp_clock_id,
+                state,
+                v,
+            ) else {
+                return;
+            };
+            let track = te.track_uuid.or(state.default_track);
+            let Some(track) = track else {
+                v.push(R_TRACK, format!("packet #{index} on sequence {sid}: TrackEvent with no track_uuid and no default track"));
+                return;
+            };
+            if !tracks.contains_key(&track) {
+                v.push(R_TRACK, format!("packet #{index} on sequence {sid}: TrackEvent at {ts} on track uuid {track}, which no earlier TrackDescriptor described"));
+                return;
+            }
+            let kind = match te.r#type.and_then(|t| track_event::Type::try_from(t).ok()) {
+                Some(track_event::Type::SliceBegin) => Kind::Begin,
+                Some(track_event::Type::SliceEnd) => Kind::End,
+                Some(track_event::Type::Instant) => Kind::Instant,
+                Some(track_event::Type::Counter) => {
+                    if !tracks[&track].counter {
+                        v.push(R_TRACK, format!("packet #{index}: COUNTER event on track {track} which has no CounterDescriptor"));
+                    }
+                    *counter_values += 1;
+                    return;
+                }
+                _ => {
+                    v.push(
+                        R_EVENT_TYPE,
+                        format!(
+                            "packet #{index} on sequence {sid}: TrackEvent type {:?}",
+                            te.r#type
+                        ),
+                    );
+                    return;
+                }
+            };
+            let (args, flow_out, flow_in) = event_payload(index, sid, &te, &state.interned, v);
+            if kind == Kind::End {
+                raw.push(RawEvent {
+                    packet: index,
+                    ts,
+                    track,
+                    kind,
+                    slice: None,
+                    end_flows: (flow_out, flow_in),
+                    end_args: args,
+                });
+                return;
+            }
+            let name: Str = match &te.name_field {
+                Some(track_event::NameField::NameIid(iid)) => match state.interned.names.get(iid) {
+                    Some(n) => n.clone(),
+                    None => {
+                        v.push(R_INTERNED, format!("packet #{index} on sequence {sid}: name_iid {iid} not defined on the sequence"));
+                        Str::from("")
+                    }
+                },
+                Some(track_event::NameField::Name(n)) => Str::from(n.as_str()),
+                None => Str::from(""),
+            };
+            let mut cats: Vec<Str> = Vec::new();
+            for iid in &te.category_iids {
+                match state.interned.categories.get(iid) {
+                    Some(c) => cats.push(c.clone()),
+                    None => v.push(R_INTERNED, format!("packet #{index} on sequence {sid}: category iid {iid} not defined on the sequence")),
+                }
+            }
+            cats.extend(te.categories.iter().map(|c| Str::from(c.as_str())));
+            let category: Str = if cats.len() == 1 {
+                cats.pop().unwrap()
+            } else {
+                Str::from(cats.iter().map(|c| &**c).collect::<Vec<_>>().join(","))
+            };
+            raw.push(RawEvent {
+                packet: index,
+                ts,
+                track,
+                kind,
+                slice: Some(Slice {
+                    track,
+                    sequence: sid,
+                    name,
+                    category,
+                    start: ts,
+                    end: ts,
+                    instant: kind == Kind::Instant,
+                    depth: 0,
+                    args,
+                    flow_out,
+                    flow_in,
+                    packet: index,
+                }),
+                end_flows: (Vec::new(), Vec::new()),
+                end_args: Vec::new(),
+            });
+        }
+        None => {}
+    }
+}
+
+fn define(
+    map: &mut HashMap<u64, Str>,
+    iid: Option<u64>,
+    value: Option<&str>,
+    what: &str,
+    index: usize,
+    sid: u32,
+    v: &mut Violations,
+) {
+    let Some(iid) = iid.filter(|i| *i != 0) else {
+        v.push(
+            R_INTERNED,
+            format!("packet #{index} on sequence {sid}: {what} entry without a non-zero iid"),
+        );
+        return;
+    };
+    let value = value.unwrap_or("");
+    match map.get(&iid) {
+        Some(old) if &**old != value => v.push(
+            R_INTERNED,
+            format!("packet #{index} on sequence {sid}: {what} iid {iid} redefined from {old:?} to {value:?} in one generation"),
+        ),
+        Some(_) => {}
+        None => {
+            map.insert(iid, Str::from(value));
+        }
+    }
+}
+
+fn resolve_ts(
+    index: usize,
+    sid: u32,
+    timestamp: &Option<u64>,
+    packet_clock: Option<u32>,
+    state: &mut SeqState,
+    v: &mut Violations,
+) -> Option<i64> {
+    let Some(raw) = *timestamp else {
+        v.push(
+            R_TIMESTAMP,
+            format!("packet #{index} on sequence {sid}: TrackEvent without timestamp"),
+        );
+        return None;
+    };
+    let clock = packet_clock.or(state.default_clock).unwrap_or(BOOTTIME);
+    let abs: i128 = if (64..=127).contains(&clock) {
+        let Some(c) = state.clocks.get_mut(&clock) else {
+            v.push(R_CLOCK, format!("packet #{index} on sequence {sid}: timestamp on clock {clock}, which no ClockSnapshot on this sequence defined"));
+            return None;
+        };
+        let value = if c.incremental {
+            if raw > (i64::MAX as u64) / 2 {
+                v.push(R_DELTA, format!("packet #{index} on sequence {sid}: delta timestamp {raw} is a negative delta cast to unsigned (time goes backwards)"));
+                return None;
+            }
+            c.value = c.value.wrapping_add(raw.wrapping_mul(c.unit));
+            c.value
+        } else {
+            raw.wrapping_mul(c.unit)
+        };
+        i128::from(c.snapshot.1) + (i128::from(value) - i128::from(c.snapshot.0))
+    } else if clock == BOOTTIME {
+        i128::from(raw)
+    } else {
+        v.push(R_CLOCK, format!("packet #{index} on sequence {sid}: timestamp on global clock {clock}; the validator only resolves BOOTTIME and sequence-scoped clocks"));
+        return None;
+    };
+    if abs < 0 || abs > i128::from(i64::MAX) {
+        v.push(
+            R_TIMESTAMP,
+            format!("packet #{index} on sequence {sid}: timestamp resolves to {abs}"),
+        );
+        return None;
+    }
+    Some(abs as i64)
+}
+
+#[allow(deprecated)] // flow_ids_old / terminating_flow_ids_old: varint forms the importer reads
+fn event_payload(
+    index: usize,
+    sid: u32,
+    te: &TrackEvent,
+    interned: &Interned,
+    v: &mut Violations,
+) -> (Vec<(Str, Arg)>, Vec<u64>, Vec<u64>) {
+    let mut args = Vec::with_capacity(te.debug_annotations.len());
+    for a in &te.debug_annotations {
+        args.push(annotation(index, sid, a, interned, v));
+    }
+    let mut out: Vec<u64> = te.flow_ids.clone();
+    out.extend_from_slice(&te.flow_ids_old);
+    let mut inn: Vec<u64> = te.terminating_flow_ids.clone();
+    inn.extend_from_slice(&te.terminating_flow_ids_old);
+    (args, out, inn)
+}
+
+fn annotation(
+    index: usize,
+    sid: u32,
+    a: &DebugAnnotation,
+    interned: &Interned,
+    v: &mut Violations,
+) -> (Str, Arg) {
+    let key: Str = match &a.name_field {
+        Some(debug_annotation::NameField::NameIid(iid)) => match interned.arg_names.get(iid) {
+            Some(n) => n.clone(),
+            None => {
+                v.push(R_INTERNED, format!("packet #{index} on sequence {sid}: debug annotation name iid {iid} not defined on the sequence"));
+                Str::from("")
+            }
+        },
+        Some(debug_annotation::NameField::Name(n)) => Str::from(n.as_str()),
+        None => Str::from(""),
+    };
+    use debug_annotation::Value;
+    let value = match &a.value {
+        Some(Value::IntValue(x)) => Arg::Int(*x),
+        Some(Value::UintValue(x)) | Some(Value::PointerValue(x)) => Arg::Uint(*x),
+        Some(Value::DoubleValue(x)) => Arg::Double(*x),
+        Some(Value::BoolValue(x)) => Arg::Bool(*x),
+        Some(Value::StringValue(s)) | Some(Value::LegacyJsonValue(s)) => {
+            Arg::Str(Str::from(s.as_str()))
+        }
+        Some(Value::StringValueIid(iid)) => match interned.string_values.get(iid) {
+            Some(s) => Arg::Str(s.clone()),
+            None => {
+                v.push(R_INTERNED, format!("packet #{index} on sequence {sid}: string_value_iid {iid} (arg {key:?}) not defined on the sequence"));
+                Arg::Str(Str::from(""))
+            }
+        },
+        Some(Value::NestedValue(n)) => Arg::Str(Str::from(format!("{n:?}"))),
+        None => Arg::Str(Str::from("")),
+    };
+    (key, value)
+}
+
+fn describe(
+    index: usize,
+    td: TrackDescriptor,
+    tracks: &mut BTreeMap<u64, Track>,
+    v: &mut Violations,
+) {
+    let Some(uuid) = td.uuid.filter(|u| *u != 0) else {
+        v.push(
+            R_TRACK,
+            format!("packet #{index}: TrackDescriptor without a non-zero uuid"),
+        );
+        return;
+    };
+    if let Some(p) = td.parent_uuid
+        && !tracks.contains_key(&p)
+    {
+        v.push(
+            R_TRACK,
+            format!(
+                "packet #{index}: track {uuid} names parent {p}, which is not described before it"
+            ),
+        );
+    }
+    let name = match td.static_or_dynamic_name {
+        Some(track_descriptor::StaticOrDynamicName::Name(n))
+        | Some(track_descriptor::StaticOrDynamicName::StaticName(n))
+        | Some(track_descriptor::StaticOrDynamicName::AtraceName(n)) => Some(n),
+        None => None,
+    };
+    let process = td.process.as_ref().map(|p| ProcessInfo {
+        pid: p.pid.unwrap_or(0),
+        name: p.process_name.clone(),
+    });
+    if td.process.as_ref().is_some_and(|p| p.pid.is_none()) {
+        v.push(
+            R_TRACK,
+            format!("packet #{index}: process track {uuid} without pid"),
+        );
+    }
+    let thread = td.thread.as_ref().map(|t| ThreadInfo {
+        pid: t.pid.unwrap_or(0),
+        tid: t.tid.unwrap_or(0),
+        name: t.thread_name.clone(),
+    });
+    if td
+        .thread
+        .as_ref()
+        .is_some_and(|t| t.pid.is_none() || t.tid.is_none())
+    {
+        v.push(
+            R_TRACK,
+            format!("packet #{index}: thread track {uuid} without pid or tid"),
+        );
+    }
+    let track = Track {
+        uuid,
+        parent: td.parent_uuid,
+        name,
+        process,
+        thread,
+        counter: td.counter.is_some(),
+        child_ordering: td.child_ordering,
+        sibling_order_rank: td.sibling_order_rank,
+        packet: index,
+    };
+    match tracks.get(&uuid) {
+        Some(old) => {
+            let same = Track {
+                packet: old.packet,
+                ..track.clone()
+            };
+            if *old != same {
+                v.push(R_TRACK, format!("packet #{index}: track {uuid} described again differently: {old:?} then {track:?}"));
+            }
+        }
+        None => {
+            tracks.insert(uuid, track);
+        }
+    }
+}
+
+/// Sort events by time (file order breaks ties) and match BEGIN/END per track.
+fn match_slices(
+    mut raw: Vec<RawEvent>,
+    tracks: &BTreeMap<u64, Track>,
+    v: &mut Violations,
+) -> Vec<Slice> {
+    raw.sort_by_key(|e| (e.ts, e.packet));
+    let mut slices: Vec<Slice> = Vec::with_capacity(raw.len() / 2 + 1);
+    let mut stacks: HashMap<u64, Vec<usize>> = HashMap::new();
+    for e in raw {
+        let stack = stacks.entry(e.track).or_default();
+        match e.kind {
+            Kind::Begin | Kind::Instant => {
+                let mut s = e.slice.expect("begin carries its slice");
+                s.depth = stack.len() as u32;
+                let i = slices.len();
+                if e.kind == Kind::Begin {
+                    stack.push(i);
+                }
+                slices.push(s);
+            }
+            Kind::End => match stack.pop() {
+                Some(i) => {
+                    let s = &mut slices[i];
+                    s.end = e.ts;
+                    s.flow_out.extend(e.end_flows.0);
+                    s.flow_in.extend(e.end_flows.1);
+                    s.args.extend(e.end_args);
+                }
+                None => v.push(
+                    R_NESTING,
+                    format!(
+                        "packet #{}: END at {} on track {} ({:?}) with no open slice",
+                        e.packet,
+                        e.ts,
+                        e.track,
+                        tracks.get(&e.track).and_then(|t| t.name.clone())
+                    ),
+                ),
+            },
+        }
+    }
+    let mut open: Vec<(u64, usize)> = stacks
+        .into_iter()
+        .flat_map(|(t, st)| st.into_iter().map(move |i| (t, i)))
+        .collect();
+    open.sort_unstable();
+    for (t, i) in open {
+        let s = &slices[i];
+        v.push(
+            R_NESTING,
+            format!(
+                "packet #{}: slice {:?} ({}) begun at {} on track {} ({:?}) never ends",
+                s.packet,
+                s.name,
+                s.category,
+                s.start,
+                t,
+                tracks.get(&t).and_then(|t| t.name.clone())
+            ),
+        );
+    }
+    slices
+}
+
+fn match_flows(slices: &[Slice], v: &mut Violations) -> Vec<Flow> {
+    let mut src: HashMap<u64, usize> = HashMap::new();
+    let mut dst: HashMap<u64, usize> = HashMap::new();
+    for (i, s) in slices.iter().enumerate() {
+        for &id in &s.flow_out {
+            if let Some(&j) = src.get(&id) {
+                v.push(
+                    R_FLOW,
+                    format!(
+                        "flow id {id} starts on two slices: {:?} at {} and {:?} at {}",
+                        slices[j].name, slices[j].start, s.name, s.start
+                    ),
+                );
+            } else {
+                src.insert(id, i);
+            }
+        }
+        for &id in &s.flow_in {
+            if let Some(&j) = dst.get(&id) {
+                v.push(
+                    R_FLOW,
+                    format!(
+                        "flow id {id} terminates on two slices: {:?} at {} and {:?} at {}",
+                        slices[j].name, slices[j].start, s.name, s.start
+                    ),
+                );
+            } else {
+                dst.insert(id, i);
+            }
+        }
+    }
+    let mut flows = Vec::with_capacity(src.len());
+    for (&id, &i) in &src {
+        match dst.get(&id) {
+            Some(&j) => {
+                let (a, b) = (&slices[i], &slices[j]);
+                if b.start <= a.start {
+                    v.push(R_FLOW, format!("flow id {id} goes backwards or nowhere in time: source {:?} ({}) starts at {}, destination {:?} ({}) at {}", a.name, a.category, a.start, b.name, b.category, b.start));
+                }
+                flows.push(Flow {
+                    id,
+                    source: i,
+                    destination: j,
+                });
+            }
+            None => v.push(
+                R_FLOW,
+                format!(
+                    "flow id {id} from {:?} ({}) at {} has no destination",
+                    slices[i].name, slices[i].category, slices[i].start
+                ),
+            ),
+        }
+    }
+    for (&id, &j) in &dst {
+        if !src.contains_key(&id) {
+            v.push(
+                R_FLOW,
+                format!(
+                    "flow id {id} into {:?} ({}) at {} has no source",
+                    slices[j].name, slices[j].category, slices[j].start
+                ),
+            );
+        }
+    }
+    flows.sort_unstable_by_key(|f| f.destination);
+    flows
+}
+
+// ---------------------------------------------------------------------------------------------
+// Helpers
+
+pub fn manifest_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn fixture(name: &str) -> PathBuf {
+    manifest_dir().join("tests/fixtures").join(name)
+}
+
+/// `../shared/corpus` (or `$NSYS_CORPUS`), when present.
+pub fn corpus_dir() -> Option<PathBuf> {
+    let dir = std::env::var_os("NSYS_CORPUS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir().join("../shared/corpus"));
+    dir.is_dir().then_some(dir)
+}
+
+/// Convert with the library into `dir`; returns the summary and the output path.
+pub fn convert(input: &Path, dir: &Path) -> (nsys_perfetto::summary::Summary, PathBuf) {
+    let out = dir.join(
+        input
+            .file_name()
+            .map(|n| Path::new(n).with_extension("pftrace"))
+            .expect("input has a file name"),
+    );
+    let summary = nsys_perfetto::convert::convert_sqlite(
+        input,
+        &out,
+        &nsys_perfetto::convert::Options::default(),
+    )
+    .unwrap_or_else(|e| panic!("converting {}: {e:#}", input.display()));
+    (summary, out)
+}
+
+/// Run `../shared/tools/perfetto/tpcheck --strict` on a trace when the tool (and Python with the
+/// `perfetto` package) is available: `Some(Ok(report))`, `Some(Err(report))` on failure, or
+/// `None` (with the reason printed) when it cannot run here.
+pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
+    let tool = std::env::var_os("TPCHECK")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| manifest_dir().join("../shared/tools/perfetto/tpcheck"));
+    if !tool.is_file() {
+        eprintln!("tpcheck skipped: {} not found", tool.display());
+        return None;
+    }
+    let out = match std::process::Command::new("python3")
+        .arg(&tool)
+        .arg("--strict")
+        .arg(trace)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("tpcheck skipped: cannot run python3: {e}");
+            return None;
+        }
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    match out.status.code() {
+        Some(0) => Some(Ok(text)),
+        Some(1) => Some(Err(text)),
+        _ if text.contains("No module named")
+            || text.contains("trace_processor_shell") && text.contains("not found") =>
+        {
+            eprintln!(
+                "tpcheck skipped: environment not ready: {}",
+                text.lines().last().unwrap_or("")
+            );
+            None
+        }
+        _ => Some(Err(text)),
+    }
+}
