@@ -255,6 +255,18 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     false,
                 )
             }
+            GroupKey::ThreadOsrt { global_tid } => {
+                self.writer.require(WellKnown::Thread(global_tid));
+                let parent = WellKnown::Thread(global_tid).uuid();
+                let name = "OS runtime".to_string();
+                (
+                    self.custom(Some(parent), &name, None),
+                    name,
+                    Some(parent),
+                    None,
+                    false,
+                )
+            }
             GroupKey::GpuNvtx { device, global_tid } => {
                 let gpu = self.gpu_track(device);
                 let name = format!("NVTX · {}", info.thread_name(global_tid));
@@ -383,9 +395,9 @@ fn flush_ends<W: EventWriter>(writer: &mut W, group: &mut Group, ts: i64) -> u64
 /// The process a group belongs to, for selection by pid.
 pub fn group_pid(key: &GroupKey) -> i64 {
     match *key {
-        GroupKey::ThreadApi { global_tid } | GroupKey::ThreadNvtx { global_tid, .. } => {
-            pid_of(global_tid)
-        }
+        GroupKey::ThreadApi { global_tid }
+        | GroupKey::ThreadNvtx { global_tid, .. }
+        | GroupKey::ThreadOsrt { global_tid } => pid_of(global_tid),
         GroupKey::ProcessNvtx { global_pid, .. } | GroupKey::GpuStream { global_pid, .. } => {
             pid_of(global_pid_of(global_pid))
         }

@@ -24,10 +24,12 @@ pub enum Category {
     NvtxMark,
     /// NVTX ranges projected onto the GPU work they launched.
     NvtxGpu,
+    /// OS runtime library calls.
+    Osrt,
 }
 
 impl Category {
-    pub const ALL: [Category; 7] = [
+    pub const ALL: [Category; 8] = [
         Category::Kernel,
         Category::Memcpy,
         Category::Memset,
@@ -35,6 +37,7 @@ impl Category {
         Category::Nvtx,
         Category::NvtxMark,
         Category::NvtxGpu,
+        Category::Osrt,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -46,6 +49,7 @@ impl Category {
             Category::Nvtx => "nvtx",
             Category::NvtxMark => "nvtx.mark",
             Category::NvtxGpu => "nvtx.gpu",
+            Category::Osrt => "osrt",
         }
     }
 
@@ -122,6 +126,8 @@ pub enum GroupKey {
         global_pid: i64,
         stream: i64,
     },
+    /// OS runtime calls of a thread.
+    ThreadOsrt { global_tid: i64 },
     /// NVTX ranges of one CPU thread projected onto one GPU.
     GpuNvtx { device: i64, global_tid: i64 },
 }

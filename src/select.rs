@@ -19,16 +19,18 @@ pub enum EventType {
     CudaApi,
     Nvtx,
     NvtxGpu,
+    Osrt,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 6] = [
+    pub const ALL: [EventType; 7] = [
         EventType::Kernel,
         EventType::Memcpy,
         EventType::Memset,
         EventType::CudaApi,
         EventType::Nvtx,
         EventType::NvtxGpu,
+        EventType::Osrt,
     ];
 
     pub fn name(self) -> &'static str {
@@ -39,6 +41,7 @@ impl EventType {
             EventType::CudaApi => "cuda-api",
             EventType::Nvtx => "nvtx",
             EventType::NvtxGpu => "nvtx-gpu",
+            EventType::Osrt => "osrt",
         }
     }
 }

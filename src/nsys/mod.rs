@@ -8,6 +8,7 @@ pub mod enums;
 pub mod gpu;
 pub mod info;
 pub mod nvtx;
+pub mod osrt;
 
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OpenFlags};
@@ -44,6 +45,10 @@ pub struct Schema {
 impl Schema {
     pub fn has_table(&self, table: &str) -> bool {
         self.tables.contains_key(table)
+    }
+
+    pub fn tables(&self) -> impl Iterator<Item = &str> {
+        self.tables.keys().map(String::as_str)
     }
 
     pub fn has_column(&self, table: &str, column: &str) -> bool {

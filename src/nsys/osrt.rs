@@ -1,0 +1,116 @@
+//! OS runtime calls (`OSRT_API`: pthread, file and socket calls...) on an "OS runtime" track of
+//! their thread, with their call stacks when nsys sampled them.
+
+use super::gpu::ArgList;
+use super::{REORDER_WINDOW, Reorder, Schema, int_at, text_at};
+use crate::layout::Router;
+use crate::model::{ArgValue, Category, Event, Flows, GroupKey, Name};
+use crate::output::EventWriter;
+use crate::select::{EventType, Selection};
+use anyhow::Result;
+use rusqlite::Connection;
+
+pub const OSRT: &str = "OSRT_API";
+
+struct Row {
+    start: Option<i64>,
+    end: Option<i64>,
+    global_tid: Option<i64>,
+    name_id: Option<i64>,
+    ret: Option<i64>,
+    callchain: Option<String>,
+}
+
+pub fn read<W: EventWriter>(
+    conn: &Connection,
+    schema: &Schema,
+    selection: &Selection,
+    router: &mut Router<'_, W>,
+) -> Result<()> {
+    if !schema.has_columns(OSRT, &["start", "end"]) || !selection.wants(EventType::Osrt) {
+        return Ok(());
+    }
+    let c = |n: &str| schema.col_of(OSRT, "t", n);
+    // Innermost frame first, like the CUDA API call stacks.
+    let callchain = if schema.has_column(OSRT, "callchainId")
+        && schema.has_columns("OSRT_CALLCHAINS", &["id", "symbol", "stackDepth"])
+    {
+        "(SELECT group_concat(coalesce(s.value, '?'), char(10)) FROM (SELECT symbol FROM OSRT_CALLCHAINS \
+         WHERE id = t.callchainId ORDER BY stackDepth) cc LEFT JOIN StringIds s ON s.id = cc.symbol)"
+            .to_string()
+    } else {
+        "NULL".to_string()
+    };
+    let filter = selection.sql(
+        "t",
+        true,
+        schema.has_column(OSRT, "globalTid").then_some("globalTid"),
+        None,
+    );
+    let sql = format!(
+        "SELECT {}, {}, {}, {}, {}, {callchain} FROM {OSRT} t WHERE {filter} ORDER BY t.rowid",
+        c("start"),
+        c("end"),
+        c("globalTid"),
+        c("nameId"),
+        c("returnValue"),
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+    let mut window = Reorder::new(REORDER_WINDOW);
+    while let Some(r) = rows.next()? {
+        let row = Row {
+            start: int_at(r, 0),
+            end: int_at(r, 1),
+            global_tid: int_at(r, 2),
+            name_id: int_at(r, 3),
+            ret: int_at(r, 4),
+            callchain: text_at(r, 5).map(|s| s.into_owned()),
+        };
+        // Outer calls first at equal starts, so nested calls nest.
+        let key = (row.start.unwrap_or(i64::MIN), -row.end.unwrap_or(0));
+        if let Some(row) = window.push_keyed(key.0, key.1, row) {
+            emit(&row, router)?;
+        }
+    }
+    while let Some(row) = window.pop() {
+        emit(&row, router)?;
+    }
+    Ok(())
+}
+
+fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>) -> Result<()> {
+    let (Some(start), Some(end)) = (row.start, row.end) else {
+        router.skip(OSRT, "no start or end timestamp");
+        return Ok(());
+    };
+    if end < start {
+        router.skip(OSRT, "ends before it starts");
+        return Ok(());
+    }
+    if start < 0 {
+        router.skip(OSRT, "negative timestamp");
+        return Ok(());
+    }
+    let Some(global_tid) = row.global_tid else {
+        router.skip(OSRT, "no thread id");
+        return Ok(());
+    };
+    let mut args = ArgList::new();
+    args.int("return_value", row.ret);
+    if let Some(cc) = &row.callchain {
+        // Stacks repeat: interned where the format allows.
+        args.push("callchain", ArgValue::Label(cc));
+    }
+    let ev = Event {
+        start,
+        end: Some(end),
+        name: row
+            .name_id
+            .map_or(Name::Static("(unnamed OS runtime call)"), Name::Str),
+        category: Category::Osrt,
+        args: args.as_slice(),
+        flows: Flows::default(),
+    };
+    router.event(GroupKey::ThreadOsrt { global_tid }, &ev)
+}
