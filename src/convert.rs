@@ -326,6 +326,27 @@ fn estimated_rows(schema: &Schema) -> u64 {
     .sum()
 }
 
+/// An error and its causes on one line, without the repetitions SQLite's error chain carries
+/// ("malformed: Error code 11: malformed").
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let text = match text.strip_prefix("Error code ") {
+            Some(rest) => rest.split_once(": ").map_or(text.as_str(), |(_, t)| t),
+            None => text.as_str(),
+        };
+        if text.is_empty() || line.contains(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    line.replace('\n', " ")
+}
+
 /// SQLite errors from a damaged file read better with a hint.
 fn sqlite_problem(e: &anyhow::Error) -> String {
     let msg = e.to_string();

@@ -256,9 +256,21 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 )
             }
             GroupKey::ThreadOsrt { global_tid } => {
-                self.writer.require(WellKnown::Thread(global_tid));
-                let parent = WellKnown::Thread(global_tid).uuid();
-                let name = "OS runtime".to_string();
+                // Thread id 0 means nsys did not know the thread: keep those calls on the
+                // process rather than inventing a "Thread 0".
+                let (parent, name) = if crate::model::tid_of(global_tid) == 0 {
+                    self.writer.require(WellKnown::Process(global_tid));
+                    (
+                        WellKnown::Process(global_tid).uuid(),
+                        "OS runtime (thread unknown)".to_string(),
+                    )
+                } else {
+                    self.writer.require(WellKnown::Thread(global_tid));
+                    (
+                        WellKnown::Thread(global_tid).uuid(),
+                        "OS runtime".to_string(),
+                    )
+                };
                 (
                     self.custom(Some(parent), &name, None),
                     name,

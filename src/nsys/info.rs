@@ -66,12 +66,15 @@ impl ProfileInfo {
                 }
             })?;
         }
+        // CUPTI rows name GPUs by CUDA device number: `cuDevice` where the export has it
+        // (`TARGET_INFO_GPU.id` is nsys's own numbering and can differ), else the older keys.
         for (table, id_col) in [
+            ("TARGET_INFO_GPU", "cuDevice"),
             ("TARGET_INFO_GPU", "id"),
             ("TARGET_INFO_GPU", "deviceId"),
             ("TARGET_INFO_CUDA_GPU", "deviceId"),
         ] {
-            if schema.has_columns(table, &[id_col, "name"]) {
+            if info.gpu_names.is_empty() && schema.has_columns(table, &[id_col, "name"]) {
                 let sql = format!("SELECT \"{id_col}\", name FROM \"{table}\"");
                 each_row(conn, &sql, |r| {
                     if let (Some(id), Some(n)) = (int_at(r, 0), text_at(r, 1)) {
