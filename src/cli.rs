@@ -1,6 +1,6 @@
 //! The command line: `nsys-perfetto INPUT...` converts; subcommands cover the workflows.
 
-use crate::convert::{self, Options, OutputFormat};
+use crate::convert::{Options, OutputFormat};
 use clap::{Args, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -21,11 +21,16 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
-pub enum Command {}
+pub enum Command {
+    /// Run a command under `nsys profile` and convert the report: NAME.nsys-rep, NAME.sqlite
+    /// and NAME.pftrace.
+    Profile(ProfileArgs),
+}
 
 #[derive(Args, Debug, Clone)]
 pub struct ConvertArgs {
-    /// Profiles to convert: nsys SQLite exports (.sqlite).
+    /// Profiles to convert: nsys SQLite exports (.sqlite), reports (.nsys-rep, .qdrep; exported
+    /// with nsys), directories of them, glob patterns.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Output file (default: next to the input, with .pftrace or .json). A name ending in .gz
@@ -41,6 +46,12 @@ pub struct ConvertArgs {
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
+    /// Convert even inputs whose output is up to date. (With several inputs, a directory or a
+    /// pattern, those are skipped; a single file is always converted.)
+    #[arg(long)]
+    pub force: bool,
+    #[command(flatten)]
+    pub nsys: NsysArgs,
 }
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -76,6 +87,7 @@ pub fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
         None => run_convert(&cli.convert),
+        Some(Command::Profile(args)) => run_profile(&args),
     }
 }
 
@@ -85,28 +97,130 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
         json_colors: args.json_colors,
         ..Default::default()
     };
-    let mut failed = 0;
-    for input in &args.inputs {
-        let output = args
-            .output
-            .clone()
-            .unwrap_or_else(|| convert::default_output(input, opts.format));
-        match convert::convert_sqlite(input, &output, &opts) {
-            Ok(summary) => {
-                if !args.quiet {
-                    eprintln!("{} -> {}", input.display(), output.display());
-                    eprint!("{}", summary.render());
-                }
-            }
-            Err(e) => {
-                eprintln!("error: {}: {e:#}", input.display());
-                failed += 1;
-            }
+    let batch = crate::batch::BatchOptions {
+        output: args.output.clone(),
+        force: args.force,
+        quiet: args.quiet,
+        export: args.nsys.export_options(args.quiet),
+    };
+    if crate::batch::run(&args.inputs, &batch, &opts).ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// How reports (.nsys-rep, .qdrep) are exported to SQLite. By default the export is cached as
+/// X.sqlite beside X.nsys-rep (or, in a read-only folder, in $XDG_CACHE_HOME/nsys-perfetto) and
+/// reused while it is at least as new as the report.
+#[derive(Args, Debug, Clone, Default)]
+pub struct NsysArgs {
+    /// The nsys to use (the binary or its install directory). Default: $NSYS, then PATH, then
+    /// /opt/nvidia/nsight-systems/*/bin, /usr/local/cuda*/bin, /usr/lib/nsight-systems/bin.
+    #[arg(long, value_name = "PATH")]
+    pub nsys: Option<PathBuf>,
+    /// Export reports afresh into a temporary directory that is deleted after the conversion:
+    /// a cached export is neither used nor left behind.
+    #[arg(long)]
+    pub no_cache: bool,
+    /// With --no-cache: keep the fresh export, in the cache place (replacing the cached one).
+    /// The path of the export is printed for every report either way.
+    #[arg(long)]
+    pub keep_sqlite: bool,
+}
+
+impl NsysArgs {
+    pub fn export_options(&self, quiet: bool) -> crate::report::ExportOptions {
+        crate::report::ExportOptions {
+            nsys: self.nsys.clone(),
+            no_cache: self.no_cache,
+            keep_sqlite: self.keep_sqlite,
+            cache_dir: None,
+            quiet,
         }
     }
-    if failed > 0 {
-        ExitCode::FAILURE
-    } else {
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleArg {
+    /// CPU sampling (perf events)
+    Cpu,
+    /// No CPU sampling
+    None,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProfileArgs {
+    /// Base name of the results (NAME.nsys-rep, NAME.sqlite, NAME.pftrace). Default: the
+    /// command's name in the current directory, numbered if taken.
+    #[arg(short, long, value_name = "NAME")]
+    pub output: Option<PathBuf>,
+    /// APIs to trace (nsys profile --trace), comma-separated, e.g. cuda,nvtx,osrt,cublas.
+    #[arg(short, long, value_name = "LIST", default_value = "cuda,nvtx,osrt")]
+    pub trace: String,
+    /// CPU sampling. Off by default: with it, nsys 2022.4 hangs after the program exits on
+    /// some kernels (use --timeout).
+    #[arg(short, long, value_enum, default_value = "none")]
+    pub sample: SampleArg,
+    /// Collect CPU context switches (nsys --cpuctxsw=process-tree; off by default, for the
+    /// same reason as --sample).
+    #[arg(long)]
+    pub cpuctxsw: bool,
+    /// Stop nsys, its agent and the program after SECS seconds.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// One more argument for `nsys profile` (repeat), e.g. --nsys-arg=--duration=30.
+    #[arg(long = "nsys-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub nsys_args: Vec<std::ffi::OsString>,
+    #[command(flatten)]
+    pub nsys: NsysArgs,
+    /// Print nothing but errors (nsys's and the program's output are shown only on failure).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The command to profile, with its arguments (after `--` when they start with `-`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<std::ffi::OsString>,
+}
+
+fn run_profile(args: &ProfileArgs) -> ExitCode {
+    use crate::report::{self, ProfileOptions, Sample};
+    let popts = ProfileOptions {
+        nsys: args.nsys.nsys.clone(),
+        output: args.output.clone(),
+        trace: args.trace.clone(),
+        sample: match args.sample {
+            SampleArg::Cpu => Sample::Cpu,
+            SampleArg::None => Sample::None,
+        },
+        cpuctxsw: args.cpuctxsw,
+        nsys_args: args.nsys_args.clone(),
+        timeout: args.timeout.map(std::time::Duration::from_secs),
+        quiet: args.quiet,
+    };
+    let report = match report::profile(&popts, &args.command) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    if !args.quiet {
+        eprintln!("report: {}", report.display());
+    }
+    let batch = crate::batch::BatchOptions {
+        output: None,
+        force: true,
+        quiet: args.quiet,
+        export: args.nsys.export_options(args.quiet),
+    };
+    if crate::batch::run(&[report], &batch, &Options::default()).ok() {
         ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
     }
 }

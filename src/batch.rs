@@ -1,0 +1,435 @@
+//! Converting many inputs in one run: files, directories and glob patterns, each converted on its
+//! own (one failure does not stop the rest), outputs that are up to date skipped, a line per file
+//! and a total.
+//!
+//! * A directory stands for the profiles directly in it: `*.sqlite`, `*.nsys-rep`, `*.qdrep`
+//!   (not hidden files, not subdirectories).
+//! * A pattern with `*`, `?` or `[...]` that names no existing file is expanded here, for shells
+//!   that do not (`*` and `?` do not match a leading `.` or a `/`).
+//! * When one folder holds both `X.sqlite` and `X.nsys-rep` (or `X.qdrep`), which all give
+//!   `X.pftrace`, only one is converted: the SQLite export, unless it is older than the report
+//!   (then the report, whose fresh export replaces it). A line says which.
+//! * Up to date: with more than one input, or a directory or pattern, an input whose output is
+//!   at least as new as the input is skipped; `force` converts it anyway. A single file named on
+//!   the command line is always converted.
+//! * Reports go through [`crate::report::export_sqlite`] first.
+
+use crate::convert::{self, Options};
+use crate::report::{self, ExportOptions};
+use anyhow::{Result, anyhow, bail};
+use std::collections::{BTreeMap, HashSet};
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::SystemTime;
+
+/// How [`run`] converts.
+#[derive(Debug, Clone, Default)]
+pub struct BatchOptions {
+    /// `-o`: the output file (one input), or an existing directory for all outputs.
+    pub output: Option<PathBuf>,
+    /// Convert even when the output is up to date.
+    pub force: bool,
+    /// Print only errors.
+    pub quiet: bool,
+    /// How reports are exported.
+    pub export: ExportOptions,
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Totals {
+    pub converted: usize,
+    pub up_to_date: usize,
+    pub failed: usize,
+    /// Inputs not converted because another file gives the same output (`X.nsys-rep` beside
+    /// `X.sqlite`).
+    pub superseded: usize,
+}
+
+impl Totals {
+    pub fn ok(&self) -> bool {
+        self.failed == 0
+    }
+}
+
+/// The kinds of input the converter takes.
+pub fn is_profile(path: &Path) -> bool {
+    report::is_report(path)
+        || path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("sqlite"))
+}
+
+/// The command line's inputs, expanded.
+#[derive(Debug, Default)]
+pub struct Expanded {
+    /// Files to convert, in order, without duplicates.
+    pub files: Vec<PathBuf>,
+    /// (input, why it is not converted): superseded pair members.
+    pub superseded: Vec<(PathBuf, String)>,
+    /// (argument, error): missing files, patterns matching nothing, unreadable directories.
+    pub errors: Vec<(String, String)>,
+    /// Whether a directory or a pattern was expanded.
+    pub expanded_any: bool,
+}
+
+fn has_glob(s: &str) -> bool {
+    s.contains(['*', '?', '['])
+}
+
+/// Expand files, directories and patterns.
+pub fn expand(inputs: &[PathBuf]) -> Expanded {
+    let mut ex = Expanded::default();
+    let mut files: Vec<PathBuf> = Vec::new();
+    for input in inputs {
+        let shown = input.display().to_string();
+        if input.is_dir() {
+            ex.expanded_any = true;
+            match fs::read_dir(input) {
+                Ok(rd) => {
+                    let mut found: Vec<PathBuf> = rd
+                        .flatten()
+                        .map(|e| e.path())
+                        .filter(|p| {
+                            p.is_file()
+                                && is_profile(p)
+                                && !p
+                                    .file_name()
+                                    .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                        })
+                        .collect();
+                    found.sort();
+                    if found.is_empty() {
+                        ex.errors.push((
+                            shown,
+                            "no .sqlite, .nsys-rep or .qdrep files in this directory".into(),
+                        ));
+                    }
+                    files.extend(found);
+                }
+                Err(e) => ex
+                    .errors
+                    .push((shown, format!("cannot read directory: {e}"))),
+            }
+        } else if input.exists() {
+            files.push(input.clone());
+        } else if has_glob(&input.to_string_lossy()) {
+            ex.expanded_any = true;
+            match glob(input) {
+                Ok(found) if found.is_empty() => ex.errors.push((shown, "no files match".into())),
+                Ok(found) => {
+                    let n = found.len();
+                    let profiles: Vec<PathBuf> =
+                        found.into_iter().filter(|p| p.is_file()).collect();
+                    if profiles.is_empty() {
+                        ex.errors
+                            .push((shown, format!("{n} matches, none of them a file")));
+                    }
+                    files.extend(profiles);
+                }
+                Err(e) => ex.errors.push((shown, format!("{e:#}"))),
+            }
+        } else {
+            ex.errors.push((shown, "no such file or directory".into()));
+        }
+    }
+    // Duplicates (the same file twice) go; pairs giving the same output keep one member.
+    let mut seen = HashSet::new();
+    files.retain(|f| seen.insert(fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
+    let mut groups: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
+    for (i, f) in files.iter().enumerate() {
+        groups.entry(f.with_extension("")).or_default().push(i);
+    }
+    let mut drop = HashSet::new();
+    for members in groups.values().filter(|m| m.len() > 1) {
+        let (keep, why) = pick_one(&files, members);
+        for &i in members.iter().filter(|&&i| i != keep) {
+            drop.insert(i);
+            ex.superseded.push((
+                files[i].clone(),
+                format!("{} gives the same output: {why}", files[keep].display()),
+            ));
+        }
+    }
+    ex.files = files
+        .into_iter()
+        .enumerate()
+        .filter(|(i, _)| !drop.contains(i))
+        .map(|(_, f)| f)
+        .collect();
+    ex
+}
+
+/// Of files that give the same output, the one to convert (an index into `files`) and why: the
+/// SQLite export unless a report is newer than it; among reports, the newest.
+fn pick_one(files: &[PathBuf], members: &[usize]) -> (usize, &'static str) {
+    let newest = |pred: &dyn Fn(&Path) -> bool| {
+        members
+            .iter()
+            .copied()
+            .filter(|&i| pred(&files[i]))
+            .max_by_key(|&i| mtime(&files[i]))
+    };
+    let export = newest(&|p: &Path| !report::is_report(p));
+    let rep = newest(&|p: &Path| report::is_report(p));
+    match (export, rep) {
+        (Some(e), Some(r)) if mtime(&files[e]) < mtime(&files[r]) => (
+            r,
+            "converting the report, newer than the export (its export is redone)",
+        ),
+        (Some(e), Some(_)) => (e, "converting the SQLite export, which needs no nsys"),
+        (Some(e), None) => (e, "converting the newest"),
+        (None, Some(r)) => (r, "converting the newest report"),
+        (None, None) => (members[0], "converting the first"),
+    }
+}
+
+fn mtime(p: &Path) -> Option<SystemTime> {
+    fs::metadata(p).and_then(|m| m.modified()).ok()
+}
+
+/// Whether `output` exists and is at least as new as `input`.
+pub fn up_to_date(input: &Path, output: &Path) -> bool {
+    match (mtime(input), mtime(output)) {
+        (Some(i), Some(o)) => o >= i,
+        _ => false,
+    }
+}
+
+/// Expand `pattern` (`*`, `?`, `[abc]`, `[a-z]`, `[!a]` in any path component).
+pub fn glob(pattern: &Path) -> Result<Vec<PathBuf>> {
+    use std::path::Component;
+    let mut bases: Vec<PathBuf> = vec![PathBuf::new()];
+    let comps: Vec<Component> = pattern.components().collect();
+    for (n, c) in comps.iter().enumerate() {
+        let last = n + 1 == comps.len();
+        match c {
+            Component::Normal(s) if has_glob(&s.to_string_lossy()) => {
+                let pat: Vec<char> = s.to_string_lossy().chars().collect();
+                let mut next = Vec::new();
+                for b in &bases {
+                    let dir = if b.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        b.as_path()
+                    };
+                    let Ok(rd) = fs::read_dir(dir) else { continue };
+                    let mut names: Vec<String> = rd
+                        .flatten()
+                        .filter(|e| last || e.path().is_dir())
+                        .map(|e| e.file_name().to_string_lossy().to_string())
+                        .filter(|name| wildcard(&pat, &name.chars().collect::<Vec<_>>()))
+                        .collect();
+                    names.sort();
+                    next.extend(names.into_iter().map(|name| b.join(name)));
+                }
+                bases = next;
+            }
+            other => {
+                for b in &mut bases {
+                    b.push(other.as_os_str());
+                }
+                if !last {
+                    bases.retain(|b| b.is_dir());
+                }
+            }
+        }
+        if bases.is_empty() {
+            break;
+        }
+    }
+    bases.retain(|b| b.exists());
+    if pattern.components().count() == 0 {
+        bail!("empty pattern");
+    }
+    Ok(bases)
+}
+
+/// Shell-style match of one path component. `*` and `?` do not match a leading `.`.
+fn wildcard(p: &[char], s: &[char]) -> bool {
+    if s.first() == Some(&'.') && p.first() != Some(&'.') {
+        return false;
+    }
+    fn go(p: &[char], s: &[char]) -> bool {
+        match p.first() {
+            None => s.is_empty(),
+            Some('*') => (0..=s.len()).any(|k| go(&p[1..], &s[k..])),
+            Some('?') => !s.is_empty() && go(&p[1..], &s[1..]),
+            Some('[') => {
+                let Some(close) = p.iter().skip(2).position(|&c| c == ']').map(|i| i + 2) else {
+                    return s.first() == Some(&'[') && go(&p[1..], &s[1..]);
+                };
+                let Some(&c) = s.first() else { return false };
+                let (negate, set) = match p[1] {
+                    '!' | '^' => (true, &p[2..close]),
+                    _ => (false, &p[1..close]),
+                };
+                let mut hit = false;
+                let mut i = 0;
+                while i < set.len() {
+                    if i + 2 < set.len() && set[i + 1] == '-' {
+                        hit |= set[i] <= c && c <= set[i + 2];
+                        i += 3;
+                    } else {
+                        hit |= set[i] == c;
+                        i += 1;
+                    }
+                }
+                hit != negate && go(&p[close + 1..], &s[1..])
+            }
+            Some(&c) => s.first() == Some(&c) && go(&p[1..], &s[1..]),
+        }
+    }
+    go(p, s)
+}
+
+/// Where `input`'s output goes.
+fn output_for(input: &Path, opts: &BatchOptions, conv: &Options, many: bool) -> Result<PathBuf> {
+    let default = convert::default_output(input, conv.format);
+    match &opts.output {
+        None => {
+            let dir = match default.parent() {
+                Some(d) if !d.as_os_str().is_empty() => d,
+                _ => Path::new("."),
+            };
+            if report::read_only_dir(dir) {
+                bail!(
+                    "{} is read-only, so the output cannot go beside the input: pass -o OUT (a \
+                     file, or a directory for several inputs)",
+                    dir.display()
+                );
+            }
+            Ok(default)
+        }
+        Some(o) if o.is_dir() => Ok(o.join(default.file_name().unwrap_or_default())),
+        Some(_) if many => Err(anyhow!(
+            "-o names one file but there are several inputs: give an existing directory"
+        )),
+        Some(o) => Ok(o.clone()),
+    }
+}
+
+/// Convert one input (exporting it first when it is a report); the lines to print on success.
+fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options) -> Result<String> {
+    let mut text = String::new();
+    let summary = if report::is_report(input) {
+        let exported = report::export_sqlite(input, &opts.export)?;
+        let s = convert::convert_sqlite(exported.sqlite(), output, conv)?;
+        text.push_str(&format!("  {}\n", exported.describe()));
+        s
+    } else {
+        convert::convert_sqlite(input, output, conv)?
+    };
+    Ok(format!("{}{text}", summary.render()))
+}
+
+/// Convert every input; print a line per file (stderr) and a total when there are several.
+pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
+    let ex = expand(inputs);
+    let mut t = Totals::default();
+    for (arg, e) in &ex.errors {
+        eprintln!("error: {arg}: {e}");
+        t.failed += 1;
+    }
+    let many = ex.files.len() > 1;
+    let batch = many || ex.expanded_any;
+    if !opts.quiet {
+        for (f, why) in &ex.superseded {
+            eprintln!("{}: not converted, {why}", f.display());
+        }
+    }
+    t.superseded = ex.superseded.len();
+    let n = ex.files.len();
+    for (i, input) in ex.files.iter().enumerate() {
+        let tag = if many {
+            format!("[{}/{n}] ", i + 1)
+        } else {
+            String::new()
+        };
+        let output = match output_for(input, opts, conv, many) {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("error: {tag}{}: {e:#}", input.display());
+                t.failed += 1;
+                continue;
+            }
+        };
+        if batch && !opts.force && up_to_date(input, &output) {
+            if !opts.quiet {
+                eprintln!(
+                    "{tag}{}: up to date ({}; --force to convert again)",
+                    input.display(),
+                    output.display()
+                );
+            }
+            t.up_to_date += 1;
+            continue;
+        }
+        match convert_one(input, &output, opts, conv) {
+            Ok(text) => {
+                t.converted += 1;
+                if !opts.quiet {
+                    eprintln!("{tag}{} -> {}", input.display(), output.display());
+                    eprint!("{text}");
+                }
+            }
+            Err(e) => {
+                eprintln!("error: {tag}{}: {e:#}", input.display());
+                t.failed += 1;
+            }
+        }
+    }
+    if !opts.quiet && (batch || t.failed > 0 && n + ex.errors.len() > 1) {
+        let mut parts = vec![format!("{} converted", t.converted)];
+        if t.up_to_date > 0 {
+            parts.push(format!("{} up to date", t.up_to_date));
+        }
+        if t.superseded > 0 {
+            parts.push(format!("{} superseded", t.superseded));
+        }
+        parts.push(format!("{} failed", t.failed));
+        eprintln!("total: {}", parts.join(", "));
+    }
+    t
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn m(p: &str, s: &str) -> bool {
+        wildcard(
+            &p.chars().collect::<Vec<_>>(),
+            &s.chars().collect::<Vec<_>>(),
+        )
+    }
+
+    #[test]
+    fn wildcards() {
+        assert!(m("*.sqlite", "a.sqlite"));
+        assert!(!m("*.sqlite", "a.sqlite.part"));
+        assert!(!m("*.sqlite", ".a.sqlite"));
+        assert!(m(".*", ".a"));
+        assert!(m("r?p*", "report1.qdrep"));
+        assert!(m("[a-c]x", "bx") && !m("[a-c]x", "dx"));
+        assert!(m("[!a]x", "bx") && !m("[!a]x", "ax"));
+        assert!(m("[ml]*", "lock") && !m("[ml]*", "quasi"));
+        assert!(m("a[", "a["));
+        assert!(m("*", "") && !m("?", ""));
+    }
+
+    #[test]
+    fn glob_dirs_and_files() {
+        let t = tempfile::tempdir().unwrap();
+        for d in ["r1", "r2", "x"] {
+            fs::create_dir(t.path().join(d)).unwrap();
+            fs::write(t.path().join(d).join("a.sqlite"), "").unwrap();
+        }
+        let found = glob(&t.path().join("r?/*.sqlite")).unwrap();
+        assert_eq!(
+            found,
+            vec![t.path().join("r1/a.sqlite"), t.path().join("r2/a.sqlite")]
+        );
+        assert!(glob(&t.path().join("q*/a.sqlite")).unwrap().is_empty());
+    }
+}

@@ -1,0 +1,1348 @@
+//! Nsight Systems reports (`.nsys-rep`, `.qdrep`) and the `nsys` tool itself: find `nsys`, read
+//! which nsys version captured a report, export the report to SQLite (cached, locked, atomic),
+//! and capture new reports with `nsys profile`.
+//!
+//! The converter reads SQLite exports only; everything here exists to get one from a report.
+//!
+//! # Library API
+//!
+//! * [`find_nsys`] / [`nsys_for_report`]: the `nsys` to use, found from an explicit path, then
+//!   the `NSYS` environment variable, then `PATH`, then the usual install places
+//!   (`/opt/nvidia/nsight-systems/*/bin`, `/opt/nvidia/nsight-systems-cli/*/bin`,
+//!   `/usr/local/cuda*/bin`, `/usr/lib/nsight-systems/bin`). [`nsys_for_report`] skips an `nsys`
+//!   that is too old for the report when a newer one is installed.
+//! * [`capture_version`]: the nsys version that captured a report, from the file alone.
+//! * [`export_sqlite`]: the SQLite export of a report, reusing a cached one (see below).
+//! * [`profile`]: run a command under `nsys profile` and return the `.nsys-rep` it produced,
+//!   importing the `.qdstrm` with `QdstrmImporter` when nsys could not do it itself.
+//!
+//! A full "profile and convert" is
+//! ```no_run
+//! # use nsys_perfetto::{convert, report};
+//! # use std::ffi::OsString;
+//! # fn main() -> anyhow::Result<()> {
+//! let popts = report::ProfileOptions { output: Some("/tmp/run".into()), ..Default::default() };
+//! let rep = report::profile(&popts, &[OsString::from("./app")])?;
+//! let exported = report::export_sqlite(&rep, &report::ExportOptions::default())?;
+//! let opts = convert::Options::default();
+//! let out = convert::default_output(&rep, opts.format);
+//! convert::convert_sqlite(exported.sqlite(), &out, &opts)?;
+//! # Ok(()) }
+//! ```
+//!
+//! # The export cache
+//!
+//! By default the export of `DIR/X.nsys-rep` is `DIR/X.sqlite`, the name `nsys export` and
+//! `nsys stats` use, so all three share it. When `DIR` cannot be written (no write permission
+//! bit on it, even for root, or creating a file there fails), the export goes to
+//! `$XDG_CACHE_HOME/nsys-perfetto/` (else `~/.cache/nsys-perfetto/`), named after the report and
+//! a hash of its absolute path. An export is reused while it is at least as new as the report and
+//! opens as an nsys SQLite export. nsys writes to a hidden temporary name that is renamed into
+//! place only when nsys succeeded and the file opens as an export, so a failed or interrupted
+//! export never leaves a half-written `X.sqlite`. A lock file (`.X.sqlite.lock`, an advisory
+//! `flock`, released by the kernel if the process dies) makes a second conversion of the same
+//! report wait for the first and then reuse its export.
+//!
+//! [`ExportOptions::no_cache`] neither reuses nor leaves an export: nsys exports into a temporary
+//! directory that is deleted when the [`Exported`] is dropped. [`ExportOptions::keep_sqlite`]
+//! with `no_cache` exports afresh and then stores the result in the cache place.
+//!
+//! # Known nsys problems handled here
+//!
+//! * Debian's packaged nsys cannot find its importer: `nsys profile` leaves `NAME.qdstrm` and no
+//!   report. [`profile`] then runs `QdstrmImporter` from nsys's `host-linux-x64` directory.
+//! * nsys 2022.4's agent spins forever after the program exits when it collected CPU context
+//!   switches or CPU samples through perf events on some kernels, so `nsys profile` never
+//!   returns. [`ProfileOptions`] turns both off by default and offers a timeout, after which nsys,
+//!   its agent and the profiled program are killed.
+
+use crate::nsys;
+use anyhow::{Context, Result, anyhow, bail};
+use std::ffi::{OsStr, OsString};
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime};
+
+/// Where to get Nsight Systems, said in every "not found" message.
+pub const INSTALL_HINT: &str = "install Nsight Systems (https://developer.nvidia.com/nsight-systems; \
+Debian: the nsight-systems package from non-free; Ubuntu/RHEL with NVIDIA's CUDA repository: \
+nsight-systems-cli) and pass --nsys PATH or set NSYS if it is not on PATH";
+
+/// True for the report files nsys writes: `.nsys-rep` (2021.4 on) and `.qdrep` (before).
+pub fn is_report(path: &Path) -> bool {
+    path.extension()
+        .and_then(OsStr::to_str)
+        .is_some_and(|e| e.eq_ignore_ascii_case("nsys-rep") || e.eq_ignore_ascii_case("qdrep"))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Versions
+
+/// An nsys version such as 2022.4.2.1 (year, release, patch, build).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Version {
+    pub year: u32,
+    pub release: u32,
+    pub patch: u32,
+    pub build: Option<u32>,
+}
+
+impl Version {
+    /// Parse the first version in `s`: `2022.4.2.1-df9881f`, `2025@5@1@121-...`,
+    /// `NVIDIA Nsight Systems version 2022.4.2.1-df9881f`, `nsight-systems/2020.3.2`.
+    pub fn parse(s: &str) -> Option<Version> {
+        let b = s.as_bytes();
+        let mut i = 0;
+        while i < b.len() {
+            if b[i].is_ascii_digit()
+                && (i == 0 || !b[i - 1].is_ascii_digit())
+                && let Some(v) = Self::parse_at(&b[i..])
+            {
+                return Some(v);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// A version starting exactly at `b`: a 4-digit year from 2000, then at least release and
+    /// patch, separated by `.` or `@`.
+    fn parse_at(b: &[u8]) -> Option<Version> {
+        let mut parts: Vec<u32> = Vec::new();
+        let mut i = 0;
+        loop {
+            let start = i;
+            while i < b.len() && b[i].is_ascii_digit() && i - start < 9 {
+                i += 1;
+            }
+            if i == start {
+                break;
+            }
+            parts.push(std::str::from_utf8(&b[start..i]).ok()?.parse().ok()?);
+            if parts.len() == 4 || i >= b.len() || !(b[i] == b'.' || b[i] == b'@') {
+                break;
+            }
+            if !b.get(i + 1).is_some_and(u8::is_ascii_digit) {
+                break;
+            }
+            i += 1;
+        }
+        let year = *parts.first()?;
+        if parts.len() < 3 || !(2000..2100).contains(&year) {
+            return None;
+        }
+        Some(Version {
+            year,
+            release: parts[1],
+            patch: parts[2],
+            build: parts.get(3).copied(),
+        })
+    }
+
+    /// `2025.5`: the release, which decides what an nsys can read.
+    pub fn release_str(&self) -> String {
+        format!("{}.{}", self.year, self.release)
+    }
+
+    /// Whether an nsys of this version can read a report captured by `capture`: nsys reads the
+    /// reports of its own release and older ones, not newer ones.
+    pub fn can_read(&self, capture: &Version) -> bool {
+        (self.year, self.release) >= (capture.year, capture.release)
+    }
+}
+
+impl fmt::Display for Version {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{}.{}", self.year, self.release, self.patch)?;
+        if let Some(b) = self.build {
+            write!(f, ".{b}")?;
+        }
+        Ok(())
+    }
+}
+
+const REPORT_MAGIC: &[u8] = b"NVIDIA Tegra Profiler Report ";
+const TRAILER_MAGIC: &[u8] = b"U3w[END]";
+
+/// The nsys version that captured a report, read from the file: newer reports name it in their
+/// header (`NVIDIA Tegra Profiler Report 2025@5@1@121-...`); older ones (header `... Report 1.`)
+/// in their "UI Data" section, found through the section table at the end of the file. `None`
+/// when the file is a report but names no version we can find. Errors when it is not a report.
+pub fn capture_version(report: &Path) -> Result<Option<Version>> {
+    let mut f = File::open(report).map_err(|e| anyhow!("cannot read: {e}"))?;
+    let mut head = [0u8; 96];
+    let n = read_up_to(&mut f, &mut head)?;
+    let head = &head[..n];
+    if !head.starts_with(REPORT_MAGIC) {
+        bail!("not an Nsight Systems report (no report header)");
+    }
+    let rest = &head[REPORT_MAGIC.len()..];
+    let line_end = rest.iter().position(|&c| c == b'\n').unwrap_or(rest.len());
+    if let Some(v) = Version::parse_at(&rest[..line_end]) {
+        return Ok(Some(v));
+    }
+    if let Some(v) = version_from_sections(&mut f)? {
+        return Ok(Some(v));
+    }
+    // A damaged or unusual section table: look near the end, where the section lives.
+    let len = f.metadata()?.len();
+    let from = len.saturating_sub(4 << 20);
+    f.seek(SeekFrom::Start(from))?;
+    let mut tail = Vec::new();
+    f.take(4 << 20).read_to_end(&mut tail)?;
+    Ok(find_build_version(&tail))
+}
+
+fn read_up_to(f: &mut File, buf: &mut [u8]) -> Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match f.read(&mut buf[n..])? {
+            0 => break,
+            k => n += k,
+        }
+    }
+    Ok(n)
+}
+
+/// Reports end with a section table: `[protobuf table][u64 LE table offset]U3w[END]`, the table
+/// a repeated message {1: name, 2: offset, 3: size}. The "UI Data" section holds the build
+/// string (`2020.3.2.6-87e152c`).
+fn version_from_sections(f: &mut File) -> Result<Option<Version>> {
+    let len = f.metadata()?.len();
+    if len < 16 {
+        return Ok(None);
+    }
+    f.seek(SeekFrom::Start(len - 16))?;
+    let mut end = [0u8; 16];
+    f.read_exact(&mut end)?;
+    if &end[8..] != TRAILER_MAGIC {
+        return Ok(None);
+    }
+    let toc_at = u64::from_le_bytes(end[..8].try_into().expect("8 bytes"));
+    if toc_at >= len - 16 || len - 16 - toc_at > 1 << 20 {
+        return Ok(None);
+    }
+    f.seek(SeekFrom::Start(toc_at))?;
+    let mut toc = vec![0u8; (len - 16 - toc_at) as usize];
+    f.read_exact(&mut toc)?;
+    let mut sections = Vec::new();
+    for (field, value) in pb_fields(&toc) {
+        if let (1, PbValue::Bytes(entry)) = (field, value) {
+            let (mut name, mut off, mut size) = (&[][..], 0u64, 0u64);
+            for (ef, ev) in pb_fields(entry) {
+                match (ef, ev) {
+                    (1, PbValue::Bytes(b)) => name = b,
+                    (2, PbValue::Int(v)) => off = v,
+                    (3, PbValue::Int(v)) => size = v,
+                    _ => {}
+                }
+            }
+            sections.push((name, off, size));
+        }
+    }
+    // "UI Data" first; any other small section after it.
+    sections.sort_by_key(|(name, _, _)| *name != b"UI Data");
+    for (_, off, size) in sections {
+        if size == 0 || size > 1 << 20 || off.saturating_add(size) > len {
+            continue;
+        }
+        f.seek(SeekFrom::Start(off))?;
+        let mut sec = vec![0u8; size as usize];
+        f.read_exact(&mut sec)?;
+        if let Some(v) = find_build_version(&sec) {
+            return Ok(Some(v));
+        }
+    }
+    Ok(None)
+}
+
+enum PbValue<'a> {
+    Int(u64),
+    Bytes(&'a [u8]),
+}
+
+/// The top-level fields of a protobuf message; stops at the first malformed byte.
+fn pb_fields(mut b: &[u8]) -> Vec<(u64, PbValue<'_>)> {
+    fn varint(b: &mut &[u8]) -> Option<u64> {
+        let mut v = 0u64;
+        for shift in (0..64).step_by(7) {
+            let (&c, rest) = b.split_first()?;
+            *b = rest;
+            v |= u64::from(c & 0x7f) << shift;
+            if c < 0x80 {
+                return Some(v);
+            }
+        }
+        None
+    }
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let Some(key) = varint(&mut b) else { break };
+        let value = match key & 7 {
+            0 => match varint(&mut b) {
+                Some(v) => PbValue::Int(v),
+                None => break,
+            },
+            2 => {
+                let Some(n) = varint(&mut b) else { break };
+                if n as usize > b.len() {
+                    break;
+                }
+                let (v, rest) = b.split_at(n as usize);
+                b = rest;
+                PbValue::Bytes(v)
+            }
+            1 if b.len() >= 8 => {
+                b = &b[8..];
+                continue;
+            }
+            5 if b.len() >= 4 => {
+                b = &b[4..];
+                continue;
+            }
+            _ => break,
+        };
+        out.push((key >> 3, value));
+    }
+    out
+}
+
+/// The last nsys build string in `b`: `YYYY.R.P.B-hhhhhhh` (7 hex digits of the commit).
+fn find_build_version(b: &[u8]) -> Option<Version> {
+    let mut found = None;
+    let mut i = 0;
+    while i + 4 < b.len() {
+        if b[i] == b'2' && b[i + 1] == b'0' && (i == 0 || !b[i - 1].is_ascii_digit()) {
+            let mut j = i;
+            let mut dots = 0;
+            while j < b.len() && (b[j].is_ascii_digit() || b[j] == b'.') {
+                dots += usize::from(b[j] == b'.');
+                j += 1;
+            }
+            let hex = b.get(j + 1..j + 8);
+            if dots == 3
+                && b.get(j) == Some(&b'-')
+                && hex.is_some_and(|h| h.iter().all(u8::is_ascii_hexdigit))
+                && let Some(v) = Version::parse_at(&b[i..j])
+            {
+                found = Some(v);
+            }
+            i = j.max(i + 1);
+        } else {
+            i += 1;
+        }
+    }
+    found
+}
+
+// ---------------------------------------------------------------------------------------------
+// Finding nsys
+
+/// How an nsys was found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NsysSource {
+    /// `--nsys PATH`
+    Flag,
+    /// the `NSYS` environment variable
+    Env,
+    /// a directory of `PATH`
+    Path,
+    /// one of the usual install places
+    InstallDir,
+}
+
+/// An nsys executable and its version (`None` when `nsys --version` said nothing we parse).
+#[derive(Debug, Clone)]
+pub struct Nsys {
+    pub path: PathBuf,
+    pub version: Option<Version>,
+    pub source: NsysSource,
+}
+
+impl Nsys {
+    /// Probe `path` with `nsys --version`.
+    pub fn probe(path: &Path, source: NsysSource) -> Result<Nsys> {
+        let out = Command::new(path)
+            .arg("--version")
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| anyhow!("cannot run {}: {e}", path.display()))?;
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        Ok(Nsys {
+            path: path.to_path_buf(),
+            version: Version::parse(&text),
+            source,
+        })
+    }
+
+    /// `nsys 2022.4.2.1 at /usr/bin/nsys`
+    pub fn describe(&self) -> String {
+        match &self.version {
+            Some(v) => format!("nsys {v} at {}", self.path.display()),
+            None => format!("nsys (unknown version) at {}", self.path.display()),
+        }
+    }
+
+    /// `QdstrmImporter` of this nsys: in `host-linux-x64` beside or above the directory of the
+    /// nsys binary (its real path, then the path as found), else Debian's
+    /// `/usr/lib/nsight-systems/host-linux-x64`.
+    pub fn importer(&self) -> Option<PathBuf> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        for p in [fs::canonicalize(&self.path).ok(), Some(self.path.clone())]
+            .into_iter()
+            .flatten()
+        {
+            let mut d = p.parent();
+            for _ in 0..3 {
+                let Some(dir) = d else { break };
+                dirs.push(dir.join("host-linux-x64"));
+                d = dir.parent();
+            }
+        }
+        dirs.push(PathBuf::from("/usr/lib/nsight-systems/host-linux-x64"));
+        dirs.into_iter()
+            .map(|d| d.join("QdstrmImporter"))
+            .find(|p| is_executable(p))
+    }
+}
+
+fn is_executable(p: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+}
+
+/// `--nsys` or `NSYS` may name the binary or an install directory (with `nsys` or `bin/nsys`).
+fn explicit_nsys(p: &Path, what: &str) -> Result<PathBuf> {
+    if p.is_dir() {
+        for c in [p.join("nsys"), p.join("bin/nsys")] {
+            if is_executable(&c) {
+                return Ok(c);
+            }
+        }
+        bail!(
+            "{what}{}: a directory without nsys or bin/nsys",
+            p.display()
+        );
+    }
+    if is_executable(p) {
+        return Ok(p.to_path_buf());
+    }
+    // A bare name such as NSYS=nsys-2024: look it up on PATH.
+    if p.components().count() == 1
+        && let Some(found) = search_path(p.as_os_str())
+    {
+        return Ok(found);
+    }
+    if p.exists() {
+        bail!("{what}{}: not an executable file", p.display());
+    }
+    bail!("{what}{}: no such file", p.display());
+}
+
+fn search_path(name: &OsStr) -> Option<PathBuf> {
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .filter(|d| !d.as_os_str().is_empty())
+        .map(|d| d.join(name))
+        .find(|p| is_executable(p))
+}
+
+/// Subdirectories of `parent` whose names start with `prefix`, newest version first.
+fn versioned_dirs(parent: &Path, prefix: &str) -> Vec<PathBuf> {
+    let mut dirs: Vec<(Option<Version>, String, PathBuf)> = fs::read_dir(parent)
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .filter_map(|e| {
+                    let name = e.file_name().to_string_lossy().to_string();
+                    name.starts_with(prefix)
+                        .then(|| (Version::parse(&name), name, e.path()))
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| b.1.cmp(&a.1)));
+    dirs.into_iter().map(|(_, _, p)| p).collect()
+}
+
+/// The usual install places, most preferred first.
+pub fn install_dirs() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for d in versioned_dirs(Path::new("/opt/nvidia/nsight-systems"), "") {
+        out.push(d.join("bin"));
+    }
+    for d in versioned_dirs(Path::new("/opt/nvidia/nsight-systems-cli"), "") {
+        out.push(d.join("bin"));
+    }
+    // /usr/local/cuda (the default toolkit) first, then versioned ones, newest first.
+    out.push(PathBuf::from("/usr/local/cuda/bin"));
+    for d in versioned_dirs(Path::new("/usr/local"), "cuda-") {
+        out.push(d.join("bin"));
+    }
+    out.push(PathBuf::from("/usr/lib/nsight-systems/bin"));
+    out
+}
+
+/// Every nsys in the search order, without duplicates (by real path). With an explicit path
+/// (`--nsys`, else `NSYS`), only that one: the user chose it.
+pub fn nsys_candidates(explicit: Option<&Path>) -> Result<Vec<(PathBuf, NsysSource)>> {
+    if let Some(p) = explicit {
+        return Ok(vec![(explicit_nsys(p, "--nsys ")?, NsysSource::Flag)]);
+    }
+    if let Some(p) = std::env::var_os("NSYS").filter(|s| !s.is_empty()) {
+        return Ok(vec![(
+            explicit_nsys(Path::new(&p), "NSYS=")?,
+            NsysSource::Env,
+        )]);
+    }
+    let mut out: Vec<(PathBuf, NsysSource)> = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    let mut add = |p: PathBuf, s: NsysSource| {
+        if is_executable(&p) && seen.insert(fs::canonicalize(&p).unwrap_or_else(|_| p.clone())) {
+            out.push((p, s));
+        }
+    };
+    if let Some(path) = std::env::var_os("PATH") {
+        for d in std::env::split_paths(&path).filter(|d| !d.as_os_str().is_empty()) {
+            add(d.join("nsys"), NsysSource::Path);
+        }
+    }
+    for d in install_dirs() {
+        add(d.join("nsys"), NsysSource::InstallDir);
+    }
+    Ok(out)
+}
+
+fn not_found() -> anyhow::Error {
+    anyhow!(
+        "nsys not found (looked at --nsys, NSYS, PATH, /opt/nvidia/nsight-systems/*/bin, \
+         /usr/local/cuda*/bin, /usr/lib/nsight-systems/bin): {INSTALL_HINT}; or export the \
+         report where nsys is (`nsys export --type sqlite REPORT`) and convert the .sqlite"
+    )
+}
+
+/// The nsys to use: the first of [`nsys_candidates`].
+pub fn find_nsys(explicit: Option<&Path>) -> Result<Nsys> {
+    let (path, source) = nsys_candidates(explicit)?
+        .into_iter()
+        .next()
+        .ok_or_else(not_found)?;
+    Nsys::probe(&path, source)
+}
+
+/// The nsys to read a report captured by `capture`: the first candidate, unless it is too old
+/// and a later one is new enough. Errors say which versions were found and what to install.
+pub fn nsys_for_report(
+    explicit: Option<&Path>,
+    capture: Option<&Version>,
+    report: Option<&Path>,
+) -> Result<Nsys> {
+    let candidates = nsys_candidates(explicit)?;
+    let mut first: Option<Nsys> = None;
+    let mut others: Vec<Nsys> = Vec::new();
+    for (path, source) in candidates {
+        let n = match Nsys::probe(&path, source) {
+            Ok(n) => n,
+            Err(e) if first.is_none() && others.is_empty() && source != NsysSource::InstallDir => {
+                return Err(e);
+            }
+            Err(_) => continue,
+        };
+        let fits = match (capture, &n.version) {
+            (Some(c), Some(v)) => v.can_read(c),
+            _ => true,
+        };
+        if fits {
+            return Ok(n);
+        }
+        if first.is_none() {
+            first = Some(n);
+        } else {
+            others.push(n);
+        }
+    }
+    let Some(first) = first else {
+        return Err(not_found());
+    };
+    let c = capture.expect("only a known capture version rules an nsys out");
+    let mut msg = format!(
+        "captured with nsys {}; found {}, which cannot read reports of newer releases",
+        c,
+        first.describe()
+    );
+    for o in &others {
+        msg.push_str(&format!(" (also {})", o.describe()));
+    }
+    msg.push_str(&format!(
+        ". Install nsys {} or newer (https://developer.nvidia.com/nsight-systems) and pass \
+         --nsys PATH, or export the report with the nsys that captured it (`nsys export --type \
+         sqlite {}`) and convert the .sqlite",
+        c.release_str(),
+        report
+            .map(|r| r.display().to_string())
+            .unwrap_or_else(|| "REPORT".into())
+    ));
+    Err(anyhow!(msg))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Export with cache and lock
+
+/// How [`export_sqlite`] gets the SQLite export of a report (see the module doc).
+#[derive(Debug, Clone, Default)]
+pub struct ExportOptions {
+    /// The nsys to use (a binary or an install directory); default: searched.
+    pub nsys: Option<PathBuf>,
+    /// Neither reuse a cached export nor leave one behind (unless `keep_sqlite`).
+    pub no_cache: bool,
+    /// With `no_cache`: export afresh, then keep the result in the cache place.
+    pub keep_sqlite: bool,
+    /// The cache directory for reports in read-only folders; default
+    /// `$XDG_CACHE_HOME/nsys-perfetto`, else `~/.cache/nsys-perfetto`.
+    pub cache_dir: Option<PathBuf>,
+    /// Print nothing (the "waiting for another conversion" line).
+    pub quiet: bool,
+}
+
+/// How the export came about.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ExportKind {
+    /// An existing export at least as new as the report was used.
+    Reused,
+    /// nsys exported it now, in this many seconds.
+    Exported { seconds: f64 },
+}
+
+/// A report's SQLite export. With `no_cache`, the file lives in a temporary directory that is
+/// deleted when this is dropped.
+#[derive(Debug)]
+pub struct Exported {
+    sqlite: PathBuf,
+    pub kind: ExportKind,
+    /// The nsys that exported it (None when reused).
+    pub nsys: Option<Nsys>,
+    /// The nsys version that captured the report, when known.
+    pub capture: Option<Version>,
+    /// Whether the file stays after this is dropped.
+    pub kept: bool,
+    _temp: Option<tempfile::TempDir>,
+}
+
+impl Exported {
+    pub fn sqlite(&self) -> &Path {
+        &self.sqlite
+    }
+
+    /// One line for the user: where the export is and how it came about.
+    pub fn describe(&self) -> String {
+        let what = match (&self.kind, &self.nsys) {
+            (ExportKind::Reused, _) => "reused: at least as new as the report".to_string(),
+            (ExportKind::Exported { seconds }, Some(n)) => {
+                format!("exported by {} in {seconds:.1} s", n.describe())
+            }
+            (ExportKind::Exported { seconds }, None) => format!("exported in {seconds:.1} s"),
+        };
+        if self.kept {
+            format!("sqlite: {} ({what})", self.sqlite.display())
+        } else {
+            format!("sqlite: temporary, deleted after conversion ({what})")
+        }
+    }
+}
+
+/// The default cache directory: `$XDG_CACHE_HOME/nsys-perfetto`, else `~/.cache/nsys-perfetto`.
+pub fn default_cache_dir() -> Option<PathBuf> {
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|x| Path::new(x).is_absolute()) {
+        return Some(PathBuf::from(x).join("nsys-perfetto"));
+    }
+    std::env::var_os("HOME")
+        .filter(|h| !h.is_empty())
+        .map(|h| PathBuf::from(h).join(".cache/nsys-perfetto"))
+}
+
+/// FNV-1a: a stable hash for cache names (std's hasher may change between Rust releases).
+fn fnv1a(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for &b in bytes {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+fn stem_of(report: &Path) -> String {
+    report
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_else(|| "report".into())
+}
+
+/// Where the export of `report` lives beside it: `DIR/X.sqlite`.
+pub fn sibling_export(report: &Path) -> PathBuf {
+    report.with_extension("sqlite")
+}
+
+/// Where the export of `report` lives in `cache_dir`: `X-<hash of the absolute path>.sqlite`.
+pub fn cached_export(report: &Path, cache_dir: &Path) -> PathBuf {
+    let abs = fs::canonicalize(report).unwrap_or_else(|_| {
+        std::env::current_dir()
+            .map(|d| d.join(report))
+            .unwrap_or_else(|_| report.to_path_buf())
+    });
+    let hash = fnv1a(abs.as_os_str().as_encoded_bytes());
+    cache_dir.join(format!("{}-{hash:016x}.sqlite", stem_of(report)))
+}
+
+/// Whether `dir` was made read-only: its permission bits let nobody write. Root could write
+/// anyway; nsys-perfetto does not, in such a folder.
+pub fn read_only_dir(dir: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(dir).is_ok_and(|m| m.is_dir() && m.permissions().mode() & 0o222 == 0)
+}
+
+/// Whether files may be created in `dir` (and it is not [`read_only_dir`]).
+fn writable_dir(dir: &Path) -> bool {
+    match fs::metadata(dir) {
+        Ok(m) if m.is_dir() && !read_only_dir(dir) => tempfile::Builder::new()
+            .prefix(".nsys-perfetto-probe-")
+            .tempfile_in(dir)
+            .is_ok(),
+        _ => false,
+    }
+}
+
+/// A usable export at `path`: at least as new as the report and an nsys SQLite export.
+fn fresh_export(path: &Path, report_mtime: SystemTime) -> bool {
+    let Ok(m) = fs::metadata(path) else {
+        return false;
+    };
+    m.is_file() && m.modified().is_ok_and(|t| t >= report_mtime) && nsys::open_schema(path).is_ok()
+}
+
+fn parent_dir(p: &Path) -> PathBuf {
+    match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// The SQLite export of `report`, reused from the cache when fresh, else exported by nsys.
+/// Errors are one line that says what to do (see [`nsys_for_report`]).
+pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
+    let meta = fs::metadata(report).map_err(|e| anyhow!("cannot read: {e}"))?;
+    if meta.is_dir() {
+        bail!("is a directory, not a report");
+    }
+    let report_mtime = meta.modified()?;
+    let capture = capture_version(report)?;
+    let cache_dir = opts.cache_dir.clone().or_else(default_cache_dir);
+    let sibling = sibling_export(report);
+    let cached = cache_dir.as_deref().map(|d| cached_export(report, d));
+
+    if !opts.no_cache {
+        for p in std::iter::once(&sibling).chain(cached.iter()) {
+            if fresh_export(p, report_mtime) {
+                return Ok(Exported {
+                    sqlite: p.clone(),
+                    kind: ExportKind::Reused,
+                    nsys: None,
+                    capture,
+                    kept: true,
+                    _temp: None,
+                });
+            }
+        }
+    }
+
+    let nsys = nsys_for_report(opts.nsys.as_deref(), capture.as_ref(), Some(report))?;
+
+    if opts.no_cache && !opts.keep_sqlite {
+        let temp = tempfile::Builder::new()
+            .prefix("nsys-perfetto-")
+            .tempdir()
+            .context("cannot create a temporary directory")?;
+        let target = temp.path().join(format!("{}.sqlite", stem_of(report)));
+        let seconds = run_export(&nsys, report, &target)?;
+        return Ok(Exported {
+            sqlite: target,
+            kind: ExportKind::Exported { seconds },
+            nsys: Some(nsys),
+            capture,
+            kept: false,
+            _temp: Some(temp),
+        });
+    }
+
+    // Beside the report when its folder is writable, else in the cache directory.
+    let target = if writable_dir(&parent_dir(report)) {
+        sibling
+    } else {
+        let Some(c) = cached else {
+            bail!(
+                "{} is read-only and there is no cache directory (set XDG_CACHE_HOME or HOME)",
+                parent_dir(report).display()
+            );
+        };
+        let dir = parent_dir(&c);
+        fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create cache directory {}", dir.display()))?;
+        c
+    };
+    let _lock = ExportLock::acquire(&target, report, opts.quiet)?;
+    // Another conversion may have exported it while we waited.
+    if !opts.no_cache && fresh_export(&target, report_mtime) {
+        return Ok(Exported {
+            sqlite: target,
+            kind: ExportKind::Reused,
+            nsys: None,
+            capture,
+            kept: true,
+            _temp: None,
+        });
+    }
+    let seconds = run_export(&nsys, report, &target)?;
+    Ok(Exported {
+        sqlite: target,
+        kind: ExportKind::Exported { seconds },
+        nsys: Some(nsys),
+        capture,
+        kept: true,
+        _temp: None,
+    })
+}
+
+/// `nsys export` into a hidden temporary beside `target`, renamed into place when nsys
+/// succeeded and the file opens as an nsys export. Nothing is left behind on failure.
+fn run_export(nsys: &Nsys, report: &Path, target: &Path) -> Result<f64> {
+    let started = Instant::now();
+    let dir = parent_dir(target);
+    let name = target
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    remove_stale_parts(&dir, &name);
+    let tmp = tempfile::Builder::new()
+        .prefix(&format!(".{name}."))
+        .suffix(".part")
+        .tempfile_in(&dir)
+        .with_context(|| format!("cannot write to {}", dir.display()))?
+        .into_temp_path();
+    let out = Command::new(&nsys.path)
+        .args([
+            "export",
+            "--type",
+            "sqlite",
+            "--force-overwrite",
+            "true",
+            "--output",
+        ])
+        .arg(&*tmp)
+        .arg(report)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| anyhow!("cannot run {}: {e}", nsys.path.display()))?;
+    if !out.status.success() {
+        let msg = nsys_message(&out.stderr, &out.stdout);
+        let mut text = format!(
+            "nsys export failed ({}, {}): {msg}",
+            nsys.describe(),
+            out.status
+        );
+        if msg.contains("Version number is invalid") || msg.contains("ProtobufParseException") {
+            text.push_str(&format!(
+                "; the report may come from a newer nsys: {INSTALL_HINT}"
+            ));
+        }
+        bail!(text);
+    }
+    nsys::open_schema(&tmp).map_err(|e| {
+        anyhow!(
+            "nsys export ({}) reported success but wrote no usable export: {e}",
+            nsys.describe()
+        )
+    })?;
+    tmp.persist(target)
+        .map_err(|e| anyhow!("cannot create {}: {}", target.display(), e.error))?;
+    Ok(started.elapsed().as_secs_f64())
+}
+
+/// Temporaries of exports that died (killed, power cut). Called with the lock held, or for a
+/// private temporary directory, so no live export is writing them.
+fn remove_stale_parts(dir: &Path, name: &str) {
+    let prefix = format!(".{name}.");
+    if let Ok(rd) = fs::read_dir(dir) {
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().to_string();
+            if n.starts_with(&prefix) && n.ends_with(".part") {
+                let _ = fs::remove_file(e.path());
+            }
+        }
+    }
+}
+
+/// nsys's own message, trimmed: its error lines (stderr, else stdout), without progress bars.
+fn nsys_message(stderr: &[u8], stdout: &[u8]) -> String {
+    let pick = |b: &[u8]| -> String {
+        let text = String::from_utf8_lossy(b);
+        let lines: Vec<&str> = text
+            .split(['\n', '\r'])
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.contains("[=") && !l.contains("%]"))
+            .collect();
+        let mut s = lines.join(" | ");
+        if s.len() > 600 {
+            let mut cut = 600;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            s.truncate(cut);
+            s.push_str(" ...");
+        }
+        s
+    };
+    let e = pick(stderr);
+    if !e.is_empty() {
+        return e;
+    }
+    let o = pick(stdout);
+    if o.is_empty() {
+        "(no message)".into()
+    } else {
+        o
+    }
+}
+
+/// An exclusive `flock` on `.X.sqlite.lock` beside the export. The kernel drops it when the
+/// process dies, so a lock is never stale. The holder removes the file before unlocking; a
+/// waiter that then gets a lock on the removed file notices (different inode) and retries.
+struct ExportLock {
+    path: PathBuf,
+    _file: File,
+}
+
+impl ExportLock {
+    fn acquire(target: &Path, report: &Path, quiet: bool) -> Result<ExportLock> {
+        let name = target
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default();
+        let path = parent_dir(target).join(format!(".{name}.lock"));
+        let mut said = false;
+        loop {
+            let file = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(&path)
+                .with_context(|| format!("cannot create lock file {}", path.display()))?;
+            match file.try_lock() {
+                Ok(()) => {}
+                Err(fs::TryLockError::WouldBlock) => {
+                    if !quiet && !said {
+                        eprintln!(
+                            "{}: waiting for another conversion exporting it (lock {})",
+                            report.display(),
+                            path.display()
+                        );
+                        said = true;
+                    }
+                    file.lock()
+                        .with_context(|| format!("cannot lock {}", path.display()))?;
+                }
+                Err(fs::TryLockError::Error(e)) => {
+                    return Err(anyhow!("cannot lock {}: {e}", path.display()));
+                }
+            }
+            let held = file.metadata()?;
+            match fs::metadata(&path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(ExportLock { path, _file: file });
+                }
+                _ => continue,
+            }
+        }
+    }
+}
+
+impl Drop for ExportLock {
+    fn drop(&mut self) {
+        // Remove while still holding the lock; closing the file then unlocks.
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Profiling
+
+/// CPU sampling in `nsys profile --sample`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Sample {
+    /// `--sample=cpu`: CPU IP/backtrace sampling (perf events).
+    Cpu,
+    /// `--sample=none`
+    #[default]
+    None,
+}
+
+/// What [`profile`] runs. `Default` gives nsys's default trace set without CPU sampling and
+/// context switches, no timeout, and `report`-style naming after the command.
+#[derive(Debug, Clone)]
+pub struct ProfileOptions {
+    /// The nsys to use (binary or install directory); default: searched.
+    pub nsys: Option<PathBuf>,
+    /// The report's path without extension (`/tmp/run` gives `/tmp/run.nsys-rep`). An extension
+    /// `.nsys-rep`, `.qdrep`, `.pftrace`, `.json` or `.sqlite` is dropped. Default: the
+    /// command's file name in the current directory, numbered (`app-2`) if taken.
+    pub output: Option<PathBuf>,
+    /// `--trace`: comma-separated APIs, e.g. `cuda,nvtx,osrt`.
+    pub trace: String,
+    pub sample: Sample,
+    /// `--cpuctxsw=process-tree` instead of `none`: context switches (perf events).
+    pub cpuctxsw: bool,
+    /// More arguments for `nsys profile`, before the command.
+    pub nsys_args: Vec<OsString>,
+    /// Kill nsys, its agent and the program after this long.
+    pub timeout: Option<Duration>,
+    /// Send nsys's and the program's output to a log instead of the terminal, and show it only
+    /// when profiling failed.
+    pub quiet: bool,
+}
+
+impl Default for ProfileOptions {
+    fn default() -> Self {
+        ProfileOptions {
+            nsys: None,
+            output: None,
+            trace: "cuda,nvtx,osrt".into(),
+            sample: Sample::None,
+            cpuctxsw: false,
+            nsys_args: Vec::new(),
+            timeout: None,
+            quiet: false,
+        }
+    }
+}
+
+/// The report's base path (no extension) for `profile`.
+pub fn profile_base(output: Option<&Path>, command: &[OsString]) -> PathBuf {
+    if let Some(o) = output {
+        let known = ["nsys-rep", "qdrep", "pftrace", "json", "sqlite", "qdstrm"];
+        return match o.extension().and_then(OsStr::to_str) {
+            Some(e) if known.iter().any(|k| e.eq_ignore_ascii_case(k)) => o.with_extension(""),
+            _ => o.to_path_buf(),
+        };
+    }
+    let name = command
+        .first()
+        .and_then(|c| Path::new(c).file_name())
+        .map(|n| n.to_string_lossy().to_string())
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "report".into());
+    let taken = |base: &str| {
+        ["nsys-rep", "qdrep", "qdstrm", "pftrace", "sqlite"]
+            .iter()
+            .any(|e| Path::new(&format!("{base}.{e}")).exists())
+    };
+    if !taken(&name) {
+        return PathBuf::from(name);
+    }
+    (2..)
+        .map(|n| format!("{name}-{n}"))
+        .find(|b| !taken(b))
+        .map(PathBuf::from)
+        .expect("some number is free")
+}
+
+fn with_suffix(base: &Path, ext: &str) -> PathBuf {
+    let mut s = base.as_os_str().to_os_string();
+    s.push(".");
+    s.push(ext);
+    PathBuf::from(s)
+}
+
+/// Run `command` under `nsys profile` and return the report (`BASE.nsys-rep`, or `BASE.qdrep`
+/// from nsys before 2021.4). When nsys leaves only `BASE.qdstrm` (it could not find its
+/// importer), runs `QdstrmImporter` itself and removes the `.qdstrm`. An existing report of the
+/// same name is overwritten.
+pub fn profile(opts: &ProfileOptions, command: &[OsString]) -> Result<PathBuf> {
+    if command.is_empty() {
+        bail!("no command to profile");
+    }
+    let nsys = find_nsys(opts.nsys.as_deref())?;
+    let base = profile_base(opts.output.as_deref(), command);
+    if let Some(d) = base.parent().filter(|d| !d.as_os_str().is_empty()) {
+        fs::create_dir_all(d).with_context(|| format!("cannot create {}", d.display()))?;
+    }
+    let outputs: Vec<PathBuf> = ["nsys-rep", "qdrep", "qdstrm"]
+        .iter()
+        .map(|e| with_suffix(&base, e))
+        .collect();
+    for p in &outputs {
+        // Stale results would pass for this run's.
+        let _ = fs::remove_file(p);
+    }
+
+    let mut cmd = Command::new(&nsys.path);
+    cmd.arg("profile")
+        .arg(format!("--trace={}", opts.trace))
+        .arg(format!(
+            "--sample={}",
+            match opts.sample {
+                Sample::Cpu => "cpu",
+                Sample::None => "none",
+            }
+        ))
+        .arg(format!(
+            "--cpuctxsw={}",
+            if opts.cpuctxsw {
+                "process-tree"
+            } else {
+                "none"
+            }
+        ))
+        .arg("--force-overwrite=true")
+        .arg("--output")
+        .arg(&base)
+        .args(&opts.nsys_args)
+        .args(command)
+        .stdin(Stdio::inherit());
+    let log = if opts.quiet {
+        let f = tempfile::tempfile().context("cannot create a log file")?;
+        cmd.stdout(f.try_clone()?).stderr(f.try_clone()?);
+        Some(f)
+    } else {
+        None
+    };
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| anyhow!("cannot run {}: {e}", nsys.path.display()))?;
+    let pid = child.id();
+    let status = match opts.timeout {
+        None => child.wait()?,
+        Some(limit) => {
+            let started = Instant::now();
+            loop {
+                if let Some(s) = child.try_wait()? {
+                    break s;
+                }
+                if started.elapsed() >= limit {
+                    kill_nsys_tree(pid);
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    for p in &outputs {
+                        let _ = fs::remove_file(p);
+                    }
+                    bail!(
+                        "nsys profile did not finish within {} s and was stopped ({}); nsys \
+                         2022.4 can hang after the program exits when it collects CPU samples \
+                         or context switches, or when the program forks and execs",
+                        limit.as_secs(),
+                        nsys.describe()
+                    );
+                }
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    let log_text = || -> String {
+        let Some(mut f) = log.as_ref().and_then(|f| f.try_clone().ok()) else {
+            return String::new();
+        };
+        let mut s = Vec::new();
+        let _ = f.seek(SeekFrom::Start(0));
+        let _ = f.read_to_end(&mut s);
+        let s = String::from_utf8_lossy(&s);
+        let tail: Vec<&str> = s.lines().rev().take(20).collect();
+        tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+    };
+
+    let non_empty = |p: &Path| fs::metadata(p).is_ok_and(|m| m.len() > 0);
+    let [rep, qdrep, qdstrm] = [&outputs[0], &outputs[1], &outputs[2]];
+    let report = if non_empty(rep) {
+        rep.clone()
+    } else if non_empty(qdrep) {
+        qdrep.clone()
+    } else if non_empty(qdstrm) {
+        let importer = nsys.importer().ok_or_else(|| {
+            anyhow!(
+                "{} left {} but no report, and QdstrmImporter was not found (looked in \
+                 host-linux-x64 beside {} and in /usr/lib/nsight-systems/host-linux-x64): run \
+                 `QdstrmImporter -i {}` from your nsys installation",
+                nsys.describe(),
+                qdstrm.display(),
+                nsys.path.display(),
+                qdstrm.display()
+            )
+        })?;
+        import_qdstrm(&importer, qdstrm, rep)?;
+        let _ = fs::remove_file(qdstrm);
+        if !opts.quiet {
+            eprintln!(
+                "note: nsys could not import its capture itself; imported {} with {}",
+                qdstrm.display(),
+                importer.display()
+            );
+        }
+        rep.clone()
+    } else {
+        let mut msg = format!(
+            "nsys profile ({}) produced no report ({})",
+            nsys.describe(),
+            status
+        );
+        let log = log_text();
+        if !log.is_empty() {
+            msg.push_str(":\n");
+            msg.push_str(&log);
+        }
+        bail!(msg);
+    };
+    if !status.success() && !opts.quiet {
+        eprintln!("note: nsys profile exited with {status}; converting the report it wrote anyway");
+    }
+    Ok(report)
+}
+
+/// Turn a `.qdstrm` capture into a report with nsys's `QdstrmImporter`.
+pub fn import_qdstrm(importer: &Path, qdstrm: &Path, report: &Path) -> Result<()> {
+    let out = Command::new(importer)
+        .arg("--force-overwrite")
+        .arg("--input-file")
+        .arg(qdstrm)
+        .arg("--output-file")
+        .arg(report)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| anyhow!("cannot run {}: {e}", importer.display()))?;
+    let ok = out.status.success() && fs::metadata(report).is_ok_and(|m| m.len() > 0);
+    if !ok {
+        let _ = fs::remove_file(report);
+        bail!(
+            "{} failed to import {} ({}): {}",
+            importer.display(),
+            qdstrm.display(),
+            out.status,
+            nsys_message(&out.stderr, &out.stdout)
+        );
+    }
+    Ok(())
+}
+
+/// Kill (SIGKILL) nsys `pid`, its descendants (the launcher and the program) and its agent.
+/// The agent detaches into its own session; it is recognised by the session name nsys gives it,
+/// `--session-name=profile-<program>-<nsys pid>`. Linux only (reads /proc).
+fn kill_nsys_tree(pid: u32) {
+    let mut procs: Vec<(u32, u32, String)> = Vec::new();
+    if let Ok(rd) = fs::read_dir("/proc") {
+        for e in rd.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            let stat = fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            // pid (comm) state ppid ...: comm may hold spaces, so split after the last ')'.
+            let ppid = stat
+                .rsplit_once(')')
+                .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+                .and_then(|s| s.parse::<u32>().ok())
+                .unwrap_or(0);
+            let cmdline = fs::read(e.path().join("cmdline"))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            procs.push((p, ppid, cmdline));
+        }
+    }
+    let agent_tag = format!("-{pid} ");
+    let mut doomed: Vec<u32> = procs
+        .iter()
+        .filter(|(_, _, c)| {
+            c.contains("--start-agent")
+                && c.split_whitespace().any(|a| {
+                    a.starts_with("--session-name=profile-")
+                        && format!("{a} ").ends_with(&agent_tag)
+                })
+        })
+        .map(|(p, _, _)| *p)
+        .collect();
+    let mut frontier = vec![pid];
+    while let Some(parent) = frontier.pop() {
+        for (p, pp, _) in &procs {
+            if *pp == parent && !doomed.contains(p) {
+                doomed.push(*p);
+                frontier.push(*p);
+            }
+        }
+    }
+    for p in doomed {
+        let _ = Command::new("kill")
+            .args(["-KILL", &p.to_string()])
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn versions() {
+        let v = Version::parse("NVIDIA Nsight Systems version 2022.4.2.1-df9881f").unwrap();
+        assert_eq!(v.to_string(), "2022.4.2.1");
+        let h = Version::parse_at(b"2025@5@1@121-255136380782v0.").unwrap();
+        assert_eq!(h.to_string(), "2025.5.1.121");
+        assert!(!v.can_read(&h));
+        assert!(h.can_read(&v));
+        let same = Version::parse("2022.4.1").unwrap();
+        assert!(v.can_read(&same) && same.can_read(&v));
+        assert_eq!(
+            Version::parse("nsight-systems/2020.3.2")
+                .unwrap()
+                .to_string(),
+            "2020.3.2"
+        );
+        assert!(Version::parse("1.2.3").is_none());
+        assert!(Version::parse_at(b"1.\n").is_none());
+    }
+
+    #[test]
+    fn build_strings() {
+        let b = b"xx\x122020.3.2.6-87e152c:\x122020.3.2.6-87e152c\xa2\x01(87e1";
+        assert_eq!(find_build_version(b).unwrap().to_string(), "2020.3.2.6");
+        assert!(find_build_version(b"2020.3.2 and 12020.1.1.1-abcdefg").is_none());
+    }
+
+    #[test]
+    fn profile_names() {
+        let cmd = [OsString::from("./bin/app"), OsString::from("-x")];
+        assert_eq!(
+            profile_base(Some(Path::new("/tmp/wl.nsys-rep")), &cmd),
+            PathBuf::from("/tmp/wl")
+        );
+        assert_eq!(
+            profile_base(Some(Path::new("/tmp/wl")), &cmd),
+            PathBuf::from("/tmp/wl")
+        );
+        assert_eq!(
+            profile_base(Some(Path::new("run.v2")), &cmd),
+            PathBuf::from("run.v2")
+        );
+    }
+
+    #[test]
+    fn cache_names_are_stable() {
+        let p = cached_export(Path::new("/nonexistent/dir/r.nsys-rep"), Path::new("/c"));
+        assert_eq!(
+            p,
+            PathBuf::from(format!(
+                "/c/r-{:016x}.sqlite",
+                fnv1a(b"/nonexistent/dir/r.nsys-rep")
+            ))
+        );
+        assert_eq!(fnv1a(b""), 0xcbf2_9ce4_8422_2325);
+    }
+}
