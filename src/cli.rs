@@ -25,6 +25,15 @@ pub enum Command {
     /// Run a command under `nsys profile` and convert the report: NAME.nsys-rep, NAME.sqlite
     /// and NAME.pftrace.
     Profile(ProfileArgs),
+    /// Top kernels, memory operations, CUDA API calls and NVTX ranges by total time (count,
+    /// total, mean, median, min, max, %), as a table, --csv or --json.
+    Stats(crate::workflow::stats::StatsArgs),
+    /// Time of the events whose names match patterns (kernels, memory operations, API calls,
+    /// NVTX ranges with their CPU and GPU time), per file: count, total, mean.
+    Extract(crate::workflow::extract::ExtractArgs),
+    /// Profile a command once per parameter value ($p) and tabulate the extracted event times,
+    /// one column per value: sweep -p 16 32 64 -o 'run_$p' -- ./app --size '$p'
+    Sweep(crate::workflow::sweep::SweepArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -88,6 +97,9 @@ pub fn main() -> ExitCode {
     match cli.command {
         None => run_convert(&cli.convert),
         Some(Command::Profile(args)) => run_profile(&args),
+        Some(Command::Stats(args)) => args.run(),
+        Some(Command::Extract(args)) => args.run(),
+        Some(Command::Sweep(args)) => args.run(),
     }
 }
 

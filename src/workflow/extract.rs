@@ -1,0 +1,230 @@
+//! `nsys-perfetto extract PROFILE... --events PATTERN...`: the time of the events whose names
+//! match each pattern, per file and kind of event: count, total and mean, in ns.
+//!
+//! A pattern is matched against every kind (kernels by short or demangled name, memory
+//! operations, API calls, NVTX ranges); each kind with at least one match gets a row. NVTX
+//! ranges give two rows: their CPU time (`nvtx`) and their GPU time (`nvtx-gpu`, the span of the
+//! GPU work launched inside each range, see [`crate::projection`]). A pattern that matches
+//! nothing gets one row with no kind and a count of 0.
+
+use super::{Export, Kind, Output, Pattern, Table, Unit, csv_line, json_f64, plain_f64};
+use anyhow::Result;
+use serde_json::json;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ExtractRow {
+    /// The pattern as written.
+    pub pattern: String,
+    /// `None` when the pattern matched no event of any kind.
+    pub kind: Option<Kind>,
+    pub count: u64,
+    /// Summed duration, ns.
+    pub total: i64,
+}
+
+impl ExtractRow {
+    /// Mean duration, ns (NaN when there are no events).
+    pub fn mean(&self) -> f64 {
+        if self.count == 0 {
+            f64::NAN
+        } else {
+            self.total as f64 / self.count as f64
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Extract {
+    pub file: PathBuf,
+    /// Patterns in the order given; within a pattern, kinds in [`Kind::ALL`] order.
+    pub rows: Vec<ExtractRow>,
+}
+
+/// Extract the times of the events matching `patterns` from one profile.
+pub fn extract(path: &Path, patterns: &[Pattern]) -> Result<Extract> {
+    let ex = Export::open(path)?;
+    extract_of(&ex, path, patterns)
+}
+
+pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extract> {
+    // acc[pattern][kind] = (count, total)
+    let mut acc = vec![[(0u64, 0i64); Kind::ALL.len()]; patterns.len()];
+    for (ki, kind) in Kind::ALL.into_iter().enumerate() {
+        let Some(d) = ex.durations(kind) else {
+            continue;
+        };
+        let (join, name, alt) = ex.key_names(kind);
+        // One row per distinct (name, alternative name), streamed: the names are matched here.
+        let sql = format!(
+            "SELECT {name}, {alt}, a.cnt, a.total FROM \
+             (SELECT key, alt, count(*) AS cnt, sum(dur) AS total FROM ({d}) GROUP BY key, alt) a{join}"
+        );
+        let mut stmt = ex.conn.prepare(&sql)?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            let name = ex.name_at(kind, r, 0);
+            let alt = crate::nsys::text_at(r, 1);
+            let count: i64 = r.get(2)?;
+            let total: i64 = r.get(3)?;
+            for (pi, p) in patterns.iter().enumerate() {
+                if p.matches(&name) || alt.as_deref().is_some_and(|a| p.matches(a)) {
+                    let slot = &mut acc[pi][ki];
+                    slot.0 += count as u64;
+                    slot.1 += total;
+                }
+            }
+        }
+    }
+    let mut rows = Vec::new();
+    for (pi, p) in patterns.iter().enumerate() {
+        let before = rows.len();
+        for (ki, kind) in Kind::ALL.into_iter().enumerate() {
+            let (count, total) = acc[pi][ki];
+            if count > 0 {
+                rows.push(ExtractRow {
+                    pattern: p.text.clone(),
+                    kind: Some(kind),
+                    count,
+                    total,
+                });
+            }
+        }
+        if rows.len() == before {
+            rows.push(ExtractRow {
+                pattern: p.text.clone(),
+                kind: None,
+                count: 0,
+                total: 0,
+            });
+        }
+    }
+    Ok(Extract {
+        file: path.to_path_buf(),
+        rows,
+    })
+}
+
+/// Render the results of several files together.
+pub fn render(results: &[Extract], output: Output, unit: Unit) -> String {
+    match output {
+        Output::Table => {
+            let u = unit.as_str();
+            let (total_h, mean_h) = (format!("Total ({u})"), format!("Mean ({u})"));
+            let mut t = Table::new(&[
+                ("File", false),
+                ("Pattern", false),
+                ("Kind", false),
+                ("Count", true),
+                (&total_h, true),
+                (&mean_h, true),
+            ]);
+            for e in results {
+                for r in &e.rows {
+                    t.rows.push(vec![
+                        e.file.display().to_string(),
+                        r.pattern.clone(),
+                        r.kind.map_or("-", Kind::as_str).to_string(),
+                        super::group_digits(&r.count.to_string()),
+                        unit.fmt_int(r.total),
+                        unit.fmt_f64(r.mean()),
+                    ]);
+                }
+            }
+            t.render()
+        }
+        Output::Csv => {
+            let mut s = csv_line(&["file", "pattern", "kind", "count", "total_ns", "mean_ns"]);
+            for e in results {
+                for r in &e.rows {
+                    s.push_str(&csv_line(&[
+                        e.file.to_string_lossy().into_owned(),
+                        r.pattern.clone(),
+                        r.kind.map_or("", Kind::as_str).to_string(),
+                        r.count.to_string(),
+                        r.total.to_string(),
+                        plain_f64(r.mean()),
+                    ]));
+                }
+            }
+            s
+        }
+        Output::Json => {
+            let v: Vec<serde_json::Value> = results
+                .iter()
+                .map(|e| {
+                    json!({
+                        "file": e.file.to_string_lossy(),
+                        "events": e.rows.iter().map(|r| json!({
+                            "pattern": r.pattern,
+                            "kind": r.kind.map(Kind::as_str),
+                            "count": r.count,
+                            "total_ns": r.total,
+                            "mean_ns": json_f64(r.mean()),
+                        })).collect::<Vec<_>>(),
+                    })
+                })
+                .collect();
+            serde_json::to_string_pretty(&v).expect("JSON") + "\n"
+        }
+    }
+}
+
+/// `nsys-perfetto extract PROFILE... --events PATTERN...`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExtractArgs {
+    /// nsys SQLite exports (.sqlite) or reports (.nsys-rep, .qdrep).
+    #[arg(required = true, value_name = "PROFILE")]
+    pub profiles: Vec<PathBuf>,
+    /// Event-name patterns: substrings, or regexes as 're:REGEX'. Matched against kernel
+    /// (short and demangled), memory operation, CUDA API and NVTX range names.
+    #[arg(short, long = "events", required = true, num_args = 1.., value_name = "PATTERN")]
+    pub events: Vec<String>,
+    /// Read every pattern as a regex.
+    #[arg(long)]
+    pub regex: bool,
+    #[command(flatten)]
+    pub out: super::OutputArgs,
+}
+
+impl ExtractArgs {
+    pub fn run(&self) -> std::process::ExitCode {
+        let patterns: Vec<Pattern> = match self
+            .events
+            .iter()
+            .map(|p| Pattern::parse(p, self.regex))
+            .collect::<Result<_>>()
+        {
+            Ok(p) => p,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return std::process::ExitCode::from(2);
+            }
+        };
+        let mut results = Vec::new();
+        let mut failed = false;
+        for p in &self.profiles {
+            match Export::open_with(p, &self.out.export_options())
+                .and_then(|ex| extract_of(&ex, p, &patterns))
+            {
+                Ok(r) => results.push(r),
+                Err(e) => {
+                    eprintln!("error: {}: {e:#}", p.display());
+                    failed = true;
+                }
+            }
+        }
+        if let Err(e) = self
+            .out
+            .emit(&render(&results, self.out.format(), self.out.unit))
+        {
+            eprintln!("error: {e:#}");
+            failed = true;
+        }
+        if failed {
+            std::process::ExitCode::FAILURE
+        } else {
+            std::process::ExitCode::SUCCESS
+        }
+    }
+}

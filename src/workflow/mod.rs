@@ -1,0 +1,547 @@
+//! The workflows users script today, as library functions returning plain data:
+//! [`stats`] (top kernels, API calls, memory operations and NVTX ranges by total time),
+//! [`extract`] (time of the events whose names match patterns) and [`sweep`] (profile a command
+//! once per parameter value and tabulate the extracted times).
+//!
+//! Every number comes from SQL aggregates over the export (memory stays bounded: SQLite sorts
+//! and groups on disk); rendering to an aligned table, CSV or JSON is separate.
+//!
+//! Event durations are `end - start` in nanoseconds, over rows whose `end >= start`:
+//! - `kernel`: `CUPTI_ACTIVITY_KIND_KERNEL`, named by `shortName` (patterns also match
+//!   `demangledName`);
+//! - `memory`: `CUPTI_ACTIVITY_KIND_MEMCPY` by copy kind ("Memcpy HtoD") and
+//!   `CUPTI_ACTIVITY_KIND_MEMSET` ("Memset");
+//! - `api`: `CUPTI_ACTIVITY_KIND_RUNTIME` and `_DRIVER` calls, named by `nameId`;
+//! - `nvtx`: NVTX push/pop (59) and start/end (60) ranges, CPU time, named by `text` or `textId`;
+//! - `nvtx-gpu`: the same ranges projected onto the GPU ([`crate::projection`]): per range, from
+//!   the earliest start to the latest end of the GPU rows launched inside it, over all devices;
+//!   only ranges that launched GPU work count.
+
+pub mod extract;
+pub mod stats;
+pub mod sweep;
+
+use crate::nsys::enums::Enums;
+use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
+use crate::projection::{NVTX_GPU, PROJ_DB, Projection};
+use crate::report::{self, ExportOptions};
+use anyhow::Result;
+use regex::Regex;
+use rusqlite::Connection;
+use std::path::Path;
+
+/// The kinds of events the workflows report on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Kind {
+    Kernel,
+    Memory,
+    Api,
+    Nvtx,
+    NvtxGpu,
+}
+
+impl Kind {
+    pub const ALL: [Kind; 5] = [
+        Kind::Kernel,
+        Kind::Memory,
+        Kind::Api,
+        Kind::Nvtx,
+        Kind::NvtxGpu,
+    ];
+
+    /// Short name used in CSV/JSON and tables.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Kernel => "kernel",
+            Kind::Memory => "memory",
+            Kind::Api => "api",
+            Kind::Nvtx => "nvtx",
+            Kind::NvtxGpu => "nvtx-gpu",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Kind::Kernel => "CUDA kernels",
+            Kind::Memory => "GPU memory operations (memcpy by kind, memset)",
+            Kind::Api => "CUDA API calls (runtime and driver)",
+            Kind::Nvtx => "NVTX ranges (CPU time)",
+            Kind::NvtxGpu => {
+                "NVTX ranges projected onto the GPU (span of the GPU work launched inside)"
+            }
+        }
+    }
+
+    /// GPU work (kernels and memory operations) shares one percentage basis: all GPU time.
+    pub fn is_gpu(self) -> bool {
+        matches!(self, Kind::Kernel | Kind::Memory)
+    }
+}
+
+/// Time unit for tables. CSV and JSON always carry nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Unit {
+    #[default]
+    Ns,
+    Us,
+    Ms,
+    S,
+}
+
+impl Unit {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Unit::Ns => "ns",
+            Unit::Us => "us",
+            Unit::Ms => "ms",
+            Unit::S => "s",
+        }
+    }
+    fn divisor(self) -> f64 {
+        match self {
+            Unit::Ns => 1.0,
+            Unit::Us => 1e3,
+            Unit::Ms => 1e6,
+            Unit::S => 1e9,
+        }
+    }
+    /// A time in ns, for a table: whole numbers of ns stay whole; other units get 3 decimals.
+    pub fn fmt_int(self, ns: i64) -> String {
+        match self {
+            Unit::Ns => group_digits(&ns.to_string()),
+            _ => fmt_decimals(ns as f64 / self.divisor(), 3),
+        }
+    }
+    /// A fractional time (a mean, a median) in ns, for a table.
+    pub fn fmt_f64(self, ns: f64) -> String {
+        match self {
+            Unit::Ns => fmt_decimals(ns, 1),
+            _ => fmt_decimals(ns / self.divisor(), 3),
+        }
+    }
+}
+
+/// How a command prints its results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Output {
+    #[default]
+    Table,
+    Csv,
+    Json,
+}
+
+/// `1234567` -> `1,234,567` (a sign and decimals are kept).
+pub fn group_digits(s: &str) -> String {
+    let (sign, rest) = match s.strip_prefix('-') {
+        Some(r) => ("-", r),
+        None => ("", s),
+    };
+    let (int, frac) = match rest.find('.') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, ""),
+    };
+    let mut out = String::with_capacity(s.len() + int.len() / 3);
+    out.push_str(sign);
+    for (i, c) in int.chars().enumerate() {
+        if i > 0 && (int.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out.push_str(frac);
+    out
+}
+
+/// A number with `d` decimals and grouped digits; non-finite values print as `-`.
+pub fn fmt_decimals(v: f64, d: usize) -> String {
+    if !v.is_finite() {
+        return "-".into();
+    }
+    group_digits(&format!("{v:.d$}"))
+}
+
+/// A plain-text table with aligned columns.
+#[derive(Debug, Clone, Default)]
+pub struct Table {
+    pub headers: Vec<String>,
+    /// Right-align this column (numbers).
+    pub right: Vec<bool>,
+    pub rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub fn new(headers: &[(&str, bool)]) -> Table {
+        Table {
+            headers: headers.iter().map(|(h, _)| h.to_string()).collect(),
+            right: headers.iter().map(|(_, r)| *r).collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let n = self.headers.len();
+        let mut width: Vec<usize> = self.headers.iter().map(|h| h.chars().count()).collect();
+        for r in &self.rows {
+            for (i, c) in r.iter().enumerate().take(n) {
+                width[i] = width[i].max(c.chars().count());
+            }
+        }
+        let mut s = String::new();
+        let line = |s: &mut String, cells: &[String]| {
+            let mut l = String::new();
+            for (i, c) in cells.iter().enumerate().take(n) {
+                if i > 0 {
+                    l.push_str("  ");
+                }
+                let pad = width[i].saturating_sub(c.chars().count());
+                let last = i + 1 == n;
+                if self.right[i] {
+                    l.extend(std::iter::repeat_n(' ', pad));
+                    l.push_str(c);
+                } else {
+                    l.push_str(c);
+                    if !last {
+                        l.extend(std::iter::repeat_n(' ', pad));
+                    }
+                }
+            }
+            s.push_str(l.trim_end());
+            s.push('\n');
+        };
+        line(&mut s, &self.headers);
+        let rule: Vec<String> = width.iter().map(|w| "-".repeat(*w)).collect();
+        line(&mut s, &rule);
+        for r in &self.rows {
+            line(&mut s, r);
+        }
+        s
+    }
+}
+
+/// One CSV field, quoted when needed (RFC 4180).
+pub fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) || s.starts_with(' ') || s.ends_with(' ') {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+pub fn csv_line<S: AsRef<str>>(fields: &[S]) -> String {
+    let mut s = fields
+        .iter()
+        .map(|f| csv_field(f.as_ref()))
+        .collect::<Vec<_>>()
+        .join(",");
+    s.push('\n');
+    s
+}
+
+/// A float for CSV/JSON: shortest round-trip form; empty when not finite.
+pub fn plain_f64(v: f64) -> String {
+    if v.is_finite() {
+        format!("{v}")
+    } else {
+        String::new()
+    }
+}
+
+/// A float for JSON: `null` when not finite.
+pub fn json_f64(v: f64) -> serde_json::Value {
+    serde_json::Number::from_f64(v).map_or(serde_json::Value::Null, serde_json::Value::Number)
+}
+
+/// An event-name pattern: a substring by default, a regular expression with the `re:` prefix
+/// (or when every pattern is a regex), or an exact name.
+#[derive(Debug, Clone)]
+pub struct Pattern {
+    /// The pattern as the user wrote it (how it is shown in results).
+    pub text: String,
+    matcher: Matcher,
+}
+
+#[derive(Debug, Clone)]
+enum Matcher {
+    Substring(String),
+    Regex(Regex),
+    Exact(String),
+}
+
+impl Pattern {
+    /// Parse a user pattern: `re:EXPR` is a regex, anything else a substring (or a regex when
+    /// `all_regex`). Matching is case-sensitive.
+    pub fn parse(text: &str, all_regex: bool) -> Result<Pattern> {
+        let matcher = match text.strip_prefix("re:") {
+            Some(expr) => Matcher::Regex(
+                Regex::new(expr).map_err(|e| anyhow::anyhow!("bad regex {expr:?}: {e}"))?,
+            ),
+            None if all_regex => Matcher::Regex(
+                Regex::new(text).map_err(|e| anyhow::anyhow!("bad regex {text:?}: {e}"))?,
+            ),
+            None => Matcher::Substring(text.to_string()),
+        };
+        Ok(Pattern {
+            text: text.to_string(),
+            matcher,
+        })
+    }
+
+    /// A pattern matching exactly one name.
+    pub fn exact(name: &str) -> Pattern {
+        Pattern {
+            text: name.to_string(),
+            matcher: Matcher::Exact(name.to_string()),
+        }
+    }
+
+    pub fn matches(&self, name: &str) -> bool {
+        match &self.matcher {
+            Matcher::Substring(s) => name.contains(s.as_str()),
+            Matcher::Regex(r) => r.is_match(name),
+            Matcher::Exact(s) => name == s,
+        }
+    }
+}
+
+/// An export opened for the workflows: its schema, the enum labels and, when the export has NVTX
+/// ranges and GPU work, the NVTX-to-GPU projection attached as [`PROJ_DB`].
+pub struct Export {
+    pub conn: Connection,
+    pub schema: Schema,
+    pub enums: Enums,
+    pub projection: Option<Projection>,
+    /// Keeps a temporary export (made from a report) alive.
+    _exported: Option<report::Exported>,
+}
+
+impl Export {
+    /// Open an nsys SQLite export, or a report (`.nsys-rep`, `.qdrep`) through its SQLite
+    /// export (made by nsys, or reused, see [`crate::report::export_sqlite`]).
+    pub fn open(path: &Path) -> Result<Export> {
+        Export::open_with(
+            path,
+            &ExportOptions {
+                quiet: true,
+                ..Default::default()
+            },
+        )
+    }
+
+    pub fn open_with(path: &Path, opts: &ExportOptions) -> Result<Export> {
+        let exported = if report::is_report(path) {
+            Some(report::export_sqlite(path, opts)?)
+        } else {
+            None
+        };
+        let sqlite = exported.as_ref().map_or(path, |e| e.sqlite());
+        let (conn, schema) = nsys::open_schema(sqlite)?;
+        let enums = Enums::load(&conn, &schema);
+        let projection = Projection::build(&schema)?;
+        if let Some(p) = &projection {
+            p.attach(&conn)?;
+        }
+        Ok(Export {
+            conn,
+            schema,
+            enums,
+            projection,
+            _exported: exported,
+        })
+    }
+
+    /// The durations of one kind of event: `SELECT key, alt, dur` where `key` groups events
+    /// under one name, `alt` is a second name patterns may match (kernels' demangled name), and
+    /// `dur` is in ns. `None` when the export has no such events.
+    fn durations(&self, kind: Kind) -> Option<String> {
+        let s = &self.schema;
+        let ok = |t: &str| s.has_columns(t, &["start", "end"]);
+        match kind {
+            Kind::Kernel => {
+                if !ok(KERNEL) {
+                    return None;
+                }
+                let short = s.col(KERNEL, "shortName");
+                let long = s.col(KERNEL, "demangledName");
+                Some(format!(
+                    "SELECT coalesce({short}, {long}) AS key, {long} AS alt, \"end\" - start AS dur \
+                     FROM main.\"{KERNEL}\" WHERE \"end\" >= start"
+                ))
+            }
+            Kind::Memory => {
+                let mut parts = Vec::new();
+                if ok(MEMCPY) {
+                    // Copy kinds are >= 0; an unknown one is -2, memsets -1.
+                    let kind = s.col(MEMCPY, "copyKind");
+                    parts.push(format!(
+                        "SELECT coalesce({kind}, -2) AS key, NULL AS alt, \"end\" - start AS dur \
+                         FROM main.\"{MEMCPY}\" WHERE \"end\" >= start"
+                    ));
+                }
+                if ok(MEMSET) {
+                    parts.push(format!(
+                        "SELECT -1 AS key, NULL AS alt, \"end\" - start AS dur \
+                         FROM main.\"{MEMSET}\" WHERE \"end\" >= start"
+                    ));
+                }
+                (!parts.is_empty()).then(|| parts.join(" UNION ALL "))
+            }
+            Kind::Api => {
+                let parts: Vec<String> = [RUNTIME, DRIVER]
+                    .iter()
+                    .filter(|t| ok(t))
+                    .map(|t| {
+                        format!(
+                            "SELECT {} AS key, NULL AS alt, \"end\" - start AS dur \
+                             FROM main.\"{t}\" WHERE \"end\" >= start",
+                            s.col(t, "nameId")
+                        )
+                    })
+                    .collect();
+                (!parts.is_empty()).then(|| parts.join(" UNION ALL "))
+            }
+            Kind::Nvtx => {
+                if !s.has_columns(NVTX, &["start", "end", "eventType"]) {
+                    return None;
+                }
+                let text = s.col_of(NVTX, "r", "text");
+                let (join, name) = self.nvtx_name(&text, &s.col_of(NVTX, "r", "textId"));
+                Some(format!(
+                    "SELECT {name} AS key, NULL AS alt, r.\"end\" - r.start AS dur \
+                     FROM main.\"{NVTX}\" r{join} \
+                     WHERE r.eventType IN (59, 60) AND r.\"end\" >= r.start"
+                ))
+            }
+            Kind::NvtxGpu => {
+                self.projection.as_ref()?;
+                let (join, name) = self.nvtx_name("r.name_text", "r.name_id");
+                Some(format!(
+                    "SELECT {name} AS key, NULL AS alt, max(r.gpu_end) - min(r.gpu_start) AS dur \
+                     FROM {PROJ_DB}.{NVTX_GPU} r{join} GROUP BY r.nvtx_rid"
+                ))
+            }
+        }
+    }
+
+    fn has_strings(&self) -> bool {
+        self.schema.has_columns("StringIds", &["id", "value"])
+    }
+
+    /// (join, expression) naming an NVTX range from its text and text id columns.
+    fn nvtx_name(&self, text: &str, text_id: &str) -> (String, String) {
+        if self.has_strings() && text_id != "NULL" {
+            (
+                format!(" LEFT JOIN main.StringIds s ON s.id = {text_id}"),
+                format!("coalesce({text}, s.value, '(unnamed range)')"),
+            )
+        } else {
+            (
+                String::new(),
+                format!("coalesce({text}, '(unnamed range)')"),
+            )
+        }
+    }
+
+    /// (join, expression) turning an aggregated `a.key` (and `a.alt`) into display names.
+    fn key_names(&self, kind: Kind) -> (String, String, String) {
+        let strings = self.has_strings();
+        match kind {
+            Kind::Kernel if strings => (
+                " LEFT JOIN main.StringIds s ON s.id = a.key LEFT JOIN main.StringIds s2 ON s2.id = a.alt"
+                    .into(),
+                "coalesce(s.value, '(unnamed kernel)')".into(),
+                "s2.value".into(),
+            ),
+            Kind::Api if strings => (
+                " LEFT JOIN main.StringIds s ON s.id = a.key".into(),
+                "coalesce(s.value, '(unnamed API call)')".into(),
+                "NULL".into(),
+            ),
+            Kind::Kernel => (String::new(), "'(unnamed kernel)'".into(), "NULL".into()),
+            Kind::Api => (String::new(), "'(unnamed API call)'".into(), "NULL".into()),
+            // Memory keys are labelled in Rust; NVTX keys are names already.
+            Kind::Memory | Kind::Nvtx | Kind::NvtxGpu => {
+                (String::new(), "a.key".into(), "NULL".into())
+            }
+        }
+    }
+
+    /// The display name of a memory-operation key.
+    fn memory_name(&self, key: i64) -> String {
+        match key {
+            -1 => "Memset".into(),
+            -2 => "Memcpy (unknown kind)".into(),
+            k => format!("Memcpy {}", self.enums.copy_kind(k)),
+        }
+    }
+
+    /// Read a name column of an aggregate row: text, or a memory key to label.
+    fn name_at(&self, kind: Kind, row: &rusqlite::Row<'_>, idx: usize) -> String {
+        if kind == Kind::Memory {
+            return self.memory_name(nsys::int_at(row, idx).unwrap_or(-2));
+        }
+        match row.get_ref(idx) {
+            Ok(rusqlite::types::ValueRef::Integer(v)) => v.to_string(),
+            _ => nsys::text_at(row, idx).map_or_else(String::new, |s| s.into_owned()),
+        }
+    }
+}
+
+/// Write `text` to `path`, naming the file in errors.
+pub fn write_file(path: &Path, text: &str) -> Result<()> {
+    std::fs::write(path, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
+}
+
+/// How `stats` and `extract` print.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OutputArgs {
+    /// Print CSV (times in ns) instead of a table.
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+    /// Print JSON (times in ns) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Time unit of the table (CSV and JSON are always in ns).
+    #[arg(long, value_enum, default_value = "ns", value_name = "UNIT")]
+    pub unit: Unit,
+    /// Write to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+    /// The nsys that exports reports (.nsys-rep, .qdrep) to SQLite. Default: $NSYS, then PATH,
+    /// then the usual install places.
+    #[arg(long, value_name = "PATH")]
+    pub nsys: Option<std::path::PathBuf>,
+}
+
+impl OutputArgs {
+    pub fn format(&self) -> Output {
+        if self.csv {
+            Output::Csv
+        } else if self.json {
+            Output::Json
+        } else {
+            Output::Table
+        }
+    }
+
+    pub fn export_options(&self) -> ExportOptions {
+        ExportOptions {
+            nsys: self.nsys.clone(),
+            quiet: true,
+            ..Default::default()
+        }
+    }
+
+    /// Print or write the rendered result.
+    pub fn emit(&self, text: &str) -> Result<()> {
+        match &self.output {
+            Some(p) => write_file(p, text),
+            None => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                // A closed pipe (`| head`) is not an error worth reporting.
+                let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+                Ok(())
+            }
+        }
+    }
+}

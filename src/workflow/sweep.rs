@@ -1,0 +1,432 @@
+//! `nsys-perfetto sweep -p V... [--iter N] [--events PATTERN...] -o NAME -- COMMAND...`:
+//! profile a command once per parameter value (`$p` in the command's arguments and in the
+//! output name is replaced by the value), extract the matching event times from each profile and
+//! tabulate them with one column per value. With `--iter N` every value runs N times and each
+//! cell is the mean over the iterations (an iteration where the event did not occur counts as 0).
+//!
+//! Without `--events`, the events are the 10 kernels and the 10 NVTX ranges with the most total
+//! time in the first profile, matched by exact name.
+
+use super::extract::{Extract, extract_of};
+use super::stats::{StatsOptions, stats_of};
+use super::{Export, Kind, Pattern, Table, Unit, csv_line, plain_f64};
+use anyhow::{Context, Result, bail};
+use std::path::{Path, PathBuf};
+
+/// The placeholder replaced by each parameter value.
+pub const PLACEHOLDER: &str = "$p";
+
+#[derive(Debug, Clone)]
+pub struct SweepOptions {
+    /// Parameter values, in column order.
+    pub values: Vec<String>,
+    /// Runs per value (at least 1).
+    pub iterations: usize,
+    /// Event patterns; empty = the top kernels and NVTX ranges of the first profile.
+    pub patterns: Vec<Pattern>,
+    /// Output name template (`run_$p`): each run's report goes there (nsys adds its extension).
+    pub output: String,
+    /// The command and its arguments, with `$p` placeholders.
+    pub command: Vec<String>,
+    /// How reports are exported to SQLite.
+    pub export: crate::report::ExportOptions,
+}
+
+/// One profiled run.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Run {
+    pub value: String,
+    /// 1-based.
+    pub iteration: usize,
+    /// The command as run.
+    pub command: Vec<String>,
+    /// The output name given to the profiler.
+    pub output: PathBuf,
+    /// The profile the profiler produced.
+    pub profile: PathBuf,
+    pub extract: Extract,
+}
+
+/// An event's numbers for one parameter value, over its iterations.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Cell {
+    pub iterations: usize,
+    /// Events summed over the iterations.
+    pub count_sum: u64,
+    /// Durations summed over the iterations, ns.
+    pub total_sum: i64,
+}
+
+impl Cell {
+    /// Mean number of events per iteration.
+    pub fn count(&self) -> f64 {
+        self.count_sum as f64 / self.iterations.max(1) as f64
+    }
+    /// Mean total time per iteration, ns.
+    pub fn total(&self) -> f64 {
+        self.total_sum as f64 / self.iterations.max(1) as f64
+    }
+    /// Mean duration of one event over all iterations, ns (NaN without events).
+    pub fn mean(&self) -> f64 {
+        if self.count_sum == 0 {
+            f64::NAN
+        } else {
+            self.total_sum as f64 / self.count_sum as f64
+        }
+    }
+}
+
+/// Which number a sweep table shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Metric {
+    /// Total time of the events per run (mean over iterations).
+    #[default]
+    Total,
+    /// Mean duration of one event.
+    Mean,
+    /// Number of events per run (mean over iterations).
+    Count,
+}
+
+impl Metric {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Metric::Total => "total_ns",
+            Metric::Mean => "mean_ns",
+            Metric::Count => "count",
+        }
+    }
+    fn value(self, c: &Cell) -> f64 {
+        match self {
+            Metric::Total => c.total(),
+            Metric::Mean => c.mean(),
+            Metric::Count => c.count(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepRow {
+    pub pattern: String,
+    pub kind: Option<Kind>,
+    /// One per parameter value, in [`Sweep::values`] order.
+    pub cells: Vec<Cell>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sweep {
+    pub values: Vec<String>,
+    pub iterations: usize,
+    pub rows: Vec<SweepRow>,
+    pub runs: Vec<Run>,
+}
+
+/// Replace every `$p` in `s` by `value`.
+pub fn substitute(s: &str, value: &str) -> String {
+    s.replace(PLACEHOLDER, value)
+}
+
+/// The output name of one run: the template with the value substituted (or appended when the
+/// template has no `$p`), and `-ITER` appended when values run more than once.
+pub fn output_name(template: &str, value: &str, iteration: usize, iterations: usize) -> String {
+    let mut name = if template.contains(PLACEHOLDER) {
+        substitute(template, value)
+    } else {
+        format!("{template}_{value}")
+    };
+    if iterations > 1 {
+        name = format!("{name}-{iteration}");
+    }
+    name
+}
+
+/// Run the sweep. `profile(command, output)` profiles one command into `output` (a name
+/// without extension) and returns the profile it wrote (an SQLite export or a report).
+/// `progress` hears about each run before it starts.
+pub fn sweep(
+    opts: &SweepOptions,
+    profile: &mut dyn FnMut(&[String], &Path) -> Result<PathBuf>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Sweep> {
+    if opts.values.is_empty() {
+        bail!("no parameter values (-p)");
+    }
+    if opts.command.is_empty() {
+        bail!("no command to profile (after --)");
+    }
+    let iterations = opts.iterations.max(1);
+    let mut patterns = opts.patterns.clone();
+    let mut runs = Vec::new();
+    for value in &opts.values {
+        for iteration in 1..=iterations {
+            let command: Vec<String> = opts.command.iter().map(|a| substitute(a, value)).collect();
+            let output = PathBuf::from(output_name(&opts.output, value, iteration, iterations));
+            progress(&format!(
+                "p={value}{}: {}",
+                if iterations > 1 {
+                    format!(" (iteration {iteration}/{iterations})")
+                } else {
+                    String::new()
+                },
+                command.join(" ")
+            ));
+            let prof = profile(&command, &output)
+                .with_context(|| format!("profiling p={value} ({})", command.join(" ")))?;
+            let ex = Export::open_with(&prof, &opts.export)
+                .with_context(|| format!("{}", prof.display()))?;
+            if patterns.is_empty() {
+                patterns = default_patterns(&ex, &prof)?;
+            }
+            let extract = extract_of(&ex, &prof, &patterns)?;
+            runs.push(Run {
+                value: value.clone(),
+                iteration,
+                command,
+                output,
+                profile: prof,
+                extract,
+            });
+        }
+    }
+    Ok(Sweep {
+        values: opts.values.clone(),
+        iterations,
+        rows: tabulate(&opts.values, iterations, &patterns, &runs),
+        runs,
+    })
+}
+
+/// The top 10 kernels and NVTX ranges of a profile, as exact-name patterns.
+fn default_patterns(ex: &Export, path: &Path) -> Result<Vec<Pattern>> {
+    let st = stats_of(ex, path, &StatsOptions { top: 10 })?;
+    let mut out: Vec<Pattern> = Vec::new();
+    for sec in &st.sections {
+        if matches!(sec.kind, Kind::Kernel | Kind::Nvtx) {
+            for r in &sec.rows {
+                if !out.iter().any(|p| p.text == r.name) {
+                    out.push(Pattern::exact(&r.name));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Rows: each (pattern, kind) that any run matched, patterns in order; a pattern no run matched
+/// keeps one row without a kind.
+fn tabulate(
+    values: &[String],
+    iterations: usize,
+    patterns: &[Pattern],
+    runs: &[Run],
+) -> Vec<SweepRow> {
+    let mut rows = Vec::new();
+    for p in patterns {
+        let mut kinds: Vec<Kind> = runs
+            .iter()
+            .flat_map(|r| r.extract.rows.iter())
+            .filter(|r| r.pattern == p.text)
+            .filter_map(|r| r.kind)
+            .collect();
+        kinds.sort();
+        kinds.dedup();
+        let keys: Vec<Option<Kind>> = if kinds.is_empty() {
+            vec![None]
+        } else {
+            kinds.into_iter().map(Some).collect()
+        };
+        for kind in keys {
+            let cells = values
+                .iter()
+                .map(|v| {
+                    let mut c = Cell {
+                        iterations,
+                        ..Default::default()
+                    };
+                    for run in runs.iter().filter(|r| &r.value == v) {
+                        for e in run.extract.rows.iter() {
+                            if e.pattern == p.text && e.kind == kind {
+                                c.count_sum += e.count;
+                                c.total_sum += e.total;
+                            }
+                        }
+                    }
+                    c
+                })
+                .collect();
+            rows.push(SweepRow {
+                pattern: p.text.clone(),
+                kind,
+                cells,
+            });
+        }
+    }
+    rows
+}
+
+impl Sweep {
+    /// The terminal table: one row per event, one column per value.
+    pub fn table(&self, metric: Metric, unit: Unit) -> String {
+        let mut headers: Vec<(String, bool)> =
+            vec![("Event".into(), false), ("Kind".into(), false)];
+        headers.extend(self.values.iter().map(|v| (format!("p={v}"), true)));
+        let hdr: Vec<(&str, bool)> = headers.iter().map(|(h, r)| (h.as_str(), *r)).collect();
+        let mut t = Table::new(&hdr);
+        for r in &self.rows {
+            let mut line = vec![
+                r.pattern.clone(),
+                r.kind.map_or("-", Kind::as_str).to_string(),
+            ];
+            for c in &r.cells {
+                let v = metric.value(c);
+                line.push(match metric {
+                    Metric::Count => {
+                        super::fmt_decimals(v, if self.iterations > 1 { 1 } else { 0 })
+                    }
+                    _ if r.kind.is_none() => "-".into(),
+                    _ => unit.fmt_f64(v),
+                });
+            }
+            t.rows.push(line);
+        }
+        let what = match metric {
+            Metric::Total => format!("total time per run ({})", unit.as_str()),
+            Metric::Mean => format!("mean event duration ({})", unit.as_str()),
+            Metric::Count => "events per run".to_string(),
+        };
+        let iters = if self.iterations > 1 {
+            format!(", mean of {} iterations", self.iterations)
+        } else {
+            String::new()
+        };
+        format!("{what}{iters}\n{}", t.render())
+    }
+
+    /// CSV: `event,kind,metric,V1,V2...`, three rows per event (total_ns, mean_ns, count), in ns.
+    pub fn csv(&self) -> String {
+        let mut header = vec!["event".to_string(), "kind".into(), "metric".into()];
+        header.extend(self.values.iter().cloned());
+        let mut s = csv_line(&header);
+        for r in &self.rows {
+            for m in [Metric::Total, Metric::Mean, Metric::Count] {
+                let mut line = vec![
+                    r.pattern.clone(),
+                    r.kind.map_or("", Kind::as_str).to_string(),
+                    m.as_str().to_string(),
+                ];
+                line.extend(r.cells.iter().map(|c| plain_f64(m.value(c))));
+                s.push_str(&csv_line(&line));
+            }
+        }
+        s
+    }
+}
+
+/// `nsys-perfetto sweep -p V... [--iter N] [--events PATTERN...] -o NAME -- COMMAND...`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SweepArgs {
+    /// Parameter values: each replaces `$p` in the command's arguments and in the output name.
+    #[arg(short = 'p', long = "param", required = true, num_args = 1.., value_name = "VALUE")]
+    pub values: Vec<String>,
+    /// Profile each value N times; cells are means over the iterations.
+    #[arg(long = "iter", default_value_t = 1, value_name = "N")]
+    pub iterations: usize,
+    /// Event-name patterns (substrings, or 're:REGEX'). Default: the 10 kernels and 10 NVTX
+    /// ranges with the most time in the first profile.
+    #[arg(short, long = "events", num_args = 1.., value_name = "PATTERN")]
+    pub events: Vec<String>,
+    /// Read every pattern as a regex.
+    #[arg(long)]
+    pub regex: bool,
+    /// Report name of each run, with `$p` (quote it: 'run_$p'); nsys adds .nsys-rep, the export
+    /// is NAME.sqlite. With --iter, -1, -2... follow the name.
+    #[arg(short, long, default_value = "sweep_$p", value_name = "NAME")]
+    pub output: String,
+    /// Also write the table as CSV (times in ns; rows total_ns, mean_ns and count per event).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// What the terminal table shows.
+    #[arg(long, value_enum, default_value = "total")]
+    pub metric: Metric,
+    /// Time unit of the terminal table.
+    #[arg(long, value_enum, default_value = "us", value_name = "UNIT")]
+    pub unit: Unit,
+    /// APIs to trace (nsys profile --trace).
+    #[arg(short, long, default_value = "cuda,nvtx,osrt", value_name = "LIST")]
+    pub trace: String,
+    /// Stop nsys and the program after SECS seconds (each run).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// The nsys to use (binary or install directory). Default: $NSYS, then PATH, then the
+    /// usual install places.
+    #[arg(long, value_name = "PATH")]
+    pub nsys: Option<PathBuf>,
+    /// Show nsys's and the program's output (by default shown only when a run fails).
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// The command to profile, after `--`, with `$p` where the value goes.
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+impl SweepArgs {
+    pub fn options(&self) -> Result<SweepOptions> {
+        Ok(SweepOptions {
+            values: self.values.clone(),
+            iterations: self.iterations,
+            patterns: self
+                .events
+                .iter()
+                .map(|p| Pattern::parse(p, self.regex))
+                .collect::<Result<_>>()?,
+            output: self.output.clone(),
+            command: self.command.clone(),
+            export: crate::report::ExportOptions {
+                nsys: self.nsys.clone(),
+                quiet: true,
+                ..Default::default()
+            },
+        })
+    }
+
+    pub fn run(&self) -> std::process::ExitCode {
+        let opts = match self.options() {
+            Ok(o) => o,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return std::process::ExitCode::from(2);
+            }
+        };
+        let mut profile = |command: &[String], output: &Path| -> Result<PathBuf> {
+            let popts = crate::report::ProfileOptions {
+                nsys: self.nsys.clone(),
+                output: Some(output.to_path_buf()),
+                trace: self.trace.clone(),
+                timeout: self.timeout.map(std::time::Duration::from_secs),
+                quiet: !self.verbose,
+                ..Default::default()
+            };
+            let command: Vec<std::ffi::OsString> = command.iter().map(Into::into).collect();
+            crate::report::profile(&popts, &command)
+        };
+        let mut progress = |line: &str| eprintln!("sweep: {line}");
+        let result = sweep(&opts, &mut profile, &mut progress).and_then(|sw| {
+            for r in &sw.runs {
+                eprintln!("sweep: p={} -> {}", r.value, r.profile.display());
+            }
+            print!("{}", sw.table(self.metric, self.unit));
+            if let Some(csv) = &self.csv {
+                super::write_file(csv, &sw.csv())?;
+                eprintln!("sweep: CSV written to {}", csv.display());
+            }
+            Ok(())
+        });
+        match result {
+            Ok(()) => std::process::ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                std::process::ExitCode::FAILURE
+            }
+        }
+    }
+}
