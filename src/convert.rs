@@ -125,6 +125,14 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
     });
     let (readers_summary, bytes) = result?;
     summary.merge(readers_summary);
+    // Temporary files are private (0600); the trace is an ordinary file, readable like any other.
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let _ = tmp
+            .as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    }
     tmp.persist(output)
         .map_err(|e| anyhow!("cannot create {}: {}", output.display(), e.error))?;
     summary.output_bytes = if gzip {
