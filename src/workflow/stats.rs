@@ -211,7 +211,7 @@ impl Stats {
             if (sec.rows.len() as u64) < sec.names {
                 s.push_str(&format!(
                     "  ... {} more names (--top 0 shows all)\n",
-                    sec.names - sec.rows.len() as u64
+                    super::group_digits(&(sec.names - sec.rows.len() as u64).to_string())
                 ));
             }
         }
