@@ -51,10 +51,12 @@
 //!
 //! * Debian's packaged nsys cannot find its importer: `nsys profile` leaves `NAME.qdstrm` and no
 //!   report. [`profile`] then runs `QdstrmImporter` from nsys's `host-linux-x64` directory.
-//! * nsys 2022.4's agent spins forever after the program exits when it collected CPU context
-//!   switches or CPU samples through perf events on some kernels, so `nsys profile` never
-//!   returns. [`ProfileOptions`] turns both off by default and offers a timeout, after which nsys,
-//!   its agent and the profiled program are killed.
+//! * nsys 2022.4's agent can spin forever after the program exits when it collects CPU context
+//!   switches or CPU samples through perf events (seen on this project's CI kernel: every capture
+//!   with the default `--cpuctxsw=process-tree` hung, with or without fork+exec in the program;
+//!   with context switches and sampling off, captures finish in seconds, fork+exec included).
+//!   [`ProfileOptions`] turns both off by default and offers a timeout, after which nsys, its
+//!   agent and the profiled program are killed.
 
 use crate::nsys;
 use anyhow::{Context, Result, anyhow, bail};
@@ -1140,7 +1142,7 @@ pub fn profile(opts: &ProfileOptions, command: &[OsString]) -> Result<PathBuf> {
                     bail!(
                         "nsys profile did not finish within {} s and was stopped ({}); nsys \
                          2022.4 can hang after the program exits when it collects CPU samples \
-                         or context switches, or when the program forks and execs",
+                         or context switches (--sample cpu, --cpuctxsw)",
                         limit.as_secs(),
                         nsys.describe()
                     );
