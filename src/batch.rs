@@ -127,7 +127,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                     }
                     files.extend(profiles);
                 }
-                Err(e) => ex.errors.push((shown, format!("{e:#}"))),
+                Err(e) => ex.errors.push((shown, convert::error_line(&e))),
             }
         } else {
             ex.errors.push((shown, "no such file or directory".into()));
@@ -349,7 +349,11 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         let output = match output_for(input, opts, conv, many) {
             Ok(o) => o,
             Err(e) => {
-                eprintln!("error: {tag}{}: {e:#}", input.display());
+                eprintln!(
+                    "error: {tag}{}: {}",
+                    input.display(),
+                    convert::error_line(&e)
+                );
                 t.failed += 1;
                 continue;
             }
@@ -374,12 +378,17 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
                 }
             }
             Err(e) => {
-                eprintln!("error: {tag}{}: {e:#}", input.display());
+                eprintln!(
+                    "error: {tag}{}: {}",
+                    input.display(),
+                    convert::error_line(&e)
+                );
                 t.failed += 1;
             }
         }
     }
-    if !opts.quiet && (batch || t.failed > 0 && n + ex.errors.len() > 1) {
+    // A total only says something when more than one file was at stake.
+    if !opts.quiet && ((batch && n > 0) || n + ex.errors.len() > 1) {
         let mut parts = vec![format!("{} converted", t.converted)];
         if t.up_to_date > 0 {
             parts.push(format!("{} up to date", t.up_to_date));

@@ -55,6 +55,8 @@ pub struct ConvertArgs {
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub select: SelectArgs,
     /// Convert even inputs whose output is up to date. (With several inputs, a directory or a
     /// pattern, those are skipped; a single file is always converted.)
     #[arg(long)]
@@ -107,7 +109,14 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
     let opts = Options {
         format: args.output_format(),
         json_colors: args.json_colors,
-        ..Default::default()
+        progress: !args.quiet,
+        selection: match args.select.selection() {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                return ExitCode::from(2);
+            }
+        },
     };
     let batch = crate::batch::BatchOptions {
         output: args.output.clone(),
@@ -119,6 +128,53 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// What to convert; shared by every command that writes a trace.
+#[derive(Args, Debug, Clone, Default)]
+pub struct SelectArgs {
+    /// Event types to write, comma-separated: kernel, memcpy, memset, cuda-api, nvtx (ranges
+    /// and marks), nvtx-gpu (NVTX ranges projected onto the GPU work they launched), osrt (OS
+    /// runtime calls). Default: all.
+    #[arg(long, value_delimiter = ',', value_name = "TYPES")]
+    pub types: Vec<String>,
+    /// Keep only NVTX ranges and marks whose name starts with TEXT, or matches REGEX when given
+    /// as 're:REGEX'. Registered-string names count.
+    #[arg(long, value_name = "TEXT|re:REGEX")]
+    pub nvtx_filter: Option<String>,
+    /// Keep events overlapping this window, relative to the capture start: '2s..3.5s',
+    /// '..500ms', '1.2s..' (units: s, ms, us, ns).
+    #[arg(long, value_name = "START..END")]
+    pub time_range: Option<String>,
+    /// Keep only these processes (repeat or comma-separate).
+    #[arg(long, value_delimiter = ',', value_name = "PID")]
+    pub pid: Vec<i64>,
+    /// Keep only GPU work (and NVTX-on-GPU tracks) of these devices.
+    #[arg(long, value_delimiter = ',', value_name = "DEVICE")]
+    pub device: Vec<i64>,
+}
+
+impl SelectArgs {
+    pub fn selection(&self) -> anyhow::Result<crate::select::Selection> {
+        use crate::select::{NameFilter, Selection};
+        let mut sel = Selection::default();
+        if !self.types.is_empty() {
+            sel.types = self
+                .types
+                .iter()
+                .map(|t| t.parse())
+                .collect::<anyhow::Result<_>>()?;
+        }
+        sel.nvtx_filter = self
+            .nvtx_filter
+            .as_deref()
+            .map(NameFilter::parse)
+            .transpose()?;
+        sel.time = self.time_range.as_deref().map(str::parse).transpose()?;
+        sel.pids = self.pid.clone();
+        sel.devices = self.device.clone();
+        Ok(sel)
     }
 }
 

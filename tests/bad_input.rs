@@ -95,11 +95,8 @@ fn missing_path() {
     );
 }
 
-// KNOWN FAILURE (converter, src/batch.rs): a directory argument is taken as a batch, so besides
-// "error: DIR: no .sqlite, .nsys-rep or .qdrep files in this directory" stderr gets a second line,
-// "total: 0 converted, 1 failed". Run with `cargo test --test bad_input -- --ignored`.
+// A directory with nothing to convert: one error line, no batch total.
 #[test]
-#[ignore = "converter prints a second stderr line (\"total: 0 converted, 1 failed\") for a directory argument"]
 fn directory() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("report-dir.sqlite");

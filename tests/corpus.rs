@@ -1216,13 +1216,11 @@ fn corpus_converts_losslessly() {
     }
 }
 
-// KNOWN FAILURE (converter, src/nsys/info.rs): GPU names are keyed by TARGET_INFO_GPU.id, which
-// is nsys's own GPU number, not the CUDA device id that CUPTI rows carry in deviceId; where the
-// export has `cuDevice` that is the CUDA id. In the corpus, MAP-Fusion23's report1.sqlite has
+// GPU names must follow the CUDA device id that CUPTI rows carry in deviceId (`cuDevice`), not
+// TARGET_INFO_GPU.id, which is nsys's own GPU number. In the corpus, MAP-Fusion23's report1.sqlite has
 // id 0 = cuDevice 1 and id 1 = cuDevice 0 (no kernels there, so no visible effect yet); a machine
 // with different GPU models would get its GPU tracks mislabelled.
 #[test]
-#[ignore = "converter names GPUs by TARGET_INFO_GPU.id instead of cuDevice"]
 fn gpu_names_follow_cuda_device_ids() {
     let Some(dir) = corpus_dir() else {
         eprintln!("skipped: ../shared/corpus not found");
