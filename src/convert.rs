@@ -400,14 +400,28 @@ fn write_chunks<F: Format, W: Write>(
         Ok(())
     };
     put(out, &format.header(info))?;
+    // Formats whose records are separated (JSON's commas) write each record with a leading
+    // separator; the very first record after the header drops it.
+    let mut first = true;
+    let mut put_record = |out: &mut W, data: &[u8]| -> Result<()> {
+        let mut data = data;
+        if first && !data.is_empty() {
+            if let Some(sep) = format.record_separator() {
+                data = data.strip_prefix(sep).unwrap_or(data);
+            }
+            first = false;
+        }
+        put(out, data)
+    };
     for chunk in rx {
         for wk in chunk.requires {
             if described.insert(wk) {
-                put(out, &format.describe_well_known(wk, info))?;
+                put_record(out, &format.describe_well_known(wk, info))?;
             }
         }
-        put(out, &chunk.data)?;
+        put_record(out, &chunk.data)?;
     }
+    drop(put_record);
     put(out, &format.footer(info))?;
     Ok(bytes)
 }

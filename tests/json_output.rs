@@ -80,14 +80,14 @@ struct Trace {
 fn parse(bytes: &[u8]) -> Trace {
     let root: Value = serde_json::from_slice(bytes).expect("output is valid JSON");
     let list = root["traceEvents"].as_array().expect("traceEvents array");
-    // The header's first object is inert: metadata with stripped args.
-    assert_eq!(list[0]["args"], "__stripped__");
+    // No placeholder: every object is a real event (none on pid 0, which is no process of ours).
+    assert!(list.iter().all(|e| e["pid"] != 0), "an event on pid 0");
     let mut t = Trace {
         events: Vec::new(),
         process_names: HashMap::new(),
         thread_names: HashMap::new(),
     };
-    for e in &list[1..] {
+    for e in list {
         let s = |k: &str| e[k].as_str().unwrap_or_default().to_string();
         let n = |k: &str| e[k].as_u64();
         let ph = s("ph");

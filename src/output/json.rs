@@ -58,10 +58,12 @@ impl Format for Json {
     }
 
     fn header(&self, _info: &ProfileInfo) -> Vec<u8> {
-        // The first object must need no comma. A metadata event whose args were "stripped"
-        // is skipped by chrome://tracing and ignored by Perfetto: it names and creates nothing.
-        b"{\"traceEvents\":[\n{\"ph\":\"M\",\"name\":\"nsys_perfetto\",\"pid\":0,\"tid\":0,\"args\":\"__stripped__\"}"
-            .to_vec()
+        // Every event is written as ",\n{...}"; the file writer drops the first comma.
+        b"{\"traceEvents\":[".to_vec()
+    }
+
+    fn record_separator(&self) -> Option<&'static [u8]> {
+        Some(b",")
     }
 
     fn describe_well_known(&self, track: WellKnown, info: &ProfileInfo) -> Vec<u8> {

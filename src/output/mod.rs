@@ -128,4 +128,8 @@ pub trait Format: Sync {
     fn header(&self, info: &ProfileInfo) -> Vec<u8>;
     fn describe_well_known(&self, track: WellKnown, info: &ProfileInfo) -> Vec<u8>;
     fn footer(&self, info: &ProfileInfo) -> Vec<u8>;
+    /// The separator every record starts with, dropped from the first record of the file.
+    fn record_separator(&self) -> Option<&'static [u8]> {
+        None
+    }
 }
