@@ -108,7 +108,7 @@ pub fn main() -> ExitCode {
 fn run_convert(args: &ConvertArgs) -> ExitCode {
     let opts = Options {
         format: args.output_format(),
-        json_colors: args.json_colors,
+        json_colors: args.json_colors || args.select.nvtx_color_scheme.is_some(),
         progress: !args.quiet,
         selection: match args.select.selection() {
             Ok(s) => s,
@@ -136,7 +136,7 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
 pub struct SelectArgs {
     /// Event types to write, comma-separated: kernel, memcpy, memset, cuda-api, nvtx (ranges
     /// and marks), nvtx-gpu (NVTX ranges projected onto the GPU work they launched), osrt (OS
-    /// runtime calls). Default: all.
+    /// runtime calls), sync (CUDA synchronization waits). Default: all.
     #[arg(long, value_delimiter = ',', value_name = "TYPES")]
     pub types: Vec<String>,
     /// Keep only NVTX ranges and marks whose name starts with TEXT, or matches REGEX when given
@@ -153,6 +153,11 @@ pub struct SelectArgs {
     /// Keep only GPU work (and NVTX-on-GPU tracks) of these devices.
     #[arg(long, value_delimiter = ',', value_name = "DEVICE")]
     pub device: Vec<i64>,
+    /// Colour NVTX ranges by name: '{"regex": "colour", ...}' (first match wins; colours as
+    /// #rrggbb, 0xaarrggbb or red/green/blue/...). Overrides the program's colours; in JSON
+    /// output it turns on --json-colors.
+    #[arg(long, value_name = "JSON")]
+    pub nvtx_color_scheme: Option<String>,
 }
 
 impl SelectArgs {
@@ -174,6 +179,9 @@ impl SelectArgs {
         sel.time = self.time_range.as_deref().map(str::parse).transpose()?;
         sel.pids = self.pid.clone();
         sel.devices = self.device.clone();
+        if let Some(scheme) = &self.nvtx_color_scheme {
+            sel.nvtx_colors = crate::select::parse_color_scheme(scheme)?;
+        }
         Ok(sel)
     }
 }

@@ -186,6 +186,7 @@ fn run_readers<'s, 'e, F: Format>(
             let t = Instant::now();
             nsys::osrt::read(&conn, schema, sh.selection, &mut router)?;
             timing("osrt", t);
+            nsys::sync::read(&conn, schema, sh.selection, &mut router)?;
             router.finish()
         })
     };
@@ -278,7 +279,7 @@ fn run_readers<'s, 'e, F: Format>(
 /// Timed tables this version does not convert yet, with their row counts: nothing a profile
 /// holds is dropped without saying so.
 fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
-    const CONVERTED: [&str; 7] = [
+    const CONVERTED: [&str; 9] = [
         nsys::KERNEL,
         nsys::MEMCPY,
         nsys::MEMSET,
@@ -286,6 +287,9 @@ fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
         nsys::DRIVER,
         nsys::NVTX,
         nsys::osrt::OSRT,
+        nsys::sync::SYNC,
+        // Written by `nsys stats`: a copy of NVTX_EVENTS' push/pop ranges, converted from there.
+        "NvtxPushPopRanges",
     ];
     let mut tables: Vec<&str> = schema
         .tables()
@@ -320,6 +324,7 @@ fn estimated_rows(schema: &Schema) -> u64 {
         nsys::DRIVER,
         nsys::NVTX,
         nsys::osrt::OSRT,
+        nsys::sync::SYNC,
     ]
     .iter()
     .filter(|t| schema.has_table(t))
@@ -421,7 +426,6 @@ fn write_chunks<F: Format, W: Write>(
         }
         put_record(out, &chunk.data)?;
     }
-    drop(put_record);
     put(out, &format.footer(info))?;
     Ok(bytes)
 }

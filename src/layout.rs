@@ -43,7 +43,8 @@ pub struct Router<'a, W: EventWriter> {
     /// Each key's groups: normally one; a row that arrives later than its group's written time
     /// (a table not in start order) goes to a further group, on a lane of its own.
     groups: HashMap<GroupKey, Vec<Group>>,
-    gpu_tracks: HashMap<i64, u64>,
+    /// GPUs this router has put tracks under (for the track count).
+    gpu_tracks: std::collections::HashSet<i64>,
     pub summary: Summary,
     progress: Option<&'a crate::progress::Progress>,
     /// Rows handled since progress was last reported (reported in batches: less contention).
@@ -58,7 +59,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             info,
             tx,
             groups: HashMap::new(),
-            gpu_tracks: HashMap::new(),
+            gpu_tracks: Default::default(),
             summary: Summary::default(),
             progress: None,
             unreported: 0,
@@ -187,7 +188,6 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 self.summary.tracks += g.lanes.len() as u64;
             }
         }
-        self.summary.tracks += self.gpu_tracks.len() as u64;
         self.maybe_send(true)?;
         Ok(self.summary)
     }
@@ -279,6 +279,22 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     false,
                 )
             }
+            GroupKey::GpuSync { device, stream, .. } => {
+                let gpu = self.gpu_track(device);
+                // Context and event synchronization belong to no stream (id 0xFFFFFFFF).
+                let name = if (0..u32::MAX as i64).contains(&stream) {
+                    format!("Stream {stream} · sync")
+                } else {
+                    "Synchronization (no stream)".to_string()
+                };
+                (
+                    self.custom(Some(gpu), &name, Some(stream)),
+                    name,
+                    Some(gpu),
+                    Some(stream),
+                    false,
+                )
+            }
             GroupKey::GpuNvtx { device, global_tid } => {
                 let gpu = self.gpu_track(device);
                 let name = format!("NVTX · {}", info.thread_name(global_tid));
@@ -353,21 +369,14 @@ impl<'a, W: EventWriter> Router<'a, W> {
         uuid
     }
 
-    /// The per-device group track ("GPU 0 · NVIDIA H100"), its streams ordered by stream id.
+    /// The per-device group track ("GPU 0 · NVIDIA H100"), its streams ordered by stream id;
+    /// described by the file writer so every reader shares it.
     fn gpu_track(&mut self, device: i64) -> u64 {
-        if let Some(u) = self.gpu_tracks.get(&device) {
-            return *u;
+        self.writer.require(WellKnown::Gpu(device));
+        if self.gpu_tracks.insert(device) {
+            self.summary.tracks += 1;
         }
-        let uuid = self.ids.next_uuid();
-        self.writer.describe(&CustomTrack {
-            uuid,
-            parent: None,
-            name: self.info.gpu_label(device),
-            rank: Some(device),
-            explicit_child_order: true,
-        });
-        self.gpu_tracks.insert(device, uuid);
-        uuid
+        WellKnown::Gpu(device).uuid()
     }
 }
 
@@ -410,9 +419,9 @@ pub fn group_pid(key: &GroupKey) -> i64 {
         GroupKey::ThreadApi { global_tid }
         | GroupKey::ThreadNvtx { global_tid, .. }
         | GroupKey::ThreadOsrt { global_tid } => pid_of(global_tid),
-        GroupKey::ProcessNvtx { global_pid, .. } | GroupKey::GpuStream { global_pid, .. } => {
-            pid_of(global_pid_of(global_pid))
-        }
+        GroupKey::ProcessNvtx { global_pid, .. }
+        | GroupKey::GpuStream { global_pid, .. }
+        | GroupKey::GpuSync { global_pid, .. } => pid_of(global_pid_of(global_pid)),
         GroupKey::GpuNvtx { global_tid, .. } => pid_of(global_tid),
     }
 }

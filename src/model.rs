@@ -26,10 +26,12 @@ pub enum Category {
     NvtxGpu,
     /// OS runtime library calls.
     Osrt,
+    /// CUDA stream, event and context synchronization.
+    Sync,
 }
 
 impl Category {
-    pub const ALL: [Category; 8] = [
+    pub const ALL: [Category; 9] = [
         Category::Kernel,
         Category::Memcpy,
         Category::Memset,
@@ -38,6 +40,7 @@ impl Category {
         Category::NvtxMark,
         Category::NvtxGpu,
         Category::Osrt,
+        Category::Sync,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -50,6 +53,7 @@ impl Category {
             Category::NvtxMark => "nvtx.mark",
             Category::NvtxGpu => "nvtx.gpu",
             Category::Osrt => "osrt",
+            Category::Sync => "cuda.sync",
         }
     }
 
@@ -128,17 +132,27 @@ pub enum GroupKey {
     },
     /// OS runtime calls of a thread.
     ThreadOsrt { global_tid: i64 },
+    /// CUDA synchronization waits of one stream.
+    GpuSync {
+        device: i64,
+        global_pid: i64,
+        stream: i64,
+    },
     /// NVTX ranges of one CPU thread projected onto one GPU.
     GpuNvtx { device: i64, global_tid: i64 },
 }
 
 impl GroupKey {
-    /// Whether slices of this group may nest (a CPU call stack) or must never overlap
-    /// (GPU work and NVTX start/end ranges, which are independent intervals).
+    /// Whether slices of this group may nest (call stacks, push/pop ranges and their GPU
+    /// projection) or must never overlap (GPU work and NVTX start/end ranges, which are
+    /// independent intervals).
     pub fn nests(&self) -> bool {
         matches!(
             self,
-            GroupKey::ThreadApi { .. } | GroupKey::ThreadNvtx { .. }
+            GroupKey::ThreadApi { .. }
+                | GroupKey::ThreadNvtx { .. }
+                | GroupKey::ThreadOsrt { .. }
+                | GroupKey::GpuNvtx { .. }
         )
     }
 }

@@ -20,10 +20,11 @@ pub enum EventType {
     Nvtx,
     NvtxGpu,
     Osrt,
+    Sync,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 7] = [
+    pub const ALL: [EventType; 8] = [
         EventType::Kernel,
         EventType::Memcpy,
         EventType::Memset,
@@ -31,6 +32,7 @@ impl EventType {
         EventType::Nvtx,
         EventType::NvtxGpu,
         EventType::Osrt,
+        EventType::Sync,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +44,7 @@ impl EventType {
             EventType::Nvtx => "nvtx",
             EventType::NvtxGpu => "nvtx-gpu",
             EventType::Osrt => "osrt",
+            EventType::Sync => "sync",
         }
     }
 }
@@ -146,6 +149,69 @@ pub struct Selection {
     pub time: Option<TimeRange>,
     pub pids: Vec<i64>,
     pub devices: Vec<i64>,
+    /// Not a filter: colours given to NVTX ranges by name (`--nvtx-color-scheme`), first match
+    /// wins, overriding the colour the program set.
+    pub nvtx_colors: Vec<(Regex, u32)>,
+}
+
+/// Parse `{"regex": "colour", ...}`: colours as `#rrggbb`, `0xrrggbb`, `0xaarrggbb` or a basic
+/// name (red, green, blue, ...). Rules apply in the order written.
+pub fn parse_color_scheme(json: &str) -> Result<Vec<(Regex, u32)>> {
+    // serde_json keeps object keys sorted; read them in file order instead by scanning pairs.
+    let value: serde_json::Value = serde_json::from_str(json)
+        .map_err(|e| anyhow::anyhow!("bad --nvtx-color-scheme JSON: {e}"))?;
+    let Some(obj) = value.as_object() else {
+        bail!("bad --nvtx-color-scheme: expected an object {{\"regex\": \"colour\", ...}}");
+    };
+    let mut keys: Vec<&String> = obj.keys().collect();
+    // Order of appearance in the text (serde_json without preserve_order sorts keys).
+    keys.sort_by_key(|k| {
+        json.find(&serde_json::to_string(k).unwrap_or_default())
+            .unwrap_or(usize::MAX)
+    });
+    let mut rules = Vec::new();
+    for k in keys {
+        let re = Regex::new(k)
+            .map_err(|e| anyhow::anyhow!("bad --nvtx-color-scheme regex '{k}': {e}"))?;
+        let Some(c) = obj[k].as_str() else {
+            bail!("bad --nvtx-color-scheme: the colour for '{k}' must be a string");
+        };
+        rules.push((re, parse_color(c)?));
+    }
+    Ok(rules)
+}
+
+/// A colour as 0xRRGGBB.
+pub fn parse_color(s: &str) -> Result<u32> {
+    let t = s.trim().to_ascii_lowercase();
+    let named = match t.as_str() {
+        "red" => Some(0xff0000),
+        "green" => Some(0x00a000),
+        "blue" => Some(0x0000ff),
+        "yellow" => Some(0xffff00),
+        "orange" => Some(0xffa500),
+        "purple" => Some(0x800080),
+        "magenta" => Some(0xff00ff),
+        "cyan" => Some(0x00ffff),
+        "pink" => Some(0xffc0cb),
+        "brown" => Some(0xa52a2a),
+        "black" => Some(0x000000),
+        "white" => Some(0xffffff),
+        "grey" | "gray" => Some(0x808080),
+        _ => None,
+    };
+    if let Some(c) = named {
+        return Ok(c);
+    }
+    let hex = t
+        .strip_prefix('#')
+        .or_else(|| t.strip_prefix("0x"))
+        .ok_or_else(|| anyhow::anyhow!("bad colour '{s}': use #rrggbb, 0xaarrggbb or a name"))?;
+    if !(hex.len() == 6 || hex.len() == 8) {
+        bail!("bad colour '{s}': use #rrggbb, 0xaarrggbb or a name");
+    }
+    let v = u32::from_str_radix(hex, 16).map_err(|_| anyhow::anyhow!("bad colour '{s}'"))?;
+    Ok(v & 0xFF_FFFF)
 }
 
 impl Default for Selection {
@@ -156,6 +222,7 @@ impl Default for Selection {
             time: None,
             pids: Vec::new(),
             devices: Vec::new(),
+            nvtx_colors: Vec::new(),
         }
     }
 }
@@ -275,6 +342,21 @@ mod tests {
         assert!(!NameFilter::parse("fwd").unwrap().matches("bwd"));
         assert!(NameFilter::parse("re:^(fwd|bwd)$").unwrap().matches("bwd"));
         assert!(NameFilter::parse("re:(").is_err());
+    }
+
+    #[test]
+    fn color_schemes() {
+        let rules =
+            parse_color_scheme(r##"{"^fwd": "#ff0000", "bwd": "blue", ".*": "0x80112233"}"##)
+                .unwrap();
+        assert_eq!(rules.len(), 3);
+        assert_eq!(rules[0].0.as_str(), "^fwd");
+        assert_eq!(rules[0].1, 0xff0000);
+        assert_eq!(rules[1].1, 0x0000ff);
+        assert_eq!(rules[2].1, 0x112233);
+        assert!(parse_color_scheme("[1]").is_err());
+        assert!(parse_color_scheme(r#"{"(": "red"}"#).is_err());
+        assert!(parse_color("#12345").is_err());
     }
 
     #[test]

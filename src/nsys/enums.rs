@@ -24,6 +24,14 @@ const MEM_KINDS: &[&str] = &[
     "Unknown",
 ];
 
+const SYNC_TYPES: &[&str] = &[
+    "Unknown",
+    "Event sync",
+    "Stream wait sync",
+    "Stream sync",
+    "Context sync",
+];
+
 const LAUNCH_TYPES: &[&str] = &[
     "Unknown",
     "Regular",
@@ -36,6 +44,7 @@ pub struct Enums {
     copy_kind: HashMap<i64, String>,
     mem_kind: HashMap<i64, String>,
     launch_type: HashMap<i64, String>,
+    sync_type: HashMap<i64, String>,
 }
 
 fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> HashMap<i64, String> {
@@ -107,6 +116,11 @@ impl Enums {
                 true,
             ),
             launch_type: merged(LAUNCH_TYPES, launch_type, true),
+            sync_type: merged(
+                SYNC_TYPES,
+                read_enum(conn, schema, "ENUM_CUPTI_SYNC_TYPE"),
+                true,
+            ),
         }
     }
 
@@ -116,6 +130,10 @@ impl Enums {
 
     pub fn mem_kind(&self, v: i64) -> Cow<'_, str> {
         label(&self.mem_kind, v)
+    }
+
+    pub fn sync_type(&self, v: i64) -> Cow<'_, str> {
+        label(&self.sync_type, v)
     }
 
     pub fn launch_type(&self, v: i64) -> Cow<'_, str> {

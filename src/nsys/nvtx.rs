@@ -106,7 +106,7 @@ pub fn read<W: EventWriter>(
         };
         let domain = int_at(r, 5).unwrap_or(0);
         let gpid = global_pid_of(global_tid);
-        let color = int_at(r, 7);
+        let mut color = int_at(r, 7);
         if let Some(c) = color {
             colors
                 .entry(c)
@@ -133,6 +133,19 @@ pub fn read<W: EventWriter>(
             && !f.matches(&name_text(router.info(), name))
         {
             continue;
+        }
+        if !selection.nvtx_colors.is_empty() {
+            let text = name_text(router.info(), name);
+            if let Some((_, c)) = selection
+                .nvtx_colors
+                .iter()
+                .find(|(re, _)| re.is_match(&text))
+            {
+                color = Some(*c as i64);
+                colors
+                    .entry(*c as i64)
+                    .or_insert_with(|| format!("#{:06x}", c & 0xFF_FFFF));
+            }
         }
         let mut args = ArgList::new();
         args.label(

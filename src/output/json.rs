@@ -70,6 +70,18 @@ impl Format for Json {
         let mut out = Vec::new();
         let pid = track.pid() as u32;
         match track {
+            WellKnown::Gpu(device) => {
+                // A pseudo-process; GPUs sort before real processes, by device number.
+                let pid = gpu_pid(device);
+                metadata_name(&mut out, "process_name", pid, None, &info.gpu_label(device));
+                metadata_sort(
+                    &mut out,
+                    "process_sort_index",
+                    pid,
+                    None,
+                    device.clamp(0, PROCESS_SORT_BASE - 1),
+                );
+            }
             WellKnown::Process(gp) => {
                 metadata_name(&mut out, "process_name", pid, None, &info.process_name(gp));
                 metadata_sort(
@@ -167,6 +179,7 @@ impl JsonWriter {
                 let (pid, tid) = match WellKnown::from_uuid(lane) {
                     Some(WellKnown::Thread(gt)) => (pid_of(gt) as u32, tid_of(gt) as u32),
                     Some(WellKnown::Process(gp)) => (pid_of(gp) as u32, pid_of(gp) as u32),
+                    Some(WellKnown::Gpu(d)) => (gpu_pid(d), gpu_pid(d)),
                     // Never described (not expected): a named lane of its own all the same.
                     None => {
                         let (pid, tid) = (pseudo_pid(lane), pseudo_tid(lane));
@@ -329,6 +342,8 @@ impl EventWriter for JsonWriter {
                 tid_of(gt) * THREAD_SORT_STRIDE + nth,
             ),
             Some(WellKnown::Process(gp)) => (pid_of(gp) as u32, None, nth),
+            // A stream (or its lane) of a GPU, ordered by its rank (the stream id).
+            Some(WellKnown::Gpu(d)) => (gpu_pid(d), None, track.rank.unwrap_or(0)),
             None => match self.tracks.get(&parent) {
                 // A stream (or its lane) of a GPU, ordered by its rank (the stream id).
                 Some(p) if p.tid.is_none() => (p.pid, None, track.rank.unwrap_or(0)),
@@ -413,6 +428,11 @@ impl EventWriter for JsonWriter {
             requires: std::mem::take(&mut self.requires),
         })
     }
+}
+
+/// GPUs' pseudo-processes: below the custom tracks' pseudo pids, apart from real pids.
+fn gpu_pid(device: i64) -> u32 {
+    PSEUDO_PID_BASE - 1 - (device as u32 & 0xFFFF)
 }
 
 fn pseudo_pid(uuid: u64) -> u32 {

@@ -17,6 +17,9 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 pub enum WellKnown {
     Process(i64),
     Thread(i64),
+    /// A GPU (CUDA device number): the group holding its streams. Shared by every reader that
+    /// puts tracks under it (GPU work, synchronization, NVTX projected onto it).
+    Gpu(i64),
 }
 
 impl WellKnown {
@@ -25,6 +28,7 @@ impl WellKnown {
         match self {
             WellKnown::Process(gp) => (1 << 62) | ((global_pid_of(gp) as u64) >> 24),
             WellKnown::Thread(gt) => (1 << 62) | (1 << 61) | (gt as u64 & ((1 << 56) - 1)),
+            WellKnown::Gpu(d) => (1 << 62) | (1 << 60) | (d as u64 & 0xFFFF_FFFF),
         }
     }
 
@@ -33,10 +37,13 @@ impl WellKnown {
     pub fn from_uuid(uuid: u64) -> Option<WellKnown> {
         const PROCESS: u64 = 1 << 62;
         const THREAD: u64 = PROCESS | (1 << 61);
+        const GPU: u64 = PROCESS | (1 << 60);
         if uuid >> 63 != 0 {
             None
         } else if uuid & THREAD == THREAD {
             Some(WellKnown::Thread((uuid & ((1 << 56) - 1)) as i64))
+        } else if uuid & GPU == GPU {
+            Some(WellKnown::Gpu((uuid & 0xFFFF_FFFF) as i64))
         } else if uuid & PROCESS == PROCESS {
             Some(WellKnown::Process(((uuid & !PROCESS) << 24) as i64))
         } else {
@@ -47,12 +54,13 @@ impl WellKnown {
     pub fn pid(self) -> i64 {
         match self {
             WellKnown::Process(g) | WellKnown::Thread(g) => pid_of(g),
+            WellKnown::Gpu(_) => 0,
         }
     }
 
     pub fn tid(self) -> Option<i64> {
         match self {
-            WellKnown::Process(_) => None,
+            WellKnown::Process(_) | WellKnown::Gpu(_) => None,
             WellKnown::Thread(g) => Some(tid_of(g)),
         }
     }

@@ -56,6 +56,15 @@ impl Format for Protobuf {
                 }),
                 ..Default::default()
             },
+            WellKnown::Gpu(device) => TrackDescriptor {
+                uuid: Some(track.uuid()),
+                static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(
+                    info.gpu_label(device),
+                )),
+                child_ordering: Some(track_descriptor::ChildTracksOrdering::Explicit as i32),
+                sibling_order_rank: Some(device.clamp(0, i32::MAX as i64) as i32),
+                ..Default::default()
+            },
             WellKnown::Thread(gt) => TrackDescriptor {
                 uuid: Some(track.uuid()),
                 thread: Some(ThreadDescriptor {

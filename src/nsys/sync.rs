@@ -1,0 +1,125 @@
+//! CUDA synchronization (`CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`): how long a stream, event or
+//! context synchronization waited, on a "sync" track beside its stream.
+
+use super::gpu::ArgList;
+use super::{REORDER_WINDOW, Reorder, Schema, int_at};
+use crate::layout::Router;
+use crate::model::{ArgValue, Category, Event, Flows, GroupKey, Name};
+use crate::output::EventWriter;
+use crate::select::{EventType, Selection};
+use anyhow::Result;
+use rusqlite::Connection;
+use std::collections::HashMap;
+
+pub const SYNC: &str = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION";
+
+const COLS: [&str; 9] = [
+    "start",
+    "end",
+    "deviceId",
+    "globalPid",
+    "streamId",
+    "contextId",
+    "correlationId",
+    "syncType",
+    "eventId",
+];
+
+pub fn read<W: EventWriter>(
+    conn: &Connection,
+    schema: &Schema,
+    selection: &Selection,
+    router: &mut Router<'_, W>,
+) -> Result<()> {
+    if !schema.has_columns(SYNC, &["start", "end"]) || !selection.wants(EventType::Sync) {
+        return Ok(());
+    }
+    let cols: Vec<String> = COLS.iter().map(|c| schema.col_of(SYNC, "t", c)).collect();
+    let filter = selection.sql(
+        "t",
+        true,
+        schema.has_column(SYNC, "globalPid").then_some("globalPid"),
+        schema.has_column(SYNC, "deviceId").then_some("deviceId"),
+    );
+    let sql = format!(
+        "SELECT {} FROM {SYNC} t WHERE {filter} ORDER BY t.rowid",
+        cols.join(", ")
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+    let mut window = Reorder::new(REORDER_WINDOW);
+    let mut labels: HashMap<i64, String> = HashMap::new();
+    while let Some(r) = rows.next()? {
+        let row: [Option<i64>; 9] = std::array::from_fn(|i| int_at(r, i));
+        if let Some(row) = window.push(row[0].unwrap_or(i64::MIN), row) {
+            emit(&row, router, &mut labels)?;
+        }
+    }
+    while let Some(row) = window.pop() {
+        emit(&row, router, &mut labels)?;
+    }
+    Ok(())
+}
+
+fn emit<W: EventWriter>(
+    row: &[Option<i64>; 9],
+    router: &mut Router<'_, W>,
+    labels: &mut HashMap<i64, String>,
+) -> Result<()> {
+    let [
+        start,
+        end,
+        device,
+        gpid,
+        stream,
+        ctx,
+        corr,
+        sync_type,
+        event_id,
+    ] = *row;
+    let (Some(start), Some(end)) = (start, end) else {
+        router.skip(SYNC, "no start or end timestamp");
+        return Ok(());
+    };
+    if end < start {
+        router.skip(SYNC, "ends before it starts");
+        return Ok(());
+    }
+    if start < 0 {
+        router.skip(SYNC, "negative timestamp");
+        return Ok(());
+    }
+    let (Some(device), Some(stream)) = (device, stream) else {
+        router.skip(SYNC, "no device or stream id");
+        return Ok(());
+    };
+    let ty = sync_type.unwrap_or(0);
+    let info = router.info();
+    let label = labels
+        .entry(ty)
+        .or_insert_with(|| info.enums.sync_type(ty).into_owned())
+        .as_str();
+    let mut args = ArgList::new();
+    args.push("sync_type", ArgValue::Label(label));
+    args.int("event_id", event_id);
+    args.int("device", Some(device));
+    args.int("context", ctx);
+    args.int("stream", Some(stream));
+    args.int("correlation_id", corr);
+    let ev = Event {
+        start,
+        end: Some(end),
+        name: Name::Text(label),
+        category: Category::Sync,
+        args: args.as_slice(),
+        flows: Flows::default(),
+    };
+    router.event(
+        GroupKey::GpuSync {
+            device,
+            global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,
+            stream,
+        },
+        &ev,
+    )
+}
