@@ -136,7 +136,7 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
 pub struct SelectArgs {
     /// Event types to write, comma-separated: kernel, memcpy, memset, cuda-api, nvtx (ranges
     /// and marks), nvtx-gpu (NVTX ranges projected onto the GPU work they launched), osrt (OS
-    /// runtime calls), sync (CUDA synchronization waits). Default: all.
+    /// runtime calls), sync (CUDA synchronization waits), sched (threads on CPUs). Default: all.
     #[arg(long, value_delimiter = ',', value_name = "TYPES")]
     pub types: Vec<String>,
     /// Keep only NVTX ranges and marks whose name starts with TEXT, or matches REGEX when given

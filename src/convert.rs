@@ -190,6 +190,17 @@ fn run_readers<'s, 'e, F: Format>(
             router.finish()
         })
     };
+    let sched = {
+        let tx = tx.clone();
+        s.spawn(move || -> Result<Summary> {
+            let t = Instant::now();
+            let conn = nsys::open_readonly(&schema.path)?;
+            let mut router = sh.router(tx);
+            nsys::sched::read(&conn, schema, sh.selection, &mut router)?;
+            timing("sched", t);
+            router.finish()
+        })
+    };
     let projection = s.spawn(move || -> Result<(Option<Projection>, Vec<String>)> {
         let unconverted = unconverted_tables(schema)?;
         if !sh.selection.wants(EventType::NvtxGpu) {
@@ -266,6 +277,9 @@ fn run_readers<'s, 'e, F: Format>(
         nvtx_gpu
             .join()
             .map_err(|_| anyhow!("NVTX projection reader panicked"))?,
+        sched
+            .join()
+            .map_err(|_| anyhow!("scheduling reader panicked"))?,
     ] {
         summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
     }
@@ -279,7 +293,7 @@ fn run_readers<'s, 'e, F: Format>(
 /// Timed tables this version does not convert yet, with their row counts: nothing a profile
 /// holds is dropped without saying so.
 fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
-    const CONVERTED: [&str; 9] = [
+    const CONVERTED: [&str; 10] = [
         nsys::KERNEL,
         nsys::MEMCPY,
         nsys::MEMSET,
@@ -288,6 +302,7 @@ fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
         nsys::NVTX,
         nsys::osrt::OSRT,
         nsys::sync::SYNC,
+        nsys::sched::SCHED,
         // Written by `nsys stats`: a copy of NVTX_EVENTS' push/pop ranges, converted from there.
         "NvtxPushPopRanges",
     ];
@@ -325,6 +340,7 @@ fn estimated_rows(schema: &Schema) -> u64 {
         nsys::NVTX,
         nsys::osrt::OSRT,
         nsys::sync::SYNC,
+        nsys::sched::SCHED,
     ]
     .iter()
     .filter(|t| schema.has_table(t))

@@ -43,6 +43,8 @@ pub struct Router<'a, W: EventWriter> {
     /// Each key's groups: normally one; a row that arrives later than its group's written time
     /// (a table not in start order) goes to a further group, on a lane of its own.
     groups: HashMap<GroupKey, Vec<Group>>,
+    /// The "CPUs" group track, once a CPU track exists.
+    cpu_group: Option<u64>,
     /// GPUs this router has put tracks under (for the track count).
     gpu_tracks: std::collections::HashSet<i64>,
     pub summary: Summary,
@@ -60,6 +62,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             tx,
             groups: HashMap::new(),
             gpu_tracks: Default::default(),
+            cpu_group: None,
             summary: Summary::default(),
             progress: None,
             unreported: 0,
@@ -83,6 +86,12 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
     pub fn info(&self) -> &'a ProfileInfo {
         self.info
+    }
+
+    /// A source row that went into an event with another (a sched-in paired with its
+    /// sched-out): counted for progress only.
+    pub fn count_extra_row(&mut self) {
+        self.tick();
     }
 
     /// A row that names something (an NVTX domain, category or thread) instead of being an event.
@@ -295,6 +304,17 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     false,
                 )
             }
+            GroupKey::Cpu { cpu } => {
+                let group = self.cpu_group();
+                let name = format!("CPU {cpu}");
+                (
+                    self.custom(Some(group), &name, Some(cpu)),
+                    name,
+                    Some(group),
+                    Some(cpu),
+                    false,
+                )
+            }
             GroupKey::GpuNvtx { device, global_tid } => {
                 let gpu = self.gpu_track(device);
                 let name = format!("NVTX · {}", info.thread_name(global_tid));
@@ -369,6 +389,24 @@ impl<'a, W: EventWriter> Router<'a, W> {
         uuid
     }
 
+    /// The top-level "CPUs" track holding one track per CPU, ordered by CPU number.
+    fn cpu_group(&mut self) -> u64 {
+        if let Some(u) = self.cpu_group {
+            return u;
+        }
+        let uuid = self.ids.next_uuid();
+        self.writer.describe(&CustomTrack {
+            uuid,
+            parent: None,
+            name: "CPUs".to_string(),
+            rank: None,
+            explicit_child_order: true,
+        });
+        self.summary.tracks += 1;
+        self.cpu_group = Some(uuid);
+        uuid
+    }
+
     /// The per-device group track ("GPU 0 · NVIDIA H100"), its streams ordered by stream id;
     /// described by the file writer so every reader shares it.
     fn gpu_track(&mut self, device: i64) -> u64 {
@@ -423,5 +461,6 @@ pub fn group_pid(key: &GroupKey) -> i64 {
         | GroupKey::GpuStream { global_pid, .. }
         | GroupKey::GpuSync { global_pid, .. } => pid_of(global_pid_of(global_pid)),
         GroupKey::GpuNvtx { global_tid, .. } => pid_of(global_tid),
+        GroupKey::Cpu { .. } => 0,
     }
 }

@@ -28,10 +28,12 @@ pub enum Category {
     Osrt,
     /// CUDA stream, event and context synchronization.
     Sync,
+    /// A thread running on a CPU.
+    Sched,
 }
 
 impl Category {
-    pub const ALL: [Category; 9] = [
+    pub const ALL: [Category; 10] = [
         Category::Kernel,
         Category::Memcpy,
         Category::Memset,
@@ -41,6 +43,7 @@ impl Category {
         Category::NvtxGpu,
         Category::Osrt,
         Category::Sync,
+        Category::Sched,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -54,6 +57,7 @@ impl Category {
             Category::NvtxGpu => "nvtx.gpu",
             Category::Osrt => "osrt",
             Category::Sync => "cuda.sync",
+            Category::Sched => "sched",
         }
     }
 
@@ -138,6 +142,8 @@ pub enum GroupKey {
         global_pid: i64,
         stream: i64,
     },
+    /// Threads running on one CPU.
+    Cpu { cpu: i64 },
     /// NVTX ranges of one CPU thread projected onto one GPU.
     GpuNvtx { device: i64, global_tid: i64 },
 }

@@ -21,10 +21,11 @@ pub enum EventType {
     NvtxGpu,
     Osrt,
     Sync,
+    Sched,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 8] = [
+    pub const ALL: [EventType; 9] = [
         EventType::Kernel,
         EventType::Memcpy,
         EventType::Memset,
@@ -33,6 +34,7 @@ impl EventType {
         EventType::NvtxGpu,
         EventType::Osrt,
         EventType::Sync,
+        EventType::Sched,
     ];
 
     pub fn name(self) -> &'static str {
@@ -45,6 +47,7 @@ impl EventType {
             EventType::NvtxGpu => "nvtx-gpu",
             EventType::Osrt => "osrt",
             EventType::Sync => "sync",
+            EventType::Sched => "sched",
         }
     }
 }

@@ -9,6 +9,7 @@ pub mod gpu;
 pub mod info;
 pub mod nvtx;
 pub mod osrt;
+pub mod sched;
 pub mod sync;
 
 use anyhow::{Context, Result, bail};
