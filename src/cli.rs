@@ -136,13 +136,18 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
 pub struct SelectArgs {
     /// Event types to write, comma-separated: kernel, memcpy, memset, cuda-api, nvtx (ranges
     /// and marks), nvtx-gpu (NVTX ranges projected onto the GPU work they launched), osrt (OS
-    /// runtime calls), sync (CUDA synchronization waits), sched (threads on CPUs). Default: all.
+    /// runtime calls), sync (CUDA synchronization waits), sched (threads on CPUs), or all.
+    /// Default: all but nvtx-gpu, a derived analysis that costs time on big profiles.
     #[arg(long, value_delimiter = ',', value_name = "TYPES")]
     pub types: Vec<String>,
     /// Keep only NVTX ranges and marks whose name starts with TEXT, or matches REGEX when given
     /// as 're:REGEX'. Registered-string names count.
     #[arg(long, value_name = "TEXT|re:REGEX")]
     pub nvtx_filter: Option<String>,
+    /// Also project NVTX ranges onto the GPU work they launched (per-GPU "NVTX" tracks; each
+    /// kernel lists its enclosing ranges): the same as adding nvtx-gpu to --types.
+    #[arg(long)]
+    pub nvtx_gpu: bool,
     /// Keep events overlapping this window, relative to the capture start: '2s..3.5s',
     /// '..500ms', '1.2s..' (units: s, ms, us, ns).
     #[arg(long, value_name = "START..END")]
@@ -165,11 +170,10 @@ impl SelectArgs {
         use crate::select::{NameFilter, Selection};
         let mut sel = Selection::default();
         if !self.types.is_empty() {
-            sel.types = self
-                .types
-                .iter()
-                .map(|t| t.parse())
-                .collect::<anyhow::Result<_>>()?;
+            sel.types = crate::select::EventType::parse_list(&self.types)?;
+        }
+        if self.nvtx_gpu {
+            sel.types.insert(crate::select::EventType::NvtxGpu);
         }
         sel.nvtx_filter = self
             .nvtx_filter

@@ -51,6 +51,11 @@ fn types_keep_only_what_was_asked_and_flows_only_between_kept_slices() {
         return;
     };
     let (_, t) = run(&input, types(&[EventType::Kernel, EventType::Nvtx]));
+    assert_eq!(
+        EventType::parse_list(&["all"]).unwrap().len(),
+        EventType::ALL.len()
+    );
+    assert!(!Selection::default().wants(EventType::NvtxGpu));
     let cats: BTreeSet<&str> = t.slices.iter().map(|s| &*s.category).collect();
     assert_eq!(cats, BTreeSet::from(["cuda.kernel", "nvtx"]));
     assert!(t.flows.is_empty(), "no API calls written, so no arrows");
@@ -231,7 +236,9 @@ fn nvtx_ranges_projected_onto_the_gpu_nest_and_kernels_list_their_ranges() {
         return;
     };
     let input = dir.join("quasiben__nvtx-examples__cudf.sqlite");
-    let (summary, t) = run(&input, Selection::default());
+    let mut sel = Selection::default();
+    sel.types.insert(EventType::NvtxGpu);
+    let (summary, t) = run(&input, sel);
     let projected = of_category(&t, "nvtx.gpu");
     assert!(!projected.is_empty());
     assert_eq!(
@@ -258,10 +265,8 @@ fn nvtx_ranges_projected_onto_the_gpu_nest_and_kernels_list_their_ranges() {
     );
     // Projected ranges nest like the CPU ones: some have depth > 0.
     assert!(projected.iter().any(|p| p.depth > 0));
-    // Without nvtx-gpu, neither the tracks nor the kernel arg appear.
-    let mut sel = Selection::default();
-    sel.types.remove(&EventType::NvtxGpu);
-    let (_, t) = run(&input, sel);
+    // By default (no nvtx-gpu), neither the tracks nor the kernel arg appear.
+    let (_, t) = run(&input, Selection::default());
     assert!(of_category(&t, "nvtx.gpu").is_empty());
     assert!(t.slices.iter().all(|s| s.arg("nvtx_ranges").is_none()));
 }
