@@ -24,6 +24,6 @@ for copies in "${@:-20}"; do
   slices=$(sed -n 's/^  events: \([0-9]*\).*/\1/p' "$work/summary.txt")
   events=$(sed -n 's/^  trace events: \([0-9]*\).*/\1/p' "$work/summary.txt")
   bytes=$(stat -c %s "$out")
-  awk -v c="$copies" -v i="$(stat -c %s "$in")" -v w="$best" -v r="$best_rss" -v s="$slices" -v e="$events" -v b="$bytes" \
+  awk -v c="$copies" -v i="$(stat -L -c %s "$in")" -v w="$best" -v r="$best_rss" -v s="$slices" -v e="$events" -v b="$bytes" \
     'BEGIN{printf "%-7s %9.0f %8.2f %9.1f %11d %11d %12.1f %13.1f\n", c, i/1e6, w, r/1024, s, e, b/s, b/e}'
 done
