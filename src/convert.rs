@@ -293,22 +293,13 @@ fn run_readers<'s, 'e, F: Format>(
 /// Timed tables this version does not convert yet, with their row counts: nothing a profile
 /// holds is dropped without saying so.
 fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
-    const CONVERTED: [&str; 10] = [
-        nsys::KERNEL,
-        nsys::MEMCPY,
-        nsys::MEMSET,
-        nsys::RUNTIME,
-        nsys::DRIVER,
-        nsys::NVTX,
-        nsys::osrt::OSRT,
-        nsys::sync::SYNC,
-        nsys::sched::SCHED,
-        // Written by `nsys stats`: a copy of NVTX_EVENTS' push/pop ranges, converted from there.
-        "NvtxPushPopRanges",
-    ];
+    // Written by `nsys stats`: a copy of NVTX_EVENTS' push/pop ranges, converted from there.
+    const DERIVED: [&str; 1] = ["NvtxPushPopRanges"];
     let mut tables: Vec<&str> = schema
         .tables()
-        .filter(|t| schema.has_column(t, "start") && !CONVERTED.contains(t))
+        .filter(|t| {
+            schema.has_column(t, "start") && !nsys::EVENT_TABLES.contains(t) && !DERIVED.contains(t)
+        })
         .collect();
     tables.sort_unstable();
     if tables.is_empty() {
@@ -331,28 +322,18 @@ fn estimated_rows(schema: &Schema) -> u64 {
     let Ok(conn) = nsys::open_readonly(&schema.path) else {
         return 0;
     };
-    [
-        nsys::KERNEL,
-        nsys::MEMCPY,
-        nsys::MEMSET,
-        nsys::RUNTIME,
-        nsys::DRIVER,
-        nsys::NVTX,
-        nsys::osrt::OSRT,
-        nsys::sync::SYNC,
-        nsys::sched::SCHED,
-    ]
-    .iter()
-    .filter(|t| schema.has_table(t))
-    .filter_map(|t| {
-        conn.query_row(&format!("SELECT max(rowid) FROM \"{t}\""), [], |r| {
-            r.get::<_, Option<i64>>(0)
+    nsys::EVENT_TABLES
+        .iter()
+        .filter(|t| schema.has_table(t))
+        .filter_map(|t| {
+            conn.query_row(&format!("SELECT max(rowid) FROM \"{t}\""), [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .ok()
+            .flatten()
         })
-        .ok()
-        .flatten()
-    })
-    .map(|n| n.max(0) as u64)
-    .sum()
+        .map(|n| n.max(0) as u64)
+        .sum()
 }
 
 /// An error and its causes on one line, without the repetitions SQLite's error chain carries

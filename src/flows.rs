@@ -13,8 +13,8 @@
 
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema};
 use crate::select::{EventType, Selection};
-use anyhow::{Context, Result};
-use rusqlite::{Connection, OpenFlags};
+use anyhow::Result;
+use rusqlite::Connection;
 use std::path::PathBuf;
 
 /// The schema name the scratch database is attached under.
@@ -80,22 +80,7 @@ pub fn prepare(schema: &Schema, sel: &Selection) -> Result<Option<FlowDb>> {
     if gpu.is_empty() || api.is_empty() {
         return Ok(None);
     }
-    let dir = tempfile::Builder::new()
-        .prefix("nsys-perfetto-")
-        .tempdir()
-        .context("cannot create a scratch directory")?;
-    let path = dir.path().join("flows.sqlite");
-    let conn = Connection::open_with_flags(
-        &path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_URI
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-    )?;
-    conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
-    nsys::tune(&conn)?;
-    let src_uri = nsys::sqlite_uri(&schema.path, "mode=ro&immutable=1");
-    conn.execute("ATTACH DATABASE ?1 AS src", [src_uri])?;
+    let (dir, path, conn) = nsys::scratch_db(schema, "nsys-perfetto-", "flows.sqlite")?;
 
     conn.execute_batch(
         "CREATE TABLE api_first(pkey INTEGER, corr INTEGER, src INTEGER, rid INTEGER, start INTEGER, \

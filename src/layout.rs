@@ -104,6 +104,24 @@ impl<'a, W: EventWriter> Router<'a, W> {
             .or_default() += 1;
     }
 
+    /// The (start, end) of a row that must be a slice, or `None` after counting why it cannot
+    /// be one: no timestamps, an end before its start, a negative time.
+    pub fn interval(
+        &mut self,
+        table: &'static str,
+        start: Option<i64>,
+        end: Option<i64>,
+    ) -> Option<(i64, i64)> {
+        let reason = match (start, end) {
+            (Some(s), Some(e)) if e >= s && s >= 0 => return Some((s, e)),
+            (Some(s), Some(e)) if e < s => "ends before it starts",
+            (Some(_), Some(_)) => "negative timestamp",
+            _ => "no start or end timestamp",
+        };
+        self.skip(table, reason);
+        None
+    }
+
     /// A row that could not be converted: counted by table and reason, never silently lost.
     pub fn skip(&mut self, table: &'static str, reason: &'static str) {
         self.tick();

@@ -65,9 +65,9 @@
 //! SQL joins (exact too, but each launch is visited once per enclosing range, then grouped).
 
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
-use anyhow::{Context, Result};
+use anyhow::Result;
 use rusqlite::types::{ToSqlOutput, ValueRef};
-use rusqlite::{Connection, OpenFlags, ToSql};
+use rusqlite::{Connection, ToSql};
 use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -144,24 +144,10 @@ impl Projection {
         {
             return Ok(None);
         }
-        let dir = tempfile::Builder::new()
-            .prefix("nsys-perfetto-proj-")
-            .tempdir()
-            .context("cannot create a scratch directory")?;
-        let path = dir.path().join("projection.sqlite");
-        let conn = Connection::open_with_flags(
-            &path,
-            OpenFlags::SQLITE_OPEN_READ_WRITE
-                | OpenFlags::SQLITE_OPEN_CREATE
-                | OpenFlags::SQLITE_OPEN_URI
-                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
+        let (dir, path, conn) =
+            nsys::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
         // Larger pages: fewer page splits and writes for the tables appended row by row.
         conn.execute_batch("PRAGMA page_size = 16384;")?;
-        nsys::tune(&conn)?;
-        let src_uri = nsys::sqlite_uri(&schema.path, "mode=ro&immutable=1");
-        conn.execute("ATTACH DATABASE ?1 AS src", [src_uri])?;
 
         // One transaction: the sweep inserts row by row. (No journal: nothing is rolled back;
         // a sweep that gives up drops its tables instead.)

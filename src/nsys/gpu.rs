@@ -289,18 +289,9 @@ impl Default for ArgList<'_> {
 fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter) -> Result<()> {
     let table = row.kind.table();
     let [start, end, device, gpid, stream, ctx, corr] = row.common;
-    let (Some(start), Some(end)) = (start, end) else {
-        router.skip(table, "no start or end timestamp");
+    let Some((start, end)) = router.interval(table, start, end) else {
         return Ok(());
     };
-    if end < start {
-        router.skip(table, "ends before it starts");
-        return Ok(());
-    }
-    if start < 0 {
-        router.skip(table, "negative timestamp");
-        return Ok(());
-    }
     let (Some(device), Some(stream)) = (device, stream) else {
         router.skip(table, "no device or stream id");
         return Ok(());

@@ -24,6 +24,19 @@ pub const RUNTIME: &str = "CUPTI_ACTIVITY_KIND_RUNTIME";
 pub const DRIVER: &str = "CUPTI_ACTIVITY_KIND_DRIVER";
 pub const NVTX: &str = "NVTX_EVENTS";
 
+/// The event tables the readers convert (rows counted for the progress bar).
+pub const EVENT_TABLES: [&str; 9] = [
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    RUNTIME,
+    DRIVER,
+    NVTX,
+    osrt::OSRT,
+    sync::SYNC,
+    sched::SCHED,
+];
+
 /// Tables whose presence marks a file as an Nsight Systems export.
 const NSYS_MARKERS: &[&str] = &[
     "StringIds",
@@ -199,6 +212,35 @@ pub fn text_at<'r>(row: &'r rusqlite::Row<'_>, idx: usize) -> Option<std::borrow
         }
         _ => None,
     }
+}
+
+/// A scratch SQLite database in a private temporary directory (deleted with the `TempDir`),
+/// with the export attached read-only as `src`: where derived tables (flow links, the NVTX
+/// projection) are computed with bounded memory.
+pub fn scratch_db(
+    schema: &Schema,
+    prefix: &str,
+    file: &str,
+) -> Result<(tempfile::TempDir, PathBuf, Connection)> {
+    let dir = tempfile::Builder::new()
+        .prefix(prefix)
+        .tempdir()
+        .context("cannot create a scratch directory")?;
+    let path = dir.path().join(file);
+    let conn = Connection::open_with_flags(
+        &path,
+        OpenFlags::SQLITE_OPEN_READ_WRITE
+            | OpenFlags::SQLITE_OPEN_CREATE
+            | OpenFlags::SQLITE_OPEN_URI
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
+    tune(&conn)?;
+    conn.execute(
+        "ATTACH DATABASE ?1 AS src",
+        [sqlite_uri(&schema.path, "mode=ro&immutable=1")],
+    )?;
+    Ok((dir, path, conn))
 }
 
 /// Restores start order when a table's rows are only nearly sorted. nsys writes rows in start

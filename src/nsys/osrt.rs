@@ -80,18 +80,9 @@ pub fn read<W: EventWriter>(
 }
 
 fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>) -> Result<()> {
-    let (Some(start), Some(end)) = (row.start, row.end) else {
-        router.skip(OSRT, "no start or end timestamp");
+    let Some((start, end)) = router.interval(OSRT, row.start, row.end) else {
         return Ok(());
     };
-    if end < start {
-        router.skip(OSRT, "ends before it starts");
-        return Ok(());
-    }
-    if start < 0 {
-        router.skip(OSRT, "negative timestamp");
-        return Ok(());
-    }
     let Some(global_tid) = row.global_tid else {
         router.skip(OSRT, "no thread id");
         return Ok(());

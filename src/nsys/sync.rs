@@ -77,18 +77,9 @@ fn emit<W: EventWriter>(
         sync_type,
         event_id,
     ] = *row;
-    let (Some(start), Some(end)) = (start, end) else {
-        router.skip(SYNC, "no start or end timestamp");
+    let Some((start, end)) = router.interval(SYNC, start, end) else {
         return Ok(());
     };
-    if end < start {
-        router.skip(SYNC, "ends before it starts");
-        return Ok(());
-    }
-    if start < 0 {
-        router.skip(SYNC, "negative timestamp");
-        return Ok(());
-    }
     let (Some(device), Some(stream)) = (device, stream) else {
         router.skip(SYNC, "no device or stream id");
         return Ok(());
