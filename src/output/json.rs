@@ -17,7 +17,7 @@
 //! The file is streamed: the header opens the event array with one inert first object and every
 //! later event is written as `,\n{...}`, so chunks of different writers concatenate in any order.
 
-use super::{Chunk, CustomTrack, EventWriter, Format, WellKnown};
+use super::{Chunk, ChunkBuffer, CustomTrack, EventWriter, Format, WellKnown};
 use crate::model::{ArgValue, Category, Event, Name, pid_of, tid_of};
 use crate::nsys::info::ProfileInfo;
 use std::collections::HashMap;
@@ -47,8 +47,7 @@ impl Format for Json {
         JsonWriter {
             info,
             colors: self.colors,
-            buf: Vec::with_capacity(1 << 20),
-            requires: Vec::new(),
+            out: ChunkBuffer::default(),
             tracks: HashMap::new(),
             groups: HashMap::new(),
             group_names: HashMap::new(),
@@ -155,8 +154,7 @@ struct GroupLanes {
 pub struct JsonWriter {
     info: Arc<ProfileInfo>,
     colors: bool,
-    buf: Vec<u8>,
-    requires: Vec<WellKnown>,
+    out: ChunkBuffer,
     /// Custom tracks described to this writer, and well-known thread lanes once used.
     tracks: HashMap<u64, Track>,
     groups: HashMap<u32, GroupLanes>,
@@ -184,8 +182,8 @@ impl JsonWriter {
                     None => {
                         let (pid, tid) = (pseudo_pid(lane), pseudo_tid(lane));
                         let name = format!("Track {lane}");
-                        metadata_name(&mut self.buf, "process_name", pid, None, &name);
-                        metadata_name(&mut self.buf, "thread_name", pid, Some(tid), &name);
+                        metadata_name(&mut self.out.data, "process_name", pid, None, &name);
+                        metadata_name(&mut self.out.data, "thread_name", pid, Some(tid), &name);
                         (pid, tid)
                     }
                 };
@@ -225,14 +223,20 @@ impl JsonWriter {
             name.push_str(&self.info.thread_name(gt));
         }
         let sort = t.sort_index;
-        metadata_name(&mut self.buf, "thread_name", pid, Some(tid), &name);
-        metadata_sort(&mut self.buf, "thread_sort_index", pid, Some(tid), sort);
+        metadata_name(&mut self.out.data, "thread_name", pid, Some(tid), &name);
+        metadata_sort(
+            &mut self.out.data,
+            "thread_sort_index",
+            pid,
+            Some(tid),
+            sort,
+        );
         (pid, tid)
     }
 
     /// `,\n{"ph":"X","cat":..,"name":..,"pid":..,"tid":..,"ts":..[,"dur":..][,"cname":..][,"args":{..}]}`
     fn event(&mut self, ph: u8, pid: u32, tid: u32, ev: &Event<'_>) {
-        let b = &mut self.buf;
+        let b = &mut self.out.data;
         b.extend_from_slice(b",\n{\"ph\":\"");
         b.push(ph);
         b.extend_from_slice(b"\",\"cat\":\"");
@@ -260,12 +264,12 @@ impl JsonWriter {
             && let Some(cname) = nvtx_color(ev)
                 .map(|rgb| *self.cnames.entry(rgb).or_insert_with(|| nearest_cname(rgb)))
         {
-            let b = &mut self.buf;
+            let b = &mut self.out.data;
             b.extend_from_slice(b",\"cname\":\"");
             b.extend_from_slice(cname.as_bytes());
             b.push(b'"');
         }
-        let b = &mut self.buf;
+        let b = &mut self.out.data;
         if !ev.args.is_empty() {
             b.extend_from_slice(b",\"args\":{");
             for (i, arg) in ev.args.iter().enumerate() {
@@ -296,7 +300,7 @@ impl JsonWriter {
 
     /// v1 flow events: `s` (start) on the launching slice, `f` (end) on the launched one.
     fn flows(&mut self, pid: u32, tid: u32, ev: &Event<'_>) {
-        let b = &mut self.buf;
+        let b = &mut self.out.data;
         for &id in ev.flows.out {
             flow_event(b, b's', id, pid, tid, ev.start);
         }
@@ -313,8 +317,8 @@ impl EventWriter for JsonWriter {
             // A GPU: a pseudo-process, named now; its streams become its pseudo-threads.
             let pid = pseudo_pid(uuid);
             let sort = track.rank.unwrap_or(0).clamp(0, PROCESS_SORT_BASE - 1);
-            metadata_name(&mut self.buf, "process_name", pid, None, &track.name);
-            metadata_sort(&mut self.buf, "process_sort_index", pid, None, sort);
+            metadata_name(&mut self.out.data, "process_name", pid, None, &track.name);
+            metadata_sort(&mut self.out.data, "process_sort_index", pid, None, sort);
             self.tracks.insert(
                 uuid,
                 Track {
@@ -368,11 +372,7 @@ impl EventWriter for JsonWriter {
     }
 
     fn require(&mut self, track: WellKnown) {
-        if let WellKnown::Thread(gt) = track {
-            self.requires
-                .push(WellKnown::Process(crate::model::global_pid_of(gt)));
-        }
-        self.requires.push(track);
+        self.out.require(track);
     }
 
     fn open_group(&mut self, group: u32, lane0_uuid: u64, _first_ts: i64) {
@@ -416,17 +416,11 @@ impl EventWriter for JsonWriter {
     }
 
     fn buffered(&self) -> usize {
-        self.buf.len()
+        self.out.data.len()
     }
 
     fn take_chunk(&mut self) -> Option<Chunk> {
-        if self.buf.is_empty() && self.requires.is_empty() {
-            return None;
-        }
-        Some(Chunk {
-            data: std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),
-            requires: std::mem::take(&mut self.requires),
-        })
+        self.out.take()
     }
 }
 

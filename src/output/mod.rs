@@ -86,6 +86,45 @@ pub struct Chunk {
     pub requires: Vec<WellKnown>,
 }
 
+/// A writer's encoded bytes not yet sent, with the descriptors they need: what every format's
+/// [`EventWriter`] keeps between chunks.
+#[derive(Debug)]
+pub struct ChunkBuffer {
+    pub data: Vec<u8>,
+    requires: Vec<WellKnown>,
+}
+
+impl Default for ChunkBuffer {
+    fn default() -> Self {
+        ChunkBuffer {
+            data: Vec::with_capacity(CHUNK_CAPACITY),
+            requires: Vec::new(),
+        }
+    }
+}
+
+const CHUNK_CAPACITY: usize = 1 << 20;
+
+impl ChunkBuffer {
+    /// A thread needs its process described too.
+    pub fn require(&mut self, track: WellKnown) {
+        if let WellKnown::Thread(gt) = track {
+            self.requires.push(WellKnown::Process(global_pid_of(gt)));
+        }
+        self.requires.push(track);
+    }
+
+    pub fn take(&mut self) -> Option<Chunk> {
+        if self.data.is_empty() && self.requires.is_empty() {
+            return None;
+        }
+        Some(Chunk {
+            data: std::mem::replace(&mut self.data, Vec::with_capacity(CHUNK_CAPACITY)),
+            requires: std::mem::take(&mut self.requires),
+        })
+    }
+}
+
 /// Id allocators shared by all writers of one output, so ids never collide across threads.
 #[derive(Debug)]
 pub struct Ids {

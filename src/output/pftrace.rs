@@ -5,7 +5,7 @@
 //! its first lane as the default track (events on it omit `track_uuid`), and interns names, arg
 //! keys and repeating string values on first use.
 
-use super::{Chunk, CustomTrack, EventWriter, Format, WellKnown};
+use super::{Chunk, ChunkBuffer, CustomTrack, EventWriter, Format, WellKnown};
 use crate::model::{ArgValue, Category, Event, Name};
 use crate::nsys::info::ProfileInfo;
 use crate::proto::{
@@ -33,8 +33,7 @@ impl Format for Protobuf {
     fn writer(&self, info: Arc<ProfileInfo>) -> ProtoWriter {
         ProtoWriter {
             info,
-            buf: Vec::with_capacity(1 << 20),
-            requires: Vec::new(),
+            out: ChunkBuffer::default(),
             seqs: HashMap::new(),
             event: TrackEvent::default(),
             interned: InternedData::default(),
@@ -124,8 +123,7 @@ struct Sequence {
 
 pub struct ProtoWriter {
     info: Arc<ProfileInfo>,
-    buf: Vec<u8>,
-    requires: Vec<WellKnown>,
+    out: ChunkBuffer,
     seqs: HashMap<u32, Sequence>,
     /// Reused between events so the hot path does not allocate.
     event: TrackEvent,
@@ -171,7 +169,7 @@ impl ProtoWriter {
             ))),
             ..Default::default()
         };
-        frame(&packet, &mut self.buf);
+        frame(&packet, &mut self.out.data);
         // Take the reusable buffers back, emptied but with their capacity.
         if let Some(trace_packet::Data::TrackEvent(ev)) = packet.data.take() {
             self.event = ev;
@@ -339,14 +337,11 @@ impl EventWriter for ProtoWriter {
                 .map(|r| r.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
             ..Default::default()
         };
-        frame(&descriptor_packet(desc), &mut self.buf);
+        frame(&descriptor_packet(desc), &mut self.out.data);
     }
 
     fn require(&mut self, track: WellKnown) {
-        if let WellKnown::Thread(gt) = track {
-            self.requires.push(WellKnown::Process(gt));
-        }
-        self.requires.push(track);
+        self.out.require(track);
     }
 
     fn open_group(&mut self, group: u32, lane0_uuid: u64, first_ts: i64) {
@@ -381,7 +376,7 @@ impl EventWriter for ProtoWriter {
             })),
             ..Default::default()
         };
-        frame(&packet, &mut self.buf);
+        frame(&packet, &mut self.out.data);
         self.seqs.insert(
             group,
             Sequence {
@@ -408,16 +403,10 @@ impl EventWriter for ProtoWriter {
     }
 
     fn buffered(&self) -> usize {
-        self.buf.len()
+        self.out.data.len()
     }
 
     fn take_chunk(&mut self) -> Option<Chunk> {
-        if self.buf.is_empty() && self.requires.is_empty() {
-            return None;
-        }
-        Some(Chunk {
-            data: std::mem::replace(&mut self.buf, Vec::with_capacity(1 << 20)),
-            requires: std::mem::take(&mut self.requires),
-        })
+        self.out.take()
     }
 }
