@@ -3,7 +3,7 @@
 //! time. Perfetto closes the most recent open slice on END, so a partial overlap would silently
 //! truncate a slice; overlapping work therefore moves to an extra lane beside its track.
 
-use crate::model::{Event, GroupKey, global_pid_of, pid_of};
+use crate::model::{Event, GroupKey, pid_of};
 use crate::nsys::info::ProfileInfo;
 use crate::output::{Chunk, CustomTrack, EventWriter, Ids, WellKnown};
 use crate::summary::Summary;
@@ -467,18 +467,4 @@ fn flush_ends<W: EventWriter>(writer: &mut W, group: &mut Group, ts: i64) -> u64
         n += 1;
     }
     n
-}
-
-/// The process a group belongs to, for selection by pid.
-pub fn group_pid(key: &GroupKey) -> i64 {
-    match *key {
-        GroupKey::ThreadApi { global_tid }
-        | GroupKey::ThreadNvtx { global_tid, .. }
-        | GroupKey::ThreadOsrt { global_tid } => pid_of(global_tid),
-        GroupKey::ProcessNvtx { global_pid, .. }
-        | GroupKey::GpuStream { global_pid, .. }
-        | GroupKey::GpuSync { global_pid, .. } => pid_of(global_pid_of(global_pid)),
-        GroupKey::GpuNvtx { global_tid, .. } => pid_of(global_tid),
-        GroupKey::Cpu { .. } => 0,
-    }
 }
