@@ -100,6 +100,46 @@ impl<'a> Arg<'a> {
     }
 }
 
+/// A fixed-size argument list: no allocation per row.
+pub struct ArgList<'a> {
+    args: [Arg<'a>; 16],
+    n: usize,
+}
+
+impl<'a> ArgList<'a> {
+    pub fn new() -> Self {
+        ArgList {
+            args: [Arg::int("", 0); 16],
+            n: 0,
+        }
+    }
+    pub fn push(&mut self, key: &'static str, value: ArgValue<'a>) {
+        if self.n < self.args.len() {
+            self.args[self.n] = Arg { key, value };
+            self.n += 1;
+        }
+    }
+    pub fn int(&mut self, key: &'static str, v: Option<i64>) {
+        if let Some(v) = v {
+            self.push(key, ArgValue::Int(v));
+        }
+    }
+    pub fn label(&mut self, key: &'static str, v: Option<&'a str>) {
+        if let Some(v) = v {
+            self.push(key, ArgValue::Label(v));
+        }
+    }
+    pub fn as_slice(&self) -> &[Arg<'a>] {
+        &self.args[..self.n]
+    }
+}
+
+impl Default for ArgList<'_> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 /// Flow arrows: a launch (CUDA API call) starts one flow per GPU row it caused (`out`); each
 /// GPU row terminates exactly one (`terminating`). Ids are unique in the whole trace.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -1,10 +1,9 @@
 //! CUDA runtime and driver API calls, merged in start order onto their CPU threads.
 
-use super::gpu::ArgList;
 use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at, text_at};
 use crate::flows::FLOWS_DB;
 use crate::layout::Router;
-use crate::model::{Category, Event, Flows, GroupKey, Name};
+use crate::model::{ArgList, Category, Event, Flows, GroupKey, Name};
 use crate::output::EventWriter;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
@@ -29,16 +28,8 @@ struct Row {
 
 fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
     let c = |n: &str| schema.col_of(table, "t", n);
-    // The call stack at the call site, innermost frame first, when nsys captured one.
-    let callchain = if schema.has_column(table, "callchainId")
-        && schema.has_columns("CUDA_CALLCHAINS", &["id", "symbol", "stackDepth"])
-    {
-        "(SELECT group_concat(coalesce(s.value, '?'), char(10)) FROM (SELECT symbol FROM CUDA_CALLCHAINS \
-         WHERE id = t.callchainId ORDER BY stackDepth) cc LEFT JOIN StringIds s ON s.id = cc.symbol)"
-            .to_string()
-    } else {
-        "NULL".to_string()
-    };
+    // The call stack at the call site, when nsys captured one.
+    let callchain = super::callchain_sql(schema, table, "CUDA_CALLCHAINS");
     format!(
         "SELECT {}, {}, {}, {}, {}, {}, t.rowid, {callchain} FROM main.\"{table}\" t WHERE {} ORDER BY t.rowid",
         c("start"),

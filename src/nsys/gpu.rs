@@ -3,7 +3,7 @@
 use super::{KERNEL, MEMCPY, MEMSET, REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::flows::FLOWS_DB;
 use crate::layout::Router;
-use crate::model::{Arg, ArgValue, Category, Event, Flows, GroupKey, Name};
+use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
 use crate::output::EventWriter;
 use crate::projection::{KERNEL_NVTX, PROJ_DB};
 use crate::select::{EventType, Selection};
@@ -45,7 +45,7 @@ impl Kind {
     }
 }
 
-/// Common columns first, then up to 12 kind-specific ones.
+/// Common columns first, then up to `EXTRA` kind-specific ones.
 const COMMON: [&str; 7] = [
     "start",
     "end",
@@ -55,7 +55,7 @@ const COMMON: [&str; 7] = [
     "contextId",
     "correlationId",
 ];
-const KERNEL_COLS: [&str; 14] = [
+const KERNEL_COLS: [&str; 13] = [
     "shortName",
     "demangledName",
     "gridX",
@@ -69,7 +69,6 @@ const KERNEL_COLS: [&str; 14] = [
     "dynamicSharedMemory",
     "launchType",
     "graphNodeId",
-    "localMemoryTotal",
 ];
 const MEMCPY_COLS: [&str; 6] = [
     "bytes",
@@ -81,7 +80,7 @@ const MEMCPY_COLS: [&str; 6] = [
 ];
 const MEMSET_COLS: [&str; 3] = ["bytes", "value", "memKind"];
 
-const EXTRA: usize = 14;
+const EXTRA: usize = 13;
 
 #[derive(Clone)]
 struct Row {
@@ -244,46 +243,6 @@ impl Formatter {
 
 fn label(labels: &HashMap<(u8, i64), String>, slot: u8, v: Option<i64>) -> Option<&str> {
     v.and_then(|v| labels.get(&(slot, v)).map(String::as_str))
-}
-
-/// A fixed-size argument list: no allocation per row.
-pub struct ArgList<'a> {
-    args: [Arg<'a>; 16],
-    n: usize,
-}
-
-impl<'a> ArgList<'a> {
-    pub fn new() -> Self {
-        ArgList {
-            args: [Arg::int("", 0); 16],
-            n: 0,
-        }
-    }
-    pub fn push(&mut self, key: &'static str, value: ArgValue<'a>) {
-        if self.n < self.args.len() {
-            self.args[self.n] = Arg { key, value };
-            self.n += 1;
-        }
-    }
-    pub fn int(&mut self, key: &'static str, v: Option<i64>) {
-        if let Some(v) = v {
-            self.push(key, ArgValue::Int(v));
-        }
-    }
-    pub fn label(&mut self, key: &'static str, v: Option<&'a str>) {
-        if let Some(v) = v {
-            self.push(key, ArgValue::Label(v));
-        }
-    }
-    pub fn as_slice(&self) -> &[Arg<'a>] {
-        &self.args[..self.n]
-    }
-}
-
-impl Default for ArgList<'_> {
-    fn default() -> Self {
-        Self::new()
-    }
 }
 
 fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter) -> Result<()> {

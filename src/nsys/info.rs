@@ -148,6 +148,15 @@ impl ProfileInfo {
         self.strings.get(&id).map(|s| &**s)
     }
 
+    /// A string id's text, or "(string N)" when the export does not hold it (a dangling id is
+    /// shown, not dropped).
+    pub fn string_or_id(&self, id: i64) -> std::borrow::Cow<'_, str> {
+        match self.string(id) {
+            Some(s) => std::borrow::Cow::Borrowed(s),
+            None => std::borrow::Cow::Owned(format!("(string {id})")),
+        }
+    }
+
     pub fn thread_name(&self, global_tid: i64) -> String {
         match self.thread_names.get(&global_tid) {
             Some(n) => n.clone(),

@@ -243,6 +243,22 @@ pub fn scratch_db(
     Ok((dir, path, conn))
 }
 
+/// SQL for the call stack of a row of `table` aliased `t`, innermost frame first, one symbol a
+/// line, from the export's `chains` table (CUDA_CALLCHAINS, OSRT_CALLCHAINS); `NULL` when the
+/// export has none.
+pub fn callchain_sql(schema: &Schema, table: &str, chains: &str) -> String {
+    if schema.has_column(table, "callchainId")
+        && schema.has_columns(chains, &["id", "symbol", "stackDepth"])
+    {
+        format!(
+            "(SELECT group_concat(coalesce(s.value, '?'), char(10)) FROM (SELECT symbol FROM {chains} \
+             WHERE id = t.callchainId ORDER BY stackDepth) cc LEFT JOIN StringIds s ON s.id = cc.symbol)"
+        )
+    } else {
+        "NULL".to_string()
+    }
+}
+
 /// Restores start order when a table's rows are only nearly sorted. nsys writes rows in start
 /// order, but merged tables and edited exports can have local inversions: a bounded window
 /// absorbs those; anything later than that is placed on a separate lane by the layout.

@@ -1,10 +1,11 @@
 //! NVTX: push/pop ranges and marks per thread and domain, start/end ranges per process and
 //! domain. Names come from `text` or, for registered strings, `textId`.
 
-use super::gpu::ArgList;
 use super::{NVTX, Schema, int_at, real_at, text_at};
 use crate::layout::Router;
-use crate::model::{ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, tid_of};
+use crate::model::{
+    ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, tid_of,
+};
 use crate::output::EventWriter;
 use crate::projection::{NVTX_GPU, PROJ_DB};
 use crate::select::{EventType, Selection};

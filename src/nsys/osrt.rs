@@ -1,10 +1,9 @@
 //! OS runtime calls (`OSRT_API`: pthread, file and socket calls...) on an "OS runtime" track of
 //! their thread, with their call stacks when nsys sampled them.
 
-use super::gpu::ArgList;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at, text_at};
 use crate::layout::Router;
-use crate::model::{ArgValue, Category, Event, Flows, GroupKey, Name};
+use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
 use crate::output::EventWriter;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
@@ -31,16 +30,7 @@ pub fn read<W: EventWriter>(
         return Ok(());
     }
     let c = |n: &str| schema.col_of(OSRT, "t", n);
-    // Innermost frame first, like the CUDA API call stacks.
-    let callchain = if schema.has_column(OSRT, "callchainId")
-        && schema.has_columns("OSRT_CALLCHAINS", &["id", "symbol", "stackDepth"])
-    {
-        "(SELECT group_concat(coalesce(s.value, '?'), char(10)) FROM (SELECT symbol FROM OSRT_CALLCHAINS \
-         WHERE id = t.callchainId ORDER BY stackDepth) cc LEFT JOIN StringIds s ON s.id = cc.symbol)"
-            .to_string()
-    } else {
-        "NULL".to_string()
-    };
+    let callchain = super::callchain_sql(schema, OSRT, "OSRT_CALLCHAINS");
     let filter = selection.sql(
         "t",
         true,

@@ -2,10 +2,9 @@
 //! per CPU ("CPU 3"), named after the thread. A sched-in and the next sched-out of the same
 //! thread on that CPU make one slice.
 
-use super::gpu::ArgList;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::layout::Router;
-use crate::model::{Category, Event, Flows, GroupKey, Name, pid_of, tid_of};
+use crate::model::{ArgList, Category, Event, Flows, GroupKey, Name, pid_of, tid_of};
 use crate::output::EventWriter;
 use crate::select::{EventType, Selection};
 use anyhow::Result;

@@ -1,10 +1,9 @@
 //! CUDA synchronization (`CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`): how long a stream, event or
 //! context synchronization waited, on a "sync" track beside its stream.
 
-use super::gpu::ArgList;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::layout::Router;
-use crate::model::{ArgValue, Category, Event, Flows, GroupKey, Name};
+use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
 use crate::output::EventWriter;
 use crate::select::{EventType, Selection};
 use anyhow::Result;

@@ -243,10 +243,7 @@ impl JsonWriter {
         b.extend_from_slice(ev.category.as_str().as_bytes());
         b.extend_from_slice(b"\",\"name\":");
         match ev.name {
-            Name::Str(sid) => match self.info.string(sid) {
-                Some(s) => push_str(b, s),
-                None => push_str(b, &format!("(string {sid})")),
-            },
+            Name::Str(sid) => push_str(b, &self.info.string_or_id(sid)),
             Name::Text(t) | Name::Static(t) => push_str(b, t),
         }
         push_pid_tid(b, pid, tid);
@@ -287,10 +284,7 @@ impl JsonWriter {
                     ArgValue::Double(_) => b.extend_from_slice(b"null"),
                     ArgValue::Bool(v) => b.extend_from_slice(if v { b"true" } else { b"false" }),
                     ArgValue::Str(s) | ArgValue::Label(s) => push_str(b, s),
-                    ArgValue::StrId(sid) => match self.info.string(sid) {
-                        Some(s) => push_str(b, s),
-                        None => push_str(b, &format!("(string {sid})")),
-                    },
+                    ArgValue::StrId(sid) => push_str(b, &self.info.string_or_id(sid)),
                 }
             }
             b.push(b'}');

@@ -130,12 +130,6 @@ pub struct ProtoWriter {
     interned: InternedData,
 }
 
-fn lossy_name(info: &ProfileInfo, sid: i64) -> String {
-    info.string(sid)
-        .map(str::to_string)
-        .unwrap_or_else(|| format!("(string {sid})"))
-}
-
 impl ProtoWriter {
     fn write_event(&mut self, seq_id: u32, ts: i64, extra_interning: bool) {
         let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
@@ -210,7 +204,7 @@ impl ProtoWriter {
                     seq.names_by_sid.insert(sid, iid);
                     interned.event_names.push(EventName {
                         iid: Some(iid),
-                        name: Some(lossy_name(info, sid)),
+                        name: Some(info.string_or_id(sid).into_owned()),
                     });
                     iid
                 }
@@ -287,7 +281,7 @@ impl ProtoWriter {
                             .debug_annotation_string_values
                             .push(InternedString {
                                 iid: Some(iid),
-                                str: Some(lossy_name(info, sid).into_bytes()),
+                                str: Some(info.string_or_id(sid).as_bytes().to_vec()),
                             });
                         iid
                     }
