@@ -1,25 +1,24 @@
-//! One conversion, end to end: open the export, build the flow links, run the readers in
-//! parallel (GPU activity, CUDA API calls, NVTX), stream their chunks into a temporary file and
-//! rename it into place only when everything succeeded.
+//! One conversion, end to end: sources (nsys exports, read by `nsys::source`) stream events
+//! through layout into one format's writers; the file writer puts their chunks into a temporary
+//! file, renamed into place only when everything succeeded. A merge is several sources, one
+//! after the other, into the same file.
 
-use crate::flows::{self, FlowDb};
-use crate::layout::Router;
-use crate::nsys::info::ProfileInfo;
-use crate::nsys::{self, Schema};
+use crate::layout::{Placement, Router};
+use crate::model::Description;
+use crate::nsys::source::Export;
 use crate::output::json::Json;
 use crate::output::pftrace::Protobuf;
-use crate::output::{Chunk, Format, Ids, WellKnown};
+use crate::output::{Chunk, Format, Ids, Placed, WellKnown};
 use crate::progress::Progress;
-use crate::projection::Projection;
-use crate::select::{EventType, Selection};
+use crate::select::Selection;
 use crate::summary::Summary;
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{Receiver, sync_channel};
 use std::time::Instant;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -57,10 +56,104 @@ pub fn default_output(input: &Path, format: OutputFormat) -> PathBuf {
 
 /// Convert an nsys SQLite export. Errors name the problem in one line; the caller adds the file.
 pub fn convert_sqlite(input: &Path, output: &Path, opts: &Options) -> Result<Summary> {
+    let export = Export::open(input)?;
+    let offset = export.info.desc.earliest_ns.map_or(0, |e| -e);
+    let placed = vec![placed(&export, offset)];
+    run_format(vec![Some(export)], &[], placed, output, opts)
+}
+
+/// How several reports share one timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Align {
+    /// Each report at its own wall-clock time (its session start), so ranks line up as they ran.
+    #[default]
+    WallClock,
+    /// Every report's session start at zero, to compare separate runs one above the other.
+    Start,
+}
+
+/// Merge several exports into one trace: each keeps its processes, threads, GPUs and arrows
+/// apart (`labels` name them), placed on one timeline by `align`. Exports are read one after
+/// the other, so memory follows the largest report, not their number.
+pub fn merge_sqlite(
+    inputs: &[(PathBuf, String)],
+    output: &Path,
+    align: Align,
+    opts: &Options,
+) -> Result<(Summary, Vec<i64>)> {
+    if inputs.len() > crate::model::MAX_SOURCES {
+        bail!(
+            "{} reports: a merge holds at most {}",
+            inputs.len(),
+            crate::model::MAX_SOURCES
+        );
+    }
+    // First the clocks of every report (small tables), to place them before any event is written.
+    let mut clocks = Vec::new();
+    for (path, _) in inputs {
+        let e =
+            Export::open(path).map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
+        clocks.push((
+            e.info.desc.session_start_utc_ns,
+            e.info.desc.earliest_ns.unwrap_or(0).min(0),
+        ));
+    }
+    let base = clocks.iter().filter_map(|c| c.0).min();
+    let relative: Vec<i64> = clocks
+        .iter()
+        .map(|(utc, _)| match (align, utc, base) {
+            (Align::WallClock, Some(u), Some(b)) => u - b,
+            _ => 0,
+        })
+        .collect();
+    // Shift everything so that no report's earliest row falls before zero.
+    let shift = clocks
+        .iter()
+        .zip(&relative)
+        .map(|((_, earliest), rel)| -(earliest + rel))
+        .max()
+        .unwrap_or(0)
+        .max(0);
+    let offsets: Vec<i64> = relative.iter().map(|r| r + shift).collect();
+    let placed_all: Vec<Placed> = inputs
+        .iter()
+        .zip(&clocks)
+        .zip(&offsets)
+        .map(|(((_, label), (utc, _)), &offset)| Placed {
+            label: Some(label.clone()),
+            offset,
+            session_start_utc_ns: *utc,
+            metadata: Default::default(),
+        })
+        .collect();
+    let paths: Vec<(PathBuf, String)> = inputs.to_vec();
+    let summary = run_format(Vec::new(), &paths, placed_all, output, opts)?;
+    Ok((summary, relative))
+}
+
+fn placed(export: &Export, offset: i64) -> Placed {
+    let d = &export.info.desc;
+    Placed {
+        label: d.label.clone(),
+        offset,
+        session_start_utc_ns: d.session_start_utc_ns,
+        metadata: d.metadata.clone(),
+    }
+}
+
+fn run_format(
+    opened: Vec<Option<Export>>,
+    paths: &[(PathBuf, String)],
+    placed: Vec<Placed>,
+    output: &Path,
+    opts: &Options,
+) -> Result<Summary> {
     match opts.format {
-        OutputFormat::Protobuf => run(input, output, &Protobuf, opts),
+        OutputFormat::Protobuf => run(opened, paths, placed, output, &Protobuf, opts),
         OutputFormat::Json => run(
-            input,
+            opened,
+            paths,
+            placed,
             output,
             &Json {
                 colors: opts.json_colors,
@@ -70,14 +163,24 @@ pub fn convert_sqlite(input: &Path, output: &Path, opts: &Options) -> Result<Sum
     }
 }
 
-fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Result<Summary> {
-    let started = Instant::now();
-    let (conn, schema) = nsys::open_schema(input)?;
-    let info = Arc::new(
-        ProfileInfo::load(&conn, &schema).map_err(|e| anyhow!("damaged SQLite database: {e}"))?,
-    );
-    drop(conn);
+/// What the file writer receives: a source's description before its chunks, then its chunks.
+enum ToFile {
+    Source(usize, Arc<Description>),
+    Chunk(Chunk),
+}
 
+/// The pipeline: each source (an export already open in `opened`, else opened from `paths` when
+/// its turn comes) is read into routers (layout) that encode through `format`'s writers; one
+/// file-writer thread streams the chunks to a temporary file, renamed into place on success.
+fn run<F: Format>(
+    opened: Vec<Option<Export>>,
+    paths: &[(PathBuf, String)],
+    placed: Vec<Placed>,
+    output: &Path,
+    format: &F,
+    opts: &Options,
+) -> Result<Summary> {
+    let started = Instant::now();
     let out_dir = match output.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
         _ => PathBuf::from("."),
@@ -91,40 +194,106 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
     // Any format can be gzipped whole: Perfetto and chrome://tracing read .gz files.
     let gzip = output.extension().is_some_and(|e| e == "gz");
 
-    let (tx, rx) = sync_channel::<Chunk>(8);
+    let (tx, rx) = sync_channel::<ToFile>(8);
     let ids = Ids::default();
-    let mut summary = Summary::default();
     let progress = Progress::default();
-    progress
-        .total
-        .store(estimated_rows(&schema), Ordering::Relaxed);
-    let shared = Shared {
-        schema: &schema,
-        info: &info,
-        ids: &ids,
-        format,
-        progress: &progress,
-        selection: &opts.selection,
-    };
+    let n_sources = opened.len().max(paths.len());
+    let mut opened = opened;
+    opened.resize_with(n_sources, || None);
+    progress.total.store(
+        opened.iter().flatten().map(Export::estimated_rows).sum(),
+        Ordering::Relaxed,
+    );
     let result: Result<(Summary, u64)> = std::thread::scope(|s| {
         if opts.progress {
             s.spawn(|| progress.draw_until_finished("converting"));
         }
         let writer = {
-            let info = info.clone();
-            s.spawn(move || write_file(file, rx, format, &info, gzip))
+            let placed = &placed;
+            s.spawn(move || write_file(file, rx, format, placed, gzip))
         };
-        let readers = run_readers(s, &shared, tx);
+        let mut summary = Summary::default();
+        let mut failure = None;
+        for (i, slot) in opened.into_iter().enumerate() {
+            let export = match slot {
+                Some(e) => e,
+                None => match Export::open(&paths[i].0) {
+                    Ok(mut e) => {
+                        e.set_label(paths[i].1.clone());
+                        progress
+                            .total
+                            .fetch_add(e.estimated_rows(), Ordering::Relaxed);
+                        e
+                    }
+                    Err(e) => {
+                        failure = Some(anyhow!("{}: {}", paths[i].0.display(), error_line(&e)));
+                        break;
+                    }
+                },
+            };
+            let desc = export.description();
+            if tx.send(ToFile::Source(i, desc.clone())).is_err() {
+                break;
+            }
+            let placement = Placement {
+                source: i,
+                offset: placed.get(i).map_or(0, |p| p.offset),
+            };
+            let (chunks_tx, chunks_rx) = sync_channel::<Chunk>(8);
+            // Chunks of this source go to the file writer through one forwarding thread.
+            let forward = {
+                let tx = tx.clone();
+                s.spawn(move || {
+                    for c in chunks_rx {
+                        if tx.send(ToFile::Chunk(c)).is_err() {
+                            break;
+                        }
+                    }
+                })
+            };
+            let make_sink = || {
+                Router::new(
+                    format.writer(desc.clone()),
+                    &ids,
+                    &desc,
+                    placement,
+                    chunks_tx.clone(),
+                )
+                .with_progress(&progress)
+            };
+            let part = export.read(&opts.selection, &make_sink);
+            drop(chunks_tx);
+            let _ = forward.join();
+            match part {
+                Ok(p) => {
+                    if n_sources > 1 {
+                        summary.per_source.push(p.clone());
+                    }
+                    summary.merge(p);
+                }
+                Err(e) => {
+                    failure = Some(if n_sources > 1 {
+                        anyhow!("{}: {}", paths[i].0.display(), error_line(&e))
+                    } else {
+                        e
+                    });
+                    break;
+                }
+            }
+        }
+        drop(tx);
         progress.finish();
         let written = writer
             .join()
             .map_err(|_| anyhow!("output writer panicked"))?;
         // A writer failure (disk full) explains reader send failures: report it first.
         let bytes = written?;
-        Ok((readers?, bytes))
+        if let Some(e) = failure {
+            return Err(e);
+        }
+        Ok((summary, bytes))
     });
-    let (readers_summary, bytes) = result?;
-    summary.merge(readers_summary);
+    let (mut summary, bytes) = result?;
     // Temporary files are private (0600); the trace is an ordinary file, readable like any other.
     #[cfg(unix)]
     {
@@ -140,200 +309,17 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
     } else {
         bytes
     };
+    if let Some(first) = placed.first()
+        && n_sources == 1
+        && first.offset > 0
+    {
+        summary.notes.push(format!(
+            "rows before the session start: Perfetto's zero is {} before nsys' zero",
+            crate::summary::human_ns(first.offset)
+        ));
+    }
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
-}
-
-/// Everything the reader threads share.
-struct Shared<'e, F: Format> {
-    schema: &'e Schema,
-    info: &'e Arc<ProfileInfo>,
-    ids: &'e Ids,
-    format: &'e F,
-    progress: &'e Progress,
-    selection: &'e Selection,
-}
-
-impl<F: Format> Shared<'_, F> {
-    fn router(&self, tx: SyncSender<Chunk>) -> Router<'_, F::Writer> {
-        Router::new(
-            self.format.writer(self.info.clone()),
-            self.ids,
-            self.info,
-            tx,
-        )
-        .with_progress(self.progress)
-    }
-}
-
-/// The readers and what they wait for: NVTX and the NVTX-on-GPU projection start at once; the
-/// CUDA API reader waits for the flow links; the GPU reader for the links and the projection
-/// (each kernel lists its enclosing NVTX ranges).
-fn run_readers<'s, 'e, F: Format>(
-    s: &'s std::thread::Scope<'s, 'e>,
-    sh: &'e Shared<'e, F>,
-    tx: SyncSender<Chunk>,
-) -> Result<Summary> {
-    let schema = sh.schema;
-    let nvtx = {
-        let tx = tx.clone();
-        s.spawn(move || -> Result<Summary> {
-            let t = Instant::now();
-            let conn = nsys::open_readonly(&schema.path)?;
-            let mut router = sh.router(tx);
-            nsys::nvtx::read(&conn, schema, sh.selection, &mut router)?;
-            timing("nvtx", t);
-            let t = Instant::now();
-            nsys::osrt::read(&conn, schema, sh.selection, &mut router)?;
-            timing("osrt", t);
-            nsys::sync::read(&conn, schema, sh.selection, &mut router)?;
-            router.finish()
-        })
-    };
-    let sched = {
-        let tx = tx.clone();
-        s.spawn(move || -> Result<Summary> {
-            let t = Instant::now();
-            let conn = nsys::open_readonly(&schema.path)?;
-            let mut router = sh.router(tx);
-            nsys::sched::read(&conn, schema, sh.selection, &mut router)?;
-            timing("sched", t);
-            router.finish()
-        })
-    };
-    let projection = s.spawn(move || -> Result<(Option<Projection>, Vec<String>)> {
-        let unconverted = unconverted_tables(schema)?;
-        if !sh.selection.wants(EventType::NvtxGpu) {
-            return Ok((None, unconverted));
-        }
-        let t = Instant::now();
-        let p = Projection::build(schema)?;
-        timing("nvtx-gpu projection", t);
-        Ok((p, unconverted))
-    });
-    let t = Instant::now();
-    let flow_db: Arc<Option<FlowDb>> = Arc::new(flows::prepare(schema, sh.selection)?);
-    timing("flow links", t);
-    let api = {
-        let tx = tx.clone();
-        let flow_db = flow_db.clone();
-        s.spawn(move || -> Result<Summary> {
-            let flow_db = flow_db.as_ref().as_ref();
-            let conn = nsys::open_readonly(&schema.path)?;
-            if let Some(f) = flow_db {
-                f.attach(&conn)?;
-            }
-            let t = Instant::now();
-            let mut router = sh.router(tx);
-            nsys::api::read(&conn, schema, flow_db.is_some(), sh.selection, &mut router)?;
-            timing("cuda api", t);
-            router.finish()
-        })
-    };
-    let (projection, unconverted) = projection
-        .join()
-        .map_err(|_| anyhow!("NVTX projection panicked"))??;
-    let projection: Arc<Option<Projection>> = Arc::new(projection);
-    let nvtx_gpu = {
-        let tx = tx.clone();
-        let projection = projection.clone();
-        s.spawn(move || -> Result<Summary> {
-            let mut router = sh.router(tx);
-            if let Some(p) = projection.as_ref() {
-                let t = Instant::now();
-                let conn = nsys::open_readonly(&schema.path)?;
-                p.attach(&conn)?;
-                nsys::nvtx::read_projection(&conn, sh.selection, &mut router)?;
-                timing("nvtx-gpu", t);
-            }
-            router.finish()
-        })
-    };
-    let flow_db = flow_db.as_ref().as_ref();
-    let gpu = (|| -> Result<Summary> {
-        let conn = nsys::open_readonly(&schema.path)?;
-        if let Some(f) = flow_db {
-            f.attach(&conn)?;
-        }
-        if let Some(p) = projection.as_ref() {
-            p.attach(&conn)?;
-        }
-        let t = Instant::now();
-        let mut router = sh.router(tx);
-        let q = nsys::gpu::GpuQuery {
-            with_flows: flow_db.is_some(),
-            with_nvtx: projection.is_some(),
-            selection: sh.selection,
-        };
-        nsys::gpu::read(&conn, schema, &q, &mut router)?;
-        timing("gpu", t);
-        router.finish()
-    })();
-    let mut summary = Summary::default();
-    for part in [
-        gpu,
-        api.join().map_err(|_| anyhow!("API reader panicked"))?,
-        nvtx.join().map_err(|_| anyhow!("NVTX reader panicked"))?,
-        nvtx_gpu
-            .join()
-            .map_err(|_| anyhow!("NVTX projection reader panicked"))?,
-        sched
-            .join()
-            .map_err(|_| anyhow!("scheduling reader panicked"))?,
-    ] {
-        summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
-    }
-    if !sh.selection.is_everything() {
-        summary.notes.push(format!("selection: {}", sh.selection));
-    }
-    summary.notes.extend(unconverted);
-    Ok(summary)
-}
-
-/// Timed tables this version does not convert yet, with their row counts: nothing a profile
-/// holds is dropped without saying so.
-fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
-    // Written by `nsys stats`: a copy of NVTX_EVENTS' push/pop ranges, converted from there.
-    const DERIVED: [&str; 1] = ["NvtxPushPopRanges"];
-    let mut tables: Vec<&str> = schema
-        .tables()
-        .filter(|t| {
-            schema.has_column(t, "start") && !nsys::EVENT_TABLES.contains(t) && !DERIVED.contains(t)
-        })
-        .collect();
-    tables.sort_unstable();
-    if tables.is_empty() {
-        return Ok(Vec::new());
-    }
-    let conn = nsys::open_readonly(&schema.path)?;
-    let mut notes = Vec::new();
-    for t in tables {
-        let n: i64 = conn.query_row(&format!("SELECT count(*) FROM \"{t}\""), [], |r| r.get(0))?;
-        if n > 0 {
-            notes.push(format!("{t}: {n} rows not converted (not supported yet)"));
-        }
-    }
-    Ok(notes)
-}
-
-/// Rows the readers will visit, for the progress bar: `max(rowid)` is instant where `count(*)`
-/// would scan the table.
-fn estimated_rows(schema: &Schema) -> u64 {
-    let Ok(conn) = nsys::open_readonly(&schema.path) else {
-        return 0;
-    };
-    nsys::EVENT_TABLES
-        .iter()
-        .filter(|t| schema.has_table(t))
-        .filter_map(|t| {
-            conn.query_row(&format!("SELECT max(rowid) FROM \"{t}\""), [], |r| {
-                r.get::<_, Option<i64>>(0)
-            })
-            .ok()
-            .flatten()
-        })
-        .map(|n| n.max(0) as u64)
-        .sum()
 }
 
 /// An error and its causes on one line, without the repetitions SQLite's error chain carries
@@ -357,32 +343,22 @@ pub fn error_line(e: &anyhow::Error) -> String {
     line.replace('\n', " ")
 }
 
-/// SQLite errors from a damaged file read better with a hint.
-fn sqlite_problem(e: &anyhow::Error) -> String {
-    let msg = e.to_string();
-    if msg.contains("malformed") || msg.contains("not a database") || msg.contains("disk I/O") {
-        format!("damaged SQLite database: {msg}")
-    } else {
-        msg
-    }
-}
-
 /// Write the file, gzip-compressed when asked. Returns the bytes written before compression.
 fn write_file<F: Format>(
     file: std::fs::File,
-    rx: Receiver<Chunk>,
+    rx: Receiver<ToFile>,
     format: &F,
-    info: &ProfileInfo,
+    placed: &[Placed],
     gzip: bool,
 ) -> Result<u64> {
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     let bytes = if gzip {
         let mut gz = flate2::write::GzEncoder::new(&mut out, flate2::Compression::default());
-        let bytes = write_chunks(&mut gz, rx, format, info)?;
+        let bytes = write_chunks(&mut gz, rx, format, placed)?;
         gz.finish().context("cannot write output")?;
         bytes
     } else {
-        write_chunks(&mut out, rx, format, info)?
+        write_chunks(&mut out, rx, format, placed)?
     };
     out.flush().context("cannot write output")?;
     Ok(bytes)
@@ -390,18 +366,20 @@ fn write_file<F: Format>(
 
 fn write_chunks<F: Format, W: Write>(
     out: &mut W,
-    rx: Receiver<Chunk>,
+    rx: Receiver<ToFile>,
     format: &F,
-    info: &ProfileInfo,
+    placed: &[Placed],
 ) -> Result<u64> {
     let mut described: HashSet<WellKnown> = HashSet::new();
+    // The description of each source whose chunks may still come (one at a time, in order).
+    let mut sources: Vec<Option<Arc<Description>>> = Vec::new();
     let mut bytes = 0u64;
     let mut put = |out: &mut W, data: &[u8]| -> Result<()> {
         out.write_all(data).context("cannot write output")?;
         bytes += data.len() as u64;
         Ok(())
     };
-    put(out, &format.header(info))?;
+    put(out, &format.header())?;
     // Formats whose records are separated (JSON's commas) write each record with a leading
     // separator; the very first record after the header drops it.
     let mut first = true;
@@ -415,35 +393,27 @@ fn write_chunks<F: Format, W: Write>(
         }
         put(out, data)
     };
-    for chunk in rx {
+    put_record(out, &format.preamble(placed))?;
+    for msg in rx {
+        let chunk = match msg {
+            ToFile::Source(i, desc) => {
+                // Sources come in order; the previous one has sent all its chunks.
+                sources.iter_mut().for_each(|s| *s = None);
+                sources.resize(sources.len().max(i + 1), None);
+                sources[i] = Some(desc);
+                continue;
+            }
+            ToFile::Chunk(c) => c,
+        };
         for wk in chunk.requires {
-            if described.insert(wk) {
-                put_record(out, &format.describe_well_known(wk, info))?;
+            if described.insert(wk)
+                && let Some(Some(desc)) = sources.get(wk.source())
+            {
+                put_record(out, &format.describe_well_known(wk, desc))?;
             }
         }
         put_record(out, &chunk.data)?;
     }
-    put(out, &format.footer(info))?;
+    put(out, &format.footer(placed))?;
     Ok(bytes)
-}
-
-/// Phase timings on stderr when NSYS_PERFETTO_TIMING is set: for benchmarking, not for users.
-fn timing(phase: &str, since: Instant) {
-    if std::env::var_os("NSYS_PERFETTO_TIMING").is_some() {
-        // CPU time of this thread (utime + stime, in clock ticks): stable under machine load.
-        let cpu = std::fs::read_to_string("/proc/thread-self/stat")
-            .ok()
-            .and_then(|s| {
-                let f: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
-                Some(
-                    (f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64
-                        / 100.0,
-                )
-            })
-            .unwrap_or(f64::NAN);
-        eprintln!(
-            "timing: {phase}: {:.3} s wall, thread cpu so far {cpu:.2} s",
-            since.elapsed().as_secs_f64()
-        );
-    }
 }

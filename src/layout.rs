@@ -3,8 +3,7 @@
 //! time. Perfetto closes the most recent open slice on END, so a partial overlap would silently
 //! truncate a slice; overlapping work therefore moves to an extra lane beside its track.
 
-use crate::model::{Event, GroupKey, pid_of};
-use crate::nsys::info::ProfileInfo;
+use crate::model::{Description, Event, EventSink, Flows, GroupKey, pid_of, with_source};
 use crate::output::{Chunk, CustomTrack, EventWriter, Ids, WellKnown};
 use crate::summary::Summary;
 use anyhow::Result;
@@ -34,11 +33,22 @@ struct Group {
     lanes_under_lane0: bool,
 }
 
+/// Where a source sits in the trace: its index (folded into its process/thread ids and flow ids
+/// so that several sources never share a track or an arrow) and what its times are shifted by.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Placement {
+    pub source: usize,
+    pub offset: i64,
+}
+
 /// Routes events of one reader to groups and lanes, and hands encoded chunks to the file writer.
 pub struct Router<'a, W: EventWriter> {
     writer: W,
     ids: &'a Ids,
-    info: &'a ProfileInfo,
+    info: &'a Description,
+    placement: Placement,
+    /// Flow ids of the event being placed, tagged with the source.
+    flow_scratch: Vec<u64>,
     tx: SyncSender<Chunk>,
     /// Each key's groups: normally one; a row that arrives later than its group's written time
     /// (a table not in start order) goes to a further group, on a lane of its own.
@@ -54,11 +64,19 @@ pub struct Router<'a, W: EventWriter> {
 }
 
 impl<'a, W: EventWriter> Router<'a, W> {
-    pub fn new(writer: W, ids: &'a Ids, info: &'a ProfileInfo, tx: SyncSender<Chunk>) -> Self {
+    pub fn new(
+        writer: W,
+        ids: &'a Ids,
+        info: &'a Description,
+        placement: Placement,
+        tx: SyncSender<Chunk>,
+    ) -> Self {
         Router {
             writer,
             ids,
             info,
+            placement,
+            flow_scratch: Vec::new(),
             tx,
             groups: HashMap::new(),
             gpu_tracks: Default::default(),
@@ -84,51 +102,8 @@ impl<'a, W: EventWriter> Router<'a, W> {
         }
     }
 
-    pub fn info(&self) -> &'a ProfileInfo {
-        self.info
-    }
-
-    /// A source row that went into an event with another (a sched-in paired with its
-    /// sched-out): counted for progress only.
-    pub fn count_extra_row(&mut self) {
-        self.tick();
-    }
-
-    /// A row that names something (an NVTX domain, category or thread) instead of being an event.
-    pub fn note_naming_row(&mut self, table: &'static str) {
-        self.tick();
-        *self
-            .summary
-            .naming_rows
-            .entry(table.to_string())
-            .or_default() += 1;
-    }
-
-    /// The (start, end) of a row that must be a slice, or `None` after counting why it cannot
-    /// be one: no timestamps, an end before its start, a negative time.
-    pub fn interval(
-        &mut self,
-        table: &'static str,
-        start: Option<i64>,
-        end: Option<i64>,
-    ) -> Option<(i64, i64)> {
-        let reason = match (start, end) {
-            (Some(s), Some(e)) if e >= s && s >= 0 => return Some((s, e)),
-            (Some(s), Some(e)) if e < s => "ends before it starts",
-            (Some(_), Some(_)) => "negative timestamp",
-            _ => "no start or end timestamp",
-        };
-        self.skip(table, reason);
-        None
-    }
-
-    /// A row that could not be converted: counted by table and reason, never silently lost.
-    pub fn skip(&mut self, table: &'static str, reason: &'static str) {
-        self.tick();
-        self.summary.skip(table, reason);
-    }
-
-    pub fn event(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
+    /// An event in the trace's terms (ids and times already placed).
+    fn place(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
         let chain_len = self.groups.get(&key).map_or(0, Vec::len);
         let idx = self
             .groups
@@ -203,7 +178,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
     }
 
     /// Close every open slice and send what is left.
-    pub fn finish(mut self) -> Result<Summary> {
+    fn close(mut self) -> Result<Summary> {
         if let Some(p) = self.progress {
             p.add(self.unreported);
         }
@@ -324,6 +299,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             }
             GroupKey::Cpu { cpu } => {
                 let group = self.cpu_group();
+                let cpu = crate::model::without_source(cpu);
                 let name = format!("CPU {cpu}");
                 (
                     self.custom(Some(group), &name, Some(cpu)),
@@ -416,7 +392,11 @@ impl<'a, W: EventWriter> Router<'a, W> {
         self.writer.describe(&CustomTrack {
             uuid,
             parent: None,
-            name: "CPUs".to_string(),
+            name: match (&self.info.label, &self.info.host) {
+                (Some(_), Some(host)) => format!("CPUs · {host}"),
+                (Some(label), None) => format!("CPUs · {label}"),
+                _ => "CPUs".to_string(),
+            },
             rank: None,
             explicit_child_order: true,
         });
@@ -433,6 +413,117 @@ impl<'a, W: EventWriter> Router<'a, W> {
             self.summary.tracks += 1;
         }
         WellKnown::Gpu(device).uuid()
+    }
+}
+
+impl<W: EventWriter> EventSink for Router<'_, W> {
+    fn event(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
+        let Placement { source, offset } = self.placement;
+        if ev.start + offset < 0 {
+            // Earlier than the first rows of its table told (a table out of time order).
+            self.skip(
+                "events",
+                "earlier than the trace's time zero (table out of time order)",
+            );
+            return Ok(());
+        }
+        if source == 0 && offset == 0 {
+            return self.place(key, ev);
+        }
+        let mut scratch = std::mem::take(&mut self.flow_scratch);
+        scratch.clear();
+        scratch.extend(ev.flows.out.iter().map(|&id| tag_flow(id, source)));
+        let placed = Event {
+            start: ev.start + offset,
+            end: ev.end.map(|e| e + offset),
+            flows: Flows {
+                out: &scratch,
+                terminating: ev.flows.terminating.map(|id| tag_flow(id, source)),
+            },
+            ..ev.clone()
+        };
+        let result = self.place(key.with_source(source), &placed);
+        self.flow_scratch = scratch;
+        result
+    }
+
+    fn skip(&mut self, table: &'static str, reason: &'static str) {
+        self.tick();
+        self.summary.skip(table, reason);
+    }
+
+    fn note(&mut self, what: &'static str, reason: &'static str) {
+        self.summary.skip(what, reason);
+    }
+
+    fn naming_row(&mut self, table: &'static str) {
+        self.tick();
+        *self
+            .summary
+            .naming_rows
+            .entry(table.to_string())
+            .or_default() += 1;
+    }
+
+    fn extra_row(&mut self) {
+        self.tick();
+    }
+
+    fn finish(self) -> Result<Summary> {
+        self.close()
+    }
+}
+
+/// Flow ids of merged sources: the source index in the top byte (ids of one source use far
+/// fewer bits), so arrows never join two reports.
+fn tag_flow(id: u64, source: usize) -> u64 {
+    id ^ ((source as u64) << 56)
+}
+
+impl GroupKey {
+    /// The key with a source's index folded into its process, thread and device ids.
+    fn with_source(self, source: usize) -> GroupKey {
+        let s = |id: i64| with_source(id, source);
+        match self {
+            GroupKey::ThreadApi { global_tid } => GroupKey::ThreadApi {
+                global_tid: s(global_tid),
+            },
+            GroupKey::ThreadNvtx { global_tid, domain } => GroupKey::ThreadNvtx {
+                global_tid: s(global_tid),
+                domain,
+            },
+            GroupKey::ProcessNvtx { global_pid, domain } => GroupKey::ProcessNvtx {
+                global_pid: s(global_pid),
+                domain,
+            },
+            GroupKey::GpuStream {
+                device,
+                global_pid,
+                stream,
+            } => GroupKey::GpuStream {
+                device: s(device),
+                global_pid: s(global_pid),
+                stream,
+            },
+            GroupKey::ThreadOsrt { global_tid } => GroupKey::ThreadOsrt {
+                global_tid: s(global_tid),
+            },
+            GroupKey::GpuSync {
+                device,
+                global_pid,
+                stream,
+            } => GroupKey::GpuSync {
+                device: s(device),
+                global_pid: s(global_pid),
+                stream,
+            },
+            // CPUs of several hosts stay apart too.
+            GroupKey::Cpu { cpu } => GroupKey::Cpu { cpu: s(cpu) },
+            GroupKey::GpuNvtx { device, global_tid } => GroupKey::GpuNvtx {
+                device: s(device),
+                global_tid: s(global_tid),
+            },
+        }
     }
 }
 

@@ -1,20 +1,23 @@
 //! nsys-perfetto: convert NVIDIA Nsight Systems profiles into Perfetto traces.
 //!
-//! Pipeline: [`nsys`] reads export tables as a stream of [`model`] events, [`layout`] places them
-//! on tracks and lanes, [`output`] encodes them; [`convert`] runs it all in parallel.
+//! Pipeline: [`nsys`] reads an export as its [`model::Description`] and a stream of [`model`]
+//! events; [`layout`] places the events on tracks and lanes; [`output`] encodes them in one
+//! format, knowing nothing of nsys; [`convert`] wires one or several sources (a merge) to one
+//! output file.
 
 pub mod batch;
 pub mod cli;
 pub mod convert;
-pub mod flows;
 pub mod layout;
 pub mod model;
 pub mod nsys;
 pub mod output;
 pub mod progress;
-pub mod projection;
 pub mod proto;
 pub mod report;
 pub mod select;
 pub mod summary;
 pub mod workflow;
+
+/// The NVTX-on-GPU projection, an nsys-side analysis (kept at the crate root for callers).
+pub use nsys::projection;

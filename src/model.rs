@@ -1,8 +1,18 @@
 //! The neutral event model: what the readers produce and the writers consume.
 //!
-//! Readers (`crate::nsys`) turn table rows into [`Event`]s addressed to a [`GroupKey`] (a logical
-//! track such as "stream 7 of GPU 0" or "NVTX domain 1 on thread 42"). Layout (`crate::layout`)
-//! splits each group into strictly nested lanes; writers (`crate::output`) encode the result.
+//! A source (one nsys report: `crate::nsys::source`) yields two things in these terms:
+//! - its [`Description`]: the names of its processes, threads and GPUs, its interned strings,
+//!   its clock (the session's wall-clock start), a label when several reports are merged;
+//! - a stream of [`Event`]s, each addressed to a [`GroupKey`] (a logical track such as "stream 7
+//!   of GPU 0" or "NVTX domain 1 on thread 42"), pushed into an [`EventSink`].
+//!
+//! Layout (`crate::layout`) is the sink: it splits each group into strictly nested lanes and
+//! hands the result to a writer (`crate::output`). Readers know nothing of layout or formats;
+//! writers know nothing of nsys.
+
+use anyhow::Result;
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
 
 /// Where an event's name comes from. `Str` is an id into the export's `StringIds` table, which
 /// lets writers intern names by id without touching the text on every row.
@@ -213,4 +223,166 @@ pub fn pid_of(global_id: i64) -> i64 {
 }
 pub fn tid_of(global_tid: i64) -> i64 {
     global_tid & 0xFF_FFFF
+}
+
+/// Where one source's ids live once several sources share a trace: its index goes into bits
+/// 56..61 of every global process/thread id (nsys uses bits 0..47 for pid and tid and sets bits
+/// 48..55 to its own machine id), so the processes of two reports never merge, even when their
+/// pids are equal.
+pub const SOURCE_SHIFT: u32 = 56;
+pub const MAX_SOURCES: usize = 64;
+
+/// The source index folded into a global id by [`with_source`].
+pub fn source_of(global_id: i64) -> usize {
+    ((global_id >> SOURCE_SHIFT) & 0x3F) as usize
+}
+
+pub fn with_source(global_id: i64, source: usize) -> i64 {
+    global_id | ((source as i64) << SOURCE_SHIFT)
+}
+
+/// The id as its source knows it.
+pub fn without_source(global_id: i64) -> i64 {
+    global_id & !(0x3F << SOURCE_SHIFT)
+}
+
+/// The pid a trace shows for a global id: unique across merged sources (the source index sits
+/// above the 24-bit pid), equal to the real pid for a single report.
+pub fn trace_pid_of(global_id: i64) -> i64 {
+    pid_of(global_id) | (source_of(global_id) as i64) << 24
+}
+
+/// Everything a writer needs to know about one source besides its events: names of processes,
+/// threads, GPUs and NVTX domains, the strings that [`Name::Str`] and [`ArgValue::StrId`] refer
+/// to, and its clock. Keys are the source's own global ids (no source bits).
+#[derive(Debug, Default)]
+pub struct Description {
+    pub strings: HashMap<i64, Box<str>>,
+    /// globalTid -> thread name.
+    pub thread_names: HashMap<i64, String>,
+    /// globalPid -> process name.
+    pub process_names: HashMap<i64, String>,
+    /// CUDA device -> GPU model name.
+    pub gpu_names: BTreeMap<i64, String>,
+    /// (globalPid, domainId) -> NVTX domain name.
+    pub nvtx_domains: HashMap<(i64, i64), String>,
+    /// Key/value facts about the source (export version, schema...), written where a format can.
+    pub metadata: BTreeMap<String, String>,
+    /// Wall-clock time (ns since the Unix epoch) of the source's time zero, when recorded.
+    pub session_start_utc_ns: Option<i64>,
+    /// The earliest event time of the source when it precedes its time zero (rows recorded
+    /// while the session started): the trace shifts the whole source so that they fit.
+    pub earliest_ns: Option<i64>,
+    /// Names this source among several ("rank 3 · host-a"); `None` for a single source.
+    pub label: Option<String>,
+    /// Host the source was recorded on, when known.
+    pub host: Option<String>,
+}
+
+impl Description {
+    pub fn string(&self, id: i64) -> Option<&str> {
+        self.strings.get(&id).map(|s| &**s)
+    }
+
+    /// A string id's text, or "(string N)" when the source does not hold it (a dangling id is
+    /// shown, not dropped).
+    pub fn string_or_id(&self, id: i64) -> Cow<'_, str> {
+        match self.string(id) {
+            Some(s) => Cow::Borrowed(s),
+            None => Cow::Owned(format!("(string {id})")),
+        }
+    }
+
+    pub fn thread_name(&self, global_tid: i64) -> String {
+        let gt = without_source(global_tid);
+        match self.thread_names.get(&gt) {
+            Some(n) => n.clone(),
+            None => format!("Thread {}", tid_of(gt)),
+        }
+    }
+
+    /// The process's own name (as the source names it), without the merge label.
+    pub fn bare_process_name(&self, global_pid: i64) -> String {
+        let gp = global_pid_of(without_source(global_pid));
+        if let Some(n) = self.process_names.get(&gp) {
+            return n.clone();
+        }
+        let main_thread = gp | pid_of(gp);
+        if let Some(n) = self.thread_names.get(&main_thread) {
+            return n.clone();
+        }
+        format!("Process {}", pid_of(gp))
+    }
+
+    /// "python", or "rank 3 · host-a · python (pid 4242)" among several sources.
+    pub fn process_name(&self, global_pid: i64) -> String {
+        let name = self.bare_process_name(global_pid);
+        match &self.label {
+            Some(l) => format!("{l} · {name} (pid {})", pid_of(global_pid)),
+            None => name,
+        }
+    }
+
+    /// "GPU 0 · NVIDIA H100 80GB HBM3", or "GPU 0" when the source does not describe it;
+    /// prefixed by the host among several sources.
+    pub fn gpu_label(&self, device: i64) -> String {
+        let own = match self.gpu_names.get(&device) {
+            Some(n) => format!("GPU {device} · {n}"),
+            None => format!("GPU {device}"),
+        };
+        match (&self.label, &self.host) {
+            (Some(_), Some(h)) => format!("{h} · {own}"),
+            (Some(l), None) => format!("{l} · {own}"),
+            _ => own,
+        }
+    }
+
+    /// Default domain 0 is "NVTX", as nsys shows it.
+    pub fn nvtx_domain_name(&self, global_pid: i64, domain: i64) -> String {
+        if domain == 0 {
+            return "NVTX".to_string();
+        }
+        let gp = global_pid_of(without_source(global_pid));
+        match self.nvtx_domains.get(&(gp, domain)) {
+            Some(n) => n.clone(),
+            None => format!("NVTX domain {domain}"),
+        }
+    }
+}
+
+/// Where readers put what they read: events, and the rows they could not or need not convert.
+/// Implemented by layout; a reader never sees tracks, lanes or formats.
+pub trait EventSink {
+    fn event(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()>;
+    /// A row that could not be converted: counted by table and reason, never silently lost.
+    fn skip(&mut self, table: &'static str, reason: &'static str);
+    /// Something left out that is not a source row of its own (an arrow whose GPU row starts
+    /// before its launch): counted, not a row for progress.
+    fn note(&mut self, what: &'static str, reason: &'static str);
+    /// A row that names something (an NVTX domain, category or thread) instead of being an event.
+    fn naming_row(&mut self, table: &'static str);
+    /// A source row that went into an event with another (a sched-in paired with its sched-out).
+    fn extra_row(&mut self);
+    /// Everything read: close what is open, and say what was converted and what was not.
+    fn finish(self) -> Result<crate::summary::Summary>
+    where
+        Self: Sized;
+
+    /// The (start, end) of a row that must be a slice, or `None` after counting why it cannot
+    /// be one: no timestamps, an end before its start. Times before the session start are
+    /// kept: nsys records scheduling and metrics while a session starts.
+    fn interval(
+        &mut self,
+        table: &'static str,
+        start: Option<i64>,
+        end: Option<i64>,
+    ) -> Option<(i64, i64)> {
+        let reason = match (start, end) {
+            (Some(s), Some(e)) if e >= s => return Some((s, e)),
+            (Some(_), Some(_)) => "ends before it starts",
+            _ => "no start or end timestamp",
+        };
+        self.skip(table, reason);
+        None
+    }
 }

@@ -28,6 +28,22 @@ pub struct Summary {
     pub notes: Vec<String>,
     pub output_bytes: u64,
     pub seconds: f64,
+    /// In a merge: what each source converted, in input order (empty for one source).
+    pub per_source: Vec<Summary>,
+}
+
+/// "1.234 s", "12.5 ms", "340 us", "15 ns": a duration as a person reads it.
+pub fn human_ns(ns: i64) -> String {
+    let a = ns.unsigned_abs() as f64;
+    if a >= 1e9 {
+        format!("{:.3} s", ns as f64 / 1e9)
+    } else if a >= 1e6 {
+        format!("{:.1} ms", ns as f64 / 1e6)
+    } else if a >= 1e3 {
+        format!("{:.0} us", ns as f64 / 1e3)
+    } else {
+        format!("{ns} ns")
+    }
 }
 
 impl Summary {

@@ -988,7 +988,14 @@ fn check_names(p: &mut Problems, src: &Src, trace: &Trace) {
     }
     for t in trace.process_tracks() {
         let pr = t.process.as_ref().unwrap();
-        if let Some(n) = procs.get(&(pr.pid as i64)) {
+        // nsys names the application after its launcher in reports launched through nsys;
+        // Nsight Systems (and we) show the program instead: never "nsys-launcher".
+        if pr.name.as_deref() == Some("nsys-launcher") {
+            p.add(format!("process {} is named nsys-launcher", pr.pid));
+        }
+        if let Some(n) = procs.get(&(pr.pid as i64))
+            && n != "nsys-launcher"
+        {
             p.eq(
                 &format!("name of process {}", pr.pid),
                 pr.name.clone().unwrap_or_default(),

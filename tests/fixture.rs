@@ -485,7 +485,11 @@ mod validator_catches {
         let mut p = packets();
         let i = p
             .iter()
-            .position(|p| p.sequence_flags.is_some_and(|f| f & 1 != 0))
+            // An event sequence's first packet (the session marker clears its state too).
+            .position(|p| {
+                p.sequence_flags.is_some_and(|f| f & 1 != 0)
+                    && p.first_packet_on_sequence == Some(true)
+            })
             .unwrap();
         p[i].sequence_flags = None;
         p[i].incremental_state_cleared = None;
@@ -571,7 +575,13 @@ mod validator_catches {
         let mut p = packets();
         let i = p
             .iter()
-            .position(|p| matches!(p.data, Some(trace_packet::Data::ClockSnapshot(_))))
+            // A sequence's incremental clock (not the trace's REALTIME snapshot).
+            .position(|p| match &p.data {
+                Some(trace_packet::Data::ClockSnapshot(c)) => {
+                    c.clocks.iter().any(|c| c.is_incremental == Some(true))
+                }
+                _ => false,
+            })
             .unwrap();
         p[i].data = None;
         expect(&encode(p), common::R_CLOCK);

@@ -122,6 +122,16 @@ fn parse(bytes: &[u8]) -> Trace {
             raw: e.clone(),
         });
     }
+    // The "Session start" marker stands at the source's time zero: kept apart, and the other
+    // times read back in session time (the trace shifts a source with rows before its start).
+    let (markers, events): (Vec<Ev>, Vec<Ev>) =
+        t.events.drain(..).partition(|e| e.cat == "session");
+    assert_eq!(markers.len(), 1, "one session-start marker");
+    let zero = markers[0].ts;
+    t.events = events;
+    for e in &mut t.events {
+        e.ts -= zero;
+    }
     t
 }
 

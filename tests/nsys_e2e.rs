@@ -30,6 +30,16 @@ fn nsys() -> Option<Nsys> {
     }
 }
 
+/// The newest nsys the converter can pick for a report (it picks a newer install when the first
+/// one found is too old for a capture).
+fn newest_version() -> Option<Version> {
+    report::nsys_candidates(None)
+        .ok()?
+        .into_iter()
+        .filter_map(|(p, s)| Nsys::probe(&p, s).ok()?.version)
+        .max_by_key(|v| (v.year, v.release, v.patch))
+}
+
 fn corpus() -> Option<PathBuf> {
     let d = shared().join("corpus");
     if d.join("MANIFEST.tsv").is_file() {
@@ -344,9 +354,9 @@ fn sum_skipped(s: &nsys_perfetto::summary::Summary, table: &str) -> u64 {
 /// which account for every KERNEL, MEMCPY, MEMSET, RUNTIME and NVTX row.
 #[test]
 fn corpus_reports_convert_with_manifest_counts() {
-    let Some(nsys) = nsys() else { return };
+    let Some(_nsys) = nsys() else { return };
     let Some(dir) = corpus() else { return };
-    let version = nsys.version.expect("nsys --version");
+    let version = newest_version().expect("nsys --version");
     let entries: Vec<Entry> = manifest(&dir)
         .into_iter()
         .filter(|e| version.can_read(&e.capture))
@@ -386,7 +396,9 @@ fn corpus_reports_convert_with_manifest_counts() {
         let pftrace = report.with_extension("pftrace");
         assert!(sqlite.is_file(), "{}: no export beside the report", e.file);
         let conn = Connection::open(&sqlite).unwrap();
-        for (key, table) in TABLES {
+        // Reports nsys 2022.4 could not export have no counts in MANIFEST (the newer nsys
+        // exported them here): the conversion is still checked against the export below.
+        for (key, table) in TABLES.iter().filter(|_| !e.counts.is_empty()) {
             assert_eq!(
                 table_rows(&conn, table),
                 e.counts.get(*key).copied().unwrap_or(0),
@@ -394,6 +406,11 @@ fn corpus_reports_convert_with_manifest_counts() {
                 e.file
             );
         }
+        // What the export holds, as the manifest counts it where it has counts.
+        let in_export: std::collections::HashMap<&str, u64> = TABLES
+            .iter()
+            .map(|(key, table)| (*key, table_rows(&conn, table)))
+            .collect();
         let driver = table_rows(&conn, "CUPTI_ACTIVITY_KIND_DRIVER");
         drop(conn);
 
@@ -413,7 +430,7 @@ fn corpus_reports_convert_with_manifest_counts() {
                 c.as_str()
             );
         }
-        let want = |k: &str| e.counts.get(k).copied().unwrap_or(0);
+        let want = |k: &str| in_export.get(k).copied().unwrap_or(0);
         let accounted = |cats: &[Category], table: &str| {
             cats.iter().map(|c| summary.events_of(*c)).sum::<u64>() + sum_skipped(&summary, table)
         };
@@ -476,7 +493,7 @@ fn corpus_reports_convert_with_manifest_counts() {
 fn newer_reports_say_what_to_do() {
     let Some(nsys) = nsys() else { return };
     let Some(dir) = corpus() else { return };
-    let version = nsys.version.expect("nsys --version");
+    let version = newest_version().expect("nsys --version");
     let entries: Vec<Entry> = manifest(&dir)
         .into_iter()
         .filter(|e| !version.can_read(&e.capture))

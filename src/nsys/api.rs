@@ -1,10 +1,9 @@
 //! CUDA runtime and driver API calls, merged in start order onto their CPU threads.
 
 use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at, text_at};
-use crate::flows::FLOWS_DB;
-use crate::layout::Router;
+use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, Flows, GroupKey, Name};
-use crate::output::EventWriter;
+use crate::nsys::flows::FLOWS_DB;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -87,7 +86,7 @@ impl Cursor<'_> {
                             int_at(l, 1).unwrap_or(0),
                             int_at(l, 2).unwrap_or(0),
                         );
-                        (arid, crate::flows::flow_id(src, rid))
+                        (arid, crate::nsys::flows::flow_id(src, rid))
                     });
                 }
                 match self.pending {
@@ -104,12 +103,12 @@ impl Cursor<'_> {
     }
 }
 
-pub fn read<W: EventWriter>(
+pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
     with_flows: bool,
     selection: &Selection,
-    router: &mut Router<'_, W>,
+    sink: &mut S,
 ) -> Result<()> {
     if !selection.wants(EventType::CudaApi) {
         return Ok(());
@@ -160,21 +159,21 @@ pub fn read<W: EventWriter>(
         let row = heads[i].take().expect("head present");
         heads[i] = cursors[i].next()?;
         if let Some(row) = window.push(row.start.unwrap_or(i64::MIN), row) {
-            emit(&row, router)?;
+            emit(&row, sink)?;
         }
     }
     while let Some(row) = window.pop() {
-        emit(&row, router)?;
+        emit(&row, sink)?;
     }
     Ok(())
 }
 
-fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>) -> Result<()> {
-    let Some((start, end)) = router.interval(row.table, row.start, row.end) else {
+fn emit<S: EventSink>(row: &Row, sink: &mut S) -> Result<()> {
+    let Some((start, end)) = sink.interval(row.table, row.start, row.end) else {
         return Ok(());
     };
     let Some(global_tid) = row.global_tid else {
-        router.skip(row.table, "no thread id");
+        sink.skip(row.table, "no thread id");
         return Ok(());
     };
     let mut args = ArgList::new();
@@ -197,5 +196,5 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>) -> Result<()> {
         args: args.as_slice(),
         flows,
     };
-    router.event(GroupKey::ThreadApi { global_tid }, &ev)
+    sink.event(GroupKey::ThreadApi { global_tid }, &ev)
 }

@@ -1,11 +1,11 @@
 //! GPU activity: kernels, memcpys and memsets, merged in start order into per-stream groups.
 
+use super::info::ProfileInfo;
 use super::{KERNEL, MEMCPY, MEMSET, REORDER_WINDOW, Reorder, Schema, int_at};
-use crate::flows::FLOWS_DB;
-use crate::layout::Router;
+use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
-use crate::output::EventWriter;
-use crate::projection::{KERNEL_NVTX, PROJ_DB};
+use crate::nsys::flows::FLOWS_DB;
+use crate::nsys::projection::{KERNEL_NVTX, PROJ_DB};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -107,6 +107,7 @@ pub struct GpuQuery<'a> {
     /// Attach each row's enclosing NVTX ranges (the projection tables are attached).
     pub with_nvtx: bool,
     pub selection: &'a Selection,
+    pub info: &'a ProfileInfo,
 }
 
 fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
@@ -168,12 +169,12 @@ fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
     row
 }
 
-/// Stream all GPU rows in start order into the router.
-pub fn read<W: EventWriter>(
+/// Stream all GPU rows in start order into the sink.
+pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
     q: &GpuQuery<'_>,
-    router: &mut Router<'_, W>,
+    sink: &mut S,
 ) -> Result<()> {
     let kinds: Vec<Kind> = [Kind::Kernel, Kind::Memcpy, Kind::Memset]
         .into_iter()
@@ -210,11 +211,11 @@ pub fn read<W: EventWriter>(
         let (k, rows) = &mut cursors[i];
         heads[i] = rows.next()?.map(|r| decode(*k, r));
         if let Some(row) = window.push(row.common[0].unwrap_or(i64::MIN), row) {
-            emit(&row, router, &mut fmt)?;
+            emit(&row, q, sink, &mut fmt)?;
         }
     }
     while let Some(row) = window.pop() {
-        emit(&row, router, &mut fmt)?;
+        emit(&row, q, sink, &mut fmt)?;
     }
     Ok(())
 }
@@ -245,14 +246,14 @@ fn label(labels: &HashMap<(u8, i64), String>, slot: u8, v: Option<i64>) -> Optio
     v.and_then(|v| labels.get(&(slot, v)).map(String::as_str))
 }
 
-fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter) -> Result<()> {
+fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatter) -> Result<()> {
     let table = row.kind.table();
     let [start, end, device, gpid, stream, ctx, corr] = row.common;
-    let Some((start, end)) = router.interval(table, start, end) else {
+    let Some((start, end)) = sink.interval(table, start, end) else {
         return Ok(());
     };
     let (Some(device), Some(stream)) = (device, stream) else {
-        router.skip(table, "no device or stream id");
+        sink.skip(table, "no device or stream id");
         return Ok(());
     };
     let key = GroupKey::GpuStream {
@@ -260,21 +261,21 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter
         global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,
         stream,
     };
-    let linked = crate::flows::links(start, row.launch_start);
+    let linked = crate::nsys::flows::links(start, row.launch_start);
     if row.launch_start.is_some() && !linked {
         // The row itself is converted; only its arrow is left out (and counted).
-        router.summary.skip(
+        sink.note(
             "flow arrows",
             "GPU row starts before its launching call (no arrow drawn)",
         );
     }
     let flows = Flows {
-        terminating: linked.then(|| crate::flows::flow_id(row.kind.src(), row.rowid)),
+        terminating: linked.then(|| crate::nsys::flows::flow_id(row.kind.src(), row.rowid)),
         ..Default::default()
     };
     let x = &row.extra;
     {
-        let enums = &router.info().enums;
+        let enums = &q.info.enums;
         match row.kind {
             Kind::Kernel => {
                 f.prepare(0, x[11], enums);
@@ -366,5 +367,5 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>, f: &mut Formatter
         args: args.as_slice(),
         flows,
     };
-    router.event(key, &ev)
+    sink.event(key, &ev)
 }

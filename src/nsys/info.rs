@@ -4,27 +4,44 @@
 
 use super::enums::Enums;
 use super::{NVTX, Schema, int_at, text_at};
-use crate::model::{global_pid_of, pid_of, tid_of};
+use crate::model::{Description, global_pid_of};
 use anyhow::Result;
 use rusqlite::Connection;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
+use std::sync::Arc;
 
+/// What the readers know of an export besides its event rows: the neutral [`Description`]
+/// handed to layout and writers, plus nsys' own labels (enums, NVTX categories).
 #[derive(Debug, Default)]
 pub struct ProfileInfo {
-    pub strings: HashMap<i64, Box<str>>,
-    /// globalTid -> thread name.
-    pub thread_names: HashMap<i64, String>,
-    /// globalPid -> process name (PROCESSES table).
-    pub process_names: HashMap<i64, String>,
-    /// deviceId -> GPU model name.
-    pub gpu_names: BTreeMap<i64, String>,
-    /// (globalPid, domainId) -> NVTX domain name.
-    pub nvtx_domains: HashMap<(i64, i64), String>,
+    pub desc: Arc<Description>,
     /// (globalPid, domainId, category) -> NVTX category name.
     pub nvtx_categories: HashMap<(i64, i64, i64), String>,
     pub enums: Enums,
-    /// Export metadata (EXPORT_PRODUCT_VERSION, EXPORT_SCHEMA_VERSION, ...), when present.
-    pub export_meta: BTreeMap<String, String>,
+    /// The job rank the profiled program ran as, from the launcher's environment variables.
+    pub rank: Option<i64>,
+}
+
+/// The rank an MPI or distributed launcher gave the profiled process, from the environment
+/// nsys recorded (`;`- or NUL-separated `NAME=value`): Open MPI, MPICH/PMI, Slurm, PyTorch.
+pub fn rank_from_environment(env: &str) -> Option<i64> {
+    const KEYS: [&str; 6] = [
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "PMIX_RANK",
+        "MV2_COMM_WORLD_RANK",
+        "SLURM_PROCID",
+        "RANK",
+    ];
+    let vars: Vec<(&str, &str)> = env
+        .split(['\0', ';'])
+        .filter_map(|kv| kv.split_once('='))
+        .collect();
+    KEYS.iter().find_map(|k| {
+        vars.iter()
+            .find(|(n, _)| n == k)
+            .and_then(|(_, v)| v.trim().parse().ok())
+    })
 }
 
 impl ProfileInfo {
@@ -33,10 +50,11 @@ impl ProfileInfo {
             enums: Enums::load(conn, schema),
             ..Default::default()
         };
+        let mut desc = Description::default();
         if schema.has_columns("StringIds", &["id", "value"]) {
             each_row(conn, "SELECT id, value FROM StringIds", |r| {
                 if let (Some(id), Some(v)) = (int_at(r, 0), text_at(r, 1)) {
-                    info.strings.insert(id, v.into());
+                    desc.strings.insert(id, v.into());
                 }
             })?;
         }
@@ -47,8 +65,8 @@ impl ProfileInfo {
                 ""
             };
             let sql = format!("SELECT globalTid, nameId FROM ThreadNames{order}");
-            let strings = &info.strings;
-            let names = &mut info.thread_names;
+            let strings = &desc.strings;
+            let names = &mut desc.thread_names;
             each_row(conn, &sql, |r| {
                 if let (Some(t), Some(n)) = (int_at(r, 0), int_at(r, 1))
                     && let Some(s) = strings.get(&n)
@@ -59,10 +77,13 @@ impl ProfileInfo {
         }
         if schema.has_columns("PROCESSES", &["globalPid", "name"]) {
             each_row(conn, "SELECT globalPid, name FROM PROCESSES", |r| {
+                // Reports launched through nsys name the application's process after nsys'
+                // launcher; nsys itself shows the program (the main thread's name) instead.
                 if let (Some(p), Some(n)) = (int_at(r, 0), text_at(r, 1))
                     && !n.is_empty()
+                    && n != "nsys-launcher"
                 {
-                    info.process_names.insert(global_pid_of(p), n.into_owned());
+                    desc.process_names.insert(global_pid_of(p), n.into_owned());
                 }
             })?;
         }
@@ -74,11 +95,11 @@ impl ProfileInfo {
             ("TARGET_INFO_GPU", "deviceId"),
             ("TARGET_INFO_CUDA_GPU", "deviceId"),
         ] {
-            if info.gpu_names.is_empty() && schema.has_columns(table, &[id_col, "name"]) {
+            if desc.gpu_names.is_empty() && schema.has_columns(table, &[id_col, "name"]) {
                 let sql = format!("SELECT \"{id_col}\", name FROM \"{table}\"");
                 each_row(conn, &sql, |r| {
                     if let (Some(id), Some(n)) = (int_at(r, 0), text_at(r, 1)) {
-                        info.gpu_names.entry(id).or_insert_with(|| n.into_owned());
+                        desc.gpu_names.entry(id).or_insert_with(|| n.into_owned());
                     }
                 })?;
             }
@@ -88,18 +109,49 @@ impl ProfileInfo {
                 let sql = format!("SELECT name, value FROM \"{table}\"");
                 each_row(conn, &sql, |r| {
                     if let (Some(k), Some(v)) = (text_at(r, 0), text_at(r, 1)) {
-                        info.export_meta.insert(k.into_owned(), v.into_owned());
+                        desc.metadata.insert(k.into_owned(), v.into_owned());
                     }
                 })?;
             }
         }
-        info.load_nvtx_names(conn, schema)?;
+        if schema.has_column("TARGET_INFO_SESSION_START_TIME", "utcEpochNs") {
+            each_row(
+                conn,
+                "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1",
+                |r| desc.session_start_utc_ns = int_at(r, 0),
+            )?;
+        }
+        if schema.has_columns("TARGET_INFO_SYSTEM_ENV", &["name", "value"]) {
+            let mut env = None;
+            each_row(
+                conn,
+                "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV \
+                 WHERE name IN ('Hostname', 'DeviceEnvironment')",
+                |r| match (text_at(r, 0).as_deref(), text_at(r, 1)) {
+                    (Some("Hostname"), Some(v)) if !v.is_empty() => {
+                        desc.host = Some(v.into_owned());
+                    }
+                    (Some("DeviceEnvironment"), Some(v)) => env = Some(v.into_owned()),
+                    _ => {}
+                },
+            )?;
+            info.rank = env.as_deref().and_then(rank_from_environment);
+        }
+        load_nvtx_names(conn, schema, &mut desc, &mut info.nvtx_categories)?;
+        info.desc = Arc::new(desc);
         Ok(info)
     }
+}
 
-    /// Domain (eventType 75), category (33) and thread-name (39) rows name things that the
-    /// range rows refer to by number.
-    fn load_nvtx_names(&mut self, conn: &Connection, schema: &Schema) -> Result<()> {
+/// Domain (eventType 75), category (33) and thread-name (39) rows name things that the range
+/// rows refer to by number.
+fn load_nvtx_names(
+    conn: &Connection,
+    schema: &Schema,
+    desc: &mut Description,
+    categories: &mut HashMap<(i64, i64, i64), String>,
+) -> Result<()> {
+    {
         if !schema.has_columns(NVTX, &["eventType", "globalTid"]) {
             return Ok(());
         }
@@ -110,12 +162,8 @@ impl ProfileInfo {
             cat = schema.col(NVTX, "category"),
             tid = schema.col(NVTX, "textId"),
         );
-        let strings = &self.strings;
-        let (domains, categories, threads) = (
-            &mut self.nvtx_domains,
-            &mut self.nvtx_categories,
-            &mut self.thread_names,
-        );
+        let strings = &desc.strings;
+        let (domains, threads) = (&mut desc.nvtx_domains, &mut desc.thread_names);
         each_row(conn, &sql, |r| {
             let ty = int_at(r, 0).unwrap_or(-1);
             let gtid = int_at(r, 1).unwrap_or(0);
@@ -142,58 +190,6 @@ impl ProfileInfo {
             }
         })?;
         Ok(())
-    }
-
-    pub fn string(&self, id: i64) -> Option<&str> {
-        self.strings.get(&id).map(|s| &**s)
-    }
-
-    /// A string id's text, or "(string N)" when the export does not hold it (a dangling id is
-    /// shown, not dropped).
-    pub fn string_or_id(&self, id: i64) -> std::borrow::Cow<'_, str> {
-        match self.string(id) {
-            Some(s) => std::borrow::Cow::Borrowed(s),
-            None => std::borrow::Cow::Owned(format!("(string {id})")),
-        }
-    }
-
-    pub fn thread_name(&self, global_tid: i64) -> String {
-        match self.thread_names.get(&global_tid) {
-            Some(n) => n.clone(),
-            None => format!("Thread {}", tid_of(global_tid)),
-        }
-    }
-
-    /// PROCESSES first; else the name of the main thread (tid == pid); else "Process N".
-    pub fn process_name(&self, global_pid: i64) -> String {
-        let gp = global_pid_of(global_pid);
-        if let Some(n) = self.process_names.get(&gp) {
-            return n.clone();
-        }
-        let main_thread = gp | pid_of(gp);
-        if let Some(n) = self.thread_names.get(&main_thread) {
-            return n.clone();
-        }
-        format!("Process {}", pid_of(gp))
-    }
-
-    /// "GPU 0 · NVIDIA H100 80GB HBM3", or "GPU 0" when the export does not describe it.
-    pub fn gpu_label(&self, device: i64) -> String {
-        match self.gpu_names.get(&device) {
-            Some(n) => format!("GPU {device} · {n}"),
-            None => format!("GPU {device}"),
-        }
-    }
-
-    /// Default domain 0 is "NVTX", as nsys shows it.
-    pub fn nvtx_domain_name(&self, global_pid: i64, domain: i64) -> String {
-        if domain == 0 {
-            return "NVTX".to_string();
-        }
-        match self.nvtx_domains.get(&(global_pid_of(global_pid), domain)) {
-            Some(n) => n.clone(),
-            None => format!("NVTX domain {domain}"),
-        }
     }
 }
 

@@ -5,11 +5,14 @@
 
 pub mod api;
 pub mod enums;
+pub mod flows;
 pub mod gpu;
 pub mod info;
 pub mod nvtx;
 pub mod osrt;
+pub mod projection;
 pub mod sched;
+pub mod source;
 pub mod sync;
 
 use anyhow::{Context, Result, bail};

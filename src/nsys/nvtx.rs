@@ -1,13 +1,13 @@
 //! NVTX: push/pop ranges and marks per thread and domain, start/end ranges per process and
 //! domain. Names come from `text` or, for registered strings, `textId`.
 
+use super::info::ProfileInfo;
 use super::{NVTX, Schema, int_at, real_at, text_at};
-use crate::layout::Router;
+use crate::model::EventSink;
 use crate::model::{
     ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, tid_of,
 };
-use crate::output::EventWriter;
-use crate::projection::{NVTX_GPU, PROJ_DB};
+use crate::nsys::projection::{NVTX_GPU, PROJ_DB};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -40,11 +40,12 @@ const COLS: [&str; 18] = [
     "jsonText",
 ];
 
-pub fn read<W: EventWriter>(
+pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
     selection: &Selection,
-    router: &mut Router<'_, W>,
+    info: &ProfileInfo,
+    sink: &mut S,
 ) -> Result<()> {
     if !schema.has_columns(NVTX, &["start", "eventType"]) || !selection.wants(EventType::Nvtx) {
         return Ok(());
@@ -69,40 +70,36 @@ pub fn read<W: EventWriter>(
     let mut categories: HashMap<(i64, i64, i64), String> = HashMap::new();
     while let Some(r) = rows.next()? {
         let Some(ty) = int_at(r, 2) else {
-            router.skip(NVTX, "no event type");
+            sink.skip(NVTX, "no event type");
             continue;
         };
         if NAMING.contains(&ty) {
-            router.note_naming_row(NVTX);
+            sink.naming_row(NVTX);
             continue;
         }
         if ty != MARK && ty != PUSH_POP && ty != START_END {
-            router.skip(NVTX, "unsupported NVTX event type");
+            sink.skip(NVTX, "unsupported NVTX event type");
             continue;
         }
         let Some(start) = int_at(r, 0) else {
-            router.skip(NVTX, "no start timestamp");
+            sink.skip(NVTX, "no start timestamp");
             continue;
         };
-        if start < 0 {
-            router.skip(NVTX, "negative timestamp");
-            continue;
-        }
         let end = int_at(r, 1);
         let end = match (ty, end) {
             (MARK, _) => None,
             (_, None) => {
-                router.skip(NVTX, "range never ended (no end timestamp)");
+                sink.skip(NVTX, "range never ended (no end timestamp)");
                 continue;
             }
             (_, Some(e)) if e < start => {
-                router.skip(NVTX, "ends before it starts");
+                sink.skip(NVTX, "ends before it starts");
                 continue;
             }
             (_, Some(e)) => Some(e),
         };
         let Some(global_tid) = int_at(r, 3) else {
-            router.skip(NVTX, "no thread id");
+            sink.skip(NVTX, "no thread id");
             continue;
         };
         let domain = int_at(r, 5).unwrap_or(0);
@@ -115,7 +112,6 @@ pub fn read<W: EventWriter>(
         }
         let category = int_at(r, 6).filter(|c| *c != 0);
         if let Some(c) = category {
-            let info = router.info();
             categories.entry((gpid, domain, c)).or_insert_with(|| {
                 info.nvtx_categories
                     .get(&(gpid, domain, c))
@@ -131,12 +127,12 @@ pub fn read<W: EventWriter>(
             (None, None) => Name::Static("(unnamed range)"),
         };
         if let Some(f) = &selection.nvtx_filter
-            && !f.matches(&name_text(router.info(), name))
+            && !f.matches(&name_text(info, name))
         {
             continue;
         }
         if !selection.nvtx_colors.is_empty() {
-            let text = name_text(router.info(), name);
+            let text = name_text(info, name);
             if let Some((_, c)) = selection
                 .nvtx_colors
                 .iter()
@@ -202,29 +198,27 @@ pub fn read<W: EventWriter>(
             args: args.as_slice(),
             flows: Flows::default(),
         };
-        router.event(key, &ev)?;
+        sink.event(key, &ev)?;
     }
     Ok(())
 }
 
 /// The text of a name, for matching against `--nvtx-filter`.
-fn name_text<'a>(
-    info: &'a crate::nsys::info::ProfileInfo,
-    name: Name<'a>,
-) -> std::borrow::Cow<'a, str> {
+fn name_text<'a>(info: &'a ProfileInfo, name: Name<'a>) -> std::borrow::Cow<'a, str> {
     match name {
         Name::Text(t) | Name::Static(t) => std::borrow::Cow::Borrowed(t),
-        Name::Str(id) => std::borrow::Cow::Borrowed(info.string(id).unwrap_or("")),
+        Name::Str(id) => std::borrow::Cow::Borrowed(info.desc.string(id).unwrap_or("")),
     }
 }
 
 /// NVTX ranges projected onto the GPU (`nvtx-gpu`): each range becomes a slice spanning the GPU
-/// work it launched, on a per-GPU track of its thread. Reads [`crate::projection`]'s tables,
+/// work it launched, on a per-GPU track of its thread. Reads [`crate::nsys::projection`]'s tables,
 /// which must be attached to `conn`.
-pub fn read_projection<W: EventWriter>(
+pub fn read_projection<S: EventSink>(
     conn: &Connection,
     selection: &Selection,
-    router: &mut Router<'_, W>,
+    info: &ProfileInfo,
+    sink: &mut S,
 ) -> Result<()> {
     let mut conds = Vec::new();
     if let Some(t) = selection.time {
@@ -259,14 +253,14 @@ pub fn read_projection<W: EventWriter>(
     let mut rows = stmt.query([])?;
     // Equal starts: the longer (enclosing) range first, so projected ranges nest like the CPU ones.
     let mut window = super::Reorder::new(super::REORDER_WINDOW);
-    let emit = |row: ProjectedRow, router: &mut Router<'_, W>| -> Result<()> {
+    let emit = |row: ProjectedRow, sink: &mut S| -> Result<()> {
         let name = match (&row.text, row.name_id) {
             (Some(t), _) => Name::Text(t),
             (None, Some(id)) => Name::Str(id),
             (None, None) => Name::Static("(unnamed range)"),
         };
         if let Some(f) = &selection.nvtx_filter
-            && !f.matches(&name_text(router.info(), name))
+            && !f.matches(&name_text(info, name))
         {
             return Ok(());
         }
@@ -284,7 +278,7 @@ pub fn read_projection<W: EventWriter>(
             args: args.as_slice(),
             flows: Flows::default(),
         };
-        router.event(
+        sink.event(
             GroupKey::GpuNvtx {
                 device: row.device,
                 global_tid: row.global_tid,
@@ -309,11 +303,11 @@ pub fn read_projection<W: EventWriter>(
             event_type: int_at(r, 7).unwrap_or(PUSH_POP),
         };
         if let Some(row) = window.push_keyed(start, -end, row) {
-            emit(row, router)?;
+            emit(row, sink)?;
         }
     }
     while let Some(row) = window.pop() {
-        emit(row, router)?;
+        emit(row, sink)?;
     }
     Ok(())
 }

@@ -2,9 +2,8 @@
 //! their thread, with their call stacks when nsys sampled them.
 
 use super::{REORDER_WINDOW, Reorder, Schema, int_at, text_at};
-use crate::layout::Router;
+use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
-use crate::output::EventWriter;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -20,11 +19,11 @@ struct Row {
     callchain: Option<String>,
 }
 
-pub fn read<W: EventWriter>(
+pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
     selection: &Selection,
-    router: &mut Router<'_, W>,
+    sink: &mut S,
 ) -> Result<()> {
     if !schema.has_columns(OSRT, &["start", "end"]) || !selection.wants(EventType::Osrt) {
         return Ok(());
@@ -60,21 +59,21 @@ pub fn read<W: EventWriter>(
         // Outer calls first at equal starts, so nested calls nest.
         let key = (row.start.unwrap_or(i64::MIN), -row.end.unwrap_or(0));
         if let Some(row) = window.push_keyed(key.0, key.1, row) {
-            emit(&row, router)?;
+            emit(&row, sink)?;
         }
     }
     while let Some(row) = window.pop() {
-        emit(&row, router)?;
+        emit(&row, sink)?;
     }
     Ok(())
 }
 
-fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>) -> Result<()> {
-    let Some((start, end)) = router.interval(OSRT, row.start, row.end) else {
+fn emit<S: EventSink>(row: &Row, sink: &mut S) -> Result<()> {
+    let Some((start, end)) = sink.interval(OSRT, row.start, row.end) else {
         return Ok(());
     };
     let Some(global_tid) = row.global_tid else {
-        router.skip(OSRT, "no thread id");
+        sink.skip(OSRT, "no thread id");
         return Ok(());
     };
     let mut args = ArgList::new();
@@ -93,5 +92,5 @@ fn emit<W: EventWriter>(row: &Row, router: &mut Router<'_, W>) -> Result<()> {
         args: args.as_slice(),
         flows: Flows::default(),
     };
-    router.event(GroupKey::ThreadOsrt { global_tid }, &ev)
+    sink.event(GroupKey::ThreadOsrt { global_tid }, &ev)
 }

@@ -2,10 +2,10 @@
 //! per CPU ("CPU 3"), named after the thread. A sched-in and the next sched-out of the same
 //! thread on that CPU make one slice.
 
+use super::info::ProfileInfo;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
-use crate::layout::Router;
+use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, Flows, GroupKey, Name, pid_of, tid_of};
-use crate::output::EventWriter;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -13,11 +13,12 @@ use std::collections::HashMap;
 
 pub const SCHED: &str = "SCHED_EVENTS";
 
-pub fn read<W: EventWriter>(
+pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
     selection: &Selection,
-    router: &mut Router<'_, W>,
+    info: &ProfileInfo,
+    sink: &mut S,
 ) -> Result<()> {
     if !schema.has_columns(SCHED, &["start", "cpu", "isSchedIn", "globalTid"])
         || !selection.wants(EventType::Sched)
@@ -38,14 +39,14 @@ pub fn read<W: EventWriter>(
         // Outs before ins at one instant: a switch closes the old thread first.
         let key = (row[0].unwrap_or(i64::MIN), row[2].unwrap_or(0).min(1));
         if let Some(row) = window.push_keyed(key.0, key.1, row) {
-            state.switch(&row, router)?;
+            state.switch(&row, info, sink)?;
         }
     }
     while let Some(row) = window.pop() {
-        state.switch(&row, router)?;
+        state.switch(&row, info, sink)?;
     }
     for _ in state.running.drain() {
-        router.skip(
+        sink.skip(
             SCHED,
             "thread still on its CPU when the capture ended (no sched-out)",
         );
@@ -61,22 +62,19 @@ struct State {
 }
 
 impl State {
-    fn switch<W: EventWriter>(
+    fn switch<S: EventSink>(
         &mut self,
         row: &[Option<i64>; 4],
-        router: &mut Router<'_, W>,
+        info: &ProfileInfo,
+        sink: &mut S,
     ) -> Result<()> {
         let [Some(ts), Some(cpu), Some(is_in), Some(gtid)] = *row else {
-            router.skip(SCHED, "no time, CPU or thread");
+            sink.skip(SCHED, "no time, CPU or thread");
             return Ok(());
         };
-        if ts < 0 {
-            router.skip(SCHED, "negative timestamp");
-            return Ok(());
-        }
         if is_in != 0 {
             if self.running.insert(cpu, (gtid, ts)).is_some() {
-                router.skip(
+                sink.skip(
                     SCHED,
                     "sched-in while another thread ran (its sched-out is missing)",
                 );
@@ -85,11 +83,12 @@ impl State {
         }
         match self.running.remove(&cpu) {
             Some((running, start)) if running == gtid => {
-                let info = router.info();
-                let name = self
-                    .names
-                    .entry(gtid)
-                    .or_insert_with(|| format!("{} {}", info.thread_name(gtid), tid_of(gtid)));
+                let name = self.names.entry(gtid).or_insert_with(|| {
+                    match info.desc.thread_names.get(&gtid) {
+                        Some(name) => format!("{name} {}", tid_of(gtid)),
+                        None => format!("Thread {}", tid_of(gtid)),
+                    }
+                });
                 let mut args = ArgList::new();
                 args.int("tid", Some(tid_of(gtid)));
                 args.int("pid", Some(pid_of(gtid)));
@@ -103,15 +102,15 @@ impl State {
                     flows: Flows::default(),
                 };
                 // The sched-in row was the other half of this slice.
-                router.count_extra_row();
-                router.event(GroupKey::Cpu { cpu }, &ev)?;
+                sink.extra_row();
+                sink.event(GroupKey::Cpu { cpu }, &ev)?;
             }
             Some(other) => {
                 // Keep the running thread: this out belongs to nobody we saw come in.
                 self.running.insert(cpu, other);
-                router.skip(SCHED, "sched-out of a thread that was not running there");
+                sink.skip(SCHED, "sched-out of a thread that was not running there");
             }
-            None => router.skip(
+            None => sink.skip(
                 SCHED,
                 "sched-out without a sched-in (capture started mid-run)",
             ),

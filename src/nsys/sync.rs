@@ -1,10 +1,10 @@
 //! CUDA synchronization (`CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`): how long a stream, event or
 //! context synchronization waited, on a "sync" track beside its stream.
 
+use super::info::ProfileInfo;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
-use crate::layout::Router;
+use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
-use crate::output::EventWriter;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -24,11 +24,12 @@ const COLS: [&str; 9] = [
     "eventId",
 ];
 
-pub fn read<W: EventWriter>(
+pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
     selection: &Selection,
-    router: &mut Router<'_, W>,
+    info: &ProfileInfo,
+    sink: &mut S,
 ) -> Result<()> {
     if !schema.has_columns(SYNC, &["start", "end"]) || !selection.wants(EventType::Sync) {
         return Ok(());
@@ -51,19 +52,20 @@ pub fn read<W: EventWriter>(
     while let Some(r) = rows.next()? {
         let row: [Option<i64>; 9] = std::array::from_fn(|i| int_at(r, i));
         if let Some(row) = window.push(row[0].unwrap_or(i64::MIN), row) {
-            emit(&row, router, &mut labels)?;
+            emit(&row, sink, &mut labels, info)?;
         }
     }
     while let Some(row) = window.pop() {
-        emit(&row, router, &mut labels)?;
+        emit(&row, sink, &mut labels, info)?;
     }
     Ok(())
 }
 
-fn emit<W: EventWriter>(
+fn emit<S: EventSink>(
     row: &[Option<i64>; 9],
-    router: &mut Router<'_, W>,
+    sink: &mut S,
     labels: &mut HashMap<i64, String>,
+    info: &ProfileInfo,
 ) -> Result<()> {
     let [
         start,
@@ -76,15 +78,14 @@ fn emit<W: EventWriter>(
         sync_type,
         event_id,
     ] = *row;
-    let Some((start, end)) = router.interval(SYNC, start, end) else {
+    let Some((start, end)) = sink.interval(SYNC, start, end) else {
         return Ok(());
     };
     let (Some(device), Some(stream)) = (device, stream) else {
-        router.skip(SYNC, "no device or stream id");
+        sink.skip(SYNC, "no device or stream id");
         return Ok(());
     };
     let ty = sync_type.unwrap_or(0);
-    let info = router.info();
     let label = labels
         .entry(ty)
         .or_insert_with(|| info.enums.sync_type(ty).into_owned())
@@ -104,7 +105,7 @@ fn emit<W: EventWriter>(
         args: args.as_slice(),
         flows: Flows::default(),
     };
-    router.event(
+    sink.event(
         GroupKey::GpuSync {
             device,
             global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,

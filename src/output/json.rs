@@ -17,9 +17,10 @@
 //! The file is streamed: the header opens the event array with one inert first object and every
 //! later event is written as `,\n{...}`, so chunks of different writers concatenate in any order.
 
-use super::{Chunk, ChunkBuffer, CustomTrack, EventWriter, Format, WellKnown};
-use crate::model::{ArgValue, Category, Event, Name, pid_of, tid_of};
-use crate::nsys::info::ProfileInfo;
+use super::{Chunk, ChunkBuffer, CustomTrack, EventWriter, Format, Placed, WellKnown};
+use crate::model::{
+    ArgValue, Category, Description, Event, Name, source_of, tid_of, trace_pid_of, without_source,
+};
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::Arc;
@@ -29,6 +30,8 @@ use std::sync::Arc;
 const PSEUDO_PID_BASE: u32 = 0x7000_0000;
 const PSEUDO_TID_BASE: u32 = 0x4000_0000;
 const PSEUDO_MASK: u64 = 0x0FFF_FFFF;
+/// The pseudo-process holding the session-start markers.
+const SESSION_PID: u32 = PSEUDO_PID_BASE - 1;
 /// Real processes sort after the GPUs, by pid; threads by tid, their pseudo-threads beside them.
 const PROCESS_SORT_BASE: i64 = 0x100_0000;
 const THREAD_SORT_STRIDE: i64 = 16;
@@ -43,9 +46,9 @@ pub struct Json {
 impl Format for Json {
     type Writer = JsonWriter;
 
-    fn writer(&self, info: Arc<ProfileInfo>) -> JsonWriter {
+    fn writer(&self, desc: Arc<Description>) -> JsonWriter {
         JsonWriter {
-            info,
+            info: desc,
             colors: self.colors,
             out: ChunkBuffer::default(),
             tracks: HashMap::new(),
@@ -56,29 +59,64 @@ impl Format for Json {
         }
     }
 
-    fn header(&self, _info: &ProfileInfo) -> Vec<u8> {
+    fn header(&self) -> Vec<u8> {
         // Every event is written as ",\n{...}"; the file writer drops the first comma.
         b"{\"traceEvents\":[".to_vec()
+    }
+
+    fn preamble(&self, sources: &[Placed]) -> Vec<u8> {
+        let mut out = Vec::new();
+        // A "Session start" instant at each source's time zero, as in the protobuf output.
+        if !sources.is_empty() {
+            metadata_name(&mut out, "process_name", SESSION_PID, None, "Session");
+            metadata_sort(&mut out, "process_sort_index", SESSION_PID, None, -1);
+            metadata_name(
+                &mut out,
+                "thread_name",
+                SESSION_PID,
+                Some(SESSION_PID),
+                "Session",
+            );
+        }
+        for src in sources {
+            let name = match &src.label {
+                Some(l) => format!("Session start · {l}"),
+                None => "Session start".to_string(),
+            };
+            out.extend_from_slice(b",\n{\"ph\":\"i\",\"cat\":\"session\",\"name\":");
+            push_str(&mut out, &name);
+            push_pid_tid(&mut out, SESSION_PID, SESSION_PID);
+            out.extend_from_slice(b",\"ts\":");
+            push_us(&mut out, src.offset);
+            out.extend_from_slice(b",\"s\":\"t\"}");
+        }
+        out
     }
 
     fn record_separator(&self) -> Option<&'static [u8]> {
         Some(b",")
     }
 
-    fn describe_well_known(&self, track: WellKnown, info: &ProfileInfo) -> Vec<u8> {
+    fn describe_well_known(&self, track: WellKnown, info: &Description) -> Vec<u8> {
         let mut out = Vec::new();
         let pid = track.pid() as u32;
         match track {
             WellKnown::Gpu(device) => {
                 // A pseudo-process; GPUs sort before real processes, by device number.
                 let pid = gpu_pid(device);
-                metadata_name(&mut out, "process_name", pid, None, &info.gpu_label(device));
+                metadata_name(
+                    &mut out,
+                    "process_name",
+                    pid,
+                    None,
+                    &info.gpu_label(without_source(device)),
+                );
                 metadata_sort(
                     &mut out,
                     "process_sort_index",
                     pid,
                     None,
-                    device.clamp(0, PROCESS_SORT_BASE - 1),
+                    (source_of(device) as i64) << 8 | (without_source(device) & 0xFF),
                 );
             }
             WellKnown::Process(gp) => {
@@ -112,13 +150,14 @@ impl Format for Json {
         out
     }
 
-    fn footer(&self, info: &ProfileInfo) -> Vec<u8> {
+    fn footer(&self, sources: &[Placed]) -> Vec<u8> {
         let mut out = b"\n],\"otherData\":{\"converter\":".to_vec();
         push_str(
             &mut out,
             concat!("nsys-perfetto ", env!("CARGO_PKG_VERSION")),
         );
-        for (k, v) in &info.export_meta {
+        let metadata = sources.iter().take(1).flat_map(|s| s.metadata.iter());
+        for (k, v) in metadata {
             out.push(b',');
             push_str(&mut out, k);
             out.push(b':');
@@ -152,7 +191,7 @@ struct GroupLanes {
 }
 
 pub struct JsonWriter {
-    info: Arc<ProfileInfo>,
+    info: Arc<Description>,
     colors: bool,
     out: ChunkBuffer,
     /// Custom tracks described to this writer, and well-known thread lanes once used.
@@ -175,8 +214,10 @@ impl JsonWriter {
             None => {
                 // A process or thread track: its descriptor comes from the file writer.
                 let (pid, tid) = match WellKnown::from_uuid(lane) {
-                    Some(WellKnown::Thread(gt)) => (pid_of(gt) as u32, tid_of(gt) as u32),
-                    Some(WellKnown::Process(gp)) => (pid_of(gp) as u32, pid_of(gp) as u32),
+                    Some(WellKnown::Thread(gt)) => (trace_pid_of(gt) as u32, tid_of(gt) as u32),
+                    Some(WellKnown::Process(gp)) => {
+                        (trace_pid_of(gp) as u32, trace_pid_of(gp) as u32)
+                    }
                     Some(WellKnown::Gpu(d)) => (gpu_pid(d), gpu_pid(d)),
                     // Never described (not expected): a named lane of its own all the same.
                     None => {
@@ -335,11 +376,11 @@ impl EventWriter for JsonWriter {
         };
         let (pid, thread, sort_index) = match WellKnown::from_uuid(parent) {
             Some(WellKnown::Thread(gt)) => (
-                pid_of(gt) as u32,
+                trace_pid_of(gt) as u32,
                 Some(gt),
                 tid_of(gt) * THREAD_SORT_STRIDE + nth,
             ),
-            Some(WellKnown::Process(gp)) => (pid_of(gp) as u32, None, nth),
+            Some(WellKnown::Process(gp)) => (trace_pid_of(gp) as u32, None, nth),
             // A stream (or its lane) of a GPU, ordered by its rank (the stream id).
             Some(WellKnown::Gpu(d)) => (gpu_pid(d), None, track.rank.unwrap_or(0)),
             None => match self.tracks.get(&parent) {
@@ -420,7 +461,7 @@ impl EventWriter for JsonWriter {
 
 /// GPUs' pseudo-processes: below the custom tracks' pseudo pids, apart from real pids.
 fn gpu_pid(device: i64) -> u32 {
-    PSEUDO_PID_BASE - 1 - (device as u32 & 0xFFFF)
+    PSEUDO_PID_BASE - 2 - ((source_of(device) as u32) << 8 | (without_source(device) as u32 & 0xFF))
 }
 
 fn pseudo_pid(uuid: u64) -> u32 {

@@ -3,12 +3,14 @@
 //! processes and threads a chunk needs. Chunks of different readers may interleave freely
 //! because every group of events lives on its own sequence (protobuf) or carries its own ids
 //! (JSON).
+//!
+//! Writers see only the neutral model ([`Event`], [`Description`]): nothing here knows where
+//! the events came from.
 
 pub mod json;
 pub mod pftrace;
 
-use crate::model::{Event, global_pid_of, pid_of, tid_of};
-use crate::nsys::info::ProfileInfo;
+use crate::model::{Description, Event, global_pid_of, source_of, tid_of, trace_pid_of};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -23,38 +25,42 @@ pub enum WellKnown {
 }
 
 impl WellKnown {
-    /// Stable uuids in their own range (bit 62 set), apart from the small counter-allocated ones.
+    /// Stable uuids: the kind in the top two bits, apart from the small counter-allocated ones
+    /// (top bits 0), and the global id (source, machine, pid, tid: 62 bits) below.
     pub fn uuid(self) -> u64 {
+        const ID: u64 = (1 << 62) - 1;
         match self {
-            WellKnown::Process(gp) => (1 << 62) | ((global_pid_of(gp) as u64) >> 24),
-            WellKnown::Thread(gt) => (1 << 62) | (1 << 61) | (gt as u64 & ((1 << 56) - 1)),
-            WellKnown::Gpu(d) => (1 << 62) | (1 << 60) | (d as u64 & 0xFFFF_FFFF),
+            WellKnown::Process(gp) => (1 << 62) | ((global_pid_of(gp) as u64 & ID) >> 24),
+            WellKnown::Thread(gt) => (2 << 62) | (gt as u64 & ID),
+            WellKnown::Gpu(d) => (3 << 62) | (d as u64 & ID),
         }
     }
 
     /// The process or thread a [`WellKnown::uuid`] stands for; `None` for any other uuid.
-    /// Exact for every nsys id (global thread ids below 2^56).
+    /// Exact for every id below 2^62 (source, machine, pid and tid bits).
     pub fn from_uuid(uuid: u64) -> Option<WellKnown> {
-        const PROCESS: u64 = 1 << 62;
-        const THREAD: u64 = PROCESS | (1 << 61);
-        const GPU: u64 = PROCESS | (1 << 60);
-        if uuid >> 63 != 0 {
-            None
-        } else if uuid & THREAD == THREAD {
-            Some(WellKnown::Thread((uuid & ((1 << 56) - 1)) as i64))
-        } else if uuid & GPU == GPU {
-            Some(WellKnown::Gpu((uuid & 0xFFFF_FFFF) as i64))
-        } else if uuid & PROCESS == PROCESS {
-            Some(WellKnown::Process(((uuid & !PROCESS) << 24) as i64))
-        } else {
-            None
+        const ID: u64 = (1 << 62) - 1;
+        let id = uuid & ID;
+        match uuid >> 62 {
+            1 => Some(WellKnown::Process((id << 24) as i64)),
+            2 => Some(WellKnown::Thread(id as i64)),
+            3 => Some(WellKnown::Gpu(id as i64)),
+            _ => None,
         }
     }
 
+    /// The pid the trace shows (unique across merged sources).
     pub fn pid(self) -> i64 {
         match self {
-            WellKnown::Process(g) | WellKnown::Thread(g) => pid_of(g),
+            WellKnown::Process(g) | WellKnown::Thread(g) => trace_pid_of(g),
             WellKnown::Gpu(_) => 0,
+        }
+    }
+
+    /// Which source's [`Description`] names it.
+    pub fn source(self) -> usize {
+        match self {
+            WellKnown::Process(g) | WellKnown::Thread(g) | WellKnown::Gpu(g) => source_of(g),
         }
     }
 
@@ -77,6 +83,17 @@ pub struct CustomTrack {
     pub rank: Option<i64>,
     /// Children of this track are ordered by `rank` (GPU streams by stream id).
     pub explicit_child_order: bool,
+}
+
+/// What the file's header and footer say of each source: its name among several, where its
+/// time zero sits on the trace's timeline, its wall clock, its metadata.
+#[derive(Debug, Clone, Default)]
+pub struct Placed {
+    pub label: Option<String>,
+    /// Added to every time of the source.
+    pub offset: i64,
+    pub session_start_utc_ns: Option<i64>,
+    pub metadata: std::collections::BTreeMap<String, String>,
 }
 
 /// Encoded bytes plus the process/thread descriptors that must precede them in the file.
@@ -169,12 +186,18 @@ pub trait EventWriter: Send {
 }
 
 /// A whole output format: how to make writers, describe processes/threads, and frame the file.
+/// `sources` are the descriptions of every source in the trace, indexed by source number; a
+/// writer is made for one source (its names and strings) and `offset` is what that source's
+/// times were shifted by to place it on the trace's timeline.
 pub trait Format: Sync {
     type Writer: EventWriter;
-    fn writer(&self, info: Arc<ProfileInfo>) -> Self::Writer;
-    fn header(&self, info: &ProfileInfo) -> Vec<u8>;
-    fn describe_well_known(&self, track: WellKnown, info: &ProfileInfo) -> Vec<u8>;
-    fn footer(&self, info: &ProfileInfo) -> Vec<u8>;
+    fn writer(&self, desc: Arc<Description>) -> Self::Writer;
+    /// What opens the file.
+    fn header(&self) -> Vec<u8>;
+    /// The first records: the trace's clock and each source's time zero.
+    fn preamble(&self, sources: &[Placed]) -> Vec<u8>;
+    fn describe_well_known(&self, track: WellKnown, desc: &Description) -> Vec<u8>;
+    fn footer(&self, sources: &[Placed]) -> Vec<u8>;
     /// The separator every record starts with, dropped from the first record of the file.
     fn record_separator(&self) -> Option<&'static [u8]> {
         None

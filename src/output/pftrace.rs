@@ -5,9 +5,8 @@
 //! its first lane as the default track (events on it omit `track_uuid`), and interns names, arg
 //! keys and repeating string values on first use.
 
-use super::{Chunk, ChunkBuffer, CustomTrack, EventWriter, Format, WellKnown};
-use crate::model::{ArgValue, Category, Event, Name};
-use crate::nsys::info::ProfileInfo;
+use super::{Chunk, ChunkBuffer, CustomTrack, EventWriter, Format, Placed, WellKnown};
+use crate::model::{ArgValue, Category, Description, Event, Name, source_of, without_source};
 use crate::proto::{
     ClockSnapshot, DebugAnnotation, DebugAnnotationName, EventCategory, EventName, InternedData,
     InternedString, ProcessDescriptor, ThreadDescriptor, TracePacket, TracePacketDefaults,
@@ -21,6 +20,11 @@ use std::sync::Arc;
 /// Sequence-scoped clock ids are 64..=127; each sequence declares its own incremental clock.
 const INCREMENTAL_CLOCK: u32 = 64;
 const BOOTTIME: u32 = 6;
+const REALTIME: u32 = 1;
+/// The sequence of the session-start marker, apart from the counter-allocated ones.
+const SESSION_SEQUENCE: u32 = 0x7FFF_FFF0;
+/// The track of the session-start marker: a uuid apart from counters and well-known ones.
+pub const SESSION_TRACK_UUID: u64 = (1 << 40) + 1;
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 /// The file writer's own sequence, for process and thread descriptors.
 const DESCRIPTOR_SEQUENCE: u32 = 1;
@@ -30,9 +34,9 @@ pub struct Protobuf;
 impl Format for Protobuf {
     type Writer = ProtoWriter;
 
-    fn writer(&self, info: Arc<ProfileInfo>) -> ProtoWriter {
+    fn writer(&self, desc: Arc<Description>) -> ProtoWriter {
         ProtoWriter {
-            info,
+            desc,
             out: ChunkBuffer::default(),
             seqs: HashMap::new(),
             event: TrackEvent::default(),
@@ -40,11 +44,85 @@ impl Format for Protobuf {
         }
     }
 
-    fn header(&self, _info: &ProfileInfo) -> Vec<u8> {
+    /// The trace's clock and time zero: a REALTIME snapshot at the session start (the UI can then
+    /// show wall-clock time, and reports of one job line up), and a "Session start" instant
+    /// there, so Perfetto's zero is nsys' zero unless rows precede the session start.
+    fn header(&self) -> Vec<u8> {
         Vec::new()
     }
 
-    fn describe_well_known(&self, track: WellKnown, info: &ProfileInfo) -> Vec<u8> {
+    fn preamble(&self, sources: &[Placed]) -> Vec<u8> {
+        let mut out = Vec::new();
+        let Some(first) = sources.first() else {
+            return out;
+        };
+        let zero = first.offset.max(0) as u64;
+        if let Some(utc) = first.session_start_utc_ns {
+            let snapshot = TracePacket {
+                data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
+                    clocks: vec![
+                        clock_snapshot::Clock {
+                            clock_id: Some(BOOTTIME),
+                            timestamp: Some(zero),
+                            ..Default::default()
+                        },
+                        clock_snapshot::Clock {
+                            clock_id: Some(REALTIME),
+                            timestamp: Some(utc.max(0) as u64),
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                })),
+                optional_trusted_packet_sequence_id: Some(
+                    trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(
+                        DESCRIPTOR_SEQUENCE,
+                    ),
+                ),
+                ..Default::default()
+            };
+            frame(&snapshot, &mut out);
+        }
+        frame(
+            &descriptor_packet(TrackDescriptor {
+                uuid: Some(SESSION_TRACK_UUID),
+                static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(
+                    "Session".to_string(),
+                )),
+                sibling_order_rank: Some(i32::MIN),
+                ..Default::default()
+            }),
+            &mut out,
+        );
+        for (i, src) in sources.iter().enumerate() {
+            let name = match &src.label {
+                Some(l) => format!("Session start · {l}"),
+                None => "Session start".to_string(),
+            };
+            let marker = TracePacket {
+                timestamp: Some(src.offset.max(0) as u64),
+                timestamp_clock_id: Some(BOOTTIME),
+                sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+                optional_trusted_packet_sequence_id: Some(
+                    trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(
+                        SESSION_SEQUENCE + i as u32 % 16,
+                    ),
+                ),
+                data: Some(trace_packet::Data::TrackEvent(TrackEvent {
+                    r#type: Some(track_event::Type::Instant as i32),
+                    track_uuid: Some(SESSION_TRACK_UUID),
+                    name_field: Some(track_event::NameField::Name(name)),
+                    categories: vec!["session".to_string()],
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            frame(&marker, &mut out);
+        }
+        out
+    }
+
+    fn describe_well_known(&self, track: WellKnown, info: &Description) -> Vec<u8> {
         let desc = match track {
             WellKnown::Process(gp) => TrackDescriptor {
                 uuid: Some(track.uuid()),
@@ -58,10 +136,12 @@ impl Format for Protobuf {
             WellKnown::Gpu(device) => TrackDescriptor {
                 uuid: Some(track.uuid()),
                 static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(
-                    info.gpu_label(device),
+                    info.gpu_label(without_source(device)),
                 )),
                 child_ordering: Some(track_descriptor::ChildTracksOrdering::Explicit as i32),
-                sibling_order_rank: Some(device.clamp(0, i32::MAX as i64) as i32),
+                sibling_order_rank: Some(
+                    (source_of(device) as i32) << 8 | (without_source(device) & 0xFF) as i32,
+                ),
                 ..Default::default()
             },
             WellKnown::Thread(gt) => TrackDescriptor {
@@ -80,7 +160,7 @@ impl Format for Protobuf {
         out
     }
 
-    fn footer(&self, _info: &ProfileInfo) -> Vec<u8> {
+    fn footer(&self, _sources: &[Placed]) -> Vec<u8> {
         Vec::new()
     }
 }
@@ -122,7 +202,7 @@ struct Sequence {
 }
 
 pub struct ProtoWriter {
-    info: Arc<ProfileInfo>,
+    desc: Arc<Description>,
     out: ChunkBuffer,
     seqs: HashMap<u32, Sequence>,
     /// Reused between events so the hot path does not allocate.
@@ -188,7 +268,7 @@ impl ProtoWriter {
         lane0: bool,
         ev: &Event<'_>,
     ) {
-        let info = &*self.info;
+        let info = &*self.desc;
         let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
         let interned = &mut self.interned;
         let e = &mut self.event;

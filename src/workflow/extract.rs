@@ -4,7 +4,7 @@
 //! A pattern is matched against every kind (kernels by short or demangled name, memory
 //! operations, API calls, NVTX ranges); each kind with at least one match gets a row. NVTX
 //! ranges give two rows: their CPU time (`nvtx`) and their GPU time (`nvtx-gpu`, the span of the
-//! GPU work launched inside each range, see [`crate::projection`]). A pattern that matches
+//! GPU work launched inside each range, see [`crate::nsys::projection`]). A pattern that matches
 //! nothing gets one row with no kind and a count of 0.
 
 use super::{Export, Kind, Output, Pattern, Table, Unit, csv_line, json_f64, plain_f64};

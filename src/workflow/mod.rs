@@ -13,7 +13,7 @@
 //!   `CUPTI_ACTIVITY_KIND_MEMSET` ("Memset");
 //! - `api`: `CUPTI_ACTIVITY_KIND_RUNTIME` and `_DRIVER` calls, named by `nameId`;
 //! - `nvtx`: NVTX push/pop (59) and start/end (60) ranges, CPU time, named by `text` or `textId`;
-//! - `nvtx-gpu`: the same ranges projected onto the GPU ([`crate::projection`]): per range, from
+//! - `nvtx-gpu`: the same ranges projected onto the GPU ([`crate::nsys::projection`]): per range, from
 //!   the earliest start to the latest end of the GPU rows launched inside it, over all devices;
 //!   only ranges that launched GPU work count.
 
@@ -22,8 +22,8 @@ pub mod stats;
 pub mod sweep;
 
 use crate::nsys::enums::Enums;
+use crate::nsys::projection::{NVTX_GPU, PROJ_DB, Projection};
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
-use crate::projection::{NVTX_GPU, PROJ_DB, Projection};
 use crate::report::{self, ExportOptions};
 use anyhow::Result;
 use regex::Regex;

@@ -236,6 +236,8 @@ pub struct Flow {
 pub struct Trace {
     /// Slices and instants, in the order trace_processor would create them (by start time).
     pub slices: Vec<Slice>,
+    /// The "Session start" instant of each source, in trace time.
+    pub session_starts: Vec<Slice>,
     pub tracks: BTreeMap<u64, Track>,
     pub flows: Vec<Flow>,
     pub packets: usize,
@@ -453,13 +455,30 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
         index += 1;
     }
 
-    let slices = match_slices(raw, &tracks, &mut v);
+    let mut slices = match_slices(raw, &tracks, &mut v);
+    // The "Session start" markers (category "session") stand at each source's time zero: kept
+    // apart, and every other time is read back in session time, as nsys shows it, by
+    // subtracting the first marker's time (the trace shifts a source with rows before its start).
+    let session_starts: Vec<Slice> = slices
+        .iter()
+        .filter(|s| &*s.category == "session")
+        .cloned()
+        .collect();
+    slices.retain(|s| &*s.category != "session");
+    let zero = session_starts.first().map_or(0, |s| s.start);
+    if zero != 0 && session_starts.len() == 1 {
+        for s in &mut slices {
+            s.start -= zero;
+            s.end -= zero;
+        }
+    }
     let flows = match_flows(&slices, &mut v);
     if !v.is_empty() {
         return Err(v);
     }
     Ok(Trace {
         slices,
+        session_starts,
         tracks,
         flows,
         packets: index,

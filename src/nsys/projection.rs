@@ -6,7 +6,7 @@
 //! NVTX range on the same thread whose interval contains the call's start encloses the launch.
 //!
 //! The tables are written into a scratch database attached read-only to the source (like
-//! [`crate::flows`]), so memory stays bounded however long the profile. Readers attach the
+//! [`crate::nsys::flows`]), so memory stays bounded however long the profile. Readers attach the
 //! result with [`Projection::attach`] and query two tables under the schema [`PROJ_DB`]:
 //!
 //! `proj.nvtx_gpu`: one row per (NVTX range, GPU device) for ranges that launched GPU work there.
@@ -32,7 +32,7 @@
 //!
 //! | column   | meaning |
 //! |----------|---------|
-//! | `src`    | 0 kernel, 1 memcpy, 2 memset (the numbering of [`crate::flows`]) |
+//! | `src`    | 0 kernel, 1 memcpy, 2 memset (the numbering of [`crate::nsys::flows`]) |
 //! | `rid`    | `rowid` of the GPU row in its table |
 //! | `ranges` | names of the push/pop ranges on the launching thread that contain the launching call's start, outermost first, joined with `" > "` |
 //!
@@ -82,7 +82,7 @@ pub const KERNEL_NVTX: &str = "kernel_nvtx";
 /// The separator between range names in `kernel_nvtx.ranges`.
 pub const RANGE_SEPARATOR: &str = " > ";
 
-/// `src` numbers of the GPU tables, as in [`crate::flows`].
+/// `src` numbers of the GPU tables, as in [`crate::nsys::flows`].
 pub const SRC_KERNEL: i64 = 0;
 pub const SRC_MEMCPY: i64 = 1;
 pub const SRC_MEMSET: i64 = 2;

@@ -1,0 +1,274 @@
+//! One nsys export as a source of events: opened, described in the neutral model
+//! ([`Description`]), and read by its readers in parallel threads into sinks the caller
+//! provides. Nothing here knows about tracks, lanes or output formats.
+
+use super::flows::{self, FlowDb};
+use super::info::ProfileInfo;
+use super::projection::Projection;
+use super::{Schema, open_readonly, open_schema};
+use crate::model::{Description, EventSink};
+use crate::select::{EventType, Selection};
+use crate::summary::Summary;
+use anyhow::{Result, anyhow};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// An opened export: its tables and what it says about itself.
+pub struct Export {
+    pub schema: Schema,
+    pub info: ProfileInfo,
+}
+
+impl Export {
+    /// Check the file, read its schema and small lookup tables. Errors are one line.
+    pub fn open(path: &Path) -> Result<Export> {
+        let (conn, schema) = open_schema(path)?;
+        let mut info = ProfileInfo::load(&conn, &schema)
+            .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
+        let earliest = earliest_time(&conn, &schema)?;
+        if let Some(desc) = Arc::get_mut(&mut info.desc) {
+            desc.earliest_ns = earliest.filter(|t| *t < 0);
+        }
+        Ok(Export { schema, info })
+    }
+
+    pub fn description(&self) -> Arc<Description> {
+        self.info.desc.clone()
+    }
+
+    /// Name this export among several (a merge).
+    pub fn set_label(&mut self, label: String) {
+        if let Some(desc) = Arc::get_mut(&mut self.info.desc) {
+            desc.label = Some(label);
+        }
+    }
+
+    /// Rows the readers will visit, for a progress bar: `max(rowid)` is instant where
+    /// `count(*)` would scan the table.
+    pub fn estimated_rows(&self) -> u64 {
+        let Ok(conn) = open_readonly(&self.schema.path) else {
+            return 0;
+        };
+        super::EVENT_TABLES
+            .iter()
+            .filter(|t| self.schema.has_table(t))
+            .filter_map(|t| {
+                conn.query_row(&format!("SELECT max(rowid) FROM \"{t}\""), [], |r| {
+                    r.get::<_, Option<i64>>(0)
+                })
+                .ok()
+                .flatten()
+            })
+            .map(|n| n.max(0) as u64)
+            .sum()
+    }
+
+    /// Run every reader, each on its own thread with its own sink from `make_sink`, and add up
+    /// what they converted and skipped. Tables nothing reads are named in the summary's notes.
+    ///
+    /// NVTX and the NVTX-on-GPU projection start at once; the CUDA API reader waits for the
+    /// flow links; the GPU reader for the links and the projection (each kernel lists its
+    /// enclosing NVTX ranges).
+    pub fn read<S, M>(&self, selection: &Selection, make_sink: &M) -> Result<Summary>
+    where
+        S: EventSink,
+        M: Fn() -> S + Sync,
+    {
+        let schema = &self.schema;
+        let info = &self.info;
+        std::thread::scope(|s| {
+            let nvtx = s.spawn(move || -> Result<Summary> {
+                let t = Instant::now();
+                let conn = open_readonly(&schema.path)?;
+                let mut sink = make_sink();
+                super::nvtx::read(&conn, schema, selection, info, &mut sink)?;
+                timing("nvtx", t);
+                let t = Instant::now();
+                super::osrt::read(&conn, schema, selection, &mut sink)?;
+                timing("osrt", t);
+                super::sync::read(&conn, schema, selection, info, &mut sink)?;
+                sink.finish()
+            });
+            let sched = s.spawn(move || -> Result<Summary> {
+                let t = Instant::now();
+                let conn = open_readonly(&schema.path)?;
+                let mut sink = make_sink();
+                super::sched::read(&conn, schema, selection, info, &mut sink)?;
+                timing("sched", t);
+                sink.finish()
+            });
+            let projection = s.spawn(move || -> Result<(Option<Projection>, Vec<String>)> {
+                let unconverted = unconverted_tables(schema)?;
+                if !selection.wants(EventType::NvtxGpu) {
+                    return Ok((None, unconverted));
+                }
+                let t = Instant::now();
+                let p = Projection::build(schema)?;
+                timing("nvtx-gpu projection", t);
+                Ok((p, unconverted))
+            });
+            let t = Instant::now();
+            let flow_db: Arc<Option<FlowDb>> = Arc::new(flows::prepare(schema, selection)?);
+            timing("flow links", t);
+            let api = {
+                let flow_db = flow_db.clone();
+                s.spawn(move || -> Result<Summary> {
+                    let flow_db = flow_db.as_ref().as_ref();
+                    let conn = open_readonly(&schema.path)?;
+                    if let Some(f) = flow_db {
+                        f.attach(&conn)?;
+                    }
+                    let t = Instant::now();
+                    let mut sink = make_sink();
+                    super::api::read(&conn, schema, flow_db.is_some(), selection, &mut sink)?;
+                    timing("cuda api", t);
+                    sink.finish()
+                })
+            };
+            let (projection, unconverted) = projection
+                .join()
+                .map_err(|_| anyhow!("NVTX projection panicked"))??;
+            let projection: Arc<Option<Projection>> = Arc::new(projection);
+            let nvtx_gpu = {
+                let projection = projection.clone();
+                s.spawn(move || -> Result<Summary> {
+                    let mut sink = make_sink();
+                    if let Some(p) = projection.as_ref() {
+                        let t = Instant::now();
+                        let conn = open_readonly(&schema.path)?;
+                        p.attach(&conn)?;
+                        super::nvtx::read_projection(&conn, selection, info, &mut sink)?;
+                        timing("nvtx-gpu", t);
+                    }
+                    sink.finish()
+                })
+            };
+            let flow_db = flow_db.as_ref().as_ref();
+            let projection = projection.as_ref().as_ref();
+            let gpu = (|| -> Result<Summary> {
+                let conn = open_readonly(&schema.path)?;
+                if let Some(f) = flow_db {
+                    f.attach(&conn)?;
+                }
+                if let Some(p) = projection {
+                    p.attach(&conn)?;
+                }
+                let t = Instant::now();
+                let mut sink = make_sink();
+                let q = super::gpu::GpuQuery {
+                    with_flows: flow_db.is_some(),
+                    with_nvtx: projection.is_some(),
+                    selection,
+                    info,
+                };
+                super::gpu::read(&conn, schema, &q, &mut sink)?;
+                timing("gpu", t);
+                sink.finish()
+            })();
+            let mut summary = Summary::default();
+            for part in [
+                gpu,
+                api.join().map_err(|_| anyhow!("API reader panicked"))?,
+                nvtx.join().map_err(|_| anyhow!("NVTX reader panicked"))?,
+                nvtx_gpu
+                    .join()
+                    .map_err(|_| anyhow!("NVTX projection reader panicked"))?,
+                sched
+                    .join()
+                    .map_err(|_| anyhow!("scheduling reader panicked"))?,
+            ] {
+                summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
+            }
+            if !selection.is_everything() {
+                summary.notes.push(format!("selection: {selection}"));
+            }
+            summary.notes.extend(unconverted);
+            Ok(summary)
+        })
+    }
+}
+
+/// The earliest time the event tables hold: rows can precede the session start (scheduling,
+/// metrics and diagnostics recorded while it starts), and the trace shifts to keep them. nsys
+/// writes each table in time order, so the first rows of each tell; reading whole tables would
+/// cost a third of a conversion. A row found later that is earlier still is counted as skipped
+/// by layout, never written at a wrong time.
+fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<i64>> {
+    let mut earliest: Option<i64> = None;
+    for t in super::EVENT_TABLES {
+        if !schema.has_column(t, "start") {
+            continue;
+        }
+        let sql = format!(
+            "SELECT min(start) FROM (SELECT start FROM \"{t}\" LIMIT {})",
+            super::REORDER_WINDOW * 2
+        );
+        let min: Option<i64> = conn
+            .query_row(&sql, [], |r| r.get(0))
+            .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
+        if let Some(m) = min {
+            earliest = Some(earliest.map_or(m, |e| e.min(m)));
+        }
+    }
+    Ok(earliest)
+}
+
+/// Timed tables this version does not convert yet, with their row counts: nothing a profile
+/// holds is dropped without saying so.
+fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
+    // Written by `nsys stats`: a copy of NVTX_EVENTS' push/pop ranges, converted from there.
+    const DERIVED: [&str; 1] = ["NvtxPushPopRanges"];
+    let mut tables: Vec<&str> = schema
+        .tables()
+        .filter(|t| {
+            schema.has_column(t, "start")
+                && !super::EVENT_TABLES.contains(t)
+                && !DERIVED.contains(t)
+        })
+        .collect();
+    tables.sort_unstable();
+    if tables.is_empty() {
+        return Ok(Vec::new());
+    }
+    let conn = open_readonly(&schema.path)?;
+    let mut notes = Vec::new();
+    for t in tables {
+        let n: i64 = conn.query_row(&format!("SELECT count(*) FROM \"{t}\""), [], |r| r.get(0))?;
+        if n > 0 {
+            notes.push(format!("{t}: {n} rows not converted (not supported yet)"));
+        }
+    }
+    Ok(notes)
+}
+
+/// SQLite errors from a damaged file read better with a hint.
+fn sqlite_problem(e: &anyhow::Error) -> String {
+    let msg = e.to_string();
+    if msg.contains("malformed") || msg.contains("not a database") || msg.contains("disk I/O") {
+        format!("damaged SQLite database: {msg}")
+    } else {
+        msg
+    }
+}
+
+/// Phase timings on stderr when NSYS_PERFETTO_TIMING is set: for benchmarking, not for users.
+pub fn timing(phase: &str, since: Instant) {
+    if std::env::var_os("NSYS_PERFETTO_TIMING").is_some() {
+        // CPU time of this thread (utime + stime, in clock ticks): stable under machine load.
+        let cpu = std::fs::read_to_string("/proc/thread-self/stat")
+            .ok()
+            .and_then(|s| {
+                let f: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
+                Some(
+                    (f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64
+                        / 100.0,
+                )
+            })
+            .unwrap_or(f64::NAN);
+        eprintln!(
+            "timing: {phase}: {:.3} s wall, thread cpu so far {cpu:.2} s",
+            since.elapsed().as_secs_f64()
+        );
+    }
+}
