@@ -680,9 +680,25 @@ fn check_api(p: &mut Problems, src: &Src, trace: &Trace) {
         };
         let ok = cands.iter().any(|[gtid, name, ret]| {
             gtid.is_some_and(|g| pid_of(g) == th.pid as i64 && tid_of(g) == th.tid as i64)
-                && src.string(*name).is_none_or(|n| *s.name == *n)
+                && src.string(*name).is_none_or(|n| {
+                    // nsys' name: without the runtime's version suffix; the symbol as an arg.
+                    match nsys_perfetto::nsys::api::display_name(&n) {
+                        Some(shown) => *s.name == *shown && s.arg_str("symbol") == Some(n.as_str()),
+                        None => *s.name == *n && s.arg("symbol").is_none(),
+                    }
+                })
                 && ret.is_none_or(|r| s.arg_int("return_value") == Some(r))
         });
+        let suffixed = s
+            .name
+            .rsplit_once("_v")
+            .is_some_and(|(_, v)| v.len() >= 4 && v.bytes().all(|b| b.is_ascii_digit()));
+        if suffixed {
+            p.add(format!(
+                "cuda.api {:?}: a version suffix nsys does not show",
+                s.name
+            ));
+        }
         if !ok {
             errors += 1;
             if errors <= 3 {

@@ -1,5 +1,6 @@
 //! CUDA runtime and driver API calls, merged in start order onto their CPU threads.
 
+use super::info::ProfileInfo;
 use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at, text_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, Flows, GroupKey, Name};
@@ -7,6 +8,7 @@ use crate::nsys::flows::FLOWS_DB;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
+use std::collections::HashMap;
 
 /// The `src` numbers the flow tables use for the API tables.
 pub const SRC_RUNTIME: i64 = 0;
@@ -108,11 +110,14 @@ pub fn read<S: EventSink>(
     schema: &Schema,
     with_flows: bool,
     selection: &Selection,
+    info: &ProfileInfo,
     sink: &mut S,
 ) -> Result<()> {
     if !selection.wants(EventType::CudaApi) {
         return Ok(());
     }
+    // Shown names per string id, computed once.
+    let mut names: HashMap<i64, Option<String>> = HashMap::new();
     let tables: Vec<(&'static str, i64)> = [(RUNTIME, SRC_RUNTIME), (DRIVER, SRC_DRIVER)]
         .into_iter()
         .filter(|(t, _)| schema.has_columns(t, &["start", "end"]))
@@ -159,16 +164,30 @@ pub fn read<S: EventSink>(
         let row = heads[i].take().expect("head present");
         heads[i] = cursors[i].next()?;
         if let Some(row) = window.push(row.start.unwrap_or(i64::MIN), row) {
-            emit(&row, sink)?;
+            emit(&row, info, &mut names, sink)?;
         }
     }
     while let Some(row) = window.pop() {
-        emit(&row, sink)?;
+        emit(&row, info, &mut names, sink)?;
     }
     Ok(())
 }
 
-fn emit<S: EventSink>(row: &Row, sink: &mut S) -> Result<()> {
+/// The name nsys shows for a CUDA API symbol: runtime entry points carry the CUDA version that
+/// introduced them (`cudaLaunchKernel_v7000`, `cudaStreamGetCaptureInfo_v2_v11030`); nsys drops
+/// that suffix. Driver names whose `_v2` is part of the API (`cuMemAlloc_v2`) stay as they are.
+pub fn display_name(symbol: &str) -> Option<&str> {
+    let (stem, version) = symbol.rsplit_once("_v")?;
+    (version.len() >= 4 && version.bytes().all(|b| b.is_ascii_digit()) && !stem.is_empty())
+        .then_some(stem)
+}
+
+fn emit<S: EventSink>(
+    row: &Row,
+    info: &ProfileInfo,
+    names: &mut HashMap<i64, Option<String>>,
+    sink: &mut S,
+) -> Result<()> {
     let Some((start, end)) = sink.interval(row.table, row.start, row.end) else {
         return Ok(());
     };
@@ -179,6 +198,23 @@ fn emit<S: EventSink>(row: &Row, sink: &mut S) -> Result<()> {
     let mut args = ArgList::new();
     args.int("return_value", row.ret);
     args.int("correlation_id", row.corr);
+    // Shown without the version suffix; the full symbol stays an arg.
+    let shown = row.name_id.and_then(|id| {
+        names
+            .entry(id)
+            .or_insert_with(|| {
+                info.desc
+                    .string(id)
+                    .and_then(display_name)
+                    .map(str::to_string)
+            })
+            .as_deref()
+    });
+    if shown.is_some()
+        && let Some(id) = row.name_id
+    {
+        args.push("symbol", crate::model::ArgValue::StrId(id));
+    }
     if let Some(cc) = &row.callchain {
         args.push("callchain", crate::model::ArgValue::Str(cc));
     }
@@ -189,9 +225,11 @@ fn emit<S: EventSink>(row: &Row, sink: &mut S) -> Result<()> {
     let ev = Event {
         start,
         end: Some(end),
-        name: row
-            .name_id
-            .map_or(Name::Static("(unnamed API call)"), Name::Str),
+        name: match (shown, row.name_id) {
+            (Some(s), _) => Name::Text(s),
+            (None, Some(id)) => Name::Str(id),
+            (None, None) => Name::Static("(unnamed API call)"),
+        },
         category: Category::CudaApi,
         args: args.as_slice(),
         flows,

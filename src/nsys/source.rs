@@ -121,7 +121,7 @@ impl Export {
                     }
                     let t = Instant::now();
                     let mut sink = make_sink();
-                    super::api::read(&conn, schema, flow_db.is_some(), selection, &mut sink)?;
+                    super::api::read(&conn, schema, flow_db.is_some(), selection, info, &mut sink)?;
                     timing("cuda api", t);
                     sink.finish()
                 })

@@ -1,0 +1,318 @@
+//! What Perfetto shows is what Nsight Systems recorded, where and when: checked on the real
+//! exports where each disagreement was seen, and across the whole corpus where a rule fits.
+
+mod common;
+
+use common::{Trace, corpus_dir, validate_file};
+use nsys_perfetto::convert::{Options, convert_sqlite};
+use nsys_perfetto::proto::{self, trace_packet};
+use nsys_perfetto::select::Selection;
+use nsys_perfetto::summary::Summary;
+use prost::Message;
+use rusqlite::{Connection, OpenFlags};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+fn corpus_file(name: &str) -> Option<PathBuf> {
+    let p = corpus_dir()?.join(name);
+    if p.is_file() {
+        Some(p)
+    } else {
+        eprintln!("skipping: {} is absent", p.display());
+        None
+    }
+}
+
+fn run(input: &Path, selection: Selection) -> (Summary, Trace, PathBuf, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out.pftrace");
+    let opts = Options {
+        selection,
+        ..Options::default()
+    };
+    let summary = convert_sqlite(input, &out, &opts).expect("conversion succeeds");
+    let trace = validate_file(&out);
+    (summary, trace, out, dir)
+}
+
+fn open(input: &Path) -> Connection {
+    Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap()
+}
+
+/// The "GPU N ..." group a track sits under.
+fn gpu_of(t: &Trace, track: u64) -> Option<i64> {
+    t.ancestry(track).iter().find_map(|tr| {
+        let name = tr.name.as_deref()?;
+        let rest = name.strip_prefix("GPU ")?;
+        rest.split(|c: char| !c.is_ascii_digit())
+            .next()?
+            .parse()
+            .ok()
+    })
+}
+
+/// context -> the device of that context's kernels, memcpys and memsets (contexts whose id
+/// several processes use on different devices are left out: a wait names no process).
+fn context_devices(conn: &Connection) -> HashMap<i64, i64> {
+    let mut m: HashMap<(i64, i64), i64> = HashMap::new();
+    for t in [
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+    ] {
+        let sql =
+            format!("SELECT DISTINCT (globalPid >> 24) & 16777215, contextId, deviceId FROM {t}");
+        let Ok(mut stmt) = conn.prepare(&sql) else {
+            continue;
+        };
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?, r.get(2)?))
+            })
+            .unwrap();
+        for (p, c, d) in rows.flatten() {
+            m.insert((p, c), d);
+        }
+    }
+    let mut by_ctx: HashMap<i64, Option<i64>> = HashMap::new();
+    for ((_, c), d) in m {
+        let e = by_ctx.entry(c).or_insert(Some(d));
+        if *e != Some(d) {
+            *e = None;
+        }
+    }
+    by_ctx
+        .into_iter()
+        .filter_map(|(c, d)| Some((c, d?)))
+        .collect()
+}
+
+/// Every synchronization wait sits under the GPU its context's work runs on (the rows' own
+/// deviceId is 0 in real multi-GPU exports), with that device as its arg.
+fn check_sync_under_context_gpu(input: &Path, t: &Trace) -> usize {
+    let devices = context_devices(&open(input));
+    let mut checked = 0;
+    for s in t.of_category("cuda.sync") {
+        let Some(ctx) = s.arg_int("context") else {
+            continue;
+        };
+        let Some(&want) = devices.get(&ctx) else {
+            continue;
+        };
+        assert_eq!(
+            gpu_of(t, s.track),
+            Some(want),
+            "{}: wait of context {ctx} at {} under the wrong GPU",
+            input.display(),
+            s.start
+        );
+        assert_eq!(s.arg_int("device"), Some(want));
+        checked += 1;
+    }
+    checked
+}
+
+#[test]
+fn sync_waits_follow_their_context() {
+    let Some(input) = corpus_file("GindaChen__nsys-ai__mfu_2gpu_before.sqlite") else {
+        return;
+    };
+    let (_, t, _, _dir) = run(&input, Selection::default());
+    // The 188 waits of context 2 belong to GPU 1, where that context's kernels run.
+    let on_gpu1 = t
+        .of_category("cuda.sync")
+        .filter(|s| s.arg_int("context") == Some(2))
+        .filter(|s| gpu_of(&t, s.track) == Some(1))
+        .count();
+    assert_eq!(on_gpu1, 188);
+    assert_eq!(check_sync_under_context_gpu(&input, &t), 366);
+    // `--device 1` keeps exactly those waits.
+    let sel = Selection {
+        devices: vec![1],
+        ..Selection::default()
+    };
+    let (summary, t1, _, _d1) = run(&input, sel);
+    assert_eq!(t1.of_category("cuda.sync").count(), 188);
+    assert_eq!(summary.events_of(nsys_perfetto::model::Category::Sync), 188);
+}
+
+#[test]
+fn sync_waits_follow_their_context_across_the_corpus() {
+    let Some(dir) = corpus_dir() else {
+        eprintln!("skipping: the corpus is absent");
+        return;
+    };
+    let mut checked = 0;
+    for name in [
+        "GindaChen__nsys-ai__h100_2gpu_1s.sqlite",
+        "hpcgroup__pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
+        "RajaATAli__SC23_Programming-Your-GPU-with-OpenMP_Tutorial__report3.sqlite",
+        "VerticalResearchGroup__casio__nerf_output-file.sqlite",
+    ] {
+        let input = dir.join(name);
+        if !input.is_file() {
+            continue;
+        }
+        let (_, t, _, _d) = run(&input, Selection::default());
+        checked += check_sync_under_context_gpu(&input, &t);
+        // No GPU group without work of its own.
+        for tr in t.tracks.values() {
+            if tr.name.as_deref().is_some_and(|n| n.starts_with("GPU ")) && tr.parent.is_none() {
+                assert!(
+                    !t.children(tr.uuid).is_empty(),
+                    "{name}: empty group {:?}",
+                    tr.name
+                );
+            }
+        }
+    }
+    assert!(checked > 0);
+}
+
+/// Perfetto's zero is the session start: a "Session start" marker at nsys' zero, a REALTIME
+/// snapshot with the session's wall-clock start, and rows before it kept, not skipped.
+#[test]
+fn time_zero_is_the_session_start() {
+    let Some(dir) = corpus_dir() else {
+        eprintln!("skipping: the corpus is absent");
+        return;
+    };
+    let mut with_clock = 0;
+    let mut shifted = 0;
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sqlite"))
+        .collect();
+    names.sort();
+    for input in names {
+        let (summary, t, out, _d) = run(&input, Selection::default());
+        let what = input.file_name().unwrap().to_string_lossy().to_string();
+        assert!(
+            !summary
+                .skipped
+                .keys()
+                .any(|(_, reason)| reason.contains("negative")),
+            "{what}: rows skipped for a negative time: {:?}",
+            summary.skipped
+        );
+        assert_eq!(t.session_starts.len(), 1, "{what}");
+        let zero = t.session_starts[0].start;
+        // Every event of the trace at or after the marker: the marker is the trace's start.
+        let first = t
+            .slices
+            .iter()
+            .map(|s| s.start + zero)
+            .min()
+            .unwrap_or(zero);
+        assert!(first >= 0, "{what}");
+        let conn = open(&input);
+        let earliest: Option<i64> = [
+            "SCHED_EVENTS",
+            "NVTX_EVENTS",
+            "CUPTI_ACTIVITY_KIND_RUNTIME",
+            "CUPTI_ACTIVITY_KIND_KERNEL",
+        ]
+        .iter()
+        .filter_map(|tb| {
+            conn.query_row(&format!("SELECT min(start) FROM {tb}"), [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .ok()
+            .flatten()
+        })
+        .min();
+        if earliest.is_some_and(|e| e < 0) {
+            // Shifted by exactly what precedes the session start.
+            shifted += 1;
+            assert!(zero >= -earliest.unwrap(), "{what}");
+        } else {
+            assert_eq!(zero, 0, "{what}: the session start is Perfetto's zero");
+        }
+        let utc: Option<i64> = conn
+            .query_row(
+                "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME",
+                [],
+                |r| r.get(0),
+            )
+            .ok();
+        if let Some(utc) = utc {
+            with_clock += 1;
+            let bytes = std::fs::read(&out).unwrap();
+            let packets = proto::Trace::decode(&bytes[..]).unwrap().packet;
+            let realtime = packets.iter().find_map(|p| match &p.data {
+                Some(trace_packet::Data::ClockSnapshot(c)) => {
+                    let boot = c.clocks.iter().find(|c| c.clock_id == Some(6))?;
+                    let real = c.clocks.iter().find(|c| c.clock_id == Some(1))?;
+                    Some((boot.timestamp?, real.timestamp?))
+                }
+                _ => None,
+            });
+            assert_eq!(
+                realtime,
+                Some((zero as u64, utc as u64)),
+                "{what}: REALTIME snapshot at the session start"
+            );
+        }
+    }
+    assert!(with_clock > 0 && shifted > 0, "{with_clock} {shifted}");
+}
+
+/// Scheduling slices of unnamed threads read "Thread N" once; named ones "name N".
+#[test]
+fn unnamed_threads_are_named_once() {
+    let Some(input) =
+        corpus_file("RajaATAli__SC23_Programming-Your-GPU-with-OpenMP_Tutorial__report3.sqlite")
+    else {
+        return;
+    };
+    let (_, t, _, _d) = run(&input, Selection::default());
+    let mut sched = 0;
+    for s in t.of_category("sched") {
+        let words: Vec<&str> = s.name.split(' ').collect();
+        assert!(
+            !(words.len() == 3 && words[0] == "Thread" && words[1] == words[2]),
+            "{}",
+            s.name
+        );
+        sched += 1;
+    }
+    assert!(sched > 0);
+}
+
+/// Processes launched through nsys are named after the program (the main thread's name).
+#[test]
+fn processes_are_not_named_nsys_launcher() {
+    let Some(input) = corpus_file("quasiben__nvtx-examples__cudf.sqlite") else {
+        return;
+    };
+    let (_, t, _, _d) = run(&input, Selection::default());
+    let names: Vec<String> = t
+        .process_tracks()
+        .filter_map(|tr| tr.process.as_ref()?.name.clone())
+        .collect();
+    assert!(!names.iter().any(|n| n == "nsys-launcher"), "{names:?}");
+    assert!(names.iter().any(|n| n.contains("python")), "{names:?}");
+}
+
+/// CUDA API slices are named as nsys shows them; the full symbol stays an arg.
+#[test]
+fn api_names_without_version_suffixes() {
+    let Some(input) = corpus_file("GindaChen__nsys-ai__mfu_2gpu_before.sqlite") else {
+        return;
+    };
+    let (_, t, _, _d) = run(&input, Selection::default());
+    let launches: Vec<_> = t
+        .of_category("cuda.api")
+        .filter(|s| &*s.name == "cudaLaunchKernel")
+        .collect();
+    assert!(!launches.is_empty());
+    assert!(
+        launches
+            .iter()
+            .all(|s| s.arg_str("symbol") == Some("cudaLaunchKernel_v7000"))
+    );
+    // Flows start at the renamed calls.
+    assert!(launches.iter().any(|s| !s.flow_out.is_empty()));
+}
