@@ -583,8 +583,8 @@ fn gpu_row_matches(
                 }
             }
             want_int(s, "registers_per_thread", x[8])?;
-            want_int(s, "shared_memory_static", x[9])?;
-            want_int(s, "shared_memory_dynamic", x[10])?;
+            want_int(s, "shared_memory_static_bytes", x[9])?;
+            want_int(s, "shared_memory_dynamic_bytes", x[10])?;
             want_present(s, "launch_type", x[11])?;
         }
         "cuda.memcpy" => {

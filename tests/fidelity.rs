@@ -316,3 +316,30 @@ fn api_names_without_version_suffixes() {
     // Flows start at the renamed calls.
     assert!(launches.iter().any(|s| !s.flow_out.is_empty()));
 }
+
+/// Each GPU row linked to its launch says how long the GPU took to start it.
+#[test]
+fn launch_latency_of_linked_gpu_rows() {
+    let Some(input) = corpus_file("GindaChen__nsys-ai__mfu_2gpu_before.sqlite") else {
+        return;
+    };
+    let (_, t, _, _d) = run(&input, Selection::default());
+    assert!(!t.flows.is_empty());
+    for f in &t.flows {
+        let (src, dst) = (&t.slices[f.source], &t.slices[f.destination]);
+        assert_eq!(
+            dst.arg_int("launch_latency_ns"),
+            Some(dst.start - src.start),
+            "{} at {}",
+            dst.name,
+            dst.start
+        );
+    }
+    // Unlinked rows carry none.
+    let linked: std::collections::HashSet<usize> = t.flows.iter().map(|f| f.destination).collect();
+    for (i, s) in t.slices.iter().enumerate() {
+        if !linked.contains(&i) {
+            assert!(s.arg("launch_latency_ns").is_none());
+        }
+    }
+}

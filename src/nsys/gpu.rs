@@ -312,8 +312,8 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
             args.push("grid", ArgValue::Label(&f.grid));
             args.push("block", ArgValue::Label(&f.block));
             args.int("registers_per_thread", x[8]);
-            args.int("shared_memory_static", x[9]);
-            args.int("shared_memory_dynamic", x[10]);
+            args.int("shared_memory_static_bytes", x[9]);
+            args.int("shared_memory_dynamic_bytes", x[10]);
             args.label("launch_type", label(labels, 0, x[11]));
             args.int("graph_node_id", x[12]);
             if let Some(d) = x[1] {
@@ -359,6 +359,10 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
     args.int("context", ctx);
     args.int("stream", Some(stream));
     args.int("correlation_id", corr);
+    // How long the GPU took to start the work after the call that launched it.
+    if linked && let Some(launch) = row.launch_start {
+        args.int("launch_latency_ns", Some(start - launch));
+    }
     let ev = Event {
         start,
         end: Some(end),
