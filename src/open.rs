@@ -138,9 +138,10 @@ fn host_name() -> String {
     }
 }
 
-/// The line to run on the laptop: its port 9001 (the one the UI accepts) forwarded to ours.
+/// The line to run on the laptop: its port forwarded to ours (9001, the one the UI accepts;
+/// another only in tests, where the link names it too).
 pub fn ssh_hint(port: u16) -> String {
-    format!("ssh -L {PERFETTO_PORT}:127.0.0.1:{port} {}", host_name())
+    format!("ssh -L {port}:127.0.0.1:{port} {}", host_name())
 }
 
 /// Start the user's browser on `url`: `$BROWSER` (a `:`-separated list, `%s` for the URL), else
@@ -348,7 +349,8 @@ impl OpenArgs {
                 println!("{url}");
                 let _ = writeln!(
                     err,
-                    "on another machine (your laptop), first forward port {PERFETTO_PORT} to this one:\n  {}",
+                    "on another machine (your laptop), first forward port {} to this one:\n  {}",
+                    self.port,
                     ssh_hint(self.port)
                 );
             }

@@ -574,11 +574,12 @@ pub fn serve_connection(stream: TcpStream, handler: &Handler, stop: &AtomicBool)
         // then it sends nothing), else close after the response.
         if !req.body.finished() {
             let small = matches!(req.body.framing, Framing::Length(n) if n <= DRAIN_MAX);
-            if req.body.broken || req.body.must_continue || !small {
-                keep_alive = false;
-            } else if io::copy(&mut (&mut req.body).take(DRAIN_MAX), &mut io::sink()).is_err()
-                || !req.body.finished()
-            {
+            let drained = !req.body.broken
+                && !req.body.must_continue
+                && small
+                && io::copy(&mut (&mut req.body).take(DRAIN_MAX), &mut io::sink()).is_ok()
+                && req.body.finished();
+            if !drained {
                 keep_alive = false;
             }
         }

@@ -65,23 +65,26 @@ pub struct ServeArgs {
     pub perfetto_url: Option<String>,
 }
 
-/// `4G`, `500M`, `64k`, `123` (bytes); binary units.
+/// `4G`, `500M`, `64k`, `123` (bytes): decimal units; `GiB`, `MiB`, `KiB` binary ones.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
     let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
         Some((i, _)) => {
             let unit = t[i..].to_ascii_lowercase();
-            let mult: u64 = match unit.trim_end_matches(['b', 'i']) {
-                "" => 1,
-                "k" => 1 << 10,
-                "m" => 1 << 20,
-                "g" => 1 << 30,
-                "t" => 1 << 40,
+            let mult: f64 = match unit.as_str() {
+                "b" => 1.0,
+                "k" | "kb" => 1e3,
+                "m" | "mb" => 1e6,
+                "g" | "gb" => 1e9,
+                "t" | "tb" => 1e12,
+                "kib" => 1024.0,
+                "mib" => 1024.0 * 1024.0,
+                "gib" => 1024.0 * 1024.0 * 1024.0,
                 _ => return Err(format!("bad size '{s}' (use e.g. 500M, 4G)")),
             };
             (&t[..i], mult)
         }
-        None => (t, 1),
+        None => (t, 1.0),
     };
     let v: f64 = num
         .trim()
@@ -90,7 +93,7 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     if !v.is_finite() || v < 0.0 {
         return Err(format!("bad size '{s}'"));
     }
-    Ok((v * mult as f64) as u64)
+    Ok((v * mult) as u64)
 }
 
 /// What a conversion is doing, for the page's progress line.
@@ -751,8 +754,8 @@ mod tests {
         assert_eq!(safe_name("..sqlite"), None);
         assert_eq!(safe_name("notes.txt"), None);
         assert_eq!(safe_name(".sqlite"), None);
-        assert_eq!(parse_size("4G"), Ok(4 << 30));
-        assert_eq!(parse_size("1.5k"), Ok(1536));
+        assert_eq!(parse_size("4G"), Ok(4_000_000_000));
+        assert_eq!(parse_size("1.5k"), Ok(1500));
         assert_eq!(parse_size("100"), Ok(100));
         assert_eq!(parse_size("2MiB"), Ok(2 << 20));
         assert!(parse_size("x").is_err());
