@@ -549,6 +549,59 @@ fn open_a_trace_as_is_and_a_deep_link_at_a_time() {
 }
 
 #[test]
+fn open_starts_the_browser_named_by_browser() {
+    let dir = tempfile::tempdir().unwrap();
+    let (bytes, _) = cli_convert(
+        &common::fixture("nvtx_workload.sqlite"),
+        dir.path(),
+        "t.pftrace",
+        &["--types", "nvtx"],
+    );
+    // A "browser" that records the address it was given.
+    let seen = dir.path().join("browser-args");
+    let browser = dir.path().join("fake-browser");
+    std::fs::write(
+        &browser,
+        format!("#!/bin/sh\nprintf '%s' \"$1\" > '{}'\n", seen.display()),
+    )
+    .unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let port = free_port();
+    let (mut proc, _out, err) = spawn_open(
+        &[
+            dir.path().join("t.pftrace").to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+            "--timeout",
+            "30",
+        ],
+        &[("DISPLAY", ":0"), ("BROWSER", browser.to_str().unwrap())],
+    );
+    let url = wait_until(Duration::from_secs(20), "the browser to be started", || {
+        std::fs::read_to_string(&seen)
+            .ok()
+            .filter(|s| !s.is_empty())
+    });
+    assert_eq!(
+        url,
+        format!("https://ui.perfetto.dev/#!/?url=http://127.0.0.1:{port}/t.pftrace")
+    );
+    // What the UI then does: fetch the trace.
+    let fetched = url.split_once("url=").unwrap().1;
+    assert_eq!(get(fetched).body, bytes);
+    assert!(proc.wait_exit(Duration::from_secs(10)).unwrap().success());
+    let mut lines = Vec::new();
+    drain(&err, &mut lines, Duration::from_secs(2));
+    assert!(
+        lines.iter().any(|l| l.contains("opened the Perfetto UI")),
+        "{lines:?}"
+    );
+}
+
+#[test]
 fn open_says_when_the_port_is_busy() {
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = busy.local_addr().unwrap().port();
