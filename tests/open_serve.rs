@@ -602,6 +602,47 @@ fn open_starts_the_browser_named_by_browser() {
 }
 
 #[test]
+fn open_suggests_native_for_big_traces_and_stops_on_ctrl_c() {
+    let dir = tempfile::tempdir().unwrap();
+    // A sparse 1.2 GB file: only its size matters here.
+    let big = dir.path().join("big.pftrace");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(1_200_000_000)
+        .unwrap();
+    let port = free_port();
+    let (mut proc, out, err) = spawn_open(
+        &[
+            big.to_str().unwrap(),
+            "--port",
+            &port.to_string(),
+            "--no-browser",
+            "--timeout",
+            "60",
+        ],
+        &[("PATH", dir.path().to_str().unwrap())],
+    );
+    let mut seen = Vec::new();
+    wait_line(&out, &mut seen, Duration::from_secs(30), |l| {
+        l.starts_with("https://")
+    })
+    .expect("link");
+    let mut errs = Vec::new();
+    wait_line(&err, &mut errs, Duration::from_secs(10), |l| {
+        l.contains("--native")
+    })
+    .unwrap_or_else(|| panic!("no --native suggestion: {errs:?}"));
+    assert!(errs.iter().any(|l| l.contains("1.2 GB")), "{errs:?}");
+    proc.interrupt();
+    let st = proc
+        .wait_exit(Duration::from_secs(10))
+        .expect("no exit on Ctrl-C");
+    assert_eq!(st.code(), Some(130));
+    drain(&err, &mut errs, Duration::from_secs(2));
+    assert!(errs.iter().any(|l| l.contains("interrupted")), "{errs:?}");
+}
+
+#[test]
 fn open_says_when_the_port_is_busy() {
     let busy = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = busy.local_addr().unwrap().port();
@@ -896,7 +937,10 @@ fn serve_rejects_bad_uploads_with_a_clear_4xx() {
         let host = s.url.trim_start_matches("http://");
         let mut c = TcpStream::connect(host).unwrap();
         c.write_all(
-            b"POST /api/convert?name=gone.sqlite HTTP/1.1\r\nHost: x\r\nContent-Length: 100000\r\n\r\n",
+            format!(
+                "POST /api/convert?name=gone.sqlite HTTP/1.1\r\nHost: {host}\r\nContent-Length: 100000\r\n\r\n"
+            )
+            .as_bytes(),
         )
         .unwrap();
         c.write_all(&bytes[..1000]).unwrap();
@@ -907,6 +951,17 @@ fn serve_rejects_bad_uploads_with_a_clear_4xx() {
         let r = parse_reply(&raw).unwrap();
         assert_eq!(r.status, 400);
         assert!(err(&r).contains("did not arrive whole"), "{}", err(&r));
+    }
+    // A page elsewhere reaching the server through DNS rebinding names another host.
+    {
+        let host = s.url.trim_start_matches("http://");
+        let mut c = TcpStream::connect(host).unwrap();
+        c.write_all(
+            b"GET /api/info HTTP/1.1\r\nHost: attacker.example:8080\r\nConnection: close\r\n\r\n",
+        )
+        .unwrap();
+        let r = read_reply(c).unwrap();
+        assert_eq!(r.status, 403);
     }
     // Bad options, bad requests.
     let r = convert_api(

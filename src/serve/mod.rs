@@ -152,6 +152,9 @@ pub struct State {
     max_upload: u64,
     nsys: Option<PathBuf>,
     perfetto_url: String,
+    /// Bound to a loopback address: only requests naming a loopback host are answered (a web
+    /// page elsewhere cannot reach the server through DNS rebinding).
+    loopback_only: bool,
 }
 
 /// A running server (for tests and library users): its address and a way to stop it.
@@ -183,6 +186,7 @@ impl Server {
             },
             max_upload: args.max_upload,
             nsys: args.nsys.clone(),
+            loopback_only: args.bind.is_loopback(),
             perfetto_url: args
                 .perfetto_url
                 .clone()
@@ -303,7 +307,25 @@ fn error(status: u16, msg: impl Into<String>) -> Response {
     Response::json(status, &json!({ "error": msg.into() }))
 }
 
+/// Whether a `Host` header names this machine's loopback: `127.x.y.z`, `localhost` or `[::1]`,
+/// with any port.
+pub fn loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 fn handle(state: &Arc<State>, req: &mut Request) -> Response {
+    if state.loopback_only && !req.header("host").is_some_and(loopback_host) {
+        return error(
+            403,
+            "this server answers only requests for 127.0.0.1 or localhost (serve --bind to change)",
+        );
+    }
     expire_jobs(state);
     let path = req.path.clone();
     let method = req.method.as_str();
@@ -759,5 +781,8 @@ mod tests {
         assert_eq!(parse_size("100"), Ok(100));
         assert_eq!(parse_size("2MiB"), Ok(2 << 20));
         assert!(parse_size("x").is_err());
+        assert!(loopback_host("127.0.0.1:8080") && loopback_host("localhost"));
+        assert!(loopback_host("[::1]:80") && loopback_host("LOCALHOST:1"));
+        assert!(!loopback_host("evil.example:8080") && !loopback_host("10.0.0.1"));
     }
 }
