@@ -397,6 +397,10 @@ impl OpenArgs {
                     r.header("Access-Control-Allow-Origin", UI_ORIGIN)
                         .header("Vary", "Origin")
                 };
+                // Only requests for the loopback address (no DNS rebinding to this file).
+                if !req.header("host").is_some_and(crate::serve::loopback_host) {
+                    return cors(http::Response::text(403, "only for 127.0.0.1"));
+                }
                 let path_ok = req.path == format!("/{name}");
                 match (req.method.as_str(), path_ok) {
                     ("OPTIONS", _) => cors(http::Response::bytes(204, "text/plain", Vec::new()))
