@@ -30,7 +30,13 @@ struct Proc(Child);
 
 impl Drop for Proc {
     fn drop(&mut self) {
-        let _ = self.0.kill();
+        // Ctrl-C first, so that a server removes its temporary files; then kill.
+        if let Ok(None) = self.0.try_wait() {
+            self.interrupt();
+            if self.wait_exit(Duration::from_secs(5)).is_none() {
+                let _ = self.0.kill();
+            }
+        }
         let _ = self.0.wait();
     }
 }
