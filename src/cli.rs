@@ -34,6 +34,13 @@ pub enum Command {
     /// Profile a command once per parameter value ($p) and tabulate the extracted event times,
     /// one column per value: sweep -p 16 32 64 -o 'run_$p' -- ./app --size '$p'
     Sweep(crate::workflow::sweep::SweepArgs),
+    /// Show a trace in the Perfetto UI: serve it on 127.0.0.1:9001 and open
+    /// ui.perfetto.dev on it (profiles are converted first). Over SSH, prints the link and the
+    /// `ssh -L` line; --native for traces too large for a browser tab.
+    Open(crate::open::OpenArgs),
+    /// A local web page (and HTTP API) to convert profiles, see their summary and statistics,
+    /// download the traces or open them in Perfetto.
+    Serve(crate::serve::ServeArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -102,6 +109,8 @@ pub fn main() -> ExitCode {
         Some(Command::Stats(args)) => args.run(),
         Some(Command::Extract(args)) => args.run(),
         Some(Command::Sweep(args)) => args.run(),
+        Some(Command::Open(args)) => args.run(),
+        Some(Command::Serve(args)) => args.run(),
     }
 }
 

@@ -11,11 +11,13 @@ pub mod convert;
 pub mod layout;
 pub mod model;
 pub mod nsys;
+pub mod open;
 pub mod output;
 pub mod progress;
 pub mod proto;
 pub mod report;
 pub mod select;
+pub mod serve;
 pub mod summary;
 pub mod workflow;
 

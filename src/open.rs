@@ -1,0 +1,537 @@
+//! `nsys-perfetto open INPUT`: show a trace in the Perfetto UI with one command.
+//!
+//! Like Perfetto's own `open_trace_in_ui`: the trace is served read-only on 127.0.0.1:9001 (the
+//! one port the UI's content-security policy accepts) with `Access-Control-Allow-Origin:
+//! https://ui.perfetto.dev`, and the browser opens
+//! `https://ui.perfetto.dev/#!/?url=http://127.0.0.1:9001/NAME`. The server exits once the trace
+//! has been fetched. Without a display, or over SSH, the link and the `ssh -L` line to run on the
+//! laptop are printed instead. `--native` hands the trace to a `trace_processor_shell --httpd`
+//! instead, for traces too large for a browser tab.
+
+use crate::serve::{http, signal};
+use anyhow::{Context, Result, anyhow, bail};
+use std::io::Write;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The port the Perfetto UI accepts traces (and trace processors) from.
+pub const PERFETTO_PORT: u16 = 9001;
+const UI: &str = "https://ui.perfetto.dev";
+const UI_ORIGIN: &str = "https://ui.perfetto.dev";
+/// Above this size, a browser tab may not hold the trace: suggest --native.
+const BIG_TRACE: u64 = 1 << 30;
+const GET_TRACE_PROCESSOR: &str = "get one with `curl -LO https://get.perfetto.dev/trace_processor && chmod +x trace_processor` \
+(it downloads trace_processor_shell on first use), then pass --trace-processor ./trace_processor or put it on PATH";
+
+/// `nsys-perfetto open`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OpenArgs {
+    /// A trace (.pftrace, .json, .gz...) or a profile (.nsys-rep, .qdrep, .sqlite: converted
+    /// first, or reused when its .pftrace beside it is up to date).
+    #[arg(value_name = "INPUT")]
+    pub input: PathBuf,
+    /// Do not start a browser: print the link (automatic without a display or over SSH).
+    #[arg(long)]
+    pub no_browser: bool,
+    /// Load the trace in a native trace_processor_shell (--httpd) that the UI uses instead of
+    /// its in-browser engine: for traces too large for a browser tab (about 2 GB of memory,
+    /// 2-4x the file).
+    #[arg(long)]
+    pub native: bool,
+    /// The trace_processor_shell for --native (default: trace_processor_shell or
+    /// trace_processor on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub trace_processor: Option<PathBuf>,
+    /// Open the UI around this nsys session time (2.5s, 1200ms, 2500000000ns; a slice starting
+    /// exactly there is selected).
+    #[arg(long, value_name = "TIME", conflicts_with = "range")]
+    pub at: Option<String>,
+    /// Open the UI showing this window of nsys session time: 2s..2.5s.
+    #[arg(long, value_name = "A..B")]
+    pub range: Option<String>,
+    /// Stop waiting for the UI after this many seconds (default: until fetched or Ctrl-C).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Port to serve on (tests; the UI accepts only 9001).
+    #[arg(long, hide = true, default_value_t = PERFETTO_PORT)]
+    pub port: u16,
+    /// Convert with these options (profiles only).
+    #[command(flatten)]
+    pub select: crate::cli::SelectArgs,
+    #[command(flatten)]
+    pub nsys: crate::cli::NsysArgs,
+}
+
+/// Whether a path is a trace the UI opens as is.
+pub fn is_trace(path: &Path) -> bool {
+    let name = path.to_string_lossy().to_lowercase();
+    [
+        ".pftrace",
+        ".perfetto-trace",
+        ".perfetto",
+        ".pb",
+        ".trace",
+        ".json",
+        ".gz",
+        ".ctrace",
+    ]
+    .iter()
+    .any(|e| name.ends_with(e))
+}
+
+/// Where the UI should open: `visStart`/`visEnd` (and `ts` for `--at`), in trace nanoseconds.
+pub fn deep_link_params(at: Option<&str>, range: Option<&str>) -> Result<String> {
+    if let Some(at) = at {
+        let t = crate::select::parse_duration(at)?;
+        // A millisecond around the time, and the slice starting exactly there if there is one.
+        let half = 500_000;
+        let start = (t - half).max(0);
+        return Ok(format!("&ts={t}&visStart={start}&visEnd={}", t + half));
+    }
+    if let Some(range) = range {
+        let r: crate::select::TimeRange = range.parse()?;
+        let (Some(a), Some(b)) = (r.start, r.end) else {
+            bail!("--range needs both ends: A..B, e.g. 2s..2.5s");
+        };
+        if b <= a {
+            bail!("--range: the end must be after the start");
+        }
+        return Ok(format!("&visStart={a}&visEnd={b}"));
+    }
+    Ok(String::new())
+}
+
+/// Why no browser is started, if one should not be.
+pub fn no_display_reason() -> Option<&'static str> {
+    let set = |v: &str| std::env::var_os(v).is_some_and(|x| !x.is_empty());
+    if set("SSH_CONNECTION") || set("SSH_CLIENT") || set("SSH_TTY") {
+        return Some("this is an SSH session");
+    }
+    if cfg!(target_os = "linux") && !set("DISPLAY") && !set("WAYLAND_DISPLAY") && !set("BROWSER") {
+        return Some("there is no display (DISPLAY and WAYLAND_DISPLAY are unset)");
+    }
+    None
+}
+
+/// This machine's name for the `ssh -L` hint.
+fn host_name() -> String {
+    let user = std::env::var("USER").ok().filter(|u| !u.is_empty());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| {
+            Command::new("hostname")
+                .output()
+                .ok()
+                .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+                .filter(|h| !h.is_empty())
+        })
+        .unwrap_or_else(|| "THIS_HOST".into());
+    match user {
+        Some(u) => format!("{u}@{host}"),
+        None => host,
+    }
+}
+
+/// The line to run on the laptop: its port forwarded to ours (9001, the one the UI accepts;
+/// another only in tests, where the link names it too).
+pub fn ssh_hint(port: u16) -> String {
+    format!("ssh -L {port}:127.0.0.1:{port} {}", host_name())
+}
+
+/// Start the user's browser on `url`: `$BROWSER` (a `:`-separated list, `%s` for the URL), else
+/// xdg-open (or open on macOS).
+pub fn launch_browser(url: &str) -> Result<String> {
+    let mut tried = Vec::new();
+    let mut candidates: Vec<Vec<String>> = Vec::new();
+    if let Ok(b) = std::env::var("BROWSER") {
+        for cmd in b.split(':').filter(|c| !c.trim().is_empty()) {
+            let mut words: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
+            if words.iter().any(|w| w.contains("%s")) {
+                for w in &mut words {
+                    *w = w.replace("%s", url);
+                }
+            } else {
+                words.push(url.to_string());
+            }
+            candidates.push(words);
+        }
+    }
+    let opener = if cfg!(target_os = "macos") {
+        "open"
+    } else {
+        "xdg-open"
+    };
+    candidates.push(vec![opener.to_string(), url.to_string()]);
+    for words in candidates {
+        tried.push(words[0].clone());
+        let spawned = Command::new(&words[0])
+            .args(&words[1..])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn();
+        if let Ok(mut child) = spawned {
+            // Openers return at once; a browser started directly keeps running: both are fine.
+            // A command that exits with an error within a second did not open anything.
+            let deadline = Instant::now() + Duration::from_secs(1);
+            loop {
+                match child.try_wait() {
+                    Ok(Some(st)) if !st.success() => break,
+                    Ok(Some(_)) => return Ok(words[0].clone()),
+                    Ok(None) if Instant::now() >= deadline => return Ok(words[0].clone()),
+                    Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+    Err(anyhow!(
+        "could not start a browser (tried {})",
+        tried.join(", ")
+    ))
+}
+
+/// The trace to show: the input itself, or its conversion (reused when up to date). The
+/// temporary directory, when there is one, must outlive the serving.
+fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+    let input = &args.input;
+    if !input.exists() {
+        bail!("{}: no such file", input.display());
+    }
+    if input.is_dir() {
+        bail!(
+            "{}: is a directory; open one trace or profile",
+            input.display()
+        );
+    }
+    if is_trace(input) && !crate::batch::is_profile(input) {
+        return Ok((input.clone(), None));
+    }
+    if !crate::batch::is_profile(input) {
+        bail!(
+            "{}: neither a trace (.pftrace, .json, .gz) nor a profile (.nsys-rep, .qdrep, .sqlite)",
+            input.display()
+        );
+    }
+    let opts = crate::convert::Options {
+        format: crate::convert::OutputFormat::Protobuf,
+        json_colors: false,
+        progress: true,
+        selection: args.select.selection()?,
+    };
+    let selected = !opts.selection.is_everything();
+    let default = crate::convert::default_output(input, opts.format);
+    let dir = match default.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    // A selection gets its own temporary trace: the one beside the input stays the full one.
+    let (output, temp) = if selected || crate::report::read_only_dir(&dir) {
+        let t = tempfile::Builder::new()
+            .prefix("nsys-perfetto-open-")
+            .tempdir()
+            .context("cannot create a temporary directory")?;
+        let out = t.path().join(default.file_name().unwrap_or_default());
+        (out, Some(t))
+    } else {
+        (default, None)
+    };
+    if temp.is_none() && crate::batch::up_to_date(input, &output) {
+        eprintln!(
+            "{}: up to date ({}), not converted again",
+            input.display(),
+            output.display()
+        );
+        return Ok((output, None));
+    }
+    let summary = if crate::report::is_report(input) {
+        let exported = crate::report::export_sqlite(input, &args.nsys.export_options(false))
+            .map_err(|e| anyhow!("{}: {}", input.display(), crate::convert::error_line(&e)))?;
+        eprintln!("  {}", exported.describe());
+        crate::convert::convert_sqlite(exported.sqlite(), &output, &opts)
+    } else {
+        crate::convert::convert_sqlite(input, &output, &opts)
+    }
+    .map_err(|e| anyhow!("{}: {}", input.display(), crate::convert::error_line(&e)))?;
+    eprintln!("{} -> {}", input.display(), output.display());
+    eprint!("{}", summary.render());
+    Ok((output, temp))
+}
+
+fn find_trace_processor(explicit: Option<&Path>) -> Option<PathBuf> {
+    if let Some(p) = explicit {
+        return Some(p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    for dir in std::env::split_paths(&path) {
+        for name in ["trace_processor_shell", "trace_processor"] {
+            let p = dir.join(name);
+            if p.is_file() {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+impl OpenArgs {
+    pub fn run(&self) -> ExitCode {
+        match self.open() {
+            Ok(code) => code,
+            Err(e) => {
+                eprintln!("error: {e:#}");
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    fn open(&self) -> Result<ExitCode> {
+        let link_params = deep_link_params(self.at.as_deref(), self.range.as_deref())?;
+        let (trace, _temp) = trace_for(self)?;
+        let size = std::fs::metadata(&trace)
+            .with_context(|| format!("cannot read {}", trace.display()))?
+            .len();
+        let tp = find_trace_processor(self.trace_processor.as_deref());
+        if self.native {
+            let Some(tp) = tp else {
+                bail!(
+                    "--native needs trace_processor_shell, and none is on PATH: {GET_TRACE_PROCESSOR}"
+                );
+            };
+            return self.open_native(&tp, &trace, &link_params);
+        }
+        if size > BIG_TRACE {
+            let gb = size as f64 / 1e9;
+            match &tp {
+                Some(p) => eprintln!(
+                    "note: this trace is {gb:.1} GB; a browser tab holds about 2 GB, 2-4x the \
+                     file. If the UI runs out of memory, use --native (it will use {})",
+                    p.display()
+                ),
+                None => eprintln!(
+                    "note: this trace is {gb:.1} GB; a browser tab holds about 2 GB, 2-4x the \
+                     file. If the UI runs out of memory, use --native with a \
+                     trace_processor_shell: {GET_TRACE_PROCESSOR}"
+                ),
+            }
+        }
+        self.serve_once(&trace, size, &link_params)
+    }
+
+    /// Say where the UI is, and start a browser when there is a display.
+    fn announce(&self, url: &str) {
+        let mut err = std::io::stderr();
+        let reason = if self.no_browser {
+            Some("--no-browser")
+        } else {
+            no_display_reason()
+        };
+        match reason {
+            None => match launch_browser(url) {
+                Ok(how) => {
+                    let _ = writeln!(err, "opened the Perfetto UI with {how}: {url}");
+                }
+                Err(e) => {
+                    let _ = writeln!(err, "{e}; open this link in a browser:\n  {url}");
+                }
+            },
+            Some(why) => {
+                let _ = writeln!(
+                    err,
+                    "open this link in a browser ({why}, so none was started):"
+                );
+                println!("{url}");
+                let _ = writeln!(
+                    err,
+                    "on another machine (your laptop), first forward port {} to this one:\n  {}",
+                    self.port,
+                    ssh_hint(self.port)
+                );
+            }
+        }
+    }
+
+    fn serve_once(&self, trace: &Path, size: u64, link_params: &str) -> Result<ExitCode> {
+        let name = trace
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_else(|| "trace".into());
+        let encoded = http::percent_encode(&name);
+        let listener = crate::serve::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)))
+            .map_err(|e| {
+                anyhow!(
+                    "{e:#}. The Perfetto UI only accepts traces from port {PERFETTO_PORT}: \
+                     probably another `nsys-perfetto open`, Perfetto's open_trace_in_ui or a \
+                     trace_processor_shell --httpd is running; stop it and try again"
+                )
+            })?;
+        let port = listener.local_addr()?.port();
+        let url = format!("{UI}/#!/?url=http://127.0.0.1:{PERFETTO_PORT}/{encoded}{link_params}");
+        let url = if port == PERFETTO_PORT {
+            url
+        } else {
+            // Tests: the link names the port actually served (the UI itself accepts only 9001).
+            url.replace(
+                &format!("127.0.0.1:{PERFETTO_PORT}/"),
+                &format!("127.0.0.1:{port}/"),
+            )
+        };
+        eprintln!(
+            "serving {} ({}) on http://127.0.0.1:{port}/{encoded} until the UI has fetched it \
+             (Ctrl-C to stop)",
+            trace.display(),
+            crate::summary::human_bytes(size)
+        );
+        let fetched = Arc::new(AtomicBool::new(false));
+        let stop = Arc::new(AtomicBool::new(false));
+        let handler: Arc<http::Handler> = {
+            let (trace, fetched, stop) = (trace.to_path_buf(), fetched.clone(), stop.clone());
+            Arc::new(move |req: &mut http::Request| {
+                let cors = |r: http::Response| {
+                    r.header("Access-Control-Allow-Origin", UI_ORIGIN)
+                        .header("Vary", "Origin")
+                };
+                // Only requests for the loopback address (no DNS rebinding to this file).
+                if !req.header("host").is_some_and(crate::serve::loopback_host) {
+                    return cors(http::Response::text(403, "only for 127.0.0.1"));
+                }
+                let path_ok = req.path == format!("/{name}");
+                match (req.method.as_str(), path_ok) {
+                    ("OPTIONS", _) => cors(http::Response::bytes(204, "text/plain", Vec::new()))
+                        .header("Access-Control-Allow-Methods", "GET, HEAD, OPTIONS")
+                        .header("Access-Control-Allow-Headers", "*")
+                        .header("Access-Control-Allow-Private-Network", "true"),
+                    ("GET" | "HEAD", true) => match std::fs::File::open(&trace)
+                        .and_then(|f| http::Response::file("application/octet-stream", f))
+                    {
+                        Ok(mut r) => {
+                            if req.method == "GET" {
+                                let (fetched, stop) = (fetched.clone(), stop.clone());
+                                r.on_sent = Some(Box::new(move || {
+                                    fetched.store(true, Ordering::SeqCst);
+                                    stop.store(true, Ordering::SeqCst);
+                                }));
+                            }
+                            cors(r)
+                        }
+                        Err(e) => cors(http::Response::text(500, &format!("cannot read: {e}"))),
+                    },
+                    ("GET" | "HEAD", false) => cors(http::Response::text(
+                        404,
+                        "not found: this server serves one trace only",
+                    )),
+                    _ => cors(http::Response::text(405, "read-only")),
+                }
+            })
+        };
+        self.announce(&url);
+        signal::stop_on_interrupt(&stop);
+        if let Some(secs) = self.timeout {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                let end = Instant::now() + Duration::from_secs(secs);
+                while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+                stop.store(true, Ordering::SeqCst);
+            });
+        }
+        http::run(&listener, handler, stop, 16)?;
+        if fetched.load(Ordering::SeqCst) {
+            eprintln!("the trace was fetched; done");
+            Ok(ExitCode::SUCCESS)
+        } else if signal::interrupted() {
+            eprintln!("interrupted before the trace was fetched");
+            Ok(ExitCode::from(130))
+        } else {
+            eprintln!("timed out: the trace was not fetched");
+            Ok(ExitCode::FAILURE)
+        }
+    }
+
+    fn open_native(&self, tp: &Path, trace: &Path, link_params: &str) -> Result<ExitCode> {
+        // Fail early with the clear message when the port is taken.
+        drop(
+            crate::serve::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))).map_err(
+                |e| anyhow!("{e:#}: trace_processor_shell --httpd needs it; stop what runs there"),
+            )?,
+        );
+        let mut child = Command::new(tp)
+            .arg("--httpd")
+            .arg("--http-port")
+            .arg(self.port.to_string())
+            .arg(trace)
+            .stdin(Stdio::null())
+            .spawn()
+            .with_context(|| format!("cannot run {}", tp.display()))?;
+        let mut params = String::new();
+        if self.port != PERFETTO_PORT {
+            params.push_str(&format!("&rpc_port={}", self.port));
+        }
+        params.push_str(link_params);
+        let url = match params.strip_prefix('&') {
+            Some(p) => format!("{UI}/#!/?{p}"),
+            None => format!("{UI}/#!/"),
+        };
+        eprintln!(
+            "{} loads {} and serves it on 127.0.0.1:{}; in the UI, choose \"Use the loaded trace\" \
+             (the native engine). Ctrl-C to stop.",
+            tp.display(),
+            trace.display(),
+            self.port
+        );
+        self.announce(&url);
+        signal::install();
+        let deadline = self
+            .timeout
+            .map(|s| Instant::now() + Duration::from_secs(s));
+        loop {
+            if let Some(st) = child.try_wait()? {
+                return Ok(if st.success() {
+                    ExitCode::SUCCESS
+                } else {
+                    eprintln!("error: {} exited with {st}", tp.display());
+                    ExitCode::FAILURE
+                });
+            }
+            if signal::interrupted() || deadline.is_some_and(|d| Instant::now() >= d) {
+                let _ = child.kill();
+                let _ = child.wait();
+                eprintln!("stopped {}", tp.display());
+                return Ok(ExitCode::SUCCESS);
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn deep_links() {
+        assert_eq!(deep_link_params(None, None).unwrap(), "");
+        assert_eq!(
+            deep_link_params(None, Some("2s..2.5s")).unwrap(),
+            "&visStart=2000000000&visEnd=2500000000"
+        );
+        assert_eq!(
+            deep_link_params(Some("1500000ns"), None).unwrap(),
+            "&ts=1500000&visStart=1000000&visEnd=2000000"
+        );
+        assert_eq!(
+            deep_link_params(Some("100us"), None).unwrap(),
+            "&ts=100000&visStart=0&visEnd=600000"
+        );
+        assert!(deep_link_params(None, Some("2s..")).is_err());
+        assert!(is_trace(Path::new("a.pftrace")) && is_trace(Path::new("a.json.gz")));
+        assert!(!is_trace(Path::new("a.sqlite")));
+    }
+}
