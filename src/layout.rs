@@ -527,12 +527,17 @@ impl GroupKey {
     }
 }
 
+/// How deep slices may nest on one track. trace_processor stops nesting somewhere above 500
+/// levels, and the slices beyond load as never finished with no import error: deeper ones go
+/// to an extra lane (where they nest again from depth 0).
+pub const MAX_DEPTH: usize = 256;
+
 /// A slice ending at `end` may go on this lane when, after closing what ended, the lane is free,
-/// or (for call stacks) the innermost open slice contains it.
+/// or (for call stacks) the innermost open slice contains it and the stack is not too deep.
 fn fits(lane: &Lane, end: i64, nests: bool) -> bool {
     match lane.open.last() {
         None => true,
-        Some(&outer_end) => nests && outer_end >= end,
+        Some(&outer_end) => nests && outer_end >= end && lane.open.len() < MAX_DEPTH,
     }
 }
 

@@ -343,3 +343,52 @@ fn launch_latency_of_linked_gpu_rows() {
         }
     }
 }
+
+/// Deeper nesting than trace_processor finishes (2,000 nested NVTX ranges; 1,161 CUDA API calls
+/// at one timestamp): every slice still loads finished, deeper ones on extra lanes.
+#[test]
+fn deep_nesting_loads_finished() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("deep.sqlite");
+    {
+        let conn = Connection::open(&input).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE StringIds(id INTEGER PRIMARY KEY, value TEXT);
+             INSERT INTO StringIds VALUES (1, 'cudaFree');
+             CREATE TABLE NVTX_EVENTS(start INTEGER, \"end\" INTEGER, eventType INTEGER, \
+               globalTid INTEGER, domainId INTEGER, text TEXT);
+             CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME(start INTEGER, \"end\" INTEGER, \
+               globalTid INTEGER, correlationId INTEGER, nameId INTEGER, returnValue INTEGER);",
+        )
+        .unwrap();
+        let gt: i64 = (100 << 24) | 101;
+        let tx = conn.unchecked_transaction().unwrap();
+        for i in 0..2000i64 {
+            tx.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?1, ?2, 59, ?3, 0, ?4)",
+                rusqlite::params![1_000 + i, 1_000_000 - i, gt, format!("level {i}")],
+            )
+            .unwrap();
+        }
+        for i in 0..1161i64 {
+            tx.execute(
+                "INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (5000, 5000, ?1, ?2, 1, 0)",
+                rusqlite::params![gt, i],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let (summary, t, out, _d) = run(&input, Selection::default());
+    assert_eq!(t.of_category("nvtx").count(), 2000);
+    assert_eq!(t.of_category("cuda.api").count(), 1161);
+    assert_eq!(summary.skipped_total(), 0);
+    let max_depth = t.slices.iter().map(|s| s.depth).max().unwrap();
+    assert!(
+        (max_depth as usize) < nsys_perfetto::layout::MAX_DEPTH,
+        "depth {max_depth}"
+    );
+    if let Some(r) = common::tpcheck(&out) {
+        r.unwrap_or_else(|e| panic!("tpcheck --strict: {e}"));
+    }
+}
