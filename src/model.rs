@@ -255,9 +255,23 @@ pub fn trace_pid_of(global_id: i64) -> i64 {
 /// Everything a writer needs to know about one source besides its events: names of processes,
 /// threads, GPUs and NVTX domains, the strings that [`Name::Str`] and [`ArgValue::StrId`] refer
 /// to, and its clock. Keys are the source's own global ids (no source bits).
-#[derive(Debug, Default)]
+/// Where a source's interned strings come from: looked up when first needed, so memory follows
+/// the strings a trace uses, not the size of the source's string table.
+pub trait StringTable: Send + Sync {
+    fn get(&self, id: i64) -> Option<Box<str>>;
+}
+
+/// Strings held in memory (small sources, tests).
+impl StringTable for HashMap<i64, Box<str>> {
+    fn get(&self, id: i64) -> Option<Box<str>> {
+        HashMap::get(self, &id).cloned()
+    }
+}
+
+#[derive(Default)]
 pub struct Description {
-    pub strings: HashMap<i64, Box<str>>,
+    /// The strings that [`Name::Str`] and [`ArgValue::StrId`] refer to.
+    pub strings: Option<Box<dyn StringTable>>,
     /// globalTid -> thread name.
     pub thread_names: HashMap<i64, String>,
     /// globalPid -> process name.
@@ -279,16 +293,27 @@ pub struct Description {
     pub host: Option<String>,
 }
 
+impl std::fmt::Debug for Description {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Description")
+            .field("processes", &self.process_names.len())
+            .field("threads", &self.thread_names.len())
+            .field("gpus", &self.gpu_names)
+            .field("label", &self.label)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Description {
-    pub fn string(&self, id: i64) -> Option<&str> {
-        self.strings.get(&id).map(|s| &**s)
+    pub fn string(&self, id: i64) -> Option<Box<str>> {
+        self.strings.as_ref()?.get(id)
     }
 
     /// A string id's text, or "(string N)" when the source does not hold it (a dangling id is
     /// shown, not dropped).
     pub fn string_or_id(&self, id: i64) -> Cow<'_, str> {
         match self.string(id) {
-            Some(s) => Cow::Borrowed(s),
+            Some(s) => Cow::Owned(s.into()),
             None => Cow::Owned(format!("(string {id})")),
         }
     }

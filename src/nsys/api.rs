@@ -205,8 +205,7 @@ fn emit<S: EventSink>(
             .or_insert_with(|| {
                 info.desc
                     .string(id)
-                    .and_then(display_name)
-                    .map(str::to_string)
+                    .and_then(|s| display_name(&s).map(str::to_string))
             })
             .as_deref()
     });

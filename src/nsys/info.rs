@@ -4,11 +4,12 @@
 
 use super::enums::Enums;
 use super::{NVTX, Schema, int_at, text_at};
-use crate::model::{Description, global_pid_of};
+use crate::model::{Description, StringTable, global_pid_of};
 use anyhow::Result;
 use rusqlite::Connection;
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 
 /// What the readers know of an export besides its event rows: the neutral [`Description`]
 /// handed to layout and writers, plus nsys' own labels (enums, NVTX categories).
@@ -51,13 +52,10 @@ impl ProfileInfo {
             ..Default::default()
         };
         let mut desc = Description::default();
-        if schema.has_columns("StringIds", &["id", "value"]) {
-            each_row(conn, "SELECT id, value FROM StringIds", |r| {
-                if let (Some(id), Some(v)) = (int_at(r, 0), text_at(r, 1)) {
-                    desc.strings.insert(id, v.into());
-                }
-            })?;
-        }
+        let strings: Option<Box<dyn StringTable>> = schema
+            .has_columns("StringIds", &["id", "value"])
+            .then(|| string_table(conn, schema))
+            .transpose()?;
         if schema.has_columns("ThreadNames", &["nameId", "globalTid"]) {
             let order = if schema.has_column("ThreadNames", "priority") {
                 " ORDER BY priority"
@@ -65,11 +63,10 @@ impl ProfileInfo {
                 ""
             };
             let sql = format!("SELECT globalTid, nameId FROM ThreadNames{order}");
-            let strings = &desc.strings;
             let names = &mut desc.thread_names;
             each_row(conn, &sql, |r| {
                 if let (Some(t), Some(n)) = (int_at(r, 0), int_at(r, 1))
-                    && let Some(s) = strings.get(&n)
+                    && let Some(s) = strings.as_ref().and_then(|st| st.get(n))
                 {
                     names.insert(t, s.to_string());
                 }
@@ -137,7 +134,14 @@ impl ProfileInfo {
             )?;
             info.rank = env.as_deref().and_then(rank_from_environment);
         }
-        load_nvtx_names(conn, schema, &mut desc, &mut info.nvtx_categories)?;
+        load_nvtx_names(
+            conn,
+            schema,
+            strings.as_ref(),
+            &mut desc,
+            &mut info.nvtx_categories,
+        )?;
+        desc.strings = strings;
         info.desc = Arc::new(desc);
         Ok(info)
     }
@@ -148,6 +152,7 @@ impl ProfileInfo {
 fn load_nvtx_names(
     conn: &Connection,
     schema: &Schema,
+    strings: Option<&Box<dyn StringTable>>,
     desc: &mut Description,
     categories: &mut HashMap<(i64, i64, i64), String>,
 ) -> Result<()> {
@@ -162,7 +167,6 @@ fn load_nvtx_names(
             cat = schema.col(NVTX, "category"),
             tid = schema.col(NVTX, "textId"),
         );
-        let strings = &desc.strings;
         let (domains, threads) = (&mut desc.nvtx_domains, &mut desc.thread_names);
         each_row(conn, &sql, |r| {
             let ty = int_at(r, 0).unwrap_or(-1);
@@ -170,7 +174,7 @@ fn load_nvtx_names(
             let domain = int_at(r, 2).unwrap_or(0);
             let name = text_at(r, 4).map(|s| s.into_owned()).or_else(|| {
                 int_at(r, 5)
-                    .and_then(|id| strings.get(&id))
+                    .and_then(|id| strings?.get(id))
                     .map(|s| s.to_string())
             });
             let Some(name) = name else { return };
@@ -200,4 +204,78 @@ fn each_row(conn: &Connection, sql: &str, mut f: impl FnMut(&rusqlite::Row<'_>))
         f(r);
     }
     Ok(())
+}
+
+/// The export's `StringIds`, looked up by id when a name is first needed (a primary-key lookup
+/// each), with a bounded cache: a profile's string table can hold hundreds of MB of names the
+/// trace never uses.
+pub struct SqliteStrings {
+    conn: Mutex<(Connection, HashMap<i64, Option<Box<str>>>)>,
+}
+
+/// `StringIds` looked up by id where `id` is the table's key (every real export), else (an
+/// edited export, where each lookup would scan the table) read whole.
+fn string_table(conn: &Connection, schema: &Schema) -> Result<Box<dyn StringTable>> {
+    let keyed: bool = conn
+        .query_row(
+            "SELECT count(*) FROM pragma_table_info('StringIds') \
+             WHERE name = 'id' AND pk = 1 AND upper(type) = 'INTEGER'",
+            [],
+            |r| r.get::<_, i64>(0),
+        )
+        .map(|n| n == 1)
+        .unwrap_or(false)
+        && conn
+            .query_row(
+                "SELECT count(*) FROM pragma_table_info('StringIds') WHERE pk > 0",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n == 1)
+            .unwrap_or(false);
+    if keyed {
+        return Ok(Box::new(SqliteStrings::open(&schema.path)?));
+    }
+    let mut all: HashMap<i64, Box<str>> = HashMap::new();
+    each_row(conn, "SELECT id, value FROM StringIds", |r| {
+        if let (Some(id), Some(v)) = (int_at(r, 0), text_at(r, 1)) {
+            all.entry(id).or_insert_with(|| v.into());
+        }
+    })?;
+    Ok(Box::new(all))
+}
+
+/// Strings kept between lookups; the cache starts over when full.
+const STRING_CACHE: usize = 1 << 16;
+
+impl SqliteStrings {
+    pub fn open(path: &std::path::Path) -> Result<SqliteStrings> {
+        let conn = super::open_readonly(path)?;
+        Ok(SqliteStrings {
+            conn: Mutex::new((conn, HashMap::new())),
+        })
+    }
+}
+
+impl StringTable for SqliteStrings {
+    fn get(&self, id: i64) -> Option<Box<str>> {
+        let mut guard = self.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let (conn, cache) = &mut *guard;
+        if let Some(v) = cache.get(&id) {
+            return v.clone();
+        }
+        let value: Option<Box<str>> = conn
+            .prepare_cached("SELECT value FROM StringIds WHERE id = ?1")
+            .ok()
+            .and_then(|mut stmt| {
+                let mut rows = stmt.query([id]).ok()?;
+                let row = rows.next().ok()??;
+                text_at(row, 0).map(|s| s.into())
+            });
+        if cache.len() >= STRING_CACHE {
+            cache.clear();
+        }
+        cache.insert(id, value.clone());
+        value
+    }
 }

@@ -207,7 +207,9 @@ pub fn read<S: EventSink>(
 fn name_text<'a>(info: &'a ProfileInfo, name: Name<'a>) -> std::borrow::Cow<'a, str> {
     match name {
         Name::Text(t) | Name::Static(t) => std::borrow::Cow::Borrowed(t),
-        Name::Str(id) => std::borrow::Cow::Borrowed(info.desc.string(id).unwrap_or("")),
+        Name::Str(id) => {
+            std::borrow::Cow::Owned(info.desc.string(id).map(String::from).unwrap_or_default())
+        }
     }
 }
 

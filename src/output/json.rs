@@ -56,6 +56,7 @@ impl Format for Json {
             group_names: HashMap::new(),
             children: HashMap::new(),
             cnames: HashMap::new(),
+            strings: HashMap::new(),
         }
     }
 
@@ -203,6 +204,18 @@ pub struct JsonWriter {
     children: HashMap<u64, i64>,
     /// NVTX colour (0xRRGGBB) -> Chrome colour name.
     cnames: HashMap<u32, &'static str>,
+    /// Strings by id, looked up once each (JSON repeats names on every event).
+    strings: HashMap<i64, Box<str>>,
+}
+
+/// A string id's text through a writer's cache; the cache starts over past 64k names.
+fn cached<'c>(cache: &'c mut HashMap<i64, Box<str>>, desc: &Description, sid: i64) -> &'c str {
+    if !cache.contains_key(&sid) && cache.len() >= 1 << 16 {
+        cache.clear();
+    }
+    cache
+        .entry(sid)
+        .or_insert_with(|| desc.string_or_id(sid).into())
 }
 
 impl JsonWriter {
@@ -284,7 +297,7 @@ impl JsonWriter {
         b.extend_from_slice(ev.category.as_str().as_bytes());
         b.extend_from_slice(b"\",\"name\":");
         match ev.name {
-            Name::Str(sid) => push_str(b, &self.info.string_or_id(sid)),
+            Name::Str(sid) => push_str(b, cached(&mut self.strings, &self.info, sid)),
             Name::Text(t) | Name::Static(t) => push_str(b, t),
         }
         push_pid_tid(b, pid, tid);
@@ -325,7 +338,7 @@ impl JsonWriter {
                     ArgValue::Double(_) => b.extend_from_slice(b"null"),
                     ArgValue::Bool(v) => b.extend_from_slice(if v { b"true" } else { b"false" }),
                     ArgValue::Str(s) | ArgValue::Label(s) => push_str(b, s),
-                    ArgValue::StrId(sid) => push_str(b, &self.info.string_or_id(sid)),
+                    ArgValue::StrId(sid) => push_str(b, cached(&mut self.strings, &self.info, sid)),
                 }
             }
             b.push(b'}');
