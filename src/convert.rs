@@ -13,7 +13,7 @@ use crate::progress::Progress;
 use crate::projection::Projection;
 use crate::select::{EventType, Selection};
 use crate::summary::Summary;
-use anyhow::{Context, Result, anyhow};
+use anyhow::{Context, Result, anyhow, bail};
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -78,18 +78,9 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
     );
     drop(conn);
 
-    let out_dir = match output.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    let tmp = tempfile::Builder::new()
-        .prefix(".nsys-perfetto-")
-        .suffix(".part")
-        .tempfile_in(&out_dir)
-        .with_context(|| format!("cannot write to {}", out_dir.display()))?;
-    let file = tmp.as_file().try_clone()?;
-    // Any format can be gzipped whole: Perfetto and chrome://tracing read .gz files.
-    let gzip = output.extension().is_some_and(|e| e == "gz");
+    let target = Target::open(output, input)?;
+    let gzip = target.gzip(output);
+    let file = target.writer()?;
 
     let (tx, rx) = sync_channel::<Chunk>(8);
     let ids = Ids::default();
@@ -125,23 +116,177 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
     });
     let (readers_summary, bytes) = result?;
     summary.merge(readers_summary);
-    // Temporary files are private (0600); the trace is an ordinary file, readable like any other.
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::PermissionsExt;
-        let _ = tmp
-            .as_file()
-            .set_permissions(std::fs::Permissions::from_mode(0o644));
+    if summary.total_events() == 0 && !opts.selection.is_everything() {
+        // The temporary goes with `target`: nothing is written, a previous output stays.
+        bail!(
+            "the selection ({}) matches no events: nothing written",
+            opts.selection
+        );
     }
-    tmp.persist(output)
-        .map_err(|e| anyhow!("cannot create {}: {}", output.display(), e.error))?;
-    summary.output_bytes = if gzip {
-        std::fs::metadata(output).map_or(bytes, |m| m.len())
-    } else {
-        bytes
-    };
+    summary.output_bytes = target.finish(output)?.unwrap_or(bytes);
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// Whether two paths name the same file (device and inode), however spelled or linked.
+pub fn same_file(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (std::fs::metadata(a), std::fs::metadata(b)) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => false,
+    }
+}
+
+/// `-o -`: the trace goes to standard output.
+pub fn is_stdout(output: &Path) -> bool {
+    output.as_os_str() == "-"
+}
+
+/// Where a conversion writes.
+enum Target {
+    /// A temporary beside the output, renamed into place on success (removed otherwise).
+    Temp(Option<tempfile::NamedTempFile>),
+    /// A device node, FIFO or socket (`-o /dev/null`): written through, never replaced.
+    Direct(std::fs::File),
+    Stdout,
+}
+
+impl Target {
+    fn open(output: &Path, input: &Path) -> Result<Target> {
+        if is_stdout(output) {
+            return Ok(Target::Stdout);
+        }
+        if same_file(output, input) {
+            bail!(
+                "-o {} is the input itself: choose another output name",
+                output.display()
+            );
+        }
+        match std::fs::metadata(output) {
+            Ok(m) if m.is_dir() => bail!("-o {} is a directory", output.display()),
+            Ok(m) if !m.is_file() => {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(output)
+                    .map_err(|e| anyhow!("cannot write {}: {}", output.display(), os_error(&e)))?;
+                return Ok(Target::Direct(f));
+            }
+            _ => {}
+        }
+        let out_dir = match output.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        match std::fs::metadata(&out_dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => bail!(
+                "cannot write {}: {} is not a folder",
+                output.display(),
+                out_dir.display()
+            ),
+            Err(_) => bail!(
+                "cannot write {}: the folder {} does not exist",
+                output.display(),
+                out_dir.display()
+            ),
+        }
+        // What runs killed with SIGKILL left here.
+        crate::cleanup::remove_dead(&out_dir, TEMP_BASE, ".part");
+        let tmp = crate::cleanup::create(
+            || {
+                tempfile::Builder::new()
+                    .prefix(&crate::cleanup::prefix(TEMP_BASE))
+                    .suffix(".part")
+                    .tempfile_in(&out_dir)
+            },
+            |t| t.path().to_path_buf(),
+        )
+        .map_err(|e| write_error(&out_dir, &e))?;
+        Ok(Target::Temp(Some(tmp)))
+    }
+
+    /// Any format can be gzipped whole: Perfetto and chrome://tracing read .gz files.
+    fn gzip(&self, output: &Path) -> bool {
+        matches!(self, Target::Temp(_)) && output.extension().is_some_and(|e| e == "gz")
+    }
+
+    fn writer(&self) -> Result<Box<dyn Write + Send>> {
+        Ok(match self {
+            Target::Temp(t) => Box::new(t.as_ref().expect("open").as_file().try_clone()?),
+            Target::Direct(f) => Box::new(f.try_clone()?),
+            Target::Stdout => Box::new(std::io::stdout()),
+        })
+    }
+
+    /// Put the output in place; the size on disk when it is a file.
+    fn finish(mut self, output: &Path) -> Result<Option<u64>> {
+        let Target::Temp(tmp) = &mut self else {
+            return Ok(None);
+        };
+        let tmp = tmp.take().expect("open");
+        // Temporary files are private (0600); the trace is an ordinary file, readable like any
+        // other.
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let _ = tmp
+                .as_file()
+                .set_permissions(std::fs::Permissions::from_mode(0o644));
+        }
+        let path = tmp.path().to_path_buf();
+        let done = tmp
+            .persist(output)
+            .map_err(|e| anyhow!("cannot create {}: {}", output.display(), os_error(&e.error)));
+        crate::cleanup::forget(&path);
+        done?;
+        Ok(std::fs::metadata(output).ok().map(|m| m.len()))
+    }
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Target::Temp(Some(t)) = self {
+            crate::cleanup::forget(t.path());
+        }
+    }
+}
+
+/// The name start of output temporaries: `.nsys-perfetto-<pid>-XXXXXX.part`.
+const TEMP_BASE: &str = ".nsys-perfetto-";
+
+/// An OS error without the path `tempfile` adds (the internal temporary name means nothing to
+/// the user).
+pub fn os_error(e: &std::io::Error) -> String {
+    match raw_os_error(e) {
+        Some(code) => {
+            let text = std::io::Error::from_raw_os_error(code).to_string();
+            text.split(" (os error").next().unwrap_or(&text).to_string()
+        }
+        None => e.kind().to_string(),
+    }
+}
+
+/// The OS error code, also when `tempfile` wrapped the error with its path.
+fn raw_os_error(e: &std::io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        e.get_ref()?
+            .source()?
+            .downcast_ref::<std::io::Error>()?
+            .raw_os_error()
+    })
+}
+
+/// Why a file cannot be created in `dir`, with what to do: a read-only folder or file system
+/// (a read-only bind mount) gets the same advice.
+pub fn write_error(dir: &Path, e: &std::io::Error) -> anyhow::Error {
+    match raw_os_error(e) {
+        Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => anyhow!(
+            "{} is read-only ({}), so the output cannot go there: pass -o OUT (a file, or a \
+             directory for several inputs) elsewhere",
+            dir.display(),
+            os_error(e)
+        ),
+        _ => anyhow!("cannot write to {}: {}", dir.display(), os_error(e)),
+    }
 }
 
 /// Everything the reader threads share.
@@ -201,18 +346,23 @@ fn run_readers<'s, 'e, F: Format>(
             router.finish()
         })
     };
-    let projection = s.spawn(move || -> Result<(Option<Projection>, Vec<String>)> {
-        let unconverted = unconverted_tables(schema)?;
+    type Tables = (Vec<String>, Vec<((String, String), u64)>);
+    let projection = s.spawn(move || -> Result<(Option<Projection>, Tables)> {
+        let unconverted = (
+            unconverted_tables(schema)?,
+            incomplete_tables(schema, sh.selection)?,
+        );
         if !sh.selection.wants(EventType::NvtxGpu) {
             return Ok((None, unconverted));
         }
         let t = Instant::now();
-        let p = Projection::build(schema)?;
+        let p = Projection::build(schema).map_err(scratch_error)?;
         timing("nvtx-gpu projection", t);
         Ok((p, unconverted))
     });
     let t = Instant::now();
-    let flow_db: Arc<Option<FlowDb>> = Arc::new(flows::prepare(schema, sh.selection)?);
+    let flow_db: Arc<Option<FlowDb>> =
+        Arc::new(flows::prepare(schema, sh.selection).map_err(scratch_error)?);
     timing("flow links", t);
     let api = {
         let tx = tx.clone();
@@ -286,7 +436,11 @@ fn run_readers<'s, 'e, F: Format>(
     if !sh.selection.is_everything() {
         summary.notes.push(format!("selection: {}", sh.selection));
     }
+    let (unconverted, incomplete) = unconverted;
     summary.notes.extend(unconverted);
+    for (key, n) in incomplete {
+        *summary.skipped.entry(key).or_default() += n;
+    }
     Ok(summary)
 }
 
@@ -308,12 +462,74 @@ fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
     let conn = nsys::open_readonly(&schema.path)?;
     let mut notes = Vec::new();
     for t in tables {
-        let n: i64 = conn.query_row(&format!("SELECT count(*) FROM \"{t}\""), [], |r| r.get(0))?;
+        let n: i64 = conn.query_row(
+            &format!("SELECT count(*) FROM {}", nsys::quote_ident(t)),
+            [],
+            |r| r.get(0),
+        )?;
         if n > 0 {
             notes.push(format!("{t}: {n} rows not converted (not supported yet)"));
         }
     }
     Ok(notes)
+}
+
+/// The columns each event reader needs, by table, and the event type it writes: a table that
+/// lacks one is not converted, and its rows are counted as skipped (naming the column).
+const REQUIRED: [(&str, &[&str], EventType); 9] = [
+    (nsys::KERNEL, &["start", "end"], EventType::Kernel),
+    (nsys::MEMCPY, &["start", "end"], EventType::Memcpy),
+    (nsys::MEMSET, &["start", "end"], EventType::Memset),
+    (nsys::RUNTIME, &["start", "end"], EventType::CudaApi),
+    (nsys::DRIVER, &["start", "end"], EventType::CudaApi),
+    (nsys::NVTX, &["start", "eventType"], EventType::Nvtx),
+    (nsys::osrt::OSRT, &["start", "end"], EventType::Osrt),
+    (nsys::sync::SYNC, &["start", "end"], EventType::Sync),
+    (
+        nsys::sched::SCHED,
+        &["start", "cpu", "isSchedIn", "globalTid"],
+        EventType::Sched,
+    ),
+];
+
+/// Event tables the selection wants that miss a column their reader needs: ((table, reason),
+/// rows), for the skipped-row accounting.
+fn incomplete_tables(schema: &Schema, sel: &Selection) -> Result<Vec<((String, String), u64)>> {
+    let mut out = Vec::new();
+    let mut conn = None;
+    for (table, cols, ty) in REQUIRED {
+        if !schema.has_table(table) || !sel.wants(ty) {
+            continue;
+        }
+        let missing: Vec<&str> = cols
+            .iter()
+            .copied()
+            .filter(|c| !schema.has_column(table, c))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        if conn.is_none() {
+            conn = Some(nsys::open_readonly(&schema.path)?);
+        }
+        let n: i64 = conn.as_ref().expect("opened").query_row(
+            &format!("SELECT count(*) FROM {}", nsys::quote_ident(table)),
+            [],
+            |r| r.get(0),
+        )?;
+        if n > 0 {
+            let reason = format!(
+                "table not converted: no {} column",
+                missing
+                    .iter()
+                    .map(|c| format!("`{c}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            out.push(((table.to_string(), reason), n as u64));
+        }
+    }
+    Ok(out)
 }
 
 /// Rows the readers will visit, for the progress bar: `max(rowid)` is instant where `count(*)`
@@ -326,9 +542,12 @@ fn estimated_rows(schema: &Schema) -> u64 {
         .iter()
         .filter(|t| schema.has_table(t))
         .filter_map(|t| {
-            conn.query_row(&format!("SELECT max(rowid) FROM \"{t}\""), [], |r| {
-                r.get::<_, Option<i64>>(0)
-            })
+            let rowid = schema.rowid(t)?;
+            conn.query_row(
+                &format!("SELECT max({rowid}) FROM {}", nsys::quote_ident(t)),
+                [],
+                |r| r.get::<_, Option<i64>>(0),
+            )
             .ok()
             .flatten()
         })
@@ -357,6 +576,20 @@ pub fn error_line(e: &anyhow::Error) -> String {
     line.replace('\n', " ")
 }
 
+/// A scratch database that cannot grow says which folder is full.
+fn scratch_error(e: anyhow::Error) -> anyhow::Error {
+    let msg = error_line(&e);
+    if msg.contains("disk is full") || msg.contains("No space left") || msg.contains("disk I/O") {
+        anyhow!(
+            "the temporary folder {} (TMPDIR) is full ({msg}): free space there or set TMPDIR \
+             to a folder with room",
+            std::env::temp_dir().display()
+        )
+    } else {
+        e
+    }
+}
+
 /// SQLite errors from a damaged file read better with a hint.
 fn sqlite_problem(e: &anyhow::Error) -> String {
     let msg = e.to_string();
@@ -369,7 +602,7 @@ fn sqlite_problem(e: &anyhow::Error) -> String {
 
 /// Write the file, gzip-compressed when asked. Returns the bytes written before compression.
 fn write_file<F: Format>(
-    file: std::fs::File,
+    file: Box<dyn Write + Send>,
     rx: Receiver<Chunk>,
     format: &F,
     info: &ProfileInfo,
@@ -441,7 +674,7 @@ fn timing(phase: &str, since: Instant) {
                 )
             })
             .unwrap_or(f64::NAN);
-        eprintln!(
+        crate::say!(
             "timing: {phase}: {:.3} s wall, thread cpu so far {cpu:.2} s",
             since.elapsed().as_secs_f64()
         );

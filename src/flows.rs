@@ -44,6 +44,8 @@ pub fn gpu_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
     [(0, KERNEL), (1, MEMCPY), (2, MEMSET)]
         .into_iter()
         .filter(|(_, t)| schema.has_columns(t, &["start", "correlationId", "globalPid"]))
+        // Flow ids are built from rowids: a table without one draws no arrows.
+        .filter(|(_, t)| schema.rowid(t).is_some())
         .collect()
 }
 
@@ -54,6 +56,7 @@ pub fn api_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
     ]
     .into_iter()
     .filter(|(_, t)| schema.has_columns(t, &["start", "correlationId", "globalTid"]))
+    .filter(|(_, t)| schema.rowid(t).is_some())
     .collect()
 }
 
@@ -90,16 +93,18 @@ pub fn prepare(schema: &Schema, sel: &Selection) -> Result<Option<FlowDb>> {
     )?;
     for (s, t) in &api {
         conn.execute_batch(&format!(
-            "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, {s}, rowid, start \
+            "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, {s}, {}, start \
              FROM src.\"{t}\" t WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL AND {}",
+            schema.rowid_of(t, "t"),
             sel.sql("t", true, Some("globalTid"), None)
         ))?;
     }
     for (s, t) in &gpu {
         conn.execute_batch(&format!(
-            "INSERT INTO gpu_link SELECT a.src, a.rid, {s}, g.rowid FROM src.\"{t}\" g \
+            "INSERT INTO gpu_link SELECT a.src, a.rid, {s}, {} FROM src.\"{t}\" g \
              JOIN api_first a ON a.pkey = g.globalPid >> 24 AND a.corr = g.correlationId \
              WHERE g.start > a.start AND {}",
+            schema.rowid_of(t, "g"),
             sel.sql(
                 "g",
                 true,

@@ -3,7 +3,10 @@
 //! Pipeline: [`nsys`] reads export tables as a stream of [`model`] events, [`layout`] places them
 //! on tracks and lanes, [`output`] encodes them; [`convert`] runs it all in parallel.
 
+#[macro_use]
+pub mod term;
 pub mod batch;
+pub mod cleanup;
 pub mod cli;
 pub mod convert;
 pub mod flows;

@@ -30,8 +30,9 @@ fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
     let c = |n: &str| schema.col_of(table, "t", n);
     // The call stack at the call site, when nsys captured one.
     let callchain = super::callchain_sql(schema, table, "CUDA_CALLCHAINS");
+    let rowid = schema.rowid_of(table, "t");
     format!(
-        "SELECT {}, {}, {}, {}, {}, {}, t.rowid, {callchain} FROM main.\"{table}\" t WHERE {} ORDER BY t.rowid",
+        "SELECT {}, {}, {}, {}, {}, {}, {rowid}, {callchain} FROM main.\"{table}\" t WHERE {} ORDER BY {rowid}",
         c("start"),
         c("end"),
         c("globalTid"),
@@ -120,7 +121,11 @@ pub fn read<W: EventWriter>(
         .collect();
     let mut stmts = Vec::new();
     for &(t, src) in &tables {
-        let links = if with_flows && schema.has_columns(t, &["correlationId", "globalTid"]) {
+        let links = if with_flows
+            && crate::flows::api_tables(schema)
+                .iter()
+                .any(|(_, a)| *a == t)
+        {
             Some(conn.prepare(&format!(
                 "SELECT arid, src, rid FROM {FLOWS_DB}.gpu_link WHERE asrc = {src} ORDER BY arid, src, rid"
             ))?)

@@ -113,14 +113,18 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
     let with_flows = q.with_flows;
     let t = kind.table();
     let mut cols: Vec<String> = COMMON.iter().map(|c| schema.col_of(t, "t", c)).collect();
-    let linkable = with_flows && schema.has_columns(t, &["correlationId", "globalPid"]);
+    let linkable = with_flows
+        && crate::flows::gpu_tables(schema)
+            .iter()
+            .any(|(_, g)| *g == t);
+    let rowid = schema.rowid_of(t, "t");
     // The launching call's start, when the row has one; the row's own rowid names its flow.
     cols.push(if linkable {
         "a.start".into()
     } else {
         "NULL".into()
     });
-    cols.push("t.rowid".into());
+    cols.push(rowid.clone());
     cols.extend(extra_cols(kind).iter().map(|c| schema.col_of(t, "t", c)));
     let mut join = if linkable {
         format!(
@@ -132,7 +136,7 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
     if q.with_nvtx {
         cols.push("k.ranges".into());
         join += &format!(
-            " LEFT JOIN {PROJ_DB}.{KERNEL_NVTX} k ON k.src = {} AND k.rid = t.rowid",
+            " LEFT JOIN {PROJ_DB}.{KERNEL_NVTX} k ON k.src = {} AND k.rid = {rowid}",
             kind.src()
         );
     } else {
@@ -145,7 +149,7 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
         schema.has_column(t, "deviceId").then_some("deviceId"),
     );
     format!(
-        "SELECT {} FROM main.\"{t}\" t{join} WHERE {filter} ORDER BY t.rowid",
+        "SELECT {} FROM main.\"{t}\" t{join} WHERE {filter} ORDER BY {rowid}",
         cols.join(", ")
     )
 }

@@ -58,9 +58,10 @@ pub fn read<W: EventWriter>(
         None,
     );
     // Rows stream in storage order, which nsys writes by start; layout copes with stragglers.
+    let rowid = schema.rowid_of(NVTX, "t");
     let sql = format!(
         "SELECT {} FROM {NVTX} t WHERE t.eventType NOT IN ({MARK}, {PUSH_POP}, {START_END}) OR ({filter}) \
-         ORDER BY t.rowid",
+         ORDER BY {rowid}",
         cols.join(", ")
     );
     let mut stmt = conn.prepare(&sql)?;

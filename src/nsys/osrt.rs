@@ -37,8 +37,9 @@ pub fn read<W: EventWriter>(
         schema.has_column(OSRT, "globalTid").then_some("globalTid"),
         None,
     );
+    let rowid = schema.rowid_of(OSRT, "t");
     let sql = format!(
-        "SELECT {}, {}, {}, {}, {}, {callchain} FROM {OSRT} t WHERE {filter} ORDER BY t.rowid",
+        "SELECT {}, {}, {}, {}, {}, {callchain} FROM {OSRT} t WHERE {filter} ORDER BY {rowid}",
         c("start"),
         c("end"),
         c("globalTid"),

@@ -26,8 +26,9 @@ pub fn read<W: EventWriter>(
     }
     // A point event: the time window keeps switches inside it.
     let filter = selection.sql("t", false, Some("globalTid"), None);
+    let rowid = schema.rowid_of(SCHED, "t");
     let sql = format!(
-        "SELECT t.start, t.cpu, t.isSchedIn, t.globalTid FROM {SCHED} t WHERE {filter} ORDER BY t.rowid"
+        "SELECT t.start, t.cpu, t.isSchedIn, t.globalTid FROM {SCHED} t WHERE {filter} ORDER BY {rowid}"
     );
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;

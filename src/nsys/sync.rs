@@ -40,8 +40,9 @@ pub fn read<W: EventWriter>(
         schema.has_column(SYNC, "globalPid").then_some("globalPid"),
         schema.has_column(SYNC, "deviceId").then_some("deviceId"),
     );
+    let rowid = schema.rowid_of(SYNC, "t");
     let sql = format!(
-        "SELECT {} FROM {SYNC} t WHERE {filter} ORDER BY t.rowid",
+        "SELECT {} FROM {SYNC} t WHERE {filter} ORDER BY {rowid}",
         cols.join(", ")
     );
     let mut stmt = conn.prepare(&sql)?;
