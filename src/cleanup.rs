@@ -136,7 +136,13 @@ fn group_alive(g: i32) -> bool {
 fn remove_path(p: &Path) {
     match std::fs::symlink_metadata(p) {
         Ok(m) if m.is_dir() => {
-            let _ = std::fs::remove_dir_all(p);
+            // A thread may still be adding a file (SQLite): try again.
+            for _ in 0..5 {
+                if std::fs::remove_dir_all(p).is_ok() || !p.exists() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
         Ok(_) => {
             let _ = std::fs::remove_file(p);
@@ -242,6 +248,25 @@ pub fn remove_dead(dir: &Path, base: &str, suffix: &str) {
             remove_path(&path);
         }
     }
+}
+
+/// The prefixes of this tool's directories in `$TMPDIR` (flow links, NVTX projection, exports
+/// with `--no-cache`).
+pub const SCRATCH_PREFIXES: [&str; 3] = [
+    "nsys-perfetto-",
+    "nsys-perfetto-proj-",
+    "nsys-perfetto-export-",
+];
+
+/// Remove what dead runs left in `$TMPDIR` (once per process).
+pub fn remove_dead_scratch() {
+    static DONE: std::sync::Once = std::sync::Once::new();
+    DONE.call_once(|| {
+        let tmp = std::env::temp_dir();
+        for p in SCRATCH_PREFIXES {
+            remove_dead(&tmp, p, "");
+        }
+    });
 }
 
 #[cfg(test)]

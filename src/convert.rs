@@ -48,6 +48,10 @@ pub struct Options {
     pub progress: bool,
     /// What to convert (default: everything).
     pub selection: Selection,
+    /// Run SQLite's `PRAGMA quick_check` first and refuse a damaged file (`--check`). Off by
+    /// default: it costs about 40% of a conversion (NOTES: 2.0 s against 5.0 s on the 20x
+    /// benchmark), while damage met while reading fails the conversion anyway.
+    pub check: bool,
 }
 
 /// Where the output goes by default: next to the input, with the format's extension.
@@ -72,7 +76,12 @@ pub fn convert_sqlite(input: &Path, output: &Path, opts: &Options) -> Result<Sum
 
 fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Result<Summary> {
     let started = Instant::now();
+    let _shm = nsys::ShmGuard::new(input);
+    crate::cleanup::remove_dead_scratch();
     let (conn, schema) = nsys::open_schema(input)?;
+    if opts.check {
+        quick_check(&conn)?;
+    }
     let info = Arc::new(
         ProfileInfo::load(&conn, &schema).map_err(|e| anyhow!("damaged SQLite database: {e}"))?,
     );
@@ -126,6 +135,24 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
     summary.output_bytes = target.finish(output)?.unwrap_or(bytes);
     summary.seconds = started.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// `PRAGMA quick_check`: an error quoting SQLite's first findings when the file is damaged.
+pub fn quick_check(conn: &rusqlite::Connection) -> Result<()> {
+    let mut stmt = conn
+        .prepare("PRAGMA quick_check(5)")
+        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
+    let found: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect())
+        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
+    if found.len() == 1 && found[0] == "ok" {
+        return Ok(());
+    }
+    bail!(
+        "damaged SQLite database (PRAGMA quick_check: {})",
+        found.join("; ").replace('\n', " ")
+    )
 }
 
 /// Whether two paths name the same file (device and inode), however spelled or linked.
@@ -278,14 +305,21 @@ fn raw_os_error(e: &std::io::Error) -> Option<i32> {
 /// Why a file cannot be created in `dir`, with what to do: a read-only folder or file system
 /// (a read-only bind mount) gets the same advice.
 pub fn write_error(dir: &Path, e: &std::io::Error) -> anyhow::Error {
-    match raw_os_error(e) {
-        Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM) => anyhow!(
+    let read_only = matches!(
+        raw_os_error(e),
+        Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
+    ) || matches!(
+        e.kind(),
+        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+    );
+    match read_only {
+        true => anyhow!(
             "{} is read-only ({}), so the output cannot go there: pass -o OUT (a file, or a \
              directory for several inputs) elsewhere",
             dir.display(),
             os_error(e)
         ),
-        _ => anyhow!("cannot write to {}: {}", dir.display(), os_error(e)),
+        false => anyhow!("cannot write to {}: {}", dir.display(), os_error(e)),
     }
 }
 

@@ -823,7 +823,10 @@ fn fresh_export(path: &Path, report_mtime: SystemTime) -> bool {
     let Ok(m) = fs::metadata(path) else {
         return false;
     };
-    m.is_file() && m.modified().is_ok_and(|t| t >= report_mtime) && nsys::open_schema(path).is_ok()
+    m.is_file() && m.modified().is_ok_and(|t| t >= report_mtime) && {
+        let _shm = nsys::ShmGuard::new(path);
+        nsys::open_schema(path).is_ok()
+    }
 }
 
 fn parent_dir(p: &Path) -> PathBuf {

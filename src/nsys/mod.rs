@@ -152,9 +152,11 @@ pub fn read_params(path: &Path) -> &'static str {
 pub fn has_pending_wal(path: &Path) -> bool {
     use std::io::Read;
     let mut header = [0u8; 20];
-    let wal_mode = std::fs::File::open(path)
-        .and_then(|mut f| f.read_exact(&mut header))
-        .is_ok()
+    // Never open a FIFO or device: reading one can block forever.
+    let wal_mode = std::fs::metadata(path).is_ok_and(|m| m.is_file())
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .is_ok()
         && header[18] == 2
         && header[19] == 2;
     if !wal_mode {
@@ -163,6 +165,36 @@ pub fn has_pending_wal(path: &Path) -> bool {
     let mut wal = path.as_os_str().to_os_string();
     wal.push("-wal");
     std::fs::metadata(&wal).is_ok_and(|m| m.is_file() && m.len() > 0)
+}
+
+/// Reading a WAL database without `immutable` makes SQLite create its `-shm` index file beside
+/// it. This removes that file when the guard drops (all connections closed) if it did not exist
+/// when the guard was made: no litter in the user's folder. It is also removed on an interrupt.
+pub struct ShmGuard {
+    created: Option<PathBuf>,
+}
+
+impl ShmGuard {
+    pub fn new(path: &Path) -> ShmGuard {
+        let mut shm = path.as_os_str().to_os_string();
+        shm.push("-shm");
+        let shm = PathBuf::from(shm);
+        let created =
+            (has_pending_wal(path) && std::fs::symlink_metadata(&shm).is_err()).then(|| {
+                crate::cleanup::register(&shm);
+                shm
+            });
+        ShmGuard { created }
+    }
+}
+
+impl Drop for ShmGuard {
+    fn drop(&mut self) {
+        if let Some(shm) = &self.created {
+            let _ = std::fs::remove_file(shm);
+            crate::cleanup::forget(shm);
+        }
+    }
 }
 
 /// Quote an SQL identifier (a table or column name), doubling any `"` in it.
@@ -309,7 +341,7 @@ pub fn scratch_db(
 ) -> Result<(tempfile::TempDir, PathBuf, Connection)> {
     let tmp = std::env::temp_dir();
     // What runs killed with SIGKILL left there.
-    crate::cleanup::remove_dead(&tmp, prefix, "");
+    crate::cleanup::remove_dead_scratch();
     let dir = crate::cleanup::create(
         || {
             tempfile::Builder::new()
