@@ -51,8 +51,8 @@ fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
 fn decode(table: &'static str, r: &rusqlite::Row<'_>) -> Row {
     Row {
         table,
-        start: int_at(r, 0),
-        end: int_at(r, 1),
+        start: super::time_at(r, 0),
+        end: super::time_at(r, 1),
         global_tid: int_at(r, 2),
         corr: int_at(r, 3),
         name_id: int_at(r, 4),
@@ -71,6 +71,8 @@ struct Cursor<'s> {
     links: Option<rusqlite::Rows<'s>>,
     /// The next link not yet consumed: (arid, flow id).
     pending: Option<(i64, u64)>,
+    /// The last rowid read, when the table has real rowids (checked increasing).
+    last: Option<Option<i64>>,
 }
 
 impl Cursor<'_> {
@@ -79,6 +81,9 @@ impl Cursor<'_> {
             return Ok(None);
         };
         let mut row = decode(self.table, r);
+        if let Some(last) = self.last.as_mut() {
+            super::check_rowid_order(self.table, last, row.rowid)?;
+        }
         if let Some(links) = self.links.as_mut() {
             loop {
                 if self.pending.is_none() {
@@ -144,6 +149,7 @@ pub fn read<W: EventWriter>(
                 None => None,
             },
             pending: None,
+            last: schema.rowid(t).map(|_| None),
         });
     }
     let mut heads: Vec<Option<Row>> = Vec::new();

@@ -164,7 +164,11 @@ fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
         nvtx: super::text_at(r, 9 + extra_cols(kind).len()).map(|s| s.into_owned()),
     };
     for (i, c) in row.common.iter_mut().enumerate() {
-        *c = int_at(r, i);
+        *c = if i < 2 {
+            super::time_at(r, i)
+        } else {
+            int_at(r, i)
+        };
     }
     for i in 0..extra_cols(kind).len() {
         row.extra[i] = int_at(r, 9 + i);
@@ -198,6 +202,11 @@ pub fn read<W: EventWriter>(
     }
     let mut fmt = Formatter::default();
     let mut window = Reorder::new(REORDER_WINDOW);
+    // Per cursor: the last rowid, when the table has real ones (flow ids are built from them).
+    let mut last: Vec<Option<Option<i64>>> = kinds
+        .iter()
+        .map(|k| schema.rowid(k.table()).map(|_| None))
+        .collect();
     loop {
         // k-way merge by start; ties keep table order.
         let mut best: Option<(usize, i64)> = None;
@@ -211,6 +220,9 @@ pub fn read<W: EventWriter>(
         }
         let Some((i, _)) = best else { break };
         let row = heads[i].take().expect("head present");
+        if let Some(l) = last[i].as_mut() {
+            super::check_rowid_order(row.kind.table(), l, row.rowid)?;
+        }
         let (k, rows) = &mut cursors[i];
         heads[i] = rows.next()?.map(|r| decode(*k, r));
         if let Some(row) = window.push(row.common[0].unwrap_or(i64::MIN), row) {

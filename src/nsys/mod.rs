@@ -197,6 +197,22 @@ impl Drop for ShmGuard {
     }
 }
 
+/// Rows read `ORDER BY rowid` must come in increasing rowid order: flow ids and the merge with
+/// the link tables rely on it. A damaged b-tree ("Rowid 41 out of order", which SQLite itself
+/// does not report while reading) breaks that: fail as a damaged file rather than write arrows
+/// that dangle.
+pub fn check_rowid_order(table: &str, last: &mut Option<i64>, rowid: i64) -> Result<()> {
+    if last.is_some_and(|l| rowid <= l) {
+        bail!(
+            "damaged SQLite database: {table} returns rowid {rowid} after {} (a damaged \
+             b-tree; `PRAGMA quick_check` or --check reports it)",
+            last.unwrap_or_default()
+        );
+    }
+    *last = Some(rowid);
+    Ok(())
+}
+
 /// Quote an SQL identifier (a table or column name), doubling any `"` in it.
 pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
@@ -308,6 +324,17 @@ pub fn int_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
         Ok(rusqlite::types::ValueRef::Real(v)) => Some(v as i64),
         _ => None,
     }
+}
+
+/// The latest timestamp a trace can hold: 2^62 ns (146 years). Perfetto encodes timestamps as
+/// deltas of signed 64-bit values; times beyond this (a damaged `end` of 2^63 - 1) cannot be
+/// placed and are read as missing, so their rows are counted as skipped.
+pub const MAX_TIME: i64 = 1 << 62;
+
+/// Read a timestamp column like [`int_at`], `None` beyond [`MAX_TIME`] (or below -MAX_TIME).
+#[inline]
+pub fn time_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
+    int_at(row, idx).filter(|t| (-MAX_TIME..=MAX_TIME).contains(t))
 }
 
 /// Read a float column that may be stored as integer or NULL.

@@ -81,7 +81,7 @@ pub fn read<W: EventWriter>(
             router.skip(NVTX, "unsupported NVTX event type");
             continue;
         }
-        let Some(start) = int_at(r, 0) else {
+        let Some(start) = super::time_at(r, 0) else {
             router.skip(NVTX, "no start timestamp");
             continue;
         };
@@ -89,7 +89,7 @@ pub fn read<W: EventWriter>(
             router.skip(NVTX, "negative timestamp");
             continue;
         }
-        let end = int_at(r, 1);
+        let end = super::time_at(r, 1);
         let end = match (ty, end) {
             (MARK, _) => None,
             (_, None) => {

@@ -51,8 +51,8 @@ pub fn read<W: EventWriter>(
     let mut window = Reorder::new(REORDER_WINDOW);
     while let Some(r) = rows.next()? {
         let row = Row {
-            start: int_at(r, 0),
-            end: int_at(r, 1),
+            start: super::time_at(r, 0),
+            end: super::time_at(r, 1),
             global_tid: int_at(r, 2),
             name_id: int_at(r, 3),
             ret: int_at(r, 4),
