@@ -220,8 +220,9 @@ impl SelectArgs {
 }
 
 /// How reports (.nsys-rep, .qdrep) are exported to SQLite. By default the export is cached as
-/// X.sqlite beside X.nsys-rep (or, in a read-only folder, in $XDG_CACHE_HOME/nsys-perfetto) and
-/// reused while it is at least as new as the report.
+/// X.sqlite beside X.nsys-rep (or, in a read-only folder or where an X.sqlite this tool did not
+/// write is in the way, in $XDG_CACHE_HOME/nsys-perfetto) and reused while it is at least as new
+/// as the report. A SQLite file the tool did not write is never modified.
 #[derive(Args, Debug, Clone, Default)]
 pub struct NsysArgs {
     /// The nsys to use (the binary or its install directory). Default: $NSYS, then PATH, then

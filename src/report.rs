@@ -36,7 +36,9 @@
 //! `nsys stats` use, so all three share it. When `DIR` cannot be written (no write permission
 //! bit on it, even for root, or creating a file there fails), the export goes to
 //! `$XDG_CACHE_HOME/nsys-perfetto/` (else `~/.cache/nsys-perfetto/`), named after the report and
-//! a hash of its absolute path. An export is reused while it is at least as new as the report and
+//! a hash of its absolute path. The same happens when `DIR/X.sqlite` exists but was not written
+//! by this tool (no marker `.X.sqlite.nsys-perfetto` matching it, see [`owns_export`]) and is
+//! not an up-to-date export of the report: a user's file is used or left alone, never replaced. An export is reused while it is at least as new as the report and
 //! opens as an nsys SQLite export. nsys writes to a hidden temporary name that is renamed into
 //! place only when nsys succeeded and the file opens as an export, so a failed or interrupted
 //! export never leaves a half-written `X.sqlite`. A lock file (`.X.sqlite.lock`, an advisory

@@ -858,3 +858,99 @@ fn check_option_refuses_a_damaged_file() {
     let o = run_in(d, &[good.as_os_str(), os("--check")], &[]);
     assert!(o.status.success(), "{}", text(&o));
 }
+
+/// A stand-in nsys whose `export` writes a little and then hangs (with a child process in its
+/// group): the export must be bounded by --export-timeout, stopped by Ctrl-C, and leave no
+/// temporary or lock file and no process behind. Needs no real nsys.
+fn hanging_nsys(dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join("fake-nsys");
+    std::fs::write(
+        &p,
+        format!(
+            "#!/bin/sh\n\
+             if [ \"$1\" = --version ]; then echo 'NVIDIA Nsight Systems version 2022.4.2.1-df9881f'; exit 0; fi\n\
+             for a; do out=$prev; prev=$a; done\n\
+             while [ $# -gt 0 ]; do [ \"$1\" = --output ] && out=$2; shift; done\n\
+             echo partial > \"$out\"\n\
+             sleep 300 &\n\
+             echo $! > {pids}\n\
+             wait\n",
+            pids = dir.join("sleep.pid").display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o755)).unwrap();
+    p
+}
+
+fn sleep_pid_gone(dir: &Path) -> bool {
+    let pid = std::fs::read_to_string(dir.join("sleep.pid")).unwrap_or_default();
+    let pid = pid.trim();
+    // Gone, or a zombie waiting for its (killed) parent's reaper.
+    pid.is_empty()
+        || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|s| s.rsplit_once(") ").is_some_and(|(_, r)| r.starts_with('Z')))
+            .unwrap_or(true)
+}
+
+#[test]
+fn a_hanging_export_is_bounded_and_interruptible() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("reports");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::copy(
+        common::fixture("nvtx_workload.nsys-rep"),
+        d.join("r.nsys-rep"),
+    )
+    .unwrap();
+    let nsys = hanging_nsys(t.path());
+    let cache = t.path().join("cache");
+
+    let started = Instant::now();
+    let o = Command::new(BIN)
+        .current_dir(&d)
+        .arg("r.nsys-rep")
+        .arg("--nsys")
+        .arg(&nsys)
+        .args(["--export-timeout", "2"])
+        .env("XDG_CACHE_HOME", &cache)
+        .output()
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(30), "bounded");
+    assert_one_line_error(&o, "did not finish within 2 s and was stopped");
+    assert_eq!(
+        names(&d),
+        vec!["r.nsys-rep"],
+        "no .part, no lock, no export"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(sleep_pid_gone(t.path()), "nsys's process group is stopped");
+
+    // Ctrl-C while nsys exports: nsys stopped, temporaries and lock removed, exit 130.
+    let _ = std::fs::remove_file(t.path().join("sleep.pid"));
+    let child = Command::new(BIN)
+        .current_dir(&d)
+        .arg("r.nsys-rep")
+        .arg("--nsys")
+        .arg(&nsys)
+        .env("XDG_CACHE_HOME", &cache)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !t.path().join("sleep.pid").exists() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        names(&d).iter().any(|n| n.ends_with(".part")),
+        "{:?}",
+        names(&d)
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert_eq!(names(&d), vec!["r.nsys-rep"], "no .part, no lock left");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(sleep_pid_gone(t.path()), "nsys's process group is stopped");
+}
