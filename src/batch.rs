@@ -301,6 +301,10 @@ fn output_for(input: &Path, opts: &BatchOptions, conv: &Options, many: bool) -> 
             }
             Ok(default)
         }
+        Some(o) if convert::is_stdout(o) && many => Err(anyhow!(
+            "-o - (standard output) takes one input, there are several"
+        )),
+        Some(o) if convert::is_stdout(o) => Ok(o.clone()),
         Some(o) if o.is_dir() => Ok(o.join(default.file_name().unwrap_or_default())),
         Some(_) if many => Err(anyhow!(
             "-o names one file but there are several inputs: give an existing directory"
@@ -313,7 +317,21 @@ fn output_for(input: &Path, opts: &BatchOptions, conv: &Options, many: bool) -> 
 fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options) -> Result<String> {
     let mut text = String::new();
     let summary = if report::is_report(input) {
+        let sibling = report::sibling_export(input);
+        if output == sibling || convert::same_file(output, &sibling) {
+            bail!(
+                "-o {} is where this report's SQLite export goes: choose another output name",
+                output.display()
+            );
+        }
         let exported = report::export_sqlite(input, &opts.export)?;
+        if convert::same_file(output, exported.sqlite()) {
+            bail!(
+                "-o {} is the SQLite export this report is converted from: choose another \
+                 output name",
+                output.display()
+            );
+        }
         let s = convert::convert_sqlite(exported.sqlite(), output, conv)?;
         text.push_str(&format!("  {}\n", exported.describe()));
         s
@@ -328,14 +346,14 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
     let ex = expand(inputs);
     let mut t = Totals::default();
     for (arg, e) in &ex.errors {
-        eprintln!("error: {arg}: {e}");
+        crate::say!("error: {arg}: {e}");
         t.failed += 1;
     }
     let many = ex.files.len() > 1;
     let batch = many || ex.expanded_any;
     if !opts.quiet {
         for (f, why) in &ex.superseded {
-            eprintln!("{}: not converted, {why}", f.display());
+            crate::say!("{}: not converted, {why}", f.display());
         }
     }
     t.superseded = ex.superseded.len();
@@ -349,7 +367,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         let output = match output_for(input, opts, conv, many) {
             Ok(o) => o,
             Err(e) => {
-                eprintln!(
+                crate::say!(
                     "error: {tag}{}: {}",
                     input.display(),
                     convert::error_line(&e)
@@ -358,9 +376,23 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
                 continue;
             }
         };
-        if batch && !opts.force && up_to_date(input, &output) {
+        if let Some(other) = ex.files.iter().find(|f| convert::same_file(f, &output)) {
+            crate::say!(
+                "error: {tag}{}: -o {} is {}: choose another output name",
+                input.display(),
+                output.display(),
+                if convert::same_file(other, input) {
+                    "the input itself".to_string()
+                } else {
+                    format!("an input of this run ({})", other.display())
+                }
+            );
+            t.failed += 1;
+            continue;
+        }
+        if batch && !opts.force && !convert::is_stdout(&output) && up_to_date(input, &output) {
             if !opts.quiet {
-                eprintln!(
+                crate::say!(
                     "{tag}{}: up to date ({}; --force to convert again)",
                     input.display(),
                     output.display()
@@ -373,12 +405,17 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
             Ok(text) => {
                 t.converted += 1;
                 if !opts.quiet {
-                    eprintln!("{tag}{} -> {}", input.display(), output.display());
-                    eprint!("{text}");
+                    let shown = if convert::is_stdout(&output) {
+                        "standard output".to_string()
+                    } else {
+                        output.display().to_string()
+                    };
+                    crate::say!("{tag}{} -> {shown}", input.display());
+                    crate::say_part!("{text}");
                 }
             }
             Err(e) => {
-                eprintln!(
+                crate::say!(
                     "error: {tag}{}: {}",
                     input.display(),
                     convert::error_line(&e)
@@ -397,7 +434,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
             parts.push(format!("{} superseded", t.superseded));
         }
         parts.push(format!("{} failed", t.failed));
-        eprintln!("total: {}", parts.join(", "));
+        crate::say!("total: {}", parts.join(", "));
     }
     t
 }

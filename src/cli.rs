@@ -68,6 +68,10 @@ pub struct ConvertArgs {
     /// pattern, those are skipped; a single file is always converted.)
     #[arg(long)]
     pub force: bool,
+    /// Check the SQLite file first (PRAGMA quick_check) and refuse it when damaged. Off by
+    /// default (it adds about 40% to a conversion); damage met while reading fails anyway.
+    #[arg(long)]
+    pub check: bool,
     #[command(flatten)]
     pub nsys: NsysArgs,
 }
@@ -81,28 +85,45 @@ pub enum FormatArg {
 }
 
 impl ConvertArgs {
-    /// The format asked for, else the one the output name implies.
-    pub fn output_format(&self) -> OutputFormat {
-        match self.format {
-            Some(FormatArg::Protobuf) => OutputFormat::Protobuf,
-            Some(FormatArg::Json) => OutputFormat::Json,
-            None => {
-                let name = self
-                    .output
-                    .as_ref()
-                    .map(|o| o.to_string_lossy().to_lowercase());
-                if name.is_some_and(|n| n.ends_with(".json") || n.ends_with(".json.gz")) {
-                    OutputFormat::Json
-                } else {
-                    OutputFormat::Protobuf
-                }
+    /// The format asked for, else the one the output name implies. Contradictory choices
+    /// (`-o x.json --format protobuf`) are an error.
+    pub fn output_format(&self) -> anyhow::Result<OutputFormat> {
+        let name = self
+            .output
+            .as_ref()
+            .map(|o| o.to_string_lossy().to_lowercase());
+        let named = match name.as_deref() {
+            Some(n) if n.ends_with(".json") || n.ends_with(".json.gz") => Some(OutputFormat::Json),
+            Some(n) if n.ends_with(".pftrace") || n.ends_with(".pftrace.gz") => {
+                Some(OutputFormat::Protobuf)
             }
+            _ => None,
+        };
+        let asked = self.format.map(|f| match f {
+            FormatArg::Protobuf => OutputFormat::Protobuf,
+            FormatArg::Json => OutputFormat::Json,
+        });
+        match (asked, named) {
+            (Some(a), Some(n)) if a != n => anyhow::bail!(
+                "--format {} contradicts the output name {} (a .{} file): change one",
+                match a {
+                    OutputFormat::Protobuf => "protobuf",
+                    OutputFormat::Json => "json",
+                },
+                self.output.as_ref().expect("named").display(),
+                n.extension()
+            ),
+            (Some(a), _) => Ok(a),
+            (None, Some(n)) => Ok(n),
+            (None, None) => Ok(OutputFormat::Protobuf),
         }
     }
 }
 
 pub fn main() -> ExitCode {
     let cli = Cli::parse();
+    // Ctrl-C and SIGTERM stop child processes and remove temporaries (see `cleanup`).
+    crate::cleanup::install();
     match cli.command {
         None => run_convert(&cli.convert),
         Some(Command::Profile(args)) => run_profile(&args),
@@ -115,14 +136,22 @@ pub fn main() -> ExitCode {
 }
 
 fn run_convert(args: &ConvertArgs) -> ExitCode {
+    let format = match args.output_format() {
+        Ok(f) => f,
+        Err(e) => {
+            crate::say!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let opts = Options {
-        format: args.output_format(),
+        format,
         json_colors: args.json_colors || args.select.nvtx_color_scheme.is_some(),
         progress: !args.quiet,
+        check: args.check,
         selection: match args.select.selection() {
             Ok(s) => s,
             Err(e) => {
-                eprintln!("error: {e:#}");
+                crate::say!("error: {e:#}");
                 return ExitCode::from(2);
             }
         },
@@ -200,8 +229,9 @@ impl SelectArgs {
 }
 
 /// How reports (.nsys-rep, .qdrep) are exported to SQLite. By default the export is cached as
-/// X.sqlite beside X.nsys-rep (or, in a read-only folder, in $XDG_CACHE_HOME/nsys-perfetto) and
-/// reused while it is at least as new as the report.
+/// X.sqlite beside X.nsys-rep (or, in a read-only folder or where an X.sqlite this tool did not
+/// write is in the way, in $XDG_CACHE_HOME/nsys-perfetto) and reused while it is at least as new
+/// as the report. A SQLite file the tool did not write is never modified.
 #[derive(Args, Debug, Clone, Default)]
 pub struct NsysArgs {
     /// The nsys to use (the binary or its install directory). Default: $NSYS, then PATH, then
@@ -216,6 +246,10 @@ pub struct NsysArgs {
     /// The path of the export is printed for every report either way.
     #[arg(long)]
     pub keep_sqlite: bool,
+    /// Stop `nsys export` after SECONDS (default: no limit; a progress line on stderr says
+    /// what is being waited for).
+    #[arg(long, value_name = "SECONDS")]
+    pub export_timeout: Option<u64>,
 }
 
 impl NsysArgs {
@@ -226,6 +260,7 @@ impl NsysArgs {
             keep_sqlite: self.keep_sqlite,
             cache_dir: None,
             quiet,
+            timeout: self.export_timeout.map(std::time::Duration::from_secs),
         }
     }
 }
@@ -263,6 +298,9 @@ pub struct ProfileArgs {
     pub nsys_args: Vec<std::ffi::OsString>,
     #[command(flatten)]
     pub nsys: NsysArgs,
+    /// What to convert from the report (the conversion options: --types, --pid, ...).
+    #[command(flatten)]
+    pub select: SelectArgs,
     /// Print nothing but errors (nsys's and the program's output are shown only on failure).
     #[arg(short, long)]
     pub quiet: bool,
@@ -278,6 +316,14 @@ pub struct ProfileArgs {
 
 fn run_profile(args: &ProfileArgs) -> ExitCode {
     use crate::report::{self, ProfileOptions, Sample};
+    // Checked before profiling: a typo must not cost a capture.
+    let selection = match args.select.selection() {
+        Ok(s) => s,
+        Err(e) => {
+            crate::say!("error: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
     let popts = ProfileOptions {
         nsys: args.nsys.nsys.clone(),
         output: args.output.clone(),
@@ -291,15 +337,45 @@ fn run_profile(args: &ProfileArgs) -> ExitCode {
         timeout: args.timeout.map(std::time::Duration::from_secs),
         quiet: args.quiet,
     };
-    let report = match report::profile(&popts, &args.command) {
-        Ok(r) => r,
+    // An interrupt while profiling is handled here: nsys writes its report, which is kept.
+    let defer = crate::cleanup::defer();
+    let profiled = report::profile_run(&popts, &args.command);
+    if let Some(sig) = crate::cleanup::interrupted() {
+        if let Ok(p) = &profiled {
+            crate::say!(
+                "interrupted while profiling; nsys wrote {} (not converted)",
+                p.report.display()
+            );
+        }
+        crate::cleanup::clean_up_and_exit(sig);
+    }
+    drop(defer);
+    let profiled = match profiled {
+        Ok(p) => p,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            crate::say!("error: {e:#}");
             return ExitCode::FAILURE;
         }
     };
+    // nsys passes on the program's exit status: a failing program fails this command too,
+    // after what was captured is converted.
+    let failed = (!profiled.status.success()).then(|| {
+        use std::os::unix::process::ExitStatusExt;
+        match (profiled.status.code(), profiled.status.signal()) {
+            (Some(c), _) => (c & 0xff).max(1) as u8,
+            (None, Some(sig)) => (128 + sig).min(255) as u8,
+            _ => 1,
+        }
+    });
+    if failed.is_some() {
+        crate::say!(
+            "note: the profiled program failed: nsys profile exited with {} (nsys passes on \
+             the program's exit status); converting what was captured",
+            profiled.status
+        );
+    }
     if !args.quiet {
-        eprintln!("report: {}", report.display());
+        crate::say!("report: {}", profiled.report.display());
     }
     let batch = crate::batch::BatchOptions {
         output: None,
@@ -307,9 +383,16 @@ fn run_profile(args: &ProfileArgs) -> ExitCode {
         quiet: args.quiet,
         export: args.nsys.export_options(args.quiet),
     };
-    if crate::batch::run(&[report], &batch, &Options::default()).ok() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::FAILURE
+    let opts = Options {
+        json_colors: args.select.nvtx_color_scheme.is_some(),
+        progress: !args.quiet,
+        selection,
+        ..Options::default()
+    };
+    let converted = crate::batch::run(&[profiled.report], &batch, &opts).ok();
+    match (failed, converted) {
+        (Some(code), _) => ExitCode::from(code),
+        (None, true) => ExitCode::SUCCESS,
+        (None, false) => ExitCode::FAILURE,
     }
 }

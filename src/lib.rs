@@ -5,7 +5,10 @@
 //! format, knowing nothing of nsys; [`convert`] wires one or several sources (a merge) to one
 //! output file.
 
+#[macro_use]
+pub mod term;
 pub mod batch;
+pub mod cleanup;
 pub mod cli;
 pub mod convert;
 pub mod layout;

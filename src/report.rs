@@ -36,7 +36,9 @@
 //! `nsys stats` use, so all three share it. When `DIR` cannot be written (no write permission
 //! bit on it, even for root, or creating a file there fails), the export goes to
 //! `$XDG_CACHE_HOME/nsys-perfetto/` (else `~/.cache/nsys-perfetto/`), named after the report and
-//! a hash of its absolute path. An export is reused while it is at least as new as the report and
+//! a hash of its absolute path. The same happens when `DIR/X.sqlite` exists but was not written
+//! by this tool (no marker `.X.sqlite.nsys-perfetto` matching it, see [`owns_export`]) and is
+//! not an up-to-date export of the report: a user's file is used or left alone, never replaced. An export is reused while it is at least as new as the report and
 //! opens as an nsys SQLite export. nsys writes to a hidden temporary name that is renamed into
 //! place only when nsys succeeded and the file opens as an export, so a failed or interrupted
 //! export never leaves a half-written `X.sqlite`. A lock file (`.X.sqlite.lock`, an advisory
@@ -342,6 +344,96 @@ fn find_build_version(b: &[u8]) -> Option<Version> {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Child processes: bounded, visible, stoppable
+
+/// How long `nsys --version` may take: a hung nsys (a licence prompt, a dead network mount)
+/// must not hang the conversion.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a child process printed and how it ended.
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Run `cmd` (stdin closed, output captured) in its own process group, registered to be stopped
+/// on Ctrl-C or SIGTERM ([`crate::cleanup`]); stopped after `timeout`. While it runs, stderr
+/// says what it waits for: a line redrawn every second on a terminal, else a line after 10 s
+/// and every 30 s (none when `quiet`).
+pub fn run_bounded(
+    cmd: &mut Command,
+    what: &str,
+    timeout: Option<Duration>,
+    quiet: bool,
+) -> Result<Finished> {
+    use std::io::IsTerminal;
+    let out = tempfile::tempfile().context("cannot create a temporary file")?;
+    let err = tempfile::tempfile().context("cannot create a temporary file")?;
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(err.try_clone()?);
+    let mut child =
+        crate::cleanup::spawn_group(cmd).map_err(|e| anyhow!("cannot run {what}: {e}"))?;
+    let pid = child.id();
+    let started = Instant::now();
+    let terminal = !quiet && std::io::stderr().is_terminal();
+    let mut said = 0u64;
+    let clear = |drawn: bool| {
+        if drawn {
+            crate::term::err(format_args!("\r\x1b[2K"));
+        }
+    };
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(e) => {
+                crate::cleanup::kill_group(pid);
+                let _ = child.wait();
+                crate::cleanup::forget_group(pid);
+                clear(terminal && said > 0);
+                bail!("cannot wait for {what}: {e}");
+            }
+        }
+        let secs = started.elapsed().as_secs();
+        if let Some(limit) = timeout
+            && started.elapsed() >= limit
+        {
+            crate::cleanup::kill_group(pid);
+            let _ = child.wait();
+            crate::cleanup::forget_group(pid);
+            clear(terminal && said > 0);
+            bail!(
+                "{what} did not finish within {} s and was stopped",
+                limit.as_secs()
+            );
+        }
+        if terminal && secs >= 1 && secs > said {
+            crate::term::err(format_args!("\r\x1b[2Kwaiting for {what}: {secs} s"));
+            said = secs;
+        } else if !quiet && !terminal && secs >= 10 && (said == 0 || secs >= said + 30) {
+            crate::say!("waiting for {what}: {secs} s so far");
+            said = secs;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    crate::cleanup::forget_group(pid);
+    clear(terminal && said > 0);
+    let read = |mut f: File| -> Vec<u8> {
+        let mut v = Vec::new();
+        let _ = f.seek(SeekFrom::Start(0));
+        let _ = f.read_to_end(&mut v);
+        v
+    };
+    Ok(Finished {
+        status,
+        stdout: read(out),
+        stderr: read(err),
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
 // Finding nsys
 
 /// How an nsys was found.
@@ -368,11 +460,12 @@ pub struct Nsys {
 impl Nsys {
     /// Probe `path` with `nsys --version`.
     pub fn probe(path: &Path, source: NsysSource) -> Result<Nsys> {
-        let out = Command::new(path)
-            .arg("--version")
-            .stdin(Stdio::null())
-            .output()
-            .map_err(|e| anyhow!("cannot run {}: {e}", path.display()))?;
+        let out = run_bounded(
+            Command::new(path).arg("--version"),
+            &format!("nsys --version ({})", path.display()),
+            Some(PROBE_TIMEOUT),
+            false,
+        )?;
         let text = String::from_utf8_lossy(&out.stdout).to_string()
             + &String::from_utf8_lossy(&out.stderr);
         Ok(Nsys {
@@ -606,8 +699,10 @@ pub struct ExportOptions {
     /// The cache directory for reports in read-only folders; default
     /// `$XDG_CACHE_HOME/nsys-perfetto`, else `~/.cache/nsys-perfetto`.
     pub cache_dir: Option<PathBuf>,
-    /// Print nothing (the "waiting for another conversion" line).
+    /// Print nothing (the "waiting for another conversion" line, nsys progress).
     pub quiet: bool,
+    /// Stop `nsys export` after this long (`--export-timeout`); default: no limit.
+    pub timeout: Option<Duration>,
 }
 
 /// How the export came about.
@@ -631,6 +726,9 @@ pub struct Exported {
     pub capture: Option<Version>,
     /// Whether the file stays after this is dropped.
     pub kept: bool,
+    /// Why the export is not where it would usually be (a user's own `X.sqlite` beside the
+    /// report, left untouched).
+    pub note: Option<String>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -648,10 +746,15 @@ impl Exported {
             }
             (ExportKind::Exported { seconds }, None) => format!("exported in {seconds:.1} s"),
         };
+        let note = self
+            .note
+            .as_ref()
+            .map(|n| format!("; {n}"))
+            .unwrap_or_default();
         if self.kept {
-            format!("sqlite: {} ({what})", self.sqlite.display())
+            format!("sqlite: {} ({what}{note})", self.sqlite.display())
         } else {
-            format!("sqlite: temporary, deleted after conversion ({what})")
+            format!("sqlite: temporary, deleted after conversion ({what}{note})")
         }
     }
 }
@@ -722,7 +825,10 @@ fn fresh_export(path: &Path, report_mtime: SystemTime) -> bool {
     let Ok(m) = fs::metadata(path) else {
         return false;
     };
-    m.is_file() && m.modified().is_ok_and(|t| t >= report_mtime) && nsys::open_schema(path).is_ok()
+    m.is_file() && m.modified().is_ok_and(|t| t >= report_mtime) && {
+        let _shm = nsys::ShmGuard::new(path);
+        nsys::open_schema(path).is_ok()
+    }
 }
 
 fn parent_dir(p: &Path) -> PathBuf {
@@ -732,30 +838,113 @@ fn parent_dir(p: &Path) -> PathBuf {
     }
 }
 
+/// The marker saying nsys-perfetto wrote `export`: `.X.sqlite.nsys-perfetto` beside it.
+fn marker_of(export: &Path) -> PathBuf {
+    let name = export
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    parent_dir(export).join(format!(".{name}.nsys-perfetto"))
+}
+
+/// What the marker records: the file's identity, size and time, so a file the user put in its
+/// place later (their own `nsys export`) is not taken for ours.
+fn marker_text(m: &fs::Metadata) -> String {
+    format!(
+        "nsys-perfetto export\ndev {}\nino {}\nsize {}\nmtime {}.{}\n",
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.mtime(),
+        m.mtime_nsec()
+    )
+}
+
+/// Whether nsys-perfetto wrote the file at `export` (its marker matches the file as it is).
+/// A SQLite file the tool did not write is never modified, replaced or deleted.
+pub fn owns_export(export: &Path) -> bool {
+    match (fs::metadata(export), fs::read_to_string(marker_of(export))) {
+        (Ok(m), Ok(text)) => m.is_file() && text == marker_text(&m),
+        _ => false,
+    }
+}
+
+fn mark_owned(export: &Path) {
+    if let Ok(m) = fs::metadata(export) {
+        let _ = fs::write(marker_of(export), marker_text(&m));
+    }
+}
+
+/// Where an export of `report` may be written: beside it when the folder is writable and no
+/// file the user made is there, else in the cache directory. The note says why, when the user's
+/// own `X.sqlite` is passed over.
+fn export_target(
+    report: &Path,
+    sibling: &Path,
+    cached: Option<&PathBuf>,
+) -> Result<(PathBuf, Option<String>)> {
+    let user_file = fs::symlink_metadata(sibling).is_ok() && !owns_export(sibling);
+    if writable_dir(&parent_dir(report)) && !user_file {
+        return Ok((sibling.to_path_buf(), None));
+    }
+    let note = user_file.then(|| {
+        format!(
+            "{} is not an export this tool wrote and is not an up-to-date export of the report: \
+             left untouched, exported into the cache instead",
+            sibling.display()
+        )
+    });
+    let Some(c) = cached else {
+        bail!(
+            "{} cannot be used for the export ({}) and there is no cache directory (set \
+             XDG_CACHE_HOME or HOME)",
+            sibling.display(),
+            if user_file {
+                "a file this tool did not write is there"
+            } else {
+                "the folder is read-only"
+            }
+        );
+    };
+    let dir = parent_dir(c);
+    fs::create_dir_all(&dir)
+        .with_context(|| format!("cannot create cache directory {}", dir.display()))?;
+    Ok((c.clone(), note))
+}
+
 /// The SQLite export of `report`, reused from the cache when fresh, else exported by nsys.
 /// Errors are one line that says what to do (see [`nsys_for_report`]).
+///
+/// An `X.sqlite` beside the report that this tool did not write (no matching marker, see
+/// [`owns_export`]) is used when it is an up-to-date export of the report, and otherwise left
+/// untouched: the export then goes to the cache directory.
 pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     let meta = fs::metadata(report).map_err(|e| anyhow!("cannot read: {e}"))?;
     if meta.is_dir() {
         bail!("is a directory, not a report");
+    }
+    if !meta.is_file() {
+        bail!("not a regular file (a FIFO, device or socket): give a report file");
     }
     let report_mtime = meta.modified()?;
     let capture = capture_version(report)?;
     let cache_dir = opts.cache_dir.clone().or_else(default_cache_dir);
     let sibling = sibling_export(report);
     let cached = cache_dir.as_deref().map(|d| cached_export(report, d));
+    let reused = |p: &Path, note: Option<String>| Exported {
+        sqlite: p.to_path_buf(),
+        kind: ExportKind::Reused,
+        nsys: None,
+        capture,
+        kept: true,
+        note,
+        _temp: None,
+    };
 
     if !opts.no_cache {
         for p in std::iter::once(&sibling).chain(cached.iter()) {
             if fresh_export(p, report_mtime) {
-                return Ok(Exported {
-                    sqlite: p.clone(),
-                    kind: ExportKind::Reused,
-                    nsys: None,
-                    capture,
-                    kept: true,
-                    _temp: None,
-                });
+                return Ok(reused(p, None));
             }
         }
     }
@@ -763,112 +952,145 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     let nsys = nsys_for_report(opts.nsys.as_deref(), capture.as_ref(), Some(report))?;
 
     if opts.no_cache && !opts.keep_sqlite {
-        let temp = tempfile::Builder::new()
-            .prefix("nsys-perfetto-")
-            .tempdir()
-            .context("cannot create a temporary directory")?;
+        let temp = crate::cleanup::create(
+            || {
+                tempfile::Builder::new()
+                    .prefix(&crate::cleanup::prefix("nsys-perfetto-export-"))
+                    .tempdir()
+            },
+            |d| d.path().to_path_buf(),
+        )
+        .context("cannot create a temporary directory")?;
         let target = temp.path().join(format!("{}.sqlite", stem_of(report)));
-        let seconds = run_export(&nsys, report, &target)?;
+        let seconds = run_export(&nsys, report, &target, capture.as_ref(), opts)?;
         return Ok(Exported {
             sqlite: target,
             kind: ExportKind::Exported { seconds },
             nsys: Some(nsys),
             capture,
             kept: false,
+            note: None,
             _temp: Some(temp),
         });
     }
 
-    // Beside the report when its folder is writable, else in the cache directory.
-    let target = if writable_dir(&parent_dir(report)) {
-        sibling
-    } else {
-        let Some(c) = cached else {
-            bail!(
-                "{} is read-only and there is no cache directory (set XDG_CACHE_HOME or HOME)",
-                parent_dir(report).display()
-            );
-        };
-        let dir = parent_dir(&c);
-        fs::create_dir_all(&dir)
-            .with_context(|| format!("cannot create cache directory {}", dir.display()))?;
-        c
-    };
+    let (target, note) = export_target(report, &sibling, cached.as_ref())?;
+    if let Some(n) = &note
+        && !opts.quiet
+    {
+        crate::say!("note: {}: {n}", report.display());
+    }
     let _lock = ExportLock::acquire(&target, report, opts.quiet)?;
     // Another conversion may have exported it while we waited.
     if !opts.no_cache && fresh_export(&target, report_mtime) {
-        return Ok(Exported {
-            sqlite: target,
-            kind: ExportKind::Reused,
-            nsys: None,
-            capture,
-            kept: true,
-            _temp: None,
-        });
+        return Ok(reused(&target, note));
     }
-    let seconds = run_export(&nsys, report, &target)?;
+    let seconds = run_export(&nsys, report, &target, capture.as_ref(), opts)?;
     Ok(Exported {
         sqlite: target,
         kind: ExportKind::Exported { seconds },
         nsys: Some(nsys),
         capture,
         kept: true,
+        note,
         _temp: None,
     })
 }
 
 /// `nsys export` into a hidden temporary beside `target`, renamed into place when nsys
-/// succeeded and the file opens as an nsys export. Nothing is left behind on failure.
-fn run_export(nsys: &Nsys, report: &Path, target: &Path) -> Result<f64> {
+/// succeeded and the file opens as an nsys export, then marked as this tool's. Nothing is left
+/// behind on failure, timeout or interrupt. Never replaces a file the tool did not write.
+fn run_export(
+    nsys: &Nsys,
+    report: &Path,
+    target: &Path,
+    capture: Option<&Version>,
+    opts: &ExportOptions,
+) -> Result<f64> {
     let started = Instant::now();
     let dir = parent_dir(target);
     let name = target
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
-    remove_stale_parts(&dir, &name);
-    let tmp = tempfile::Builder::new()
-        .prefix(&format!(".{name}."))
-        .suffix(".part")
-        .tempfile_in(&dir)
-        .with_context(|| format!("cannot write to {}", dir.display()))?
-        .into_temp_path();
-    let out = Command::new(&nsys.path)
-        .args([
-            "export",
-            "--type",
-            "sqlite",
-            "--force-overwrite",
-            "true",
-            "--output",
-        ])
-        .arg(&*tmp)
-        .arg(report)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| anyhow!("cannot run {}: {e}", nsys.path.display()))?;
-    if !out.status.success() {
-        let msg = nsys_message(&out.stderr, &out.stdout);
-        let mut text = format!(
-            "nsys export failed ({}, {}): {msg}",
-            nsys.describe(),
-            out.status
+    if fs::symlink_metadata(target).is_ok() && !owns_export(target) {
+        bail!(
+            "{} exists and was not written by nsys-perfetto: not replacing it",
+            target.display()
         );
-        if msg.contains("Version number is invalid") || msg.contains("ProtobufParseException") {
-            text.push_str(&format!(
-                "; the report may come from a newer nsys: {INSTALL_HINT}"
-            ));
-        }
-        bail!(text);
     }
-    nsys::open_schema(&tmp).map_err(|e| {
-        anyhow!(
-            "nsys export ({}) reported success but wrote no usable export: {e}",
-            nsys.describe()
-        )
-    })?;
-    tmp.persist(target)
-        .map_err(|e| anyhow!("cannot create {}: {}", target.display(), e.error))?;
+    remove_stale_parts(&dir, &name);
+    let tmp = crate::cleanup::create(
+        || {
+            tempfile::Builder::new()
+                .prefix(&format!(".{name}.{}.", std::process::id()))
+                .suffix(".part")
+                .tempfile_in(&dir)
+                .map(|t| t.into_temp_path())
+        },
+        |t| t.to_path_buf(),
+    )
+    .map_err(|e| crate::convert::write_error(&dir, &e))?;
+    let tmp_path = tmp.to_path_buf();
+    let out = run_bounded(
+        Command::new(&nsys.path)
+            .args([
+                "export",
+                "--type",
+                "sqlite",
+                "--force-overwrite",
+                "true",
+                "--output",
+            ])
+            .arg(&*tmp)
+            .arg(report),
+        &format!("nsys export ({})", nsys.path.display()),
+        opts.timeout,
+        opts.quiet,
+    );
+    let done = (|| -> Result<()> {
+        let out = out?;
+        if !out.status.success() {
+            let msg = nsys_message(&out.stderr, &out.stdout);
+            let mut text = format!(
+                "nsys export failed ({}, {}): {msg}",
+                nsys.describe(),
+                out.status
+            );
+            let readable = match (capture, &nsys.version) {
+                (Some(c), Some(v)) => v.can_read(c),
+                _ => false,
+            };
+            if readable {
+                text.push_str(&format!(
+                    "; the report looks damaged: it names nsys {} as its capture version, which \
+                     this nsys reads",
+                    capture.expect("known")
+                ));
+            } else if msg.contains("Version number is invalid")
+                || msg.contains("ProtobufParseException")
+            {
+                text.push_str(&format!(
+                    "; the report may come from a newer nsys: {INSTALL_HINT}"
+                ));
+            }
+            bail!(text);
+        }
+        nsys::open_schema(&tmp).map_err(|e| {
+            anyhow!(
+                "nsys export ({}) reported success but wrote no usable export: {e}",
+                nsys.describe()
+            )
+        })?;
+        Ok(())
+    })();
+    let result = done.and_then(|()| {
+        tmp.persist(target)
+            .map_err(|e| anyhow!("cannot create {}: {}", target.display(), e.error))
+    });
+    crate::cleanup::forget(&tmp_path);
+    result?;
+    mark_owned(target);
     Ok(started.elapsed().as_secs_f64())
 }
 
@@ -946,7 +1168,7 @@ impl ExportLock {
                 Ok(()) => {}
                 Err(fs::TryLockError::WouldBlock) => {
                     if !quiet && !said {
-                        eprintln!(
+                        crate::say!(
                             "{}: waiting for another conversion exporting it (lock {})",
                             report.display(),
                             path.display()
@@ -963,6 +1185,7 @@ impl ExportLock {
             let held = file.metadata()?;
             match fs::metadata(&path) {
                 Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    crate::cleanup::register(&path);
                     return Ok(ExportLock { path, _file: file });
                 }
                 _ => continue,
@@ -975,6 +1198,7 @@ impl Drop for ExportLock {
     fn drop(&mut self) {
         // Remove while still holding the lock; closing the file then unlocks.
         let _ = fs::remove_file(&self.path);
+        crate::cleanup::forget(&self.path);
     }
 }
 
@@ -1071,7 +1295,7 @@ fn with_suffix(base: &Path, ext: &str) -> PathBuf {
 /// from nsys before 2021.4). When nsys leaves only `BASE.qdstrm` (it could not find its
 /// importer), runs `QdstrmImporter` itself and removes the `.qdstrm`. An existing report of the
 /// same name is overwritten.
-pub fn profile(opts: &ProfileOptions, command: &[OsString]) -> Result<PathBuf> {
+pub fn profile_run(opts: &ProfileOptions, command: &[OsString]) -> Result<Profiled> {
     if command.is_empty() {
         bail!("no command to profile");
     }
@@ -1124,31 +1348,49 @@ pub fn profile(opts: &ProfileOptions, command: &[OsString]) -> Result<PathBuf> {
         .spawn()
         .map_err(|e| anyhow!("cannot run {}: {e}", nsys.path.display()))?;
     let pid = child.id();
-    let status = match opts.timeout {
-        None => child.wait()?,
-        Some(limit) => {
-            let started = Instant::now();
-            loop {
-                if let Some(s) = child.try_wait()? {
-                    break s;
-                }
-                if started.elapsed() >= limit {
-                    kill_nsys_tree(pid);
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    for p in &outputs {
-                        let _ = fs::remove_file(p);
-                    }
-                    bail!(
-                        "nsys profile did not finish within {} s and was stopped ({}); nsys \
-                         2022.4 can hang after the program exits when it collects CPU samples \
-                         or context switches (--sample cpu, --cpuctxsw)",
-                        limit.as_secs(),
-                        nsys.describe()
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(100));
+    let status = {
+        // nsys gets a terminal's Ctrl-C itself (same process group) and writes the report; a
+        // SIGTERM sent to us only is passed on as SIGINT. After a grace period, or the timeout,
+        // nsys, its agent and the program are killed.
+        let _defer = crate::cleanup::defer();
+        let started = Instant::now();
+        let mut grace_until: Option<Instant> = None;
+        loop {
+            if let Some(s) = child.try_wait()? {
+                break s;
             }
+            if grace_until.is_none()
+                && let Some(sig) = crate::cleanup::interrupted()
+            {
+                if sig != libc::SIGINT {
+                    // SAFETY: kill(2) on our own child.
+                    unsafe { libc::kill(pid as i32, libc::SIGINT) };
+                }
+                grace_until = Some(Instant::now() + PROFILE_GRACE);
+            }
+            if grace_until.is_some_and(|g| Instant::now() >= g) {
+                kill_nsys_tree(pid);
+                let _ = child.kill();
+                break child.wait()?;
+            }
+            if let Some(limit) = opts.timeout
+                && started.elapsed() >= limit
+            {
+                kill_nsys_tree(pid);
+                let _ = child.kill();
+                let _ = child.wait();
+                for p in &outputs {
+                    let _ = fs::remove_file(p);
+                }
+                bail!(
+                    "nsys profile did not finish within {} s and was stopped ({}); nsys \
+                     2022.4 can hang after the program exits when it collects CPU samples \
+                     or context switches (--sample cpu, --cpuctxsw)",
+                    limit.as_secs(),
+                    nsys.describe()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
         }
     };
     let log_text = || -> String {
@@ -1184,7 +1426,7 @@ pub fn profile(opts: &ProfileOptions, command: &[OsString]) -> Result<PathBuf> {
         import_qdstrm(&importer, qdstrm, rep)?;
         let _ = fs::remove_file(qdstrm);
         if !opts.quiet {
-            eprintln!(
+            crate::say!(
                 "note: nsys could not import its capture itself; imported {} with {}",
                 qdstrm.display(),
                 importer.display()
@@ -1204,23 +1446,46 @@ pub fn profile(opts: &ProfileOptions, command: &[OsString]) -> Result<PathBuf> {
         }
         bail!(msg);
     };
-    if !status.success() && !opts.quiet {
-        eprintln!("note: nsys profile exited with {status}; converting the report it wrote anyway");
+    Ok(Profiled { report, status })
+}
+
+/// How long nsys may take to write its report after an interrupt before it is killed.
+pub const PROFILE_GRACE: Duration = Duration::from_secs(30);
+
+/// What [`profile_run`] produced.
+#[derive(Debug)]
+pub struct Profiled {
+    pub report: PathBuf,
+    /// nsys profile's exit status: nsys passes on the profiled program's exit code.
+    pub status: std::process::ExitStatus,
+}
+
+/// Run `command` under `nsys profile` and return the report (see [`profile_run`]); a failing
+/// program's exit status is only noted on stderr.
+pub fn profile(opts: &ProfileOptions, command: &[OsString]) -> Result<PathBuf> {
+    let p = profile_run(opts, command)?;
+    if !p.status.success() && !opts.quiet {
+        crate::say!(
+            "note: nsys profile exited with {}; converting the report it wrote anyway",
+            p.status
+        );
     }
-    Ok(report)
+    Ok(p.report)
 }
 
 /// Turn a `.qdstrm` capture into a report with nsys's `QdstrmImporter`.
 pub fn import_qdstrm(importer: &Path, qdstrm: &Path, report: &Path) -> Result<()> {
-    let out = Command::new(importer)
-        .arg("--force-overwrite")
-        .arg("--input-file")
-        .arg(qdstrm)
-        .arg("--output-file")
-        .arg(report)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| anyhow!("cannot run {}: {e}", importer.display()))?;
+    let out = run_bounded(
+        Command::new(importer)
+            .arg("--force-overwrite")
+            .arg("--input-file")
+            .arg(qdstrm)
+            .arg("--output-file")
+            .arg(report),
+        &format!("QdstrmImporter ({})", importer.display()),
+        None,
+        false,
+    )?;
     let ok = out.status.success() && fs::metadata(report).is_ok_and(|m| m.len() > 0);
     if !ok {
         let _ = fs::remove_file(report);

@@ -646,27 +646,37 @@ fn format_from_flag_or_output_name() {
             .unwrap()
             .convert
             .output_format()
+            .ok()
     };
-    assert_eq!(format(&["x", "in.sqlite"]), OutputFormat::Protobuf);
+    assert_eq!(format(&["x", "in.sqlite"]), Some(OutputFormat::Protobuf));
     assert_eq!(
         format(&["x", "in.sqlite", "-o", "t.json"]),
-        OutputFormat::Json
+        Some(OutputFormat::Json)
     );
     assert_eq!(
         format(&["x", "in.sqlite", "-o", "T.JSON.GZ"]),
-        OutputFormat::Json
+        Some(OutputFormat::Json)
     );
     assert_eq!(
         format(&["x", "in.sqlite", "-o", "t.pftrace.gz"]),
-        OutputFormat::Protobuf
+        Some(OutputFormat::Protobuf)
     );
     assert_eq!(
         format(&["x", "in.sqlite", "--format", "json"]),
-        OutputFormat::Json
+        Some(OutputFormat::Json)
     );
+    // Contradictory choices are an error, not a protobuf file named .json.
     assert_eq!(
         format(&["x", "in.sqlite", "--format", "protobuf", "-o", "t.json"]),
-        OutputFormat::Protobuf
+        None
+    );
+    assert_eq!(
+        format(&["x", "in.sqlite", "--format", "json", "-o", "t.pftrace"]),
+        None
+    );
+    assert_eq!(
+        format(&["x", "in.sqlite", "--format", "json", "-o", "-"]),
+        Some(OutputFormat::Json)
     );
 
     // The binary: JSON and gzip both chosen by the output name.

@@ -31,8 +31,9 @@ fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
     let c = |n: &str| schema.col_of(table, "t", n);
     // The call stack at the call site, when nsys captured one.
     let callchain = super::callchain_sql(schema, table, "CUDA_CALLCHAINS");
+    let rowid = schema.rowid_of(table, "t");
     format!(
-        "SELECT {}, {}, {}, {}, {}, {}, t.rowid, {callchain} FROM main.\"{table}\" t WHERE {} ORDER BY t.rowid",
+        "SELECT {}, {}, {}, {}, {}, {}, {rowid}, {callchain} FROM main.\"{table}\" t WHERE {} ORDER BY {rowid}",
         c("start"),
         c("end"),
         c("globalTid"),
@@ -51,8 +52,8 @@ fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
 fn decode(table: &'static str, r: &rusqlite::Row<'_>) -> Row {
     Row {
         table,
-        start: int_at(r, 0),
-        end: int_at(r, 1),
+        start: super::time_at(r, 0),
+        end: super::time_at(r, 1),
         global_tid: int_at(r, 2),
         corr: int_at(r, 3),
         name_id: int_at(r, 4),
@@ -71,6 +72,8 @@ struct Cursor<'s> {
     links: Option<rusqlite::Rows<'s>>,
     /// The next link not yet consumed: (arid, flow id).
     pending: Option<(i64, u64)>,
+    /// The last rowid read, when the table has real rowids (checked increasing).
+    last: Option<Option<i64>>,
 }
 
 impl Cursor<'_> {
@@ -79,6 +82,9 @@ impl Cursor<'_> {
             return Ok(None);
         };
         let mut row = decode(self.table, r);
+        if let Some(last) = self.last.as_mut() {
+            super::check_rowid_order(self.table, last, row.rowid)?;
+        }
         if let Some(links) = self.links.as_mut() {
             loop {
                 if self.pending.is_none() {
@@ -124,7 +130,11 @@ pub fn read<S: EventSink>(
         .collect();
     let mut stmts = Vec::new();
     for &(t, src) in &tables {
-        let links = if with_flows && schema.has_columns(t, &["correlationId", "globalTid"]) {
+        let links = if with_flows
+            && crate::flows::api_tables(schema)
+                .iter()
+                .any(|(_, a)| *a == t)
+        {
             Some(conn.prepare(&format!(
                 "SELECT arid, src, rid FROM {FLOWS_DB}.gpu_link WHERE asrc = {src} ORDER BY arid, src, rid"
             ))?)
@@ -143,6 +153,7 @@ pub fn read<S: EventSink>(
                 None => None,
             },
             pending: None,
+            last: schema.rowid(t).map(|_| None),
         });
     }
     let mut heads: Vec<Option<Row>> = Vec::new();

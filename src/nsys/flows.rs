@@ -43,7 +43,21 @@ pub fn flow_id(src: i64, rid: i64) -> u64 {
 pub fn gpu_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
     [(0, KERNEL), (1, MEMCPY), (2, MEMSET)]
         .into_iter()
-        .filter(|(_, t)| schema.has_columns(t, &["start", "correlationId", "globalPid"]))
+        .filter(|(_, t)| {
+            schema.has_columns(
+                t,
+                &[
+                    "start",
+                    "end",
+                    "correlationId",
+                    "globalPid",
+                    "deviceId",
+                    "streamId",
+                ],
+            )
+        })
+        // Flow ids are built from rowids: a table without one draws no arrows.
+        .filter(|(_, t)| schema.rowid(t).is_some())
         .collect()
 }
 
@@ -53,8 +67,27 @@ pub fn api_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
         (crate::nsys::api::SRC_DRIVER, DRIVER),
     ]
     .into_iter()
-    .filter(|(_, t)| schema.has_columns(t, &["start", "correlationId", "globalTid"]))
+    .filter(|(_, t)| schema.has_columns(t, &["start", "end", "correlationId", "globalTid"]))
+    .filter(|(_, t)| schema.rowid(t).is_some())
     .collect()
+}
+
+/// SQL that is true for the rows of a table its reader converts (rather than counts as skipped):
+/// integer (or real) times, end not before start, and the `ids` the reader needs.
+/// Only those rows are linked: an arrow to a row that is not written would dangle.
+pub fn converted_row_sql(alias: &str, ids: &[&str]) -> String {
+    let num = |c: &str| format!("typeof({alias}.\"{c}\") IN ('integer', 'real')");
+    let mut parts = vec![
+        num("start"),
+        num("end"),
+        format!("CAST({alias}.\"end\" AS INTEGER) >= CAST({alias}.start AS INTEGER)"),
+        format!(
+            "CAST({alias}.\"end\" AS INTEGER) <= {}",
+            crate::nsys::MAX_TIME
+        ),
+    ];
+    parts.extend(ids.iter().map(|c| num(c)));
+    parts.join(" AND ")
 }
 
 /// A GPU row links to its launch only when it starts after the launching call starts: an arrow
@@ -90,16 +123,20 @@ pub fn prepare(schema: &Schema, sel: &Selection) -> Result<Option<FlowDb>> {
     )?;
     for (s, t) in &api {
         conn.execute_batch(&format!(
-            "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, {s}, rowid, start \
-             FROM src.\"{t}\" t WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL AND {}",
+            "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, {s}, {}, \
+             CAST(start AS INTEGER) FROM src.\"{t}\" t WHERE correlationId IS NOT NULL AND {} AND {}",
+            schema.rowid_of(t, "t"),
+            converted_row_sql("t", &["globalTid"]),
             sel.sql("t", true, Some("globalTid"), None)
         ))?;
     }
     for (s, t) in &gpu {
         conn.execute_batch(&format!(
-            "INSERT INTO gpu_link SELECT a.src, a.rid, {s}, g.rowid FROM src.\"{t}\" g \
+            "INSERT INTO gpu_link SELECT a.src, a.rid, {s}, {} FROM src.\"{t}\" g \
              JOIN api_first a ON a.pkey = g.globalPid >> 24 AND a.corr = g.correlationId \
-             WHERE g.start > a.start AND {}",
+             WHERE CAST(g.start AS INTEGER) > a.start AND {} AND {}",
+            schema.rowid_of(t, "g"),
+            converted_row_sql("g", &["deviceId", "streamId"]),
             sel.sql(
                 "g",
                 true,

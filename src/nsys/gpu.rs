@@ -114,14 +114,18 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
     let with_flows = q.with_flows;
     let t = kind.table();
     let mut cols: Vec<String> = COMMON.iter().map(|c| schema.col_of(t, "t", c)).collect();
-    let linkable = with_flows && schema.has_columns(t, &["correlationId", "globalPid"]);
+    let linkable = with_flows
+        && crate::flows::gpu_tables(schema)
+            .iter()
+            .any(|(_, g)| *g == t);
+    let rowid = schema.rowid_of(t, "t");
     // The launching call's start, when the row has one; the row's own rowid names its flow.
     cols.push(if linkable {
         "a.start".into()
     } else {
         "NULL".into()
     });
-    cols.push("t.rowid".into());
+    cols.push(rowid.clone());
     cols.extend(extra_cols(kind).iter().map(|c| schema.col_of(t, "t", c)));
     let mut join = if linkable {
         format!(
@@ -133,7 +137,7 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
     if q.with_nvtx {
         cols.push("k.ranges".into());
         join += &format!(
-            " LEFT JOIN {PROJ_DB}.{KERNEL_NVTX} k ON k.src = {} AND k.rid = t.rowid",
+            " LEFT JOIN {PROJ_DB}.{KERNEL_NVTX} k ON k.src = {} AND k.rid = {rowid}",
             kind.src()
         );
     } else {
@@ -146,7 +150,7 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
         schema.has_column(t, "deviceId").then_some("deviceId"),
     );
     format!(
-        "SELECT {} FROM main.\"{t}\" t{join} WHERE {filter} ORDER BY t.rowid",
+        "SELECT {} FROM main.\"{t}\" t{join} WHERE {filter} ORDER BY {rowid}",
         cols.join(", ")
     )
 }
@@ -161,7 +165,11 @@ fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
         nvtx: super::text_at(r, 9 + extra_cols(kind).len()).map(|s| s.into_owned()),
     };
     for (i, c) in row.common.iter_mut().enumerate() {
-        *c = int_at(r, i);
+        *c = if i < 2 {
+            super::time_at(r, i)
+        } else {
+            int_at(r, i)
+        };
     }
     for i in 0..extra_cols(kind).len() {
         row.extra[i] = int_at(r, 9 + i);
@@ -195,6 +203,11 @@ pub fn read<S: EventSink>(
     }
     let mut fmt = Formatter::default();
     let mut window = Reorder::new(REORDER_WINDOW);
+    // Per cursor: the last rowid, when the table has real ones (flow ids are built from them).
+    let mut last: Vec<Option<Option<i64>>> = kinds
+        .iter()
+        .map(|k| schema.rowid(k.table()).map(|_| None))
+        .collect();
     loop {
         // k-way merge by start; ties keep table order.
         let mut best: Option<(usize, i64)> = None;
@@ -208,6 +221,9 @@ pub fn read<S: EventSink>(
         }
         let Some((i, _)) = best else { break };
         let row = heads[i].take().expect("head present");
+        if let Some(l) = last[i].as_mut() {
+            super::check_rowid_order(row.kind.table(), l, row.rowid)?;
+        }
         let (k, rows) = &mut cursors[i];
         heads[i] = rows.next()?.map(|r| decode(*k, r));
         if let Some(row) = window.push(row.common[0].unwrap_or(i64::MIN), row) {

@@ -58,6 +58,8 @@ const NSYS_MARKERS: &[&str] = &[
 pub struct Schema {
     pub path: PathBuf,
     tables: HashMap<String, Vec<String>>,
+    /// Tables declared `WITHOUT ROWID` (they have no implicit rowid).
+    without_rowid: std::collections::HashSet<String>,
 }
 
 impl Schema {
@@ -93,6 +95,26 @@ impl Schema {
         }
     }
 
+    /// The name under which a table's implicit rowid can be selected: `rowid`, else `_rowid_`,
+    /// else `oid` (a real column of that name hides the rowid); `None` for a `WITHOUT ROWID`
+    /// table or one whose columns shadow all three.
+    pub fn rowid(&self, table: &str) -> Option<&'static str> {
+        if !self.has_table(table) || self.without_rowid.contains(table) {
+            return None;
+        }
+        ["rowid", "_rowid_", "oid"]
+            .into_iter()
+            .find(|r| !self.tables[table].iter().any(|c| c.eq_ignore_ascii_case(r)))
+    }
+
+    /// `alias.rowid` (see [`Schema::rowid`]), or `NULL` when the table has none.
+    pub fn rowid_of(&self, table: &str, alias: &str) -> String {
+        match self.rowid(table) {
+            Some(r) => format!("{alias}.{r}"),
+            None => "NULL".to_string(),
+        }
+    }
+
     /// Whether the table exists and has all of these columns.
     pub fn has_columns(&self, table: &str, columns: &[&str]) -> bool {
         columns.iter().all(|c| self.has_column(table, c))
@@ -100,10 +122,11 @@ impl Schema {
 }
 
 /// Percent-encode a path into an SQLite `file:` URI so any file name works.
+/// The path's raw bytes are encoded, so names that are not UTF-8 work too.
 pub fn sqlite_uri(path: &Path, params: &str) -> String {
-    let raw = path.to_string_lossy();
+    use std::os::unix::ffi::OsStrExt;
     let mut out = String::from("file:");
-    for b in raw.bytes() {
+    for &b in path.as_os_str().as_bytes() {
         if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
             out.push(b as char);
         } else {
@@ -115,10 +138,92 @@ pub fn sqlite_uri(path: &Path, params: &str) -> String {
     out
 }
 
-/// Open the export read-only. `immutable=1` tells SQLite nobody writes the file while we read,
-/// which skips locking and works on read-only media.
+/// The URI parameters to read an export with. `immutable=1` tells SQLite nobody writes the file
+/// while we read, which skips locking and works on read-only media; but an immutable open
+/// ignores the write-ahead log, so a WAL-mode database whose committed changes are still in its
+/// `-wal` file (header bytes 18 and 19 are 2, and `X-wal` is not empty) is opened read-only
+/// without it, and SQLite reads the log.
+pub fn read_params(path: &Path) -> &'static str {
+    if has_pending_wal(path) {
+        "mode=ro"
+    } else {
+        "mode=ro&immutable=1"
+    }
+}
+
+/// Whether `path` is a WAL-mode database with a non-empty `-wal` file beside it.
+pub fn has_pending_wal(path: &Path) -> bool {
+    use std::io::Read;
+    let mut header = [0u8; 20];
+    // Never open a FIFO or device: reading one can block forever.
+    let wal_mode = std::fs::metadata(path).is_ok_and(|m| m.is_file())
+        && std::fs::File::open(path)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .is_ok()
+        && header[18] == 2
+        && header[19] == 2;
+    if !wal_mode {
+        return false;
+    }
+    let mut wal = path.as_os_str().to_os_string();
+    wal.push("-wal");
+    std::fs::metadata(&wal).is_ok_and(|m| m.is_file() && m.len() > 0)
+}
+
+/// Reading a WAL database without `immutable` makes SQLite create its `-shm` index file beside
+/// it. This removes that file when the guard drops (all connections closed) if it did not exist
+/// when the guard was made: no litter in the user's folder. It is also removed on an interrupt.
+pub struct ShmGuard {
+    created: Option<PathBuf>,
+}
+
+impl ShmGuard {
+    pub fn new(path: &Path) -> ShmGuard {
+        let mut shm = path.as_os_str().to_os_string();
+        shm.push("-shm");
+        let shm = PathBuf::from(shm);
+        let created =
+            (has_pending_wal(path) && std::fs::symlink_metadata(&shm).is_err()).then(|| {
+                crate::cleanup::register(&shm);
+                shm
+            });
+        ShmGuard { created }
+    }
+}
+
+impl Drop for ShmGuard {
+    fn drop(&mut self) {
+        if let Some(shm) = &self.created {
+            let _ = std::fs::remove_file(shm);
+            crate::cleanup::forget(shm);
+        }
+    }
+}
+
+/// Rows read `ORDER BY rowid` must come in increasing rowid order: flow ids and the merge with
+/// the link tables rely on it. A damaged b-tree ("Rowid 41 out of order", which SQLite itself
+/// does not report while reading) breaks that: fail as a damaged file rather than write arrows
+/// that dangle.
+pub fn check_rowid_order(table: &str, last: &mut Option<i64>, rowid: i64) -> Result<()> {
+    if last.is_some_and(|l| rowid <= l) {
+        bail!(
+            "damaged SQLite database: {table} returns rowid {rowid} after {} (a damaged \
+             b-tree; `PRAGMA quick_check` or --check reports it)",
+            last.unwrap_or_default()
+        );
+    }
+    *last = Some(rowid);
+    Ok(())
+}
+
+/// Quote an SQL identifier (a table or column name), doubling any `"` in it.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
+/// Open the export read-only (see [`read_params`]).
 pub fn open_readonly(path: &Path) -> Result<Connection> {
-    let uri = sqlite_uri(path, "mode=ro&immutable=1");
+    let uri = sqlite_uri(path, read_params(path));
     let conn = Connection::open_with_flags(
         &uri,
         OpenFlags::SQLITE_OPEN_READ_ONLY
@@ -141,6 +246,10 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
     if meta.is_dir() {
         bail!("is a directory, not an nsys export");
+    }
+    if !meta.is_file() {
+        // Never opened: reading a FIFO would wait for a writer forever.
+        bail!("not a regular file (a FIFO, device or socket): give an nsys SQLite export file");
     }
     let mut header = [0u8; 16];
     {
@@ -172,6 +281,29 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             tables.entry(t).or_default().push(c);
         }
     }
+    let mut without_rowid = std::collections::HashSet::new();
+    {
+        let mut stmt = conn
+            .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
+            .map_err(|e| anyhow::anyhow!("damaged SQLite database: {e}"))?;
+        let rows = stmt
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+            })
+            .map_err(|e| anyhow::anyhow!("damaged SQLite database: {e}"))?;
+        for row in rows {
+            let (name, sql) = row.map_err(|e| anyhow::anyhow!("damaged SQLite database: {e}"))?;
+            // Table options follow the column list: `) WITHOUT ROWID`, `) STRICT, WITHOUT ROWID`.
+            let options = sql
+                .as_deref()
+                .and_then(|s| s.rsplit_once(')'))
+                .map(|(_, o)| o.to_ascii_uppercase())
+                .unwrap_or_default();
+            if options.contains("WITHOUT") && options.contains("ROWID") {
+                without_rowid.insert(name);
+            }
+        }
+    }
     if !NSYS_MARKERS.iter().any(|t| tables.contains_key(*t)) {
         bail!(
             "SQLite database is not an Nsight Systems export (no StringIds, NVTX or CUPTI tables)"
@@ -182,6 +314,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
         Schema {
             path: path.to_path_buf(),
             tables,
+            without_rowid,
         },
     ))
 }
@@ -194,6 +327,17 @@ pub fn int_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
         Ok(rusqlite::types::ValueRef::Real(v)) => Some(v as i64),
         _ => None,
     }
+}
+
+/// The latest timestamp a trace can hold: 2^62 ns (146 years). Perfetto encodes timestamps as
+/// deltas of signed 64-bit values; times beyond this (a damaged `end` of 2^63 - 1) cannot be
+/// placed and are read as missing, so their rows are counted as skipped.
+pub const MAX_TIME: i64 = 1 << 62;
+
+/// Read a timestamp column like [`int_at`], `None` beyond [`MAX_TIME`] (or below -MAX_TIME).
+#[inline]
+pub fn time_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
+    int_at(row, idx).filter(|t| (-MAX_TIME..=MAX_TIME).contains(t))
 }
 
 /// Read a float column that may be stored as integer or NULL.
@@ -225,10 +369,24 @@ pub fn scratch_db(
     prefix: &str,
     file: &str,
 ) -> Result<(tempfile::TempDir, PathBuf, Connection)> {
-    let dir = tempfile::Builder::new()
-        .prefix(prefix)
-        .tempdir()
-        .context("cannot create a scratch directory")?;
+    let tmp = std::env::temp_dir();
+    // What runs killed with SIGKILL left there.
+    crate::cleanup::remove_dead_scratch();
+    let dir = crate::cleanup::create(
+        || {
+            tempfile::Builder::new()
+                .prefix(&crate::cleanup::prefix(prefix))
+                .tempdir_in(&tmp)
+        },
+        |d| d.path().to_path_buf(),
+    )
+    .map_err(|e| {
+        anyhow::anyhow!(
+            "cannot create a scratch directory in the temporary folder {} (TMPDIR): {}",
+            tmp.display(),
+            crate::convert::os_error(&e)
+        )
+    })?;
     let path = dir.path().join(file);
     let conn = Connection::open_with_flags(
         &path,
@@ -241,7 +399,7 @@ pub fn scratch_db(
     tune(&conn)?;
     conn.execute(
         "ATTACH DATABASE ?1 AS src",
-        [sqlite_uri(&schema.path, "mode=ro&immutable=1")],
+        [sqlite_uri(&schema.path, read_params(&schema.path))],
     )?;
     Ok((dir, path, conn))
 }
@@ -251,6 +409,15 @@ pub fn scratch_db(
 /// export has none.
 pub fn callchain_sql(schema: &Schema, table: &str, chains: &str) -> String {
     if schema.has_column(table, "callchainId")
+        && schema.has_columns(chains, &["id", "symbol", "stackDepth"])
+        && !schema.has_columns("StringIds", &["id", "value"])
+    {
+        // No string table: every frame is a dangling id.
+        format!(
+            "(SELECT group_concat('?', char(10)) FROM (SELECT symbol FROM {chains} \
+             WHERE id = t.callchainId ORDER BY stackDepth))"
+        )
+    } else if schema.has_column(table, "callchainId")
         && schema.has_columns(chains, &["id", "symbol", "stackDepth"])
     {
         format!(

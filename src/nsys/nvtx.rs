@@ -59,9 +59,10 @@ pub fn read<S: EventSink>(
         None,
     );
     // Rows stream in storage order, which nsys writes by start; layout copes with stragglers.
+    let rowid = schema.rowid_of(NVTX, "t");
     let sql = format!(
         "SELECT {} FROM {NVTX} t WHERE t.eventType NOT IN ({MARK}, {PUSH_POP}, {START_END}) OR ({filter}) \
-         ORDER BY t.rowid",
+         ORDER BY {rowid}",
         cols.join(", ")
     );
     let mut stmt = conn.prepare(&sql)?;
@@ -81,11 +82,11 @@ pub fn read<S: EventSink>(
             sink.skip(NVTX, "unsupported NVTX event type");
             continue;
         }
-        let Some(start) = int_at(r, 0) else {
+        let Some(start) = super::time_at(r, 0) else {
             sink.skip(NVTX, "no start timestamp");
             continue;
         };
-        let end = int_at(r, 1);
+        let end = super::time_at(r, 1);
         let end = match (ty, end) {
             (MARK, _) => None,
             (_, None) => {

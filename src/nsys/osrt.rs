@@ -36,8 +36,9 @@ pub fn read<S: EventSink>(
         schema.has_column(OSRT, "globalTid").then_some("globalTid"),
         None,
     );
+    let rowid = schema.rowid_of(OSRT, "t");
     let sql = format!(
-        "SELECT {}, {}, {}, {}, {}, {callchain} FROM {OSRT} t WHERE {filter} ORDER BY t.rowid",
+        "SELECT {}, {}, {}, {}, {}, {callchain} FROM {OSRT} t WHERE {filter} ORDER BY {rowid}",
         c("start"),
         c("end"),
         c("globalTid"),
@@ -49,8 +50,8 @@ pub fn read<S: EventSink>(
     let mut window = Reorder::new(REORDER_WINDOW);
     while let Some(r) = rows.next()? {
         let row = Row {
-            start: int_at(r, 0),
-            end: int_at(r, 1),
+            start: super::time_at(r, 0),
+            end: super::time_at(r, 1),
             global_tid: int_at(r, 2),
             name_id: int_at(r, 3),
             ret: int_at(r, 4),

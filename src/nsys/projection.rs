@@ -121,7 +121,7 @@ fn gpu_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
         schema.has_columns(
             t,
             &["start", "end", "correlationId", "globalPid", "deviceId"],
-        )
+        ) && schema.rowid(t) == Some("rowid")
     })
     .collect()
 }
@@ -130,6 +130,7 @@ fn api_tables(schema: &Schema) -> Vec<&'static str> {
     [RUNTIME, DRIVER]
         .into_iter()
         .filter(|t| schema.has_columns(t, &["start", "correlationId", "globalTid"]))
+        .filter(|t| schema.rowid(t) == Some("rowid"))
         .collect()
 }
 
@@ -141,6 +142,7 @@ impl Projection {
         if gpu.is_empty()
             || api.is_empty()
             || !schema.has_columns(NVTX, &["start", "end", "eventType", "globalTid"])
+            || schema.rowid(NVTX) != Some("rowid")
         {
             return Ok(None);
         }

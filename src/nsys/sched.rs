@@ -27,15 +27,22 @@ pub fn read<S: EventSink>(
     }
     // A point event: the time window keeps switches inside it.
     let filter = selection.sql("t", false, Some("globalTid"), None);
+    let rowid = schema.rowid_of(SCHED, "t");
     let sql = format!(
-        "SELECT t.start, t.cpu, t.isSchedIn, t.globalTid FROM {SCHED} t WHERE {filter} ORDER BY t.rowid"
+        "SELECT t.start, t.cpu, t.isSchedIn, t.globalTid FROM {SCHED} t WHERE {filter} ORDER BY {rowid}"
     );
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
     let mut window = Reorder::new(REORDER_WINDOW);
     let mut state = State::default();
     while let Some(r) = rows.next()? {
-        let row: [Option<i64>; 4] = std::array::from_fn(|i| int_at(r, i));
+        let row: [Option<i64>; 4] = std::array::from_fn(|i| {
+            if i == 0 {
+                super::time_at(r, i)
+            } else {
+                int_at(r, i)
+            }
+        });
         // Outs before ins at one instant: a switch closes the old thread first.
         let key = (row[0].unwrap_or(i64::MIN), row[2].unwrap_or(0).min(1));
         if let Some(row) = window.push_keyed(key.0, key.1, row) {

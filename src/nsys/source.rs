@@ -18,19 +18,30 @@ use std::time::Instant;
 pub struct Export {
     pub schema: Schema,
     pub info: ProfileInfo,
+    /// Removes the `-shm` file SQLite creates to read a WAL-mode export, when we made it.
+    _shm: super::ShmGuard,
 }
 
 impl Export {
     /// Check the file, read its schema and small lookup tables. Errors are one line.
-    pub fn open(path: &Path) -> Result<Export> {
+    /// With `check`, SQLite's `PRAGMA quick_check` runs first and a damaged file is refused.
+    pub fn open(path: &Path, check: bool) -> Result<Export> {
+        let shm = super::ShmGuard::new(path);
         let (conn, schema) = open_schema(path)?;
+        if check {
+            crate::convert::quick_check(&conn)?;
+        }
         let mut info = ProfileInfo::load(&conn, &schema)
             .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
         let earliest = earliest_time(&conn, &schema)?;
         if let Some(desc) = Arc::get_mut(&mut info.desc) {
             desc.earliest_ns = earliest.filter(|t| *t < 0);
         }
-        Ok(Export { schema, info })
+        Ok(Export {
+            schema,
+            info,
+            _shm: shm,
+        })
     }
 
     pub fn description(&self) -> Arc<Description> {
@@ -54,9 +65,12 @@ impl Export {
             .iter()
             .filter(|t| self.schema.has_table(t))
             .filter_map(|t| {
-                conn.query_row(&format!("SELECT max(rowid) FROM \"{t}\""), [], |r| {
-                    r.get::<_, Option<i64>>(0)
-                })
+                let rowid = self.schema.rowid(t)?;
+                conn.query_row(
+                    &format!("SELECT max({rowid}) FROM {}", super::quote_ident(t)),
+                    [],
+                    |r| r.get::<_, Option<i64>>(0),
+                )
                 .ok()
                 .flatten()
             })
@@ -98,18 +112,22 @@ impl Export {
                 timing("sched", t);
                 sink.finish()
             });
-            let projection = s.spawn(move || -> Result<(Option<Projection>, Vec<String>)> {
-                let unconverted = unconverted_tables(schema)?;
+            type Tables = (Vec<String>, Vec<((String, String), u64)>);
+            let projection = s.spawn(move || -> Result<(Option<Projection>, Tables)> {
+                let unconverted = (
+                    unconverted_tables(schema)?,
+                    incomplete_tables(schema, selection)?,
+                );
                 if !selection.wants(EventType::NvtxGpu) {
                     return Ok((None, unconverted));
                 }
                 let t = Instant::now();
-                let p = Projection::build(schema)?;
+                let p = Projection::build(schema).map_err(crate::convert::scratch_error)?;
                 timing("nvtx-gpu projection", t);
                 Ok((p, unconverted))
             });
             let t = Instant::now();
-            let flow_db: Arc<Option<FlowDb>> = Arc::new(flows::prepare(schema, selection)?);
+            let flow_db: Arc<Option<FlowDb>> = Arc::new(flows::prepare(schema, selection).map_err(crate::convert::scratch_error)?);
             timing("flow links", t);
             let api = {
                 let flow_db = flow_db.clone();
@@ -183,7 +201,11 @@ impl Export {
             if !selection.is_everything() {
                 summary.notes.push(format!("selection: {selection}"));
             }
+            let (unconverted, incomplete) = unconverted;
             summary.notes.extend(unconverted);
+            for (key, n) in incomplete {
+                *summary.skipped.entry(key).or_default() += n;
+            }
             Ok(summary)
         })
     }
@@ -234,12 +256,74 @@ fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
     let conn = open_readonly(&schema.path)?;
     let mut notes = Vec::new();
     for t in tables {
-        let n: i64 = conn.query_row(&format!("SELECT count(*) FROM \"{t}\""), [], |r| r.get(0))?;
+        let n: i64 = conn.query_row(
+            &format!("SELECT count(*) FROM {}", super::quote_ident(t)),
+            [],
+            |r| r.get(0),
+        )?;
         if n > 0 {
             notes.push(format!("{t}: {n} rows not converted (not supported yet)"));
         }
     }
     Ok(notes)
+}
+
+/// The columns each event reader needs, by table, and the event type it writes: a table that
+/// lacks one is not converted, and its rows are counted as skipped (naming the column).
+const REQUIRED: [(&str, &[&str], EventType); 9] = [
+    (super::KERNEL, &["start", "end"], EventType::Kernel),
+    (super::MEMCPY, &["start", "end"], EventType::Memcpy),
+    (super::MEMSET, &["start", "end"], EventType::Memset),
+    (super::RUNTIME, &["start", "end"], EventType::CudaApi),
+    (super::DRIVER, &["start", "end"], EventType::CudaApi),
+    (super::NVTX, &["start", "eventType"], EventType::Nvtx),
+    (super::osrt::OSRT, &["start", "end"], EventType::Osrt),
+    (super::sync::SYNC, &["start", "end"], EventType::Sync),
+    (
+        super::sched::SCHED,
+        &["start", "cpu", "isSchedIn", "globalTid"],
+        EventType::Sched,
+    ),
+];
+
+/// Event tables the selection wants that miss a column their reader needs: ((table, reason),
+/// rows), for the skipped-row accounting.
+fn incomplete_tables(schema: &Schema, sel: &Selection) -> Result<Vec<((String, String), u64)>> {
+    let mut out = Vec::new();
+    let mut conn = None;
+    for (table, cols, ty) in REQUIRED {
+        if !schema.has_table(table) || !sel.wants(ty) {
+            continue;
+        }
+        let missing: Vec<&str> = cols
+            .iter()
+            .copied()
+            .filter(|c| !schema.has_column(table, c))
+            .collect();
+        if missing.is_empty() {
+            continue;
+        }
+        if conn.is_none() {
+            conn = Some(open_readonly(&schema.path)?);
+        }
+        let n: i64 = conn.as_ref().expect("opened").query_row(
+            &format!("SELECT count(*) FROM {}", super::quote_ident(table)),
+            [],
+            |r| r.get(0),
+        )?;
+        if n > 0 {
+            let reason = format!(
+                "table not converted: no {} column",
+                missing
+                    .iter()
+                    .map(|c| format!("`{c}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            );
+            out.push(((table.to_string(), reason), n as u64));
+        }
+    }
+    Ok(out)
 }
 
 /// SQLite errors from a damaged file read better with a hint.
@@ -266,7 +350,7 @@ pub fn timing(phase: &str, since: Instant) {
                 )
             })
             .unwrap_or(f64::NAN);
-        eprintln!(
+        crate::say!(
             "timing: {phase}: {:.3} s wall, thread cpu so far {cpu:.2} s",
             since.elapsed().as_secs_f64()
         );

@@ -44,8 +44,9 @@ pub fn read<S: EventSink>(
         None,
     );
     let devices = context_devices(conn, schema)?;
+    let rowid = schema.rowid_of(SYNC, "t");
     let sql = format!(
-        "SELECT {} FROM {SYNC} t WHERE {filter} ORDER BY t.rowid",
+        "SELECT {} FROM {SYNC} t WHERE {filter} ORDER BY {rowid}",
         cols.join(", ")
     );
     let mut stmt = conn.prepare(&sql)?;
@@ -53,7 +54,13 @@ pub fn read<S: EventSink>(
     let mut window = Reorder::new(REORDER_WINDOW);
     let mut labels: HashMap<i64, String> = HashMap::new();
     while let Some(r) = rows.next()? {
-        let row: [Option<i64>; 9] = std::array::from_fn(|i| int_at(r, i));
+        let row: [Option<i64>; 9] = std::array::from_fn(|i| {
+            if i < 2 {
+                super::time_at(r, i)
+            } else {
+                int_at(r, i)
+            }
+        });
         if let Some(row) = window.push(row[0].unwrap_or(i64::MIN), row) {
             emit(&row, &devices, selection, sink, &mut labels, info)?;
         }

@@ -197,7 +197,7 @@ impl ExtractArgs {
         {
             Ok(p) => p,
             Err(e) => {
-                eprintln!("error: {e:#}");
+                crate::say!("error: {e:#}");
                 return std::process::ExitCode::from(2);
             }
         };
@@ -209,7 +209,7 @@ impl ExtractArgs {
             {
                 Ok(r) => results.push(r),
                 Err(e) => {
-                    eprintln!("error: {}: {e:#}", p.display());
+                    crate::say!("error: {}: {e:#}", p.display());
                     failed = true;
                 }
             }
@@ -218,7 +218,7 @@ impl ExtractArgs {
             .out
             .emit(&render(&results, self.out.format(), self.out.unit))
         {
-            eprintln!("error: {e:#}");
+            crate::say!("error: {e:#}");
             failed = true;
         }
         if failed {

@@ -299,7 +299,7 @@ impl StatsArgs {
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("error: {}: {e:#}", self.profile.display());
+                crate::say!("error: {}: {e:#}", self.profile.display());
                 std::process::ExitCode::FAILURE
             }
         }

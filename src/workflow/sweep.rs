@@ -393,7 +393,7 @@ impl SweepArgs {
         let opts = match self.options() {
             Ok(o) => o,
             Err(e) => {
-                eprintln!("error: {e:#}");
+                crate::say!("error: {e:#}");
                 return std::process::ExitCode::from(2);
             }
         };
@@ -409,22 +409,22 @@ impl SweepArgs {
             let command: Vec<std::ffi::OsString> = command.iter().map(Into::into).collect();
             crate::report::profile(&popts, &command)
         };
-        let mut progress = |line: &str| eprintln!("sweep: {line}");
+        let mut progress = |line: &str| crate::say!("sweep: {line}");
         let result = sweep(&opts, &mut profile, &mut progress).and_then(|sw| {
             for r in &sw.runs {
-                eprintln!("sweep: p={} -> {}", r.value, r.profile.display());
+                crate::say!("sweep: p={} -> {}", r.value, r.profile.display());
             }
-            print!("{}", sw.table(self.metric, self.unit));
+            crate::term::out(format_args!("{}", sw.table(self.metric, self.unit)));
             if let Some(csv) = &self.csv {
                 super::write_file(csv, &sw.csv())?;
-                eprintln!("sweep: CSV written to {}", csv.display());
+                crate::say!("sweep: CSV written to {}", csv.display());
             }
             Ok(())
         });
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                eprintln!("error: {e:#}");
+                crate::say!("error: {e:#}");
                 std::process::ExitCode::FAILURE
             }
         }
