@@ -102,7 +102,7 @@ pub fn read<W: EventWriter>(
             }
             (_, Some(e)) => Some(e),
         };
-        let Some(global_tid) = int_at(r, 3) else {
+        let Some(global_tid) = super::tid_at(r, 3) else {
             router.skip(NVTX, "no thread id");
             continue;
         };
