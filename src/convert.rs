@@ -120,7 +120,7 @@ fn run<F: Format>(input: &Path, output: &Path, format: &F, opts: &Options) -> Re
             .join()
             .map_err(|_| anyhow!("output writer panicked"))?;
         // A writer failure (disk full) explains reader send failures: report it first.
-        let bytes = written?;
+        let bytes = written.map_err(|e| anyhow!("{}: {}", output.display(), error_line(&e)))?;
         Ok((readers?, bytes))
     });
     let (readers_summary, bytes) = result?;
