@@ -295,13 +295,12 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         left.sort();
-        assert_eq!(
-            left,
-            vec![
-                ".nsys-perfetto-abc.part".to_string(),
-                format!(".nsys-perfetto-{dead}-abc.txt"),
-                format!(".nsys-perfetto-{me}-abc.part"),
-            ]
-        );
+        let mut want = vec![
+            ".nsys-perfetto-abc.part".to_string(),
+            format!(".nsys-perfetto-{dead}-abc.txt"),
+            format!(".nsys-perfetto-{me}-abc.part"),
+        ];
+        want.sort();
+        assert_eq!(left, want);
     }
 }

@@ -289,7 +289,7 @@ fn run<F: Format>(
             .join()
             .map_err(|_| anyhow!("output writer panicked"))?;
         // A writer failure (disk full) explains reader send failures: report it first.
-        let bytes = written?;
+        let bytes = written.map_err(|e| anyhow!("{}: {}", output.display(), error_line(&e)))?;
         if let Some(e) = failure {
             return Err(e);
         }

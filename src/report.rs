@@ -37,7 +37,7 @@
 //! bit on it, even for root, or creating a file there fails), the export goes to
 //! `$XDG_CACHE_HOME/nsys-perfetto/` (else `~/.cache/nsys-perfetto/`), named after the report and
 //! a hash of its absolute path. The same happens when `DIR/X.sqlite` exists but was not written
-//! by this tool (no marker `.X.sqlite.nsys-perfetto` matching it, see [`owns_export`]) and is
+//! by this tool (its SQLite `application_id` is not ours, see [`owns_export`]) and is
 //! not an up-to-date export of the report: a user's file is used or left alone, never replaced. An export is reused while it is at least as new as the report and
 //! opens as an nsys SQLite export. nsys writes to a hidden temporary name that is renamed into
 //! place only when nsys succeeded and the file opens as an export, so a failed or interrupted
@@ -838,41 +838,35 @@ fn parent_dir(p: &Path) -> PathBuf {
     }
 }
 
-/// The marker saying nsys-perfetto wrote `export`: `.X.sqlite.nsys-perfetto` beside it.
-fn marker_of(export: &Path) -> PathBuf {
-    let name = export
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_default();
-    parent_dir(export).join(format!(".{name}.nsys-perfetto"))
-}
+/// The SQLite `application_id` nsys-perfetto sets in the exports it writes ("nspf"): how a
+/// later run knows which `X.sqlite` files are its own. nsys leaves it 0. Set on the temporary
+/// before it is renamed into place, so no file of the user's is ever written.
+pub const EXPORT_APPLICATION_ID: u32 = u32::from_be_bytes(*b"nspf");
 
-/// What the marker records: the file's identity, size and time, so a file the user put in its
-/// place later (their own `nsys export`) is not taken for ours.
-fn marker_text(m: &fs::Metadata) -> String {
-    format!(
-        "nsys-perfetto export\ndev {}\nino {}\nsize {}\nmtime {}.{}\n",
-        m.dev(),
-        m.ino(),
-        m.len(),
-        m.mtime(),
-        m.mtime_nsec()
-    )
-}
-
-/// Whether nsys-perfetto wrote the file at `export` (its marker matches the file as it is).
-/// A SQLite file the tool did not write is never modified, replaced or deleted.
+/// Whether nsys-perfetto wrote the file at `export` (its SQLite header carries
+/// [`EXPORT_APPLICATION_ID`], bytes 68..72). A SQLite file the tool did not write is never
+/// modified, replaced or deleted.
 pub fn owns_export(export: &Path) -> bool {
-    match (fs::metadata(export), fs::read_to_string(marker_of(export))) {
-        (Ok(m), Ok(text)) => m.is_file() && text == marker_text(&m),
-        _ => false,
-    }
+    let mut header = [0u8; 72];
+    fs::metadata(export).is_ok_and(|m| m.is_file())
+        && File::open(export)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .is_ok()
+        && header.starts_with(b"SQLite format 3\0")
+        && u32::from_be_bytes(header[68..72].try_into().expect("4 bytes")) == EXPORT_APPLICATION_ID
 }
 
-fn mark_owned(export: &Path) {
-    if let Ok(m) = fs::metadata(export) {
-        let _ = fs::write(marker_of(export), marker_text(&m));
-    }
+/// Mark an export this tool just wrote (still under its temporary name) as its own.
+fn mark_owned(export: &Path) -> Result<()> {
+    let conn = rusqlite::Connection::open_with_flags(
+        export,
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+    )?;
+    conn.execute_batch(&format!(
+        "PRAGMA application_id = {}",
+        EXPORT_APPLICATION_ID as i32
+    ))?;
+    Ok(())
 }
 
 /// Where an export of `report` may be written: beside it when the folder is writable and no
@@ -1082,6 +1076,7 @@ fn run_export(
                 nsys.describe()
             )
         })?;
+        mark_owned(&tmp).map_err(|e| anyhow!("cannot mark the export as this tool's: {e}"))?;
         Ok(())
     })();
     let result = done.and_then(|()| {
@@ -1090,7 +1085,6 @@ fn run_export(
     });
     crate::cleanup::forget(&tmp_path);
     result?;
-    mark_owned(target);
     Ok(started.elapsed().as_secs_f64())
 }
 

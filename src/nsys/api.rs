@@ -54,7 +54,7 @@ fn decode(table: &'static str, r: &rusqlite::Row<'_>) -> Row {
         table,
         start: super::time_at(r, 0),
         end: super::time_at(r, 1),
-        global_tid: int_at(r, 2),
+        global_tid: super::tid_at(r, 2),
         corr: int_at(r, 3),
         name_id: int_at(r, 4),
         ret: int_at(r, 5),

@@ -86,7 +86,18 @@ pub fn converted_row_sql(alias: &str, ids: &[&str]) -> String {
             crate::nsys::MAX_TIME
         ),
     ];
-    parts.extend(ids.iter().map(|c| num(c)));
+    for c in ids {
+        parts.push(num(c));
+        // The ranges the readers accept (see `nsys::tid_at`, `nsys::device_at`).
+        let max = match *c {
+            "globalTid" => crate::nsys::MAX_GLOBAL_ID - 1,
+            "deviceId" => u32::MAX as i64,
+            _ => continue,
+        };
+        parts.push(format!(
+            "CAST({alias}.\"{c}\" AS INTEGER) BETWEEN 0 AND {max}"
+        ));
+    }
     parts.join(" AND ")
 }
 

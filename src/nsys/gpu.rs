@@ -165,10 +165,10 @@ fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
         nvtx: super::text_at(r, 9 + extra_cols(kind).len()).map(|s| s.into_owned()),
     };
     for (i, c) in row.common.iter_mut().enumerate() {
-        *c = if i < 2 {
-            super::time_at(r, i)
-        } else {
-            int_at(r, i)
+        *c = match i {
+            0 | 1 => super::time_at(r, i),
+            2 => super::device_at(r, i),
+            _ => int_at(r, i),
         };
     }
     for i in 0..extra_cols(kind).len() {

@@ -340,6 +340,23 @@ pub fn time_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
     int_at(row, idx).filter(|t| (-MAX_TIME..=MAX_TIME).contains(t))
 }
 
+/// Global thread and process ids are below 2^56 (pid and tid in 24 bits each, plus the
+/// 8-bit host); a value outside `0..2^56` cannot name a track of its own and is read as missing.
+pub const MAX_GLOBAL_ID: i64 = 1 << 56;
+
+/// Read a global thread id: [`int_at`] within `0..MAX_GLOBAL_ID`, else `None`.
+#[inline]
+pub fn tid_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
+    int_at(row, idx).filter(|t| (0..MAX_GLOBAL_ID).contains(t))
+}
+
+/// Read a CUDA device number: [`int_at`] within `0..2^32` (a GPU's track is named by it), else
+/// `None`.
+#[inline]
+pub fn device_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
+    int_at(row, idx).filter(|d| (0..1 << 32).contains(d))
+}
+
 /// Read a float column that may be stored as integer or NULL.
 #[inline]
 pub fn real_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<f64> {

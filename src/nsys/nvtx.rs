@@ -99,7 +99,7 @@ pub fn read<S: EventSink>(
             }
             (_, Some(e)) => Some(e),
         };
-        let Some(global_tid) = int_at(r, 3) else {
+        let Some(global_tid) = super::tid_at(r, 3) else {
             sink.skip(NVTX, "no thread id");
             continue;
         };

@@ -52,7 +52,7 @@ pub fn read<S: EventSink>(
         let row = Row {
             start: super::time_at(r, 0),
             end: super::time_at(r, 1),
-            global_tid: int_at(r, 2),
+            global_tid: super::tid_at(r, 2),
             name_id: int_at(r, 3),
             ret: int_at(r, 4),
             callchain: text_at(r, 5).map(|s| s.into_owned()),

@@ -36,12 +36,10 @@ pub fn read<S: EventSink>(
     let mut window = Reorder::new(REORDER_WINDOW);
     let mut state = State::default();
     while let Some(r) = rows.next()? {
-        let row: [Option<i64>; 4] = std::array::from_fn(|i| {
-            if i == 0 {
-                super::time_at(r, i)
-            } else {
-                int_at(r, i)
-            }
+        let row: [Option<i64>; 4] = std::array::from_fn(|i| match i {
+            0 => super::time_at(r, i),
+            3 => super::tid_at(r, i),
+            _ => int_at(r, i),
         });
         // Outs before ins at one instant: a switch closes the old thread first.
         let key = (row[0].unwrap_or(i64::MIN), row[2].unwrap_or(0).min(1));

@@ -54,12 +54,10 @@ pub fn read<S: EventSink>(
     let mut window = Reorder::new(REORDER_WINDOW);
     let mut labels: HashMap<i64, String> = HashMap::new();
     while let Some(r) = rows.next()? {
-        let row: [Option<i64>; 9] = std::array::from_fn(|i| {
-            if i < 2 {
-                super::time_at(r, i)
-            } else {
-                int_at(r, i)
-            }
+        let row: [Option<i64>; 9] = std::array::from_fn(|i| match i {
+            0 | 1 => super::time_at(r, i),
+            2 => super::device_at(r, i),
+            _ => int_at(r, i),
         });
         if let Some(row) = window.push(row[0].unwrap_or(i64::MIN), row) {
             emit(&row, &devices, selection, sink, &mut labels, info)?;
