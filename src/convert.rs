@@ -96,8 +96,8 @@ pub fn merge_sqlite(
     // First the clocks of every report (small tables), to place them before any event is written.
     let mut clocks = Vec::new();
     for (path, _) in inputs {
-        let e =
-            Export::open(path).map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
+        let e = Export::open(path, opts.check)
+            .map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
         clocks.push((
             e.info.desc.session_start_utc_ns,
             e.info.desc.earliest_ns.unwrap_or(0).min(0),

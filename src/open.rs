@@ -224,6 +224,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
         json_colors: false,
         progress: true,
         selection: args.select.selection()?,
+        check: false,
     };
     let selected = !opts.selection.is_everything();
     let default = crate::convert::default_output(input, opts.format);

@@ -131,7 +131,7 @@ pub fn read<S: EventSink>(
     let mut stmts = Vec::new();
     for &(t, src) in &tables {
         let links = if with_flows
-            && crate::flows::api_tables(schema)
+            && crate::nsys::flows::api_tables(schema)
                 .iter()
                 .any(|(_, a)| *a == t)
         {

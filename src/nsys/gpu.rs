@@ -115,7 +115,7 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
     let t = kind.table();
     let mut cols: Vec<String> = COMMON.iter().map(|c| schema.col_of(t, "t", c)).collect();
     let linkable = with_flows
-        && crate::flows::gpu_tables(schema)
+        && crate::nsys::flows::gpu_tables(schema)
             .iter()
             .any(|(_, g)| *g == t);
     let rowid = schema.rowid_of(t, "t");

@@ -127,7 +127,8 @@ impl Export {
                 Ok((p, unconverted))
             });
             let t = Instant::now();
-            let flow_db: Arc<Option<FlowDb>> = Arc::new(flows::prepare(schema, selection).map_err(crate::convert::scratch_error)?);
+            let flow_db: Arc<Option<FlowDb>> =
+                Arc::new(flows::prepare(schema, selection).map_err(crate::convert::scratch_error)?);
             timing("flow links", t);
             let api = {
                 let flow_db = flow_db.clone();

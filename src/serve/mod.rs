@@ -636,6 +636,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
             keep_sqlite: false,
             cache_dir: Some(dir.clone()),
             quiet: true,
+            timeout: None,
         };
         match crate::report::export_sqlite(&input, &opts) {
             Ok(e) => {
@@ -654,6 +655,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         json_colors: false,
         progress: false,
         selection,
+        check: false,
     };
     let summary = match convert::convert_sqlite(&sqlite, &output, &opts) {
         Ok(s) => s,
