@@ -34,6 +34,9 @@ pub enum Command {
     /// Profile a command once per parameter value ($p) and tabulate the extracted event times,
     /// one column per value: sweep -p 16 32 64 -o 'run_$p' -- ./app --size '$p'
     Sweep(crate::workflow::sweep::SweepArgs),
+    /// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace:
+    /// merge rank_*.nsys-rep -o job.pftrace
+    Merge(crate::merge::MergeArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -61,6 +64,9 @@ pub struct ConvertArgs {
     /// pattern, those are skipped; a single file is always converted.)
     #[arg(long)]
     pub force: bool,
+    /// Files exported and converted at the same time (default: all cores).
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub jobs: Option<usize>,
     #[command(flatten)]
     pub nsys: NsysArgs,
 }
@@ -102,6 +108,7 @@ pub fn main() -> ExitCode {
         Some(Command::Stats(args)) => args.run(),
         Some(Command::Extract(args)) => args.run(),
         Some(Command::Sweep(args)) => args.run(),
+        Some(Command::Merge(args)) => args.run(),
     }
 }
 
@@ -123,6 +130,7 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
         force: args.force,
         quiet: args.quiet,
         export: args.nsys.export_options(args.quiet),
+        jobs: args.jobs.unwrap_or(0),
     };
     if crate::batch::run(&args.inputs, &batch, &opts).ok() {
         ExitCode::SUCCESS
@@ -297,6 +305,7 @@ fn run_profile(args: &ProfileArgs) -> ExitCode {
         force: true,
         quiet: args.quiet,
         export: args.nsys.export_options(args.quiet),
+        jobs: 1,
     };
     if crate::batch::run(&[report], &batch, &Options::default()).ok() {
         ExitCode::SUCCESS

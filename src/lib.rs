@@ -9,6 +9,7 @@ pub mod batch;
 pub mod cli;
 pub mod convert;
 pub mod layout;
+pub mod merge;
 pub mod model;
 pub mod nsys;
 pub mod output;
