@@ -120,8 +120,22 @@ fn file_stem(path: &Path) -> String {
         .file_name()
         .map(|n| n.to_string_lossy().to_string())
         .unwrap_or_default();
-    // "x.nsys-rep", "x.qdrep", "x.sqlite", "x.export-2023.4.4.sqlite".
-    name.split('.').next().unwrap_or(&name).to_string()
+    // "x.nsys-rep", "x.qdrep", "x.sqlite", "x.export-2023.4.4.sqlite" (a name's own dots stay).
+    let mut stem = name.as_str();
+    for ext in [".sqlite", ".nsys-rep", ".qdrep"] {
+        if let Some(s) = stem.strip_suffix(ext) {
+            stem = s;
+            break;
+        }
+    }
+    if let Some(i) = stem.rfind(".export-")
+        && stem[i + 8..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'.')
+    {
+        stem = &stem[..i];
+    }
+    stem.to_string()
 }
 
 /// Who an opened export says it is.
@@ -536,6 +550,7 @@ mod tests {
         assert_eq!(f("mpi_report2.qdrep"), Some(2));
         assert_eq!(f("profile.sqlite"), None);
         assert_eq!(f("trace_r2.sqlite"), Some(2));
+        assert_eq!(f("run5.export-2023.4.4.sqlite"), Some(5));
     }
 
     #[test]

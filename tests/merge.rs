@@ -491,3 +491,37 @@ fn corpus_mpi_reports_merge_exactly() {
         assert!(n < 1 << 53, "flow id {n}");
     }
 }
+
+/// Batch conversion on several cores (`-j 2`) converts what one core does, and prints each
+/// file's lines whole, in input order.
+#[test]
+fn batch_jobs_convert_like_one_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs: Vec<PathBuf> = (0..RANKS).map(mpi_fixture).collect();
+    let mut counts = Vec::new();
+    for jobs in ["1", "2"] {
+        let out = dir.path().join(format!("j{jobs}"));
+        std::fs::create_dir(&out).unwrap();
+        let o = bin()
+            .args(&inputs)
+            .args(["-j", jobs, "-o"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{err}");
+        let tags: Vec<&str> = err
+            .lines()
+            .filter(|l| l.starts_with('['))
+            .map(|l| l.split(']').next().unwrap())
+            .collect();
+        assert_eq!(tags, ["[1/4", "[2/4", "[3/4", "[4/4"], "{err}");
+        assert!(err.contains("total: 4 converted, 0 failed"), "{err}");
+        counts.push(
+            (0..RANKS)
+                .map(|r| validate_file(&out.join(format!("rank_{r}.pftrace"))).count_by_category())
+                .collect::<Vec<_>>(),
+        );
+    }
+    assert_eq!(counts[0], counts[1]);
+}
