@@ -423,6 +423,13 @@ pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
                 "  session starts spread over {} (latest minus earliest)",
                 human_ns(spread)
             );
+            // Ranks of one job start within seconds of each other; hours apart are separate runs.
+            if spread > 3_600_000_000_000 {
+                let _ = writeln!(
+                    s,
+                    "  note: more than an hour apart, separate runs? --align start puts them all at zero"
+                );
+            }
         }
         (Align::Start, Some(spread)) => {
             let _ = writeln!(
