@@ -33,6 +33,8 @@ pub struct BatchOptions {
     pub quiet: bool,
     /// How reports are exported.
     pub export: ExportOptions,
+    /// Files exported and converted at the same time (`-j`); 0: one per core.
+    pub jobs: usize,
 }
 
 /// What a run did.
@@ -358,6 +360,8 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
     }
     t.superseded = ex.superseded.len();
     let n = ex.files.len();
+    // (tag, input, output) of every file to convert, in order.
+    let mut todo: Vec<(String, &PathBuf, PathBuf)> = Vec::new();
     for (i, input) in ex.files.iter().enumerate() {
         let tag = if many {
             format!("[{}/{n}] ", i + 1)
@@ -401,27 +405,84 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
             t.up_to_date += 1;
             continue;
         }
-        match convert_one(input, &output, opts, conv) {
-            Ok(text) => {
-                t.converted += 1;
-                if !opts.quiet {
-                    let shown = if convert::is_stdout(&output) {
-                        "standard output".to_string()
-                    } else {
-                        output.display().to_string()
-                    };
-                    crate::say!("{tag}{} -> {shown}", input.display());
-                    crate::say_part!("{text}");
+        todo.push((tag, input, output));
+    }
+    let jobs = crate::merge::default_jobs(Some(opts.jobs)).min(todo.len().max(1));
+    // Several at a time: one progress display (files done) for the run, not one per file.
+    let files_progress = crate::progress::Progress::default();
+    files_progress
+        .total
+        .store(todo.len() as u64, std::sync::atomic::Ordering::Relaxed);
+    let conv_one = Options {
+        progress: conv.progress && jobs == 1,
+        ..conv.clone()
+    };
+    // Each file's lines are printed whole, in input order, as soon as the files before it are done.
+    let printed = std::sync::Mutex::new((0usize, Vec::<Option<(bool, String)>>::new()));
+    let report = |i: usize, ok: bool, text: String| {
+        let mut guard = printed.lock().unwrap();
+        let (next, slots) = &mut *guard;
+        slots.resize_with(todo.len(), || None);
+        slots[i] = Some((ok, text));
+        while *next < todo.len() {
+            let Some((ok, text)) = slots[*next].take() else {
+                break;
+            };
+            if !ok || !opts.quiet {
+                if jobs > 1 && conv.progress {
+                    crate::progress::clear_line();
                 }
+                crate::say_part!("{text}");
             }
-            Err(e) => {
-                crate::say!(
-                    "error: {tag}{}: {}",
-                    input.display(),
-                    convert::error_line(&e)
-                );
-                t.failed += 1;
-            }
+            *next += 1;
+        }
+    };
+    let results = std::thread::scope(|s| {
+        if jobs > 1 && conv.progress && !opts.quiet {
+            s.spawn(|| files_progress.draw_until_finished_in("converting", "files"));
+        }
+        let r = crate::merge::parallel_map(&todo, jobs, |i, (tag, input, output)| {
+            let ok = match convert_one(input, output, opts, &conv_one) {
+                Ok(text) => {
+                    report(
+                        i,
+                        true,
+                        format!(
+                            "{tag}{} -> {}\n{text}",
+                            input.display(),
+                            if convert::is_stdout(output) {
+                                "standard output".to_string()
+                            } else {
+                                output.display().to_string()
+                            }
+                        ),
+                    );
+                    true
+                }
+                Err(e) => {
+                    report(
+                        i,
+                        false,
+                        format!(
+                            "error: {tag}{}: {}\n",
+                            input.display(),
+                            convert::error_line(&e)
+                        ),
+                    );
+                    false
+                }
+            };
+            files_progress.add(1);
+            ok
+        });
+        files_progress.finish();
+        r
+    });
+    for ok in results {
+        if ok {
+            t.converted += 1;
+        } else {
+            t.failed += 1;
         }
     }
     // A total only says something when more than one file was at stake.

@@ -41,6 +41,9 @@ pub enum Command {
     /// A local web page (and HTTP API) to convert profiles, see their summary and statistics,
     /// download the traces or open them in Perfetto.
     Serve(crate::serve::ServeArgs),
+    /// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace:
+    /// merge rank_*.nsys-rep -o job.pftrace
+    Merge(crate::merge::MergeArgs),
 }
 
 #[derive(Args, Debug, Clone)]
@@ -72,6 +75,9 @@ pub struct ConvertArgs {
     /// default (it adds about 40% to a conversion); damage met while reading fails anyway.
     #[arg(long)]
     pub check: bool,
+    /// Files exported and converted at the same time (default: all cores).
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub jobs: Option<usize>,
     #[command(flatten)]
     pub nsys: NsysArgs,
 }
@@ -132,6 +138,7 @@ pub fn main() -> ExitCode {
         Some(Command::Sweep(args)) => args.run(),
         Some(Command::Open(args)) => args.run(),
         Some(Command::Serve(args)) => args.run(),
+        Some(Command::Merge(args)) => args.run(),
     }
 }
 
@@ -161,6 +168,7 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
         force: args.force,
         quiet: args.quiet,
         export: args.nsys.export_options(args.quiet),
+        jobs: args.jobs.unwrap_or(0),
     };
     if crate::batch::run(&args.inputs, &batch, &opts).ok() {
         ExitCode::SUCCESS
@@ -382,6 +390,7 @@ fn run_profile(args: &ProfileArgs) -> ExitCode {
         force: true,
         quiet: args.quiet,
         export: args.nsys.export_options(args.quiet),
+        jobs: 1,
     };
     let opts = Options {
         json_colors: args.select.nvtx_color_scheme.is_some(),

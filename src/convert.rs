@@ -4,7 +4,7 @@
 //! after the other, into the same file.
 
 use crate::layout::{Placement, Router};
-use crate::model::Description;
+use crate::model::{Description, EventSink};
 use crate::nsys::source::Export;
 use crate::output::json::Json;
 use crate::output::pftrace::Protobuf;
@@ -64,7 +64,7 @@ pub fn convert_sqlite(input: &Path, output: &Path, opts: &Options) -> Result<Sum
     let export = Export::open(input, opts.check)?;
     let offset = export.info.desc.earliest_ns.map_or(0, |e| -e);
     let placed = vec![placed(&export, offset)];
-    run_format(vec![Some(export)], &[], placed, output, opts)
+    run_format(vec![Some(export)], &[], placed, &[], output, opts)
 }
 
 /// How several reports share one timeline.
@@ -77,15 +77,32 @@ pub enum Align {
     Start,
 }
 
+/// Where one merged report sits on the trace's timeline.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct MergedSource {
+    /// Its session start, relative to the earliest session start of the merge (wall clock), or
+    /// 0 for every report with [`Align::Start`] (and for a report that records no wall clock).
+    pub offset_ns: i64,
+    /// Its wall-clock session start (ns since the Unix epoch), when the report records one.
+    pub session_start_utc_ns: Option<i64>,
+    /// Where its time zero lies in the trace (the offset plus the shift that keeps rows recorded
+    /// before any session start at or after the trace's zero).
+    pub trace_offset_ns: i64,
+}
+
 /// Merge several exports into one trace: each keeps its processes, threads, GPUs and arrows
 /// apart (`labels` name them), placed on one timeline by `align`. Exports are read one after
-/// the other, so memory follows the largest report, not their number.
+/// the other, so memory follows the largest report, not their number. Returns the summary (with
+/// each source's own in `per_source`) and where each source went, in input order.
 pub fn merge_sqlite(
     inputs: &[(PathBuf, String)],
     output: &Path,
     align: Align,
     opts: &Options,
-) -> Result<(Summary, Vec<i64>)> {
+) -> Result<(Summary, Vec<MergedSource>)> {
+    if inputs.is_empty() {
+        bail!("nothing to merge");
+    }
     if inputs.len() > crate::model::MAX_SOURCES {
         bail!(
             "{} reports: a merge holds at most {}",
@@ -131,9 +148,55 @@ pub fn merge_sqlite(
             metadata: Default::default(),
         })
         .collect();
-    let paths: Vec<(PathBuf, String)> = inputs.to_vec();
-    let summary = run_format(Vec::new(), &paths, placed_all, output, opts)?;
-    Ok((summary, relative))
+    let floors: Vec<i64> = clocks.iter().map(|c| c.1).collect();
+    let summary = run_format(Vec::new(), inputs, placed_all, &floors, output, opts)?;
+    let sources = clocks
+        .iter()
+        .zip(relative.iter().zip(&offsets))
+        .map(|((utc, _), (&rel, &off))| MergedSource {
+            offset_ns: rel,
+            session_start_utc_ns: *utc,
+            trace_offset_ns: off,
+        })
+        .collect();
+    Ok((summary, sources))
+}
+
+/// A merged source's sink: a row earlier than the source's own earliest time (a table out of
+/// time order) is skipped as its conversion on its own would skip it, although the merge's
+/// timeline (shifted for other sources) would have room for it: a merge holds exactly what each
+/// source converts to on its own.
+struct Floor<S> {
+    sink: S,
+    floor: i64,
+}
+
+impl<S: EventSink> EventSink for Floor<S> {
+    fn event(&mut self, key: crate::model::GroupKey, ev: &crate::model::Event<'_>) -> Result<()> {
+        if ev.start < self.floor {
+            self.sink.skip(
+                "events",
+                "earlier than the trace's time zero (table out of time order)",
+            );
+            return Ok(());
+        }
+        self.sink.event(key, ev)
+    }
+    fn skip(&mut self, table: &'static str, reason: &'static str) {
+        self.sink.skip(table, reason)
+    }
+    fn note(&mut self, what: &'static str, reason: &'static str) {
+        self.sink.note(what, reason)
+    }
+    fn naming_row(&mut self, table: &'static str) {
+        self.sink.naming_row(table)
+    }
+    fn extra_row(&mut self) {
+        self.sink.extra_row()
+    }
+    fn finish(self) -> Result<Summary> {
+        self.sink.finish()
+    }
 }
 
 fn placed(export: &Export, offset: i64) -> Placed {
@@ -150,15 +213,17 @@ fn run_format(
     opened: Vec<Option<Export>>,
     paths: &[(PathBuf, String)],
     placed: Vec<Placed>,
+    floors: &[i64],
     output: &Path,
     opts: &Options,
 ) -> Result<Summary> {
     match opts.format {
-        OutputFormat::Protobuf => run(opened, paths, placed, output, &Protobuf, opts),
+        OutputFormat::Protobuf => run(opened, paths, placed, floors, output, &Protobuf, opts),
         OutputFormat::Json => run(
             opened,
             paths,
             placed,
+            floors,
             output,
             &Json {
                 colors: opts.json_colors,
@@ -177,10 +242,12 @@ enum ToFile {
 /// The pipeline: each source (an export already open in `opened`, else opened from `paths` when
 /// its turn comes) is read into routers (layout) that encode through `format`'s writers; one
 /// file-writer thread streams the chunks to a temporary file, renamed into place on success.
+/// `floors` (merges): each source's earliest time, below which its rows are skipped.
 fn run<F: Format>(
     opened: Vec<Option<Export>>,
     paths: &[(PathBuf, String)],
     placed: Vec<Placed>,
+    floors: &[i64],
     output: &Path,
     format: &F,
     opts: &Options,
@@ -253,22 +320,27 @@ fn run<F: Format>(
                     }
                 })
             };
-            let make_sink = || {
-                Router::new(
+            let make_sink = || Floor {
+                sink: Router::new(
                     format.writer(desc.clone()),
                     &ids,
                     &desc,
                     placement,
                     chunks_tx.clone(),
                 )
-                .with_progress(&progress)
+                .with_progress(&progress),
+                floor: floors.get(i).copied().unwrap_or(i64::MIN),
             };
             let part = export.read(&opts.selection, &make_sink);
             drop(chunks_tx);
             let _ = forward.join();
             match part {
-                Ok(p) => {
+                Ok(mut p) => {
                     if n_sources > 1 {
+                        // Which report a note is about.
+                        for n in &mut p.notes {
+                            *n = format!("{}: {n}", paths[i].1);
+                        }
                         summary.per_source.push(p.clone());
                     }
                     summary.merge(p);

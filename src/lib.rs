@@ -12,6 +12,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod convert;
 pub mod layout;
+pub mod merge;
 pub mod model;
 pub mod nsys;
 pub mod open;

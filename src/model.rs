@@ -339,12 +339,12 @@ impl Description {
         format!("Process {}", pid_of(gp))
     }
 
-    /// "python", or "rank 3 · host-a · python (pid 4242)" among several sources.
+    /// "python", or "rank 3 · host-a · pid 4242" among several sources (the label, then the
+    /// pid the process had on its host: pids repeat across hosts; its threads keep their names).
     pub fn process_name(&self, global_pid: i64) -> String {
-        let name = self.bare_process_name(global_pid);
         match &self.label {
-            Some(l) => format!("{l} · {name} (pid {})", pid_of(global_pid)),
-            None => name,
+            Some(l) => format!("{l} · pid {}", pid_of(global_pid)),
+            None => self.bare_process_name(global_pid),
         }
     }
 

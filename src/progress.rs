@@ -23,6 +23,11 @@ impl Progress {
 
     /// Redraw every 100 ms until `finish`; does nothing when stderr is not a terminal.
     pub fn draw_until_finished(&self, label: &str) {
+        self.draw_until_finished_in(label, "rows")
+    }
+
+    /// The same, counting `unit` ("rows", "files").
+    pub fn draw_until_finished_in(&self, label: &str, unit: &str) {
         if !std::io::stderr().is_terminal() {
             return;
         }
@@ -35,7 +40,7 @@ impl Progress {
             let filled = (frac * width as f64) as usize;
             let _ = write!(
                 err,
-                "\r{label} [{}{}] {:3.0}% {} / {} rows",
+                "\r{label} [{}{}] {:3.0}% {} / {} {unit}",
                 "#".repeat(filled),
                 " ".repeat(width - filled),
                 frac * 100.0,
@@ -45,6 +50,14 @@ impl Progress {
             let _ = err.flush();
             std::thread::sleep(Duration::from_millis(100));
         }
+        clear_line();
+    }
+}
+
+/// Erase the progress line (before printing over it); nothing when stderr is not a terminal.
+pub fn clear_line() {
+    let mut err = std::io::stderr();
+    if err.is_terminal() {
         let _ = write!(err, "\r\x1b[2K");
         let _ = err.flush();
     }

@@ -236,7 +236,9 @@ pub struct Flow {
 pub struct Trace {
     /// Slices and instants, in the order trace_processor would create them (by start time).
     pub slices: Vec<Slice>,
-    /// The "Session start" instant of each source, in trace time.
+    /// The "Session start" instant of each source, in trace time. With one source, every other
+    /// time is in session time (the marker's time subtracted); with several (a merge: markers
+    /// "Session start · LABEL"), times stay in trace time: see [`Trace::session_start`].
     pub session_starts: Vec<Slice>,
     pub tracks: BTreeMap<u64, Track>,
     pub flows: Vec<Flow>,
@@ -324,6 +326,16 @@ impl Trace {
     }
     pub fn thread_tracks(&self) -> impl Iterator<Item = &Track> {
         self.tracks.values().filter(|t| t.thread.is_some())
+    }
+    /// Trace time of the session start of the merged source labelled `label` (its marker is
+    /// "Session start · LABEL"); a missing label panics.
+    pub fn session_start(&self, label: &str) -> i64 {
+        let name = format!("Session start · {label}");
+        self.session_starts
+            .iter()
+            .find(|s| *s.name == *name)
+            .unwrap_or_else(|| panic!("no marker '{name}'"))
+            .start
     }
     /// The flow ending at slice `i`, if any.
     pub fn flow_into(&self, i: usize) -> Option<&Flow> {
@@ -465,6 +477,22 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
         .cloned()
         .collect();
     slices.retain(|s| &*s.category != "session");
+    // Several markers: one per merged source, each named after its source, never twice.
+    if session_starts.len() > 1 {
+        let mut names: Vec<&str> = session_starts.iter().map(|s| &*s.name).collect();
+        names.sort_unstable();
+        for w in names.windows(2) {
+            if w[0] == w[1] || !w[0].starts_with("Session start · ") {
+                v.push(
+                    R_TRACK,
+                    format!(
+                        "session markers of a merge must name distinct sources: '{}'",
+                        w[0]
+                    ),
+                );
+            }
+        }
+    }
     let zero = session_starts.first().map_or(0, |s| s.start);
     if zero != 0 && session_starts.len() == 1 {
         for s in &mut slices {

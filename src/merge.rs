@@ -1,0 +1,597 @@
+//! `nsys-perfetto merge INPUT... -o job.pftrace`: the reports of one job (MPI ranks, nodes,
+//! workers) or of separate runs in one trace.
+//!
+//! * Inputs are expanded as batch conversion expands them ([`crate::batch::expand`]); reports are
+//!   exported to SQLite first ([`crate::report::export_sqlite`]), several at a time (`-j`).
+//! * Each report is named by a label, "rank 3 · host-a": the rank the report records (the MPI or
+//!   launcher environment nsys kept, a thread nsys or the program named "MPI Rank N"), else the
+//!   one its file name tells (`rank_%q{OMPI_COMM_WORLD_RANK}`, a trailing number), or a capture
+//!   of `--label REGEX` on the file name. Its processes become "rank 3 · host-a · pid 4242", its
+//!   GPUs "host-a · GPU 0 · A100".
+//! * Time: each report at its own wall-clock session start, or with `--align start` every
+//!   session start at zero.
+//! * The merge itself reads the exports one after the other into one writer
+//!   ([`crate::convert::merge_sqlite`]): memory follows the largest report, not their number.
+
+use crate::batch;
+use crate::cli::{FormatArg, NsysArgs, SelectArgs};
+use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
+use crate::nsys::source::Export;
+use crate::report::{self, ExportOptions, Exported};
+use crate::summary::{Summary, human_ns};
+use anyhow::{Result, anyhow, bail};
+use clap::{Args, ValueEnum};
+use regex::Regex;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace.
+#[derive(Args, Debug, Clone)]
+#[command(after_help = SCALING_HELP)]
+pub struct MergeArgs {
+    /// Reports or exports (.nsys-rep, .qdrep, .sqlite), directories of them, glob patterns.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// The merged trace (.pftrace, or .json; .gz compresses).
+    #[arg(short, long, value_name = "OUT", required = true)]
+    pub output: PathBuf,
+    /// Output format (default: json when OUT ends in .json or .json.gz, else protobuf).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<FormatArg>,
+    /// JSON output: colour NVTX ranges with the nearest Chrome colour names.
+    #[arg(long)]
+    pub json_colors: bool,
+    /// How the reports share the timeline: wall-clock (each at the time it ran, so ranks line
+    /// up) or start (every report's session start at zero, to compare separate runs).
+    #[arg(long, value_enum, default_value = "wall-clock", value_name = "HOW")]
+    pub align: AlignArg,
+    /// Name each report by the first capture group of REGEX applied to its file name (a number
+    /// gives "rank N"), instead of the rank the report records: --label 'node(\d+)'.
+    #[arg(long, value_name = "REGEX")]
+    pub label: Option<String>,
+    /// Reports to export at the same time (default: all cores).
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub select: SelectArgs,
+    #[command(flatten)]
+    pub nsys: NsysArgs,
+}
+
+/// How to scale past one machine, in `merge --help` (and the README).
+pub const SCALING_HELP: &str = "\
+Scaling past one machine: convert or export each report where it was written, one report per task
+of the scheduler you already have, then merge once:
+  sbatch --array=0-63 --wrap 'nsys-perfetto rank_${SLURM_ARRAY_TASK_ID}.nsys-rep'   (Slurm array)
+  ls *.nsys-rep | xargs -P 16 -n 1 nsys export --type sqlite                        (xargs -P)
+  parallel nsys-perfetto ::: *.nsys-rep                                              (GNU parallel)
+  nsys-perfetto merge *.sqlite -o job.pftrace
+Exports beside their reports are reused while they are at least as new as the report.";
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlignArg {
+    /// Each report at its own wall-clock session start.
+    WallClock,
+    /// Every report's session start at zero.
+    Start,
+}
+
+/// What a report says about who it is, for its label.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Identity {
+    pub rank: Option<i64>,
+    /// Where the rank came from: "environment", "thread name", "file name".
+    pub rank_from: Option<&'static str>,
+    pub host: Option<String>,
+}
+
+/// The rank of a thread named as MPI tools name it: "MPI Rank 3" (nsys' MPI tracing, and
+/// programs through NVTX), "rank 3", "Rank3".
+pub fn rank_from_thread_name(name: &str) -> Option<i64> {
+    static RE: std::sync::OnceLock<Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| Regex::new(r"(?i)^(?:MPI[ _-]?)?rank[ _#:-]?(\d{1,7})$").unwrap());
+    re.captures(name.trim()).and_then(|c| c[1].parse().ok())
+}
+
+/// The rank a file name tells: "rank_3", "rank-03", "r3." (as `%q{OMPI_COMM_WORLD_RANK}` or
+/// `%q{SLURM_PROCID}` in `nsys profile -o` write it), else the number that ends its stem.
+pub fn rank_from_file_name(path: &Path) -> Option<i64> {
+    static RE: std::sync::OnceLock<(Regex, Regex)> = std::sync::OnceLock::new();
+    let (named, trailing) = RE.get_or_init(|| {
+        (
+            Regex::new(r"(?i)(?:^|[^a-z])(?:rank|proc|task|r)[_.-]?(\d{1,7})(?:[^0-9]|$)").unwrap(),
+            Regex::new(r"(\d{1,7})$").unwrap(),
+        )
+    });
+    let stem = file_stem(path);
+    named
+        .captures(&stem)
+        .or_else(|| trailing.captures(&stem))
+        .and_then(|c| c[1].parse().ok())
+}
+
+fn file_stem(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_default();
+    // "x.nsys-rep", "x.qdrep", "x.sqlite", "x.export-2023.4.4.sqlite" (a name's own dots stay).
+    let mut stem = name.as_str();
+    for ext in [".sqlite", ".nsys-rep", ".qdrep"] {
+        if let Some(s) = stem.strip_suffix(ext) {
+            stem = s;
+            break;
+        }
+    }
+    if let Some(i) = stem.rfind(".export-")
+        && stem[i + 8..]
+            .bytes()
+            .all(|b| b.is_ascii_digit() || b == b'.')
+    {
+        stem = &stem[..i];
+    }
+    stem.to_string()
+}
+
+/// Who an opened export says it is.
+pub fn identity_of(export: &Export, path: &Path) -> Identity {
+    let desc = &export.info.desc;
+    let mut id = Identity {
+        host: desc.host.clone(),
+        ..Default::default()
+    };
+    if let Some(r) = export.info.rank {
+        id.rank = Some(r);
+        id.rank_from = Some("environment");
+    } else {
+        // The smallest rank any thread is named after (a report holds one rank, as a rule).
+        // Every name a thread had counts: nsys keeps one per thread for display, and a thread
+        // named "MPI Rank 3" by MPI tracing may show as the program's name.
+        let ranks = thread_names_of(export)
+            .iter()
+            .chain(desc.thread_names.values())
+            .filter_map(|n| rank_from_thread_name(n))
+            .min();
+        if let Some(r) = ranks {
+            id.rank = Some(r);
+            id.rank_from = Some("thread name");
+        } else if let Some(r) = rank_from_file_name(path) {
+            id.rank = Some(r);
+            id.rank_from = Some("file name");
+        }
+    }
+    id
+}
+
+/// Every name any thread of the export had: ThreadNames rows and NVTX thread-naming rows.
+fn thread_names_of(export: &Export) -> Vec<String> {
+    let schema = &export.schema;
+    let Ok(conn) = crate::nsys::open_readonly(&schema.path) else {
+        return Vec::new();
+    };
+    let mut sql = Vec::new();
+    if schema.has_columns("ThreadNames", &["nameId"]) && schema.has_table("StringIds") {
+        sql.push(
+            "SELECT s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId".to_string(),
+        );
+    }
+    if schema.has_columns(crate::nsys::NVTX, &["eventType", "text"]) {
+        sql.push(format!(
+            "SELECT text FROM {} WHERE eventType = 39 AND text IS NOT NULL",
+            crate::nsys::NVTX
+        ));
+    }
+    let mut names = Vec::new();
+    for q in sql {
+        if let Ok(mut stmt) = conn.prepare(&q)
+            && let Ok(rows) = stmt.query_map([], |r| r.get::<_, String>(0))
+        {
+            names.extend(rows.flatten());
+        }
+    }
+    names
+}
+
+/// "rank 3 · host-a", "rank 3", "NAME · host-a" (NAME: the file's stem, without rank).
+pub fn label_of(id: &Identity, path: &Path, forced: Option<&str>) -> String {
+    let who = match (forced, id.rank) {
+        (Some(f), _) if !f.is_empty() && f.bytes().all(|b| b.is_ascii_digit()) => {
+            format!(
+                "rank {}",
+                f.trim_start_matches('0').parse::<i64>().unwrap_or(0)
+            )
+        }
+        (Some(f), _) if !f.is_empty() => f.to_string(),
+        (_, Some(r)) => format!("rank {r}"),
+        _ => file_stem(path),
+    };
+    match &id.host {
+        Some(h) => format!("{who} · {h}"),
+        None => who,
+    }
+}
+
+/// Labels made unique: a repeated one gets its file's stem (then its position) appended.
+fn unique_labels(labels: &mut [String], paths: &[PathBuf]) {
+    let count = |ls: &[String], l: &String| ls.iter().filter(|x| *x == l).count();
+    let snapshot = labels.to_vec();
+    for (i, l) in labels.iter_mut().enumerate() {
+        if count(&snapshot, l) > 1 {
+            *l = format!("{l} · {}", file_stem(&paths[i]));
+        }
+    }
+    let snapshot = labels.to_vec();
+    for (i, l) in labels.iter_mut().enumerate() {
+        if count(&snapshot, l) > 1 {
+            *l = format!("{l} #{}", i + 1);
+        }
+    }
+}
+
+/// The number of parallel jobs: `-j N`, else every core.
+pub fn default_jobs(jobs: Option<usize>) -> usize {
+    jobs.filter(|&j| j > 0).unwrap_or_else(|| {
+        std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+    })
+}
+
+/// Run `f` over `items` on up to `jobs` threads; results in input order.
+pub fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    f: impl Fn(usize, &T) -> R + Sync,
+) -> Vec<R> {
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let r = f(i, item);
+                    results.lock().unwrap()[i] = Some(r);
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap()
+        .into_iter()
+        .map(|r| r.expect("every item ran"))
+        .collect()
+}
+
+/// One input of a merge, ready: its export (kept alive while the merge runs) and its name.
+pub struct Source {
+    pub input: PathBuf,
+    pub sqlite: PathBuf,
+    pub exported: Option<Exported>,
+    pub identity: Identity,
+    pub label: String,
+}
+
+/// How [`prepare`] and [`run`] work.
+#[derive(Debug, Clone, Default)]
+pub struct MergeOptions {
+    pub align: Align,
+    /// `--label`: a regex whose first capture group names a report from its file name.
+    pub label: Option<String>,
+    pub jobs: usize,
+    pub export: ExportOptions,
+}
+
+/// Export the reports (in parallel) and name every input. Errors name the file.
+pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
+    let label_re = opts
+        .label
+        .as_deref()
+        .map(|r| {
+            let re = Regex::new(r).map_err(|e| anyhow!("--label: {e}"))?;
+            if re.captures_len() < 2 {
+                bail!("--label: the regex needs a capture group, e.g. 'node(\\d+)'");
+            }
+            Ok(re)
+        })
+        .transpose()?;
+    let prepared = parallel_map(files, opts.jobs, |_, input| -> Result<Source> {
+        let (sqlite, exported) = if report::is_report(input) {
+            let e = report::export_sqlite(input, &opts.export)?;
+            (e.sqlite().to_path_buf(), Some(e))
+        } else {
+            (input.clone(), None)
+        };
+        let export = Export::open(&sqlite)?;
+        let identity = identity_of(&export, input);
+        let forced = match &label_re {
+            Some(re) => {
+                let name = input
+                    .file_name()
+                    .map(|n| n.to_string_lossy().to_string())
+                    .unwrap_or_default();
+                let c = re.captures(&name).ok_or_else(|| {
+                    anyhow!("--label {} does not match the file name", re.as_str())
+                })?;
+                Some(c.get(1).map_or("", |m| m.as_str()).to_string())
+            }
+            None => None,
+        };
+        let label = label_of(&identity, input, forced.as_deref());
+        Ok(Source {
+            input: input.clone(),
+            sqlite,
+            exported,
+            identity,
+            label,
+        })
+    });
+    let mut sources = Vec::new();
+    for (r, f) in prepared.into_iter().zip(files) {
+        sources.push(r.map_err(|e| anyhow!("{}: {}", f.display(), convert::error_line(&e)))?);
+    }
+    // Ranks in order (rank 2 before rank 10, whatever the file names), then unranked reports.
+    sources.sort_by_key(|s| (s.identity.rank.is_none(), s.identity.rank));
+    let paths: Vec<PathBuf> = sources.iter().map(|s| s.input.clone()).collect();
+    let mut labels: Vec<String> = sources.iter().map(|s| s.label.clone()).collect();
+    unique_labels(&mut labels, &paths);
+    for (s, l) in sources.iter_mut().zip(labels) {
+        s.label = l;
+    }
+    Ok(sources)
+}
+
+/// What a merge did.
+#[derive(Debug)]
+pub struct Merged {
+    pub summary: Summary,
+    pub sources: Vec<MergedSource>,
+    pub labels: Vec<String>,
+}
+
+impl Merged {
+    /// Latest minus earliest wall-clock session start of the reports that record one.
+    pub fn spread_ns(&self) -> Option<i64> {
+        let starts: Vec<i64> = self
+            .sources
+            .iter()
+            .filter_map(|s| s.session_start_utc_ns)
+            .collect();
+        Some(starts.iter().max()? - starts.iter().min()?)
+    }
+}
+
+/// Merge prepared sources into `output`.
+pub fn merge(
+    sources: &[Source],
+    output: &Path,
+    opts: &MergeOptions,
+    conv: &Options,
+) -> Result<Merged> {
+    let inputs: Vec<(PathBuf, String)> = sources
+        .iter()
+        .map(|s| (s.sqlite.clone(), s.label.clone()))
+        .collect();
+    let (summary, placed) = convert::merge_sqlite(&inputs, output, opts.align, conv)?;
+    Ok(Merged {
+        summary,
+        sources: placed,
+        labels: inputs.into_iter().map(|(_, l)| l).collect(),
+    })
+}
+
+/// The report printed after a merge: a line per report (label, file, offset, events), the
+/// spread of start times, then the whole trace's summary.
+pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
+    use std::fmt::Write as _;
+    let mut s = String::new();
+    for (i, (src, placed)) in sources.iter().zip(&merged.sources).enumerate() {
+        let part = merged.summary.per_source.get(i);
+        let offset = match (align, placed.session_start_utc_ns) {
+            (Align::Start, _) => "start at 0".to_string(),
+            (Align::WallClock, Some(_)) => format!("offset +{}", human_ns(placed.offset_ns)),
+            (Align::WallClock, None) => "no wall clock recorded: start at 0".to_string(),
+        };
+        let rank = match (src.identity.rank, src.identity.rank_from) {
+            (Some(_), Some(from)) => format!(", rank from {from}"),
+            _ => String::new(),
+        };
+        let _ = writeln!(
+            s,
+            "  [{}] {}: {} ({offset}{rank}), {} events, {} flows",
+            i + 1,
+            src.label,
+            src.input.display(),
+            part.map_or(0, |p| p.total_events()),
+            part.map_or(0, |p| p.flows),
+        );
+        if let Some(e) = &src.exported {
+            let _ = writeln!(s, "      {}", e.describe());
+        }
+    }
+    match (align, merged.spread_ns()) {
+        (Align::WallClock, Some(spread)) => {
+            let _ = writeln!(
+                s,
+                "  session starts spread over {} (latest minus earliest)",
+                human_ns(spread)
+            );
+            // Ranks of one job start within seconds of each other; hours apart are separate runs.
+            if spread > 3_600_000_000_000 {
+                let _ = writeln!(
+                    s,
+                    "  note: more than an hour apart, separate runs? --align start puts them all at zero"
+                );
+            }
+        }
+        (Align::Start, Some(spread)) => {
+            let _ = writeln!(
+                s,
+                "  session starts (wall clock) spread over {}; aligned at zero (--align start)",
+                human_ns(spread)
+            );
+        }
+        _ => {}
+    }
+    s.push_str(&merged.summary.render());
+    s
+}
+
+impl MergeArgs {
+    fn output_format(&self) -> OutputFormat {
+        match self.format {
+            Some(FormatArg::Protobuf) => OutputFormat::Protobuf,
+            Some(FormatArg::Json) => OutputFormat::Json,
+            None => {
+                let n = self.output.to_string_lossy().to_lowercase();
+                if n.ends_with(".json") || n.ends_with(".json.gz") {
+                    OutputFormat::Json
+                } else {
+                    OutputFormat::Protobuf
+                }
+            }
+        }
+    }
+
+    pub fn run(&self) -> ExitCode {
+        let selection = match self.select.selection() {
+            Ok(s) => s,
+            Err(e) => {
+                crate::say!("error: {e:#}");
+                return ExitCode::from(2);
+            }
+        };
+        let conv = Options {
+            format: self.output_format(),
+            json_colors: self.json_colors || self.select.nvtx_color_scheme.is_some(),
+            progress: !self.quiet,
+            selection,
+        };
+        let opts = MergeOptions {
+            align: match self.align {
+                AlignArg::WallClock => Align::WallClock,
+                AlignArg::Start => Align::Start,
+            },
+            label: self.label.clone(),
+            jobs: default_jobs(self.jobs),
+            export: self.nsys.export_options(self.quiet),
+        };
+        match self.merge(&opts, &conv) {
+            Ok(text) => {
+                if !self.quiet {
+                    crate::say_part!("{text}");
+                }
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                crate::say!("error: {}", convert::error_line(&e));
+                ExitCode::FAILURE
+            }
+        }
+    }
+
+    fn merge(&self, opts: &MergeOptions, conv: &Options) -> Result<String> {
+        let ex = batch::expand(&self.inputs);
+        if let Some((arg, e)) = ex.errors.first() {
+            bail!("{arg}: {e}");
+        }
+        if !self.quiet {
+            for (f, why) in &ex.superseded {
+                crate::say!("{}: not merged, {why}", f.display());
+            }
+        }
+        check_output(&self.output, &ex.files)?;
+        let sources = prepare(&ex.files, opts)?;
+        let merged = merge(&sources, &self.output, opts, conv)?;
+        Ok(format!(
+            "merged {} reports -> {}\n{}",
+            sources.len(),
+            self.output.display(),
+            render(&merged, &sources, opts.align)
+        ))
+    }
+}
+
+/// The output is a file that is not one of the inputs.
+fn check_output(output: &Path, inputs: &[PathBuf]) -> Result<()> {
+    if output.is_dir() {
+        bail!(
+            "-o {} is a directory: a merge writes one file",
+            output.display()
+        );
+    }
+    if inputs.is_empty() {
+        bail!("nothing to merge");
+    }
+    if let Ok(out) = std::fs::canonicalize(output)
+        && inputs
+            .iter()
+            .any(|i| std::fs::canonicalize(i).is_ok_and(|i| i == out))
+    {
+        bail!("-o {} is one of the inputs", output.display());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranks_from_names() {
+        assert_eq!(rank_from_thread_name("MPI Rank 3"), Some(3));
+        assert_eq!(rank_from_thread_name("rank 12"), Some(12));
+        assert_eq!(rank_from_thread_name("worker 3"), None);
+        assert_eq!(rank_from_thread_name("MPI Rank 3 helper"), None);
+        let f = |s: &str| rank_from_file_name(Path::new(s));
+        assert_eq!(f("dir/rank_3.nsys-rep"), Some(3));
+        assert_eq!(f("job.rank-07.sqlite"), Some(7));
+        assert_eq!(f("report_r12_node4.qdrep"), Some(12));
+        assert_eq!(f("mpi_report2.qdrep"), Some(2));
+        assert_eq!(f("profile.sqlite"), None);
+        assert_eq!(f("trace_r2.sqlite"), Some(2));
+        assert_eq!(f("run5.export-2023.4.4.sqlite"), Some(5));
+    }
+
+    #[test]
+    fn labels() {
+        let id = Identity {
+            rank: Some(3),
+            rank_from: Some("thread name"),
+            host: Some("host-a".into()),
+        };
+        let p = Path::new("x/run_7.sqlite");
+        assert_eq!(label_of(&id, p, None), "rank 3 · host-a");
+        assert_eq!(label_of(&id, p, Some("007")), "rank 7 · host-a");
+        assert_eq!(label_of(&id, p, Some("before")), "before · host-a");
+        let none = Identity::default();
+        assert_eq!(label_of(&none, p, None), "run_7");
+        let mut ls = vec!["a".to_string(), "a".to_string(), "b".to_string()];
+        unique_labels(
+            &mut ls,
+            &[
+                PathBuf::from("p.sqlite"),
+                PathBuf::from("q.sqlite"),
+                PathBuf::from("b.sqlite"),
+            ],
+        );
+        assert_eq!(ls, ["a · p", "a · q", "b"]);
+    }
+
+    #[test]
+    fn parallel_map_keeps_order() {
+        let v: Vec<usize> = (0..50).collect();
+        assert_eq!(
+            parallel_map(&v, 4, |_, x| x * 2),
+            (0..50).map(|x| x * 2).collect::<Vec<_>>()
+        );
+        assert!(parallel_map(&Vec::<usize>::new(), 4, |_, x| *x).is_empty());
+    }
+}
