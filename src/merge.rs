@@ -309,7 +309,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
         } else {
             (input.clone(), None)
         };
-        let export = Export::open(&sqlite)?;
+        let export = Export::open(&sqlite, false)?;
         let identity = identity_of(&export, input);
         let forced = match &label_re {
             Some(re) => {
@@ -473,6 +473,7 @@ impl MergeArgs {
             json_colors: self.json_colors || self.select.nvtx_color_scheme.is_some(),
             progress: !self.quiet,
             selection,
+            check: false,
         };
         let opts = MergeOptions {
             align: match self.align {
