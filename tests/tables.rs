@@ -183,16 +183,27 @@ fn expected(c: &Connection) -> (Expected, BTreeMap<&'static str, i64>) {
         }
         rows_per_table.insert(s.table, n);
     }
+    // OS runtime calls and the profiler markers among them.
     if columns(c, "OSRT_API").iter().any(|c| c == "nameId") {
-        let mut stmt = c.prepare("SELECT start, nameId FROM OSRT_API").unwrap();
+        let osrt = exp.entry("osrt").or_default();
+        let mut stmt = c
+            .prepare("SELECT start, \"end\", nameId FROM OSRT_API")
+            .unwrap();
         let mut rows = stmt.query([]).unwrap();
+        let mut marks = Vec::new();
         while let Some(r) = rows.next().unwrap() {
-            if let (Some(s), Some(id)) = (int(r.get_ref(0).unwrap()), int(r.get_ref(1).unwrap()))
-                && markers.contains(&id)
-            {
-                exp.get_mut("nsys.marker").unwrap().push((s, s));
+            let (s, e, id) = (
+                int(r.get_ref(0).unwrap()),
+                int(r.get_ref(1).unwrap()),
+                int(r.get_ref(2).unwrap()),
+            );
+            match (s, e) {
+                (Some(s), _) if id.is_some_and(|id| markers.contains(&id)) => marks.push((s, s)),
+                (Some(s), Some(e)) if e >= s => osrt.push((s, e)),
+                _ => {}
             }
         }
+        exp.get_mut("nsys.marker").unwrap().extend(marks);
     }
     (exp, rows_per_table)
 }
@@ -575,5 +586,66 @@ fn new_types_select_what_they_name() {
         "overhead",
     ] {
         assert!(EventType::parse_list(&[name]).is_ok(), "{name}");
+    }
+}
+
+#[test]
+fn stats_count_page_faults_per_process() {
+    use nsys_perfetto::workflow::stats::{self, StatsOptions};
+    use nsys_perfetto::workflow::{Output, Unit};
+    let dir = tempfile::tempdir().unwrap();
+    let mut files: Vec<PathBuf> = corpus_files()
+        .into_iter()
+        .filter(|f| {
+            let c = open(f);
+            !columns(&c, "CUDA_UM_CPU_PAGE_FAULT_EVENTS").is_empty()
+                && count(&c, "CUDA_UM_CPU_PAGE_FAULT_EVENTS") > 0
+        })
+        .collect();
+    files.push(made_fixture(dir.path()));
+    for f in &files {
+        let c = open(f);
+        let mut stmt = c
+            .prepare(
+                "SELECT (globalPid >> 24) & 16777215, count(*), count(DISTINCT address) \
+                 FROM CUDA_UM_CPU_PAGE_FAULT_EVENTS GROUP BY 1",
+            )
+            .unwrap();
+        let mut want: Vec<(i64, u64, u64)> = stmt
+            .query_map([], |r| {
+                Ok((
+                    r.get(0)?,
+                    r.get::<_, i64>(1)? as u64,
+                    r.get::<_, i64>(2)? as u64,
+                ))
+            })
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
+        let st = stats::stats(f, &StatsOptions { top: 1 }).unwrap();
+        let mut got: Vec<(i64, u64, u64)> = st
+            .page_faults
+            .iter()
+            .map(|p| (p.pid, p.faults, p.addresses))
+            .collect();
+        want.sort_unstable();
+        got.sort_unstable();
+        assert_eq!(got, want, "{}", f.display());
+        let total: u64 = want.iter().map(|w| w.1).sum();
+        let table = st.render(Output::Table, Unit::Ns);
+        let grouped = nsys_perfetto::workflow::group_digits(&total.to_string());
+        assert!(
+            table.contains(&format!(
+                "Unified memory CPU page faults: {grouped} in {} process{}",
+                want.len(),
+                if want.len() == 1 { "" } else { "es" }
+            )),
+            "{table}"
+        );
+        let j = st.json();
+        assert_eq!(
+            j["um_cpu_page_faults"].as_array().unwrap().len(),
+            want.len()
+        );
     }
 }
