@@ -321,6 +321,51 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     false,
                 )
             }
+            GroupKey::ThreadTrack { global_tid, kind } => {
+                self.writer.require(WellKnown::Thread(global_tid));
+                let parent = WellKnown::Thread(global_tid).uuid();
+                let name = kind.label().to_string();
+                (
+                    self.custom(Some(parent), &name, None),
+                    name,
+                    Some(parent),
+                    None,
+                    false,
+                )
+            }
+            GroupKey::ProcessTrack { global_pid, kind } => {
+                self.writer.require(WellKnown::Process(global_pid));
+                let parent = WellKnown::Process(global_pid).uuid();
+                let name = kind.label().to_string();
+                (
+                    self.custom(Some(parent), &name, None),
+                    name,
+                    Some(parent),
+                    None,
+                    false,
+                )
+            }
+            GroupKey::GpuTrack { device, kind } => {
+                let gpu = self.gpu_track(device);
+                let name = kind.label().to_string();
+                // Below the streams.
+                let rank = Some(i64::from(i32::MAX));
+                (
+                    self.custom(Some(gpu), &name, rank),
+                    name,
+                    Some(gpu),
+                    rank,
+                    false,
+                )
+            }
+            GroupKey::GlobalTrack { kind, .. } => {
+                let name = match (&info.label, &info.host) {
+                    (Some(_), Some(host)) => format!("{} · {host}", kind.label()),
+                    (Some(label), None) => format!("{} · {label}", kind.label()),
+                    _ => kind.label().to_string(),
+                };
+                (self.custom(None, &name, None), name, None, None, false)
+            }
         };
         self.writer.open_group(id, lane0, first_ts);
         Group {
@@ -523,6 +568,22 @@ impl GroupKey {
             GroupKey::GpuNvtx { device, global_tid } => GroupKey::GpuNvtx {
                 device: s(device),
                 global_tid: s(global_tid),
+            },
+            GroupKey::ThreadTrack { global_tid, kind } => GroupKey::ThreadTrack {
+                global_tid: s(global_tid),
+                kind,
+            },
+            GroupKey::ProcessTrack { global_pid, kind } => GroupKey::ProcessTrack {
+                global_pid: s(global_pid),
+                kind,
+            },
+            GroupKey::GpuTrack { device, kind } => GroupKey::GpuTrack {
+                device: s(device),
+                kind,
+            },
+            GroupKey::GlobalTrack { kind, source } => GroupKey::GlobalTrack {
+                kind,
+                source: s(source),
             },
         }
     }

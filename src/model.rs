@@ -40,10 +40,45 @@ pub enum Category {
     Sync,
     /// A thread running on a CPU.
     Sched,
+    /// Unified memory: CPU page faults (instants on their process).
+    UmCpuFault,
+    /// Unified memory: GPU page faults (on the GPU).
+    UmGpuFault,
+    /// CUDA graph and graph node creation, cloning, destruction (on the creating thread).
+    CudaGraph,
+    Cudnn,
+    Cublas,
+    OpenAcc,
+    OpenMp,
+    Mpi,
+    /// UCX (UCP) communication calls.
+    Ucx,
+    /// CPU performance counter and PMU samples.
+    CpuCounters,
+    /// NIC and InfiniBand switch metrics.
+    Network,
+    /// NVIDIA video codec (encoder, decoder, JPEG) API calls.
+    Video,
+    /// Graphics API calls (Vulkan, OpenGL, DirectX, PIX, KHR debug) on their thread.
+    GraphicsApi,
+    /// Graphics work on the GPU (Vulkan, OpenGL, DirectX workloads, WDDM queues, SLI,
+    /// GPU context switches).
+    GraphicsGpu,
+    /// The profiler's own messages (`DIAGNOSTIC_EVENT`).
+    Diagnostic,
+    /// Time the profiler itself took on a thread (`PROFILER_OVERHEAD`, CUPTI overhead).
+    Overhead,
+    /// Profiler markers recorded among a library's calls ("OS runtime libraries profiling
+    /// started", "cuDNN profiling started").
+    NsysMarker,
+    /// CUDA event records on the GPU (`CUPTI_ACTIVITY_KIND_CUDA_EVENT` with timestamps).
+    CudaEvent,
+    /// GPU context switches (`FECS_EVENTS`, `GPU_CONTEXT_SWITCH_EVENTS`).
+    GpuContextSwitch,
 }
 
 impl Category {
-    pub const ALL: [Category; 10] = [
+    pub const ALL: [Category; 29] = [
         Category::Kernel,
         Category::Memcpy,
         Category::Memset,
@@ -54,6 +89,25 @@ impl Category {
         Category::Osrt,
         Category::Sync,
         Category::Sched,
+        Category::UmCpuFault,
+        Category::UmGpuFault,
+        Category::CudaGraph,
+        Category::Cudnn,
+        Category::Cublas,
+        Category::OpenAcc,
+        Category::OpenMp,
+        Category::Mpi,
+        Category::Ucx,
+        Category::CpuCounters,
+        Category::Network,
+        Category::Video,
+        Category::GraphicsApi,
+        Category::GraphicsGpu,
+        Category::Diagnostic,
+        Category::Overhead,
+        Category::NsysMarker,
+        Category::CudaEvent,
+        Category::GpuContextSwitch,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -68,6 +122,25 @@ impl Category {
             Category::Osrt => "osrt",
             Category::Sync => "cuda.sync",
             Category::Sched => "sched",
+            Category::UmCpuFault => "cuda.um.cpu_fault",
+            Category::UmGpuFault => "cuda.um.gpu_fault",
+            Category::CudaGraph => "cuda.graph",
+            Category::Cudnn => "cudnn",
+            Category::Cublas => "cublas",
+            Category::OpenAcc => "openacc",
+            Category::OpenMp => "openmp",
+            Category::Mpi => "mpi",
+            Category::Ucx => "ucx",
+            Category::CpuCounters => "cpu.counters",
+            Category::Network => "network",
+            Category::Video => "nvvideo",
+            Category::GraphicsApi => "graphics.api",
+            Category::GraphicsGpu => "graphics.gpu",
+            Category::Diagnostic => "nsys.diagnostic",
+            Category::Overhead => "nsys.overhead",
+            Category::NsysMarker => "nsys.marker",
+            Category::CudaEvent => "cuda.event",
+            Category::GpuContextSwitch => "gpu.context_switch",
         }
     }
 
@@ -196,6 +269,72 @@ pub enum GroupKey {
     Cpu { cpu: i64 },
     /// NVTX ranges of one CPU thread projected onto one GPU.
     GpuNvtx { device: i64, global_tid: i64 },
+    /// A library's or runtime's calls on one thread ("cuDNN", "OpenMP", "Profiler overhead").
+    ThreadTrack { global_tid: i64, kind: TrackKind },
+    /// Events of one process that belong to no thread ("Unified memory", "Diagnostics").
+    ProcessTrack { global_pid: i64, kind: TrackKind },
+    /// Events of one GPU outside its streams ("Unified memory", graphics work).
+    GpuTrack { device: i64, kind: TrackKind },
+    /// Events of a whole machine or of the profiler (diagnostics without a process, CPU
+    /// counters, network metrics). `source` is 0 from readers; layout folds in the source index.
+    GlobalTrack { kind: TrackKind, source: i64 },
+}
+
+/// What a [`GroupKey::ThreadTrack`], [`GroupKey::ProcessTrack`], [`GroupKey::GpuTrack`] or
+/// [`GroupKey::GlobalTrack`] holds: names its track.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TrackKind {
+    UnifiedMemory,
+    CudaGraphs,
+    Cudnn,
+    Cublas,
+    OpenAcc,
+    OpenMp,
+    Mpi,
+    Ucx,
+    CpuCounters,
+    Network,
+    Video,
+    Vulkan,
+    OpenGl,
+    DirectX,
+    Wddm,
+    Sli,
+    ContextSwitches,
+    Diagnostics,
+    ProfilerOverhead,
+    CuptiOverhead,
+    LoadBalance,
+    CudaEvents,
+}
+
+impl TrackKind {
+    pub fn label(self) -> &'static str {
+        match self {
+            TrackKind::UnifiedMemory => "Unified memory",
+            TrackKind::CudaGraphs => "CUDA graphs",
+            TrackKind::Cudnn => "cuDNN",
+            TrackKind::Cublas => "cuBLAS",
+            TrackKind::OpenAcc => "OpenACC",
+            TrackKind::OpenMp => "OpenMP",
+            TrackKind::Mpi => "MPI",
+            TrackKind::Ucx => "UCX",
+            TrackKind::CpuCounters => "CPU performance counters",
+            TrackKind::Network => "Network",
+            TrackKind::Video => "Video codecs",
+            TrackKind::Vulkan => "Vulkan",
+            TrackKind::OpenGl => "OpenGL",
+            TrackKind::DirectX => "DirectX",
+            TrackKind::Wddm => "WDDM",
+            TrackKind::Sli => "SLI",
+            TrackKind::ContextSwitches => "GPU context switches",
+            TrackKind::Diagnostics => "Diagnostics",
+            TrackKind::ProfilerOverhead => "Profiler overhead",
+            TrackKind::CuptiOverhead => "Profiler overhead (CUPTI)",
+            TrackKind::LoadBalance => "Load balance",
+            TrackKind::CudaEvents => "CUDA events",
+        }
+    }
 }
 
 impl GroupKey {
@@ -209,6 +348,7 @@ impl GroupKey {
                 | GroupKey::ThreadNvtx { .. }
                 | GroupKey::ThreadOsrt { .. }
                 | GroupKey::GpuNvtx { .. }
+                | GroupKey::ThreadTrack { .. }
         )
     }
 }

@@ -22,10 +22,27 @@ pub enum EventType {
     Osrt,
     Sync,
     Sched,
+    /// Unified memory page faults (CPU and GPU).
+    Um,
+    CudaGraph,
+    Cudnn,
+    Cublas,
+    OpenAcc,
+    OpenMp,
+    Mpi,
+    Ucx,
+    CpuCounters,
+    Network,
+    Video,
+    Graphics,
+    /// The profiler's messages and markers.
+    Diagnostics,
+    /// Time the profiler itself took.
+    Overhead,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 9] = [
+    pub const ALL: [EventType; 23] = [
         EventType::Kernel,
         EventType::Memcpy,
         EventType::Memset,
@@ -35,6 +52,20 @@ impl EventType {
         EventType::Osrt,
         EventType::Sync,
         EventType::Sched,
+        EventType::Um,
+        EventType::CudaGraph,
+        EventType::Cudnn,
+        EventType::Cublas,
+        EventType::OpenAcc,
+        EventType::OpenMp,
+        EventType::Mpi,
+        EventType::Ucx,
+        EventType::CpuCounters,
+        EventType::Network,
+        EventType::Video,
+        EventType::Graphics,
+        EventType::Diagnostics,
+        EventType::Overhead,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +79,20 @@ impl EventType {
             EventType::Osrt => "osrt",
             EventType::Sync => "sync",
             EventType::Sched => "sched",
+            EventType::Um => "um",
+            EventType::CudaGraph => "cuda-graph",
+            EventType::Cudnn => "cudnn",
+            EventType::Cublas => "cublas",
+            EventType::OpenAcc => "openacc",
+            EventType::OpenMp => "openmp",
+            EventType::Mpi => "mpi",
+            EventType::Ucx => "ucx",
+            EventType::CpuCounters => "cpu-counters",
+            EventType::Network => "network",
+            EventType::Video => "video",
+            EventType::Graphics => "graphics",
+            EventType::Diagnostics => "diagnostics",
+            EventType::Overhead => "overhead",
         }
     }
 }

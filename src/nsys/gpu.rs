@@ -55,7 +55,7 @@ const COMMON: [&str; 7] = [
     "contextId",
     "correlationId",
 ];
-const KERNEL_COLS: [&str; 13] = [
+const KERNEL_COLS: [&str; 14] = [
     "shortName",
     "demangledName",
     "gridX",
@@ -69,6 +69,7 @@ const KERNEL_COLS: [&str; 13] = [
     "dynamicSharedMemory",
     "launchType",
     "graphNodeId",
+    "graphId",
 ];
 const MEMCPY_COLS: [&str; 6] = [
     "bytes",
@@ -80,7 +81,7 @@ const MEMCPY_COLS: [&str; 6] = [
 ];
 const MEMSET_COLS: [&str; 3] = ["bytes", "value", "memKind"];
 
-const EXTRA: usize = 13;
+const EXTRA: usize = 14;
 
 #[derive(Clone)]
 struct Row {
@@ -332,6 +333,7 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
             args.int("shared_memory_dynamic_bytes", x[10]);
             args.label("launch_type", label(labels, 0, x[11]));
             args.int("graph_node_id", x[12]);
+            args.int("graph_id", x[13]);
             if let Some(d) = x[1] {
                 args.push("demangled_name", ArgValue::StrId(d));
             }

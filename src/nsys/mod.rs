@@ -14,6 +14,7 @@ pub mod projection;
 pub mod sched;
 pub mod source;
 pub mod sync;
+pub mod tables;
 
 use anyhow::{Context, Result, bail};
 use rusqlite::{Connection, OpenFlags};
@@ -69,6 +70,11 @@ impl Schema {
 
     pub fn tables(&self) -> impl Iterator<Item = &str> {
         self.tables.keys().map(String::as_str)
+    }
+
+    /// The table's columns in table order (empty when the table is absent).
+    pub fn columns(&self, table: &str) -> &[String] {
+        self.tables.get(table).map_or(&[], Vec::as_slice)
     }
 
     pub fn has_column(&self, table: &str, column: &str) -> bool {

@@ -1,5 +1,7 @@
 //! OS runtime calls (`OSRT_API`: pthread, file and socket calls...) on an "OS runtime" track of
-//! their thread, with their call stacks when nsys sampled them.
+//! their thread, with their call stacks when nsys sampled them. The profiler's own markers in
+//! that table ("OS runtime libraries profiling started/finished") are instants in category
+//! `nsys.marker` on the same track, not calls.
 
 use super::{REORDER_WINDOW, Reorder, Schema, int_at, text_at};
 use crate::model::EventSink;
@@ -7,6 +9,7 @@ use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
+use std::collections::HashSet;
 
 pub const OSRT: &str = "OSRT_API";
 
@@ -47,6 +50,7 @@ pub fn read<S: EventSink>(
     );
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
+    let markers = super::tables::marker_ids(conn, schema)?;
     let mut window = Reorder::new(REORDER_WINDOW);
     while let Some(r) = rows.next()? {
         let row = Row {
@@ -60,16 +64,31 @@ pub fn read<S: EventSink>(
         // Outer calls first at equal starts, so nested calls nest.
         let key = (row.start.unwrap_or(i64::MIN), -row.end.unwrap_or(0));
         if let Some(row) = window.push_keyed(key.0, key.1, row) {
-            emit(&row, sink)?;
+            emit(&row, &markers, sink)?;
         }
     }
     while let Some(row) = window.pop() {
-        emit(&row, sink)?;
+        emit(&row, &markers, sink)?;
     }
     Ok(())
 }
 
-fn emit<S: EventSink>(row: &Row, sink: &mut S) -> Result<()> {
+fn emit<S: EventSink>(row: &Row, markers: &HashSet<i64>, sink: &mut S) -> Result<()> {
+    if let Some(id) = row.name_id.filter(|id| markers.contains(id)) {
+        let (Some(start), Some(global_tid)) = (row.start, row.global_tid) else {
+            sink.skip(OSRT, "profiler marker without a time or thread");
+            return Ok(());
+        };
+        let ev = Event {
+            start,
+            end: None,
+            name: Name::Str(id),
+            category: Category::NsysMarker,
+            args: &[],
+            flows: Flows::default(),
+        };
+        return sink.event(GroupKey::ThreadOsrt { global_tid }, &ev);
+    }
     let Some((start, end)) = sink.interval(OSRT, row.start, row.end) else {
         return Ok(());
     };

@@ -63,6 +63,8 @@ impl Export {
         };
         super::EVENT_TABLES
             .iter()
+            .copied()
+            .chain(super::tables::present(&self.schema).map(|(t, _)| t))
             .filter(|t| self.schema.has_table(t))
             .filter_map(|t| {
                 let rowid = self.schema.rowid(t)?;
@@ -110,6 +112,14 @@ impl Export {
                 let mut sink = make_sink();
                 super::sched::read(&conn, schema, selection, info, &mut sink)?;
                 timing("sched", t);
+                sink.finish()
+            });
+            let tables = s.spawn(move || -> Result<Summary> {
+                let t = Instant::now();
+                let conn = open_readonly(&schema.path)?;
+                let mut sink = make_sink();
+                super::tables::read(&conn, schema, selection, &mut sink)?;
+                timing("other tables", t);
                 sink.finish()
             });
             type Tables = (Vec<String>, Vec<((String, String), u64)>);
@@ -196,6 +206,9 @@ impl Export {
                 sched
                     .join()
                     .map_err(|_| anyhow!("scheduling reader panicked"))?,
+                tables
+                    .join()
+                    .map_err(|_| anyhow!("table reader panicked"))?,
             ] {
                 summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
             }
@@ -219,12 +232,16 @@ impl Export {
 /// by layout, never written at a wrong time.
 fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<i64>> {
     let mut earliest: Option<i64> = None;
-    for t in super::EVENT_TABLES {
-        if !schema.has_column(t, "start") {
+    let timed = super::EVENT_TABLES
+        .iter()
+        .map(|t| (*t, "start"))
+        .chain(super::tables::present(schema));
+    for (t, col) in timed {
+        if !schema.has_column(t, col) {
             continue;
         }
         let sql = format!(
-            "SELECT min(start) FROM (SELECT start FROM \"{t}\" LIMIT {})",
+            "SELECT min(\"{col}\") FROM (SELECT \"{col}\" FROM \"{t}\" LIMIT {})",
             super::REORDER_WINDOW * 2
         );
         let min: Option<i64> = conn
@@ -237,18 +254,23 @@ fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<
     Ok(earliest)
 }
 
-/// Timed tables this version does not convert yet, with their row counts: nothing a profile
-/// holds is dropped without saying so.
+/// Whether a table is one a conversion reads (or leaves to a reader that does, for a reason
+/// listed in [`super::tables::EXCLUDED`]).
+pub fn is_converted(table: &str) -> bool {
+    super::EVENT_TABLES.contains(&table) || super::tables::spec_of(table).is_some()
+}
+
+/// A table whose rows are timed: it has a `start` or `timestamp` column.
+pub fn is_timed(schema: &Schema, table: &str) -> bool {
+    super::tables::time_column(schema, table).is_some()
+}
+
+/// Timed tables this version does not convert, with their row counts: nothing a profile
+/// holds is dropped without saying so. Tables on the exclusion list say why.
 fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
-    // Written by `nsys stats`: a copy of NVTX_EVENTS' push/pop ranges, converted from there.
-    const DERIVED: [&str; 1] = ["NvtxPushPopRanges"];
     let mut tables: Vec<&str> = schema
         .tables()
-        .filter(|t| {
-            schema.has_column(t, "start")
-                && !super::EVENT_TABLES.contains(t)
-                && !DERIVED.contains(t)
-        })
+        .filter(|t| is_timed(schema, t) && !is_converted(t))
         .collect();
     tables.sort_unstable();
     if tables.is_empty() {
@@ -263,7 +285,10 @@ fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
             |r| r.get(0),
         )?;
         if n > 0 {
-            notes.push(format!("{t}: {n} rows not converted (not supported yet)"));
+            match super::tables::EXCLUDED.iter().find(|(e, _)| *e == t) {
+                Some((_, why)) => notes.push(format!("{t}: {n} rows not converted here ({why})")),
+                None => notes.push(format!("{t}: {n} rows not converted (not supported yet)")),
+            }
         }
     }
     Ok(notes)

@@ -57,6 +57,7 @@ impl Format for Json {
             children: HashMap::new(),
             cnames: HashMap::new(),
             strings: HashMap::new(),
+            event_pseudo_pids: Default::default(),
         }
     }
 
@@ -206,6 +207,8 @@ pub struct JsonWriter {
     cnames: HashMap<u32, &'static str>,
     /// Strings by id, looked up once each (JSON repeats names on every event).
     strings: HashMap<i64, Box<str>>,
+    /// Top-level pseudo-processes whose own pseudo-thread holds events (named once).
+    event_pseudo_pids: std::collections::HashSet<u32>,
 }
 
 /// A string id's text through a writer's cache; the cache starts over past 64k names.
@@ -222,7 +225,17 @@ impl JsonWriter {
     /// The (pid, tid) of a lane, writing its metadata events on first use.
     fn lane(&mut self, group: u32, lane: u64, lane0: bool) -> (u32, u32) {
         match self.tracks.get(&lane) {
-            Some(t) if t.named => return (t.pid, t.tid.unwrap_or(t.pid)),
+            Some(t) if t.named => {
+                let (pid, tid) = (t.pid, t.tid.unwrap_or(t.pid));
+                if t.tid.is_none() && !self.event_pseudo_pids.contains(&pid) {
+                    // A top-level track that holds events itself (diagnostics, counter
+                    // samples): its events go on one pseudo-thread named like the track.
+                    let name = t.name.clone();
+                    metadata_name(&mut self.out.data, "thread_name", pid, Some(tid), &name);
+                    self.event_pseudo_pids.insert(pid);
+                }
+                return (pid, tid);
+            }
             Some(_) => {}
             None => {
                 // A process or thread track: its descriptor comes from the file writer.

@@ -60,6 +60,50 @@ pub struct Stats {
     pub gpu_time: i64,
     /// One section per kind the export has (kinds with no table are left out).
     pub sections: Vec<Section>,
+    /// Unified memory CPU page faults per process (most first); empty without faults.
+    pub page_faults: Vec<PageFaults>,
+}
+
+/// A process's unified memory CPU page faults (`CUDA_UM_CPU_PAGE_FAULT_EVENTS`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PageFaults {
+    pub pid: i64,
+    /// The process's name, as the export names it (`PROCESSES`), when it does.
+    pub process: Option<String>,
+    pub faults: u64,
+    /// Distinct faulting addresses.
+    pub addresses: u64,
+}
+
+/// Faults per process, most first (ties by pid).
+fn page_faults(ex: &Export) -> Result<Vec<PageFaults>> {
+    const T: &str = "CUDA_UM_CPU_PAGE_FAULT_EVENTS";
+    if !ex.schema.has_columns(T, &["globalPid", "address"]) {
+        return Ok(Vec::new());
+    }
+    let name = if ex.schema.has_columns("PROCESSES", &["globalPid", "name"]) {
+        "(SELECT name FROM PROCESSES p WHERE (p.globalPid >> 24) & 16777215 = f.pid \
+         AND p.name <> 'nsys-launcher' LIMIT 1)"
+    } else {
+        "NULL"
+    };
+    let sql = format!(
+        "SELECT f.pid, {name}, f.n, f.a FROM (SELECT (globalPid >> 24) & 16777215 AS pid, \
+         count(*) AS n, count(DISTINCT address) AS a FROM {T} GROUP BY pid) f \
+         ORDER BY f.n DESC, f.pid"
+    );
+    let mut stmt = ex.conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        out.push(PageFaults {
+            pid: r.get(0)?,
+            process: r.get(1)?,
+            faults: r.get::<_, i64>(2)? as u64,
+            addresses: r.get::<_, i64>(3)? as u64,
+        });
+    }
+    Ok(out)
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -138,6 +182,7 @@ pub fn stats_of(ex: &Export, path: &Path, opts: &StatsOptions) -> Result<Stats> 
         file: path.to_path_buf(),
         gpu_time,
         sections,
+        page_faults: page_faults(ex)?,
     })
 }
 
@@ -215,6 +260,34 @@ impl Stats {
                 ));
             }
         }
+        if !self.page_faults.is_empty() {
+            let total: u64 = self.page_faults.iter().map(|p| p.faults).sum();
+            s.push_str(&format!(
+                "\nUnified memory CPU page faults: {} in {} process{}\n",
+                super::group_digits(&total.to_string()),
+                self.page_faults.len(),
+                if self.page_faults.len() == 1 {
+                    ""
+                } else {
+                    "es"
+                }
+            ));
+            let mut t = Table::new(&[
+                ("Faults", true),
+                ("Addresses", true),
+                ("PID", true),
+                ("Process", false),
+            ]);
+            for p in &self.page_faults {
+                t.rows.push(vec![
+                    super::group_digits(&p.faults.to_string()),
+                    super::group_digits(&p.addresses.to_string()),
+                    p.pid.to_string(),
+                    p.process.clone().unwrap_or_default(),
+                ]);
+            }
+            s.push_str(&t.render());
+        }
         s
     }
 
@@ -271,6 +344,12 @@ impl Stats {
                     "max_ns": r.max,
                     "percent": json_f64(r.percent),
                 })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "um_cpu_page_faults": self.page_faults.iter().map(|p| json!({
+                "pid": p.pid,
+                "process": p.process,
+                "faults": p.faults,
+                "addresses": p.addresses,
             })).collect::<Vec<_>>(),
         })
     }
