@@ -2,6 +2,7 @@
 //! against SQL computed here directly on the source exports. The SQL in this file is written
 //! independently of the implementation's (different joins, correlated per-item queries).
 
+use crate::common::skip;
 use nsys_perfetto::nsys;
 use nsys_perfetto::projection::{KERNEL_NVTX, NVTX_GPU, PROJ_DB, Projection};
 use rusqlite::Connection;
@@ -13,7 +14,7 @@ fn corpus_dir() -> Option<PathBuf> {
     if d.is_dir() {
         Some(d)
     } else {
-        eprintln!("skipped: {} is absent", d.display());
+        skip("corpus", &format!("{} is absent", d.display()));
         None
     }
 }
@@ -23,7 +24,7 @@ fn corpus(name: &str) -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("skipped: {} is absent", p.display());
+        skip("corpus", &format!("{} is absent", p.display()));
         None
     }
 }
@@ -829,7 +830,7 @@ fn check_stats(path: &Path, st: &Stats) {
 fn stats_match_sql_on_every_export() {
     let files = all_exports();
     if files.is_empty() {
-        eprintln!("skipped: no corpus and no fixtures");
+        skip("corpus", "no corpus and no fixtures");
         return;
     }
     for p in &files {
@@ -989,7 +990,7 @@ fn patterns_for(path: &Path) -> Vec<String> {
 fn extract_matches_sql_on_every_export() {
     let files = all_exports();
     if files.is_empty() {
-        eprintln!("skipped: no corpus and no fixtures");
+        skip("corpus", "no corpus and no fixtures");
         return;
     }
     for p in &files {
@@ -1287,7 +1288,7 @@ fn sweep_with_nsys() {
     let nsys = match nsys_perfetto::report::find_nsys(None) {
         Ok(n) => n,
         Err(e) => {
-            eprintln!("skipped: no nsys: {e:#}");
+            skip("nsys", &format!("no nsys: {e:#}"));
             return;
         }
     };
@@ -1295,9 +1296,12 @@ fn sweep_with_nsys() {
         .map(PathBuf::from)
         .unwrap_or_else(|| nvtx_include.to_path_buf());
     if !include.join("nvtx3/nvToolsExt.h").is_file() {
-        eprintln!(
-            "skipped: no NVTX headers in {} (set NVTX_INCLUDE)",
-            include.display()
+        skip(
+            "nsys",
+            &format!(
+                "no NVTX headers in {} (set NVTX_INCLUDE)",
+                include.display()
+            ),
         );
         return;
     }
@@ -1332,7 +1336,7 @@ int main(int argc, char** argv) {
         .arg("-ldl")
         .status();
     if !gcc.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: cannot compile the NVTX program with gcc");
+        skip("gcc", "cannot compile the NVTX program with gcc");
         return;
     }
     let opts = SweepOptions {
