@@ -3,6 +3,7 @@
 //! Pipeline: [`nsys`] reads export tables as a stream of [`model`] events, [`layout`] places them
 //! on tracks and lanes, [`output`] encodes them; [`convert`] runs it all in parallel.
 
+pub mod about;
 pub mod batch;
 pub mod cli;
 pub mod convert;

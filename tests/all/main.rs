@@ -16,6 +16,7 @@ mod bad_input;
 mod batch;
 mod corpus;
 mod fixture;
+mod install;
 mod json_output;
 mod nsys_e2e;
 mod projection_perf_check;
