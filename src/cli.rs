@@ -44,6 +44,26 @@ pub enum Command {
     /// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace:
     /// merge rank_*.nsys-rep -o job.pftrace
     Merge(crate::merge::MergeArgs),
+    /// Print a shell completion script: nsys-perfetto completions bash >
+    /// ~/.local/share/bash-completion/completions/nsys-perfetto
+    Completions(CompletionsArgs),
+    /// Print the man page (roff), or write one per command into a directory with --dir:
+    /// nsys-perfetto man | man -l -
+    Man(ManArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ManArgs {
+    /// Write nsys-perfetto.1 and a page per subcommand (nsys-perfetto-stats.1...) into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -127,6 +147,16 @@ impl ConvertArgs {
 }
 
 pub fn main() -> ExitCode {
+    // `--version` alone also lists the nsys installs found (each probed with a timeout); the
+    // probe runs only then, not on every command.
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args.len() == 2 && (args[1] == "--version" || args[1] == "-V") {
+        print!(
+            "{}",
+            crate::about::long_version(crate::about::PROBE_TIMEOUT)
+        );
+        return ExitCode::SUCCESS;
+    }
     let cli = Cli::parse();
     // Ctrl-C and SIGTERM stop child processes and remove temporaries (see `cleanup`).
     crate::cleanup::install();
@@ -139,6 +169,41 @@ pub fn main() -> ExitCode {
         Some(Command::Open(args)) => args.run(),
         Some(Command::Serve(args)) => args.run(),
         Some(Command::Merge(args)) => args.run(),
+        Some(Command::Completions(args)) => {
+            use clap::CommandFactory;
+            let mut cmd = Cli::command();
+            clap_complete::generate(
+                args.shell,
+                &mut cmd,
+                "nsys-perfetto",
+                &mut std::io::stdout(),
+            );
+            ExitCode::SUCCESS
+        }
+        Some(Command::Man(args)) => run_man(&args),
+    }
+}
+
+fn run_man(args: &ManArgs) -> ExitCode {
+    use clap::CommandFactory;
+    let cmd = Cli::command();
+    let result = match &args.dir {
+        Some(dir) => std::fs::create_dir_all(dir)
+            .and_then(|_| clap_mangen::generate_to(cmd, dir))
+            .map(|_| crate::say!("man pages written to {}", dir.display())),
+        None => {
+            let mut out = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut out)
+                .and_then(|_| std::io::Write::write_all(&mut std::io::stdout(), &out))
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            crate::say!("error: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 

@@ -5,6 +5,7 @@
 //! format, knowing nothing of nsys; [`convert`] wires one or several sources (a merge) to one
 //! output file.
 
+pub mod about;
 #[macro_use]
 pub mod term;
 pub mod batch;

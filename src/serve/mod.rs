@@ -664,7 +664,10 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     job.set_phase("stats");
     let stats = match crate::workflow::stats::stats(
         &sqlite,
-        &crate::workflow::stats::StatsOptions { top: 10 },
+        &crate::workflow::stats::StatsOptions {
+            top: 10,
+            raw_names: false,
+        },
     ) {
         Ok(s) => {
             let mut v = s.json();

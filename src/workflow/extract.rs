@@ -6,6 +6,12 @@
 //! ranges give two rows: their CPU time (`nvtx`) and their GPU time (`nvtx-gpu`, the span of the
 //! GPU work launched inside each range, see [`crate::nsys::projection`]). A pattern that matches
 //! nothing gets one row with no kind and a count of 0.
+//!
+//! Nested matches count once: an NVTX range that lies within another range matching the same
+//! pattern on the same thread (`ncclAllReduce` inside `ncclGroup`, say, for `re:^nccl`) is not
+//! counted, only the outermost match is; its time is already in the outer range's (and the
+//! GPU work it launched in the outer range's span). [`ExtractRow::nested`] says how many
+//! matches were left out that way.
 
 use super::{Export, Kind, Output, Pattern, Table, Unit, csv_line, json_f64, plain_f64};
 use anyhow::Result;
@@ -21,6 +27,9 @@ pub struct ExtractRow {
     pub count: u64,
     /// Summed duration, ns.
     pub total: i64,
+    /// NVTX kinds: matching ranges not counted because they lie within another match of the
+    /// same pattern on their thread (0 for other kinds).
+    pub nested: u64,
 }
 
 impl ExtractRow {
@@ -48,9 +57,23 @@ pub fn extract(path: &Path, patterns: &[Pattern]) -> Result<Extract> {
 }
 
 pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extract> {
-    // acc[pattern][kind] = (count, total)
-    let mut acc = vec![[(0u64, 0i64); Kind::ALL.len()]; patterns.len()];
+    // acc[pattern][kind] = (count, total, nested)
+    let mut acc = vec![[(0u64, 0i64, 0u64); Kind::ALL.len()]; patterns.len()];
     for (ki, kind) in Kind::ALL.into_iter().enumerate() {
+        if matches!(kind, Kind::Nvtx | Kind::NvtxGpu) {
+            if let Some(sql) = ex.nvtx_ranges(kind) {
+                outermost(ex, &sql, patterns, &mut |pi, dur, nested| {
+                    let slot = &mut acc[pi][ki];
+                    if nested {
+                        slot.2 += 1;
+                    } else {
+                        slot.0 += 1;
+                        slot.1 += dur;
+                    }
+                })?;
+            }
+            continue;
+        }
         let Some(d) = ex.durations(kind) else {
             continue;
         };
@@ -80,13 +103,14 @@ pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extr
     for (pi, p) in patterns.iter().enumerate() {
         let before = rows.len();
         for (ki, kind) in Kind::ALL.into_iter().enumerate() {
-            let (count, total) = acc[pi][ki];
+            let (count, total, nested) = acc[pi][ki];
             if count > 0 {
                 rows.push(ExtractRow {
                     pattern: p.text.clone(),
                     kind: Some(kind),
                     count,
                     total,
+                    nested,
                 });
             }
         }
@@ -96,6 +120,7 @@ pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extr
                 kind: None,
                 count: 0,
                 total: 0,
+                nested: 0,
             });
         }
     }
@@ -104,6 +129,59 @@ pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extr
         rows,
     })
 }
+
+/// Stream the NVTX ranges of `sql` ([`Export::nvtx_ranges`]: thread, start, longest first) and
+/// call `hit(pattern, duration, nested)` for each range matching each pattern; `nested` when an
+/// earlier range of the same thread matching the same pattern contains it (in this order, an
+/// earlier range of the thread starts no later, so it contains the range when it ends no
+/// earlier: the running maximum end of the pattern's matches tells). Ranges without a thread
+/// are never nested.
+fn outermost(
+    ex: &Export,
+    sql: &str,
+    patterns: &[Pattern],
+    hit: &mut dyn FnMut(usize, i64, bool),
+) -> Result<()> {
+    // Per pattern: (thread, latest end) of the matches seen on the current thread.
+    let mut open: Vec<Option<(i64, i64)>> = vec![None; patterns.len()];
+    let mut matched: std::collections::HashMap<String, Vec<usize>> = Default::default();
+    let mut stmt = ex.conn.prepare(sql)?;
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        let name = ex.name_at(Kind::Nvtx, r, 0);
+        let pats = matched.entry(name).or_insert_with_key(|name| {
+            (0..patterns.len())
+                .filter(|&pi| patterns[pi].matches(name))
+                .collect()
+        });
+        if pats.is_empty() {
+            continue;
+        }
+        let tid = crate::nsys::int_at(r, 1);
+        let end: i64 = r.get(3)?;
+        let dur: i64 = r.get(4)?;
+        for &pi in pats.iter() {
+            let nested = match (tid, &mut open[pi]) {
+                (Some(t), Some((ot, oend))) if *ot == t => {
+                    let inside = end <= *oend;
+                    *oend = (*oend).max(end);
+                    inside
+                }
+                (Some(t), slot) => {
+                    *slot = Some((t, end));
+                    false
+                }
+                (None, _) => false,
+            };
+            hit(pi, dur, nested);
+        }
+    }
+    Ok(())
+}
+
+/// How NVTX matches are counted, printed under tables and carried in JSON.
+pub const NESTED_NOTE: &str = "NVTX ranges (nvtx, nvtx-gpu): a match inside another match of the \
+same pattern on its thread is counted once, with the outermost; Nested = matches left out so";
 
 /// Render the results of several files together.
 pub fn render(results: &[Extract], output: Output, unit: Unit) -> String {
@@ -118,9 +196,13 @@ pub fn render(results: &[Extract], output: Output, unit: Unit) -> String {
                 ("Count", true),
                 (&total_h, true),
                 (&mean_h, true),
+                ("Nested", true),
             ]);
+            let mut nvtx = false;
             for e in results {
                 for r in &e.rows {
+                    let is_nvtx = matches!(r.kind, Some(Kind::Nvtx | Kind::NvtxGpu));
+                    nvtx |= is_nvtx;
                     t.rows.push(vec![
                         e.file.display().to_string(),
                         r.pattern.clone(),
@@ -128,13 +210,25 @@ pub fn render(results: &[Extract], output: Output, unit: Unit) -> String {
                         super::group_digits(&r.count.to_string()),
                         unit.fmt_int(r.total),
                         unit.fmt_f64(r.mean()),
+                        if is_nvtx {
+                            super::group_digits(&r.nested.to_string())
+                        } else {
+                            "-".into()
+                        },
                     ]);
                 }
             }
-            t.render()
+            let mut s = t.render();
+            if nvtx {
+                s.push_str(NESTED_NOTE);
+                s.push('\n');
+            }
+            s
         }
         Output::Csv => {
-            let mut s = csv_line(&["file", "pattern", "kind", "count", "total_ns", "mean_ns"]);
+            let mut s = csv_line(&[
+                "file", "pattern", "kind", "count", "total_ns", "mean_ns", "nested",
+            ]);
             for e in results {
                 for r in &e.rows {
                     s.push_str(&csv_line(&[
@@ -144,6 +238,7 @@ pub fn render(results: &[Extract], output: Output, unit: Unit) -> String {
                         r.count.to_string(),
                         r.total.to_string(),
                         plain_f64(r.mean()),
+                        r.nested.to_string(),
                     ]));
                 }
             }
@@ -161,7 +256,9 @@ pub fn render(results: &[Extract], output: Output, unit: Unit) -> String {
                             "count": r.count,
                             "total_ns": r.total,
                             "mean_ns": json_f64(r.mean()),
+                            "nested": r.nested,
                         })).collect::<Vec<_>>(),
+                        "counting": NESTED_NOTE,
                     })
                 })
                 .collect();

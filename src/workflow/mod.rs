@@ -310,6 +310,8 @@ pub struct Export {
     pub schema: Schema,
     pub enums: Enums,
     pub projection: Option<Projection>,
+    /// The SQLite export read (the report's export for a report).
+    pub sqlite: std::path::PathBuf,
     /// Keeps a temporary export (made from a report) alive.
     _exported: Option<report::Exported>,
 }
@@ -345,6 +347,7 @@ impl Export {
             schema,
             enums,
             projection,
+            sqlite: sqlite.to_path_buf(),
             _exported: exported,
         })
     }
@@ -420,6 +423,44 @@ impl Export {
                 ))
             }
         }
+    }
+
+    /// Every NVTX range of `kind` (`Nvtx`: CPU time; `NvtxGpu`: the span of the GPU work it
+    /// launched, ranges without GPU work left out): `SELECT key, tid, s, e, dur`, where `s`/`e`
+    /// are the range's CPU start and end (what nesting is judged by), ordered by thread, start,
+    /// then longest first, so that a range comes after every range of its thread containing it.
+    fn nvtx_ranges(&self, kind: Kind) -> Option<String> {
+        let s = &self.schema;
+        if !s.has_columns(NVTX, &["start", "end", "eventType"]) {
+            return None;
+        }
+        let tid = s.col_of(NVTX, "c", "globalTid");
+        let sql = match kind {
+            Kind::Nvtx => {
+                let text = s.col_of(NVTX, "r", "text");
+                let (join, name) = self.nvtx_name(&text, &s.col_of(NVTX, "r", "textId"));
+                let tid = s.col_of(NVTX, "r", "globalTid");
+                format!(
+                    "SELECT {name} AS key, {tid} AS tid, r.start AS s, r.\"end\" AS e, \
+                     r.\"end\" - r.start AS dur FROM main.\"{NVTX}\" r{join} \
+                     WHERE r.eventType IN (59, 60) AND r.\"end\" >= r.start"
+                )
+            }
+            Kind::NvtxGpu => {
+                self.projection.as_ref()?;
+                let (join, name) = self.nvtx_name("r.name_text", "r.name_id");
+                format!(
+                    "SELECT {name} AS key, {tid} AS tid, c.start AS s, c.\"end\" AS e, \
+                     max(r.gpu_end) - min(r.gpu_start) AS dur \
+                     FROM {PROJ_DB}.{NVTX_GPU} r JOIN main.\"{NVTX}\" c ON c.rowid = r.nvtx_rid{join} \
+                     GROUP BY r.nvtx_rid"
+                )
+            }
+            _ => return None,
+        };
+        Some(format!(
+            "SELECT key, tid, s, e, dur FROM ({sql}) ORDER BY tid, s, e DESC"
+        ))
     }
 
     fn has_strings(&self) -> bool {

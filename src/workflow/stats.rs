@@ -6,6 +6,13 @@
 //!   memcpy and memset row (busy time summed over streams and devices, not wall time);
 //! - API calls, NVTX ranges and NVTX GPU projections: of their own kind's total (ranges nest, so
 //!   NVTX totals count nested time once per level).
+//!
+//! NVTX names that differ only in counters are grouped by default ([`group_name`]): PyTorch
+//! names every range `aten::mul, seq = 45328, op_id = 990726`, so a profile of 19 k ranges had
+//! 18 k distinct names and the top of the table taught nothing. `--raw-names` keeps them apart.
+//!
+//! `stats A B` compares two profiles name by name ([`compare`]): count and total of each, and the
+//! change from A to B.
 
 use super::{Export, Kind, Output, Table, Unit, csv_line, json_f64, plain_f64};
 use anyhow::Result;
@@ -36,8 +43,10 @@ pub struct Section {
     pub total: i64,
     /// What percentages are of, in ns: all GPU time for GPU kinds, else [`Section::total`].
     pub basis: i64,
-    /// Distinct names (rows beyond `top` included).
+    /// Distinct names (rows beyond `top` included), after grouping.
     pub names: u64,
+    /// Distinct names before grouping (= `names` with `--raw-names` and for kinds not grouped).
+    pub raw_names: u64,
     /// The top names by total time (ties: more events first, then by name).
     pub rows: Vec<StatRow>,
 }
@@ -110,12 +119,74 @@ fn page_faults(ex: &Export) -> Result<Vec<PageFaults>> {
 pub struct StatsOptions {
     /// Rows per section; 0 = all.
     pub top: usize,
+    /// Keep NVTX names that differ only in counters apart (no [`group_name`]).
+    pub raw_names: bool,
 }
 
 impl Default for StatsOptions {
     fn default() -> Self {
-        StatsOptions { top: 10 }
+        StatsOptions {
+            top: 10,
+            raw_names: false,
+        }
     }
+}
+
+/// The SQL function that groups NVTX names ([`group_name`]).
+pub const GROUP_NAME_FN: &str = "nsys_perfetto_group_name";
+
+/// An NVTX name with its counters removed: every `, KEY = INTEGER` part after the first
+/// (PyTorch's `, seq = 45328` and `, op_id = 990726`, a loop's `, step = 3`), so that
+/// `aten::mul, seq = 45328, op_id = 990726` becomes `aten::mul`. Parts are separated by `", "`;
+/// a KEY is a word (letters, digits, `_`; not starting with a digit). Other names are unchanged.
+pub fn group_name(name: &str) -> std::borrow::Cow<'_, str> {
+    fn counter(part: &str) -> bool {
+        let Some((key, value)) = part.split_once(" = ") else {
+            return false;
+        };
+        let digits = value.strip_prefix('-').unwrap_or(value);
+        key.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+    }
+    let mut parts = name.split(", ");
+    let first = parts.next().unwrap_or("");
+    if !parts.clone().any(counter) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = first.to_string();
+    for p in parts.filter(|p| !counter(p)) {
+        out.push_str(", ");
+        out.push_str(p);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Register [`GROUP_NAME_FN`] on a connection (NULL and non-text values pass through).
+pub fn register_group_name(conn: &rusqlite::Connection) -> Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    use rusqlite::types::{Value, ValueRef};
+    conn.create_scalar_function(
+        GROUP_NAME_FN,
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            Ok(match ctx.get_raw(0) {
+                ValueRef::Text(t) => {
+                    let t = String::from_utf8_lossy(t);
+                    Value::Text(group_name(&t).into_owned())
+                }
+                ValueRef::Integer(i) => Value::Integer(i),
+                ValueRef::Real(f) => Value::Real(f),
+                ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+                ValueRef::Null => Value::Null,
+            })
+        },
+    )?;
+    Ok(())
 }
 
 /// Compute the statistics of one profile.
@@ -126,19 +197,37 @@ pub fn stats(path: &Path, opts: &StatsOptions) -> Result<Stats> {
 
 pub fn stats_of(ex: &Export, path: &Path, opts: &StatsOptions) -> Result<Stats> {
     let mut totals = Vec::new();
+    let group = !opts.raw_names;
+    if group {
+        register_group_name(&ex.conn)?;
+    }
     for kind in Kind::ALL {
-        if let Some(d) = ex.durations(kind) {
+        if let Some(mut d) = ex.durations(kind) {
+            let grouped = group && matches!(kind, Kind::Nvtx | Kind::NvtxGpu);
+            let raw_d = d.clone();
+            if grouped {
+                d = format!("SELECT {GROUP_NAME_FN}(key) AS key, alt, dur FROM ({d})");
+            }
             let (count, total, names): (i64, i64, i64) = ex.conn.query_row(
                 &format!("SELECT count(*), coalesce(sum(dur), 0), count(DISTINCT key) FROM ({d})"),
                 [],
                 |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
             )?;
-            totals.push((kind, d, count as u64, total, names as u64));
+            let raw_names: i64 = if grouped {
+                ex.conn.query_row(
+                    &format!("SELECT count(DISTINCT key) FROM ({raw_d})"),
+                    [],
+                    |r| r.get(0),
+                )?
+            } else {
+                names
+            };
+            totals.push((kind, d, count as u64, total, names as u64, raw_names as u64));
         }
     }
     let gpu_time: i64 = totals.iter().filter(|t| t.0.is_gpu()).map(|t| t.3).sum();
     let mut sections = Vec::new();
-    for (kind, d, count, total, names) in totals {
+    for (kind, d, count, total, names, raw_names) in totals {
         let basis = if kind.is_gpu() { gpu_time } else { total };
         let (join, name, _) = ex.key_names(kind);
         let limit = if opts.top == 0 { -1 } else { opts.top as i64 };
@@ -175,6 +264,7 @@ pub fn stats_of(ex: &Export, path: &Path, opts: &StatsOptions) -> Result<Stats> 
             total,
             basis,
             names,
+            raw_names,
             rows: out,
         });
     }
@@ -219,6 +309,12 @@ impl Stats {
                 unit.fmt_int(sec.total),
                 sec.basis_label(),
             ));
+            if sec.raw_names != sec.names {
+                s.push_str(&format!(
+                    "  ({} distinct names grouped by removing counters like ', seq = N', ', op_id = N'; --raw-names keeps them)\n",
+                    super::group_digits(&sec.raw_names.to_string())
+                ));
+            }
             if sec.rows.is_empty() {
                 s.push_str("  (none)\n");
                 continue;
@@ -332,6 +428,7 @@ impl Stats {
                 "count": sec.count,
                 "total_ns": sec.total,
                 "names": sec.names,
+                "raw_names": sec.raw_names,
                 "percent_of": sec.basis_label(),
                 "percent_basis_ns": sec.basis,
                 "rows": sec.rows.iter().map(|r| json!({
@@ -355,30 +452,312 @@ impl Stats {
     }
 }
 
-/// `nsys-perfetto stats PROFILE`.
+/// One name in two profiles: (count, total ns) in each, `None` where the profile lacks it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompareRow {
+    pub name: String,
+    pub a: Option<(u64, i64)>,
+    pub b: Option<(u64, i64)>,
+}
+
+impl CompareRow {
+    pub fn total_a(&self) -> i64 {
+        self.a.map_or(0, |x| x.1)
+    }
+    pub fn total_b(&self) -> i64 {
+        self.b.map_or(0, |x| x.1)
+    }
+    /// Total of B minus total of A, ns.
+    pub fn change(&self) -> i64 {
+        self.total_b() - self.total_a()
+    }
+    /// The change in percent of A's total (NaN when A has none).
+    pub fn change_percent(&self) -> f64 {
+        change_percent(self.total_a(), self.total_b())
+    }
+}
+
+fn change_percent(a: i64, b: i64) -> f64 {
+    if a > 0 {
+        (b - a) as f64 * 100.0 / a as f64
+    } else {
+        f64::NAN
+    }
+}
+
+/// One kind of event in two profiles.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CompareSection {
+    pub kind: Kind,
+    /// (count, total ns) of all events of this kind in A and in B.
+    pub a: (u64, i64),
+    pub b: (u64, i64),
+    /// Distinct names in A or B.
+    pub names: u64,
+    /// The names with the largest total in A or B, largest first (ties by name).
+    pub rows: Vec<CompareRow>,
+}
+
+/// `stats A B`: two profiles side by side.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Comparison {
+    pub a: PathBuf,
+    pub b: PathBuf,
+    pub gpu_time_a: i64,
+    pub gpu_time_b: i64,
+    pub sections: Vec<CompareSection>,
+}
+
+/// Compare two profiles' statistics, computed with `top: 0` (every name); keep `top` names per
+/// kind (0: all).
+pub fn compare(a: &Stats, b: &Stats, top: usize) -> Comparison {
+    let mut sections = Vec::new();
+    for kind in Kind::ALL {
+        let sa = a.sections.iter().find(|s| s.kind == kind);
+        let sb = b.sections.iter().find(|s| s.kind == kind);
+        if sa.is_none() && sb.is_none() {
+            continue;
+        }
+        let mut by_name: std::collections::BTreeMap<&str, CompareRow> = Default::default();
+        for (sec, is_a) in [(sa, true), (sb, false)] {
+            for r in sec.map(|s| s.rows.as_slice()).unwrap_or_default() {
+                let e = by_name.entry(&r.name).or_insert_with(|| CompareRow {
+                    name: r.name.clone(),
+                    a: None,
+                    b: None,
+                });
+                let v = Some((r.count, r.total));
+                if is_a { e.a = v } else { e.b = v }
+            }
+        }
+        let names = by_name.len() as u64;
+        let mut rows: Vec<CompareRow> = by_name.into_values().collect();
+        rows.sort_by(|x, y| {
+            let kx = x.total_a().max(x.total_b());
+            let ky = y.total_a().max(y.total_b());
+            ky.cmp(&kx).then_with(|| x.name.cmp(&y.name))
+        });
+        if top > 0 {
+            rows.truncate(top);
+        }
+        let totals = |s: Option<&Section>| s.map_or((0, 0), |s| (s.count, s.total));
+        sections.push(CompareSection {
+            kind,
+            a: totals(sa),
+            b: totals(sb),
+            names,
+            rows,
+        });
+    }
+    Comparison {
+        a: a.file.clone(),
+        b: b.file.clone(),
+        gpu_time_a: a.gpu_time,
+        gpu_time_b: b.gpu_time,
+        sections,
+    }
+}
+
+/// A change in percent for a table: `+12.5%`, `-3.0%`, `new` (A had none).
+fn fmt_change_percent(a: i64, b: i64) -> String {
+    let p = change_percent(a, b);
+    if p.is_finite() {
+        format!("{p:+.1}%")
+    } else if b > 0 {
+        "new".into()
+    } else {
+        "-".into()
+    }
+}
+
+impl Comparison {
+    pub fn render(&self, output: Output, unit: Unit) -> String {
+        match output {
+            Output::Table => self.table(unit),
+            Output::Csv => self.csv(),
+            Output::Json => serde_json::to_string_pretty(&self.json()).expect("JSON") + "\n",
+        }
+    }
+
+    fn table(&self, unit: Unit) -> String {
+        let u = unit.as_str();
+        let signed = |ns: i64| {
+            let v = unit.fmt_int(ns);
+            if ns > 0 { format!("+{v}") } else { v }
+        };
+        let mut s = format!(
+            "A: {}\nB: {}\nGPU time (kernels + memory operations): A {} {u}, B {} {u}, change {} {u} ({})\n",
+            self.a.display(),
+            self.b.display(),
+            unit.fmt_int(self.gpu_time_a),
+            unit.fmt_int(self.gpu_time_b),
+            signed(self.gpu_time_b - self.gpu_time_a),
+            fmt_change_percent(self.gpu_time_a, self.gpu_time_b),
+        );
+        for sec in &self.sections {
+            s.push_str(&format!(
+                "\n{}: A {} events, {} {u}; B {} events, {} {u}; change {} {u} ({})\n",
+                sec.kind.title(),
+                super::group_digits(&sec.a.0.to_string()),
+                unit.fmt_int(sec.a.1),
+                super::group_digits(&sec.b.0.to_string()),
+                unit.fmt_int(sec.b.1),
+                signed(sec.b.1 - sec.a.1),
+                fmt_change_percent(sec.a.1, sec.b.1),
+            ));
+            if sec.rows.is_empty() {
+                s.push_str("  (none)\n");
+                continue;
+            }
+            let (ta, tb, ch) = (
+                format!("Total A ({u})"),
+                format!("Total B ({u})"),
+                format!("Change ({u})"),
+            );
+            let mut t = Table::new(&[
+                ("Count A", true),
+                ("Count B", true),
+                (&ta, true),
+                (&tb, true),
+                (&ch, true),
+                ("Change %", true),
+                ("Name", false),
+            ]);
+            let cell = |v: Option<(u64, i64)>, count: bool| match v {
+                None => "-".to_string(),
+                Some((c, _)) if count => super::group_digits(&c.to_string()),
+                Some((_, t)) => unit.fmt_int(t),
+            };
+            for r in &sec.rows {
+                t.rows.push(vec![
+                    cell(r.a, true),
+                    cell(r.b, true),
+                    cell(r.a, false),
+                    cell(r.b, false),
+                    signed(r.change()),
+                    match (r.a, r.b) {
+                        (Some(_), None) => "gone".into(),
+                        _ => fmt_change_percent(r.total_a(), r.total_b()),
+                    },
+                    r.name.clone(),
+                ]);
+            }
+            s.push_str(&t.render());
+            if (sec.rows.len() as u64) < sec.names {
+                s.push_str(&format!(
+                    "  ... {} more names (--top 0 shows all)\n",
+                    super::group_digits(&(sec.names - sec.rows.len() as u64).to_string())
+                ));
+            }
+        }
+        s
+    }
+
+    fn csv(&self) -> String {
+        let mut s = csv_line(&[
+            "kind",
+            "name",
+            "count_a",
+            "count_b",
+            "total_a_ns",
+            "total_b_ns",
+            "change_ns",
+            "change_percent",
+        ]);
+        let opt = |v: Option<u64>| v.map_or_else(String::new, |x| x.to_string());
+        let opt_i = |v: Option<i64>| v.map_or_else(String::new, |x| x.to_string());
+        for sec in &self.sections {
+            for r in &sec.rows {
+                s.push_str(&csv_line(&[
+                    sec.kind.as_str().to_string(),
+                    r.name.clone(),
+                    opt(r.a.map(|x| x.0)),
+                    opt(r.b.map(|x| x.0)),
+                    opt_i(r.a.map(|x| x.1)),
+                    opt_i(r.b.map(|x| x.1)),
+                    r.change().to_string(),
+                    plain_f64(r.change_percent()),
+                ]));
+            }
+        }
+        s
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        let side = |v: Option<(u64, i64)>| {
+            v.map_or(
+                serde_json::Value::Null,
+                |(c, t)| json!({"count": c, "total_ns": t}),
+            )
+        };
+        json!({
+            "a": self.a.to_string_lossy(),
+            "b": self.b.to_string_lossy(),
+            "gpu_time_a_ns": self.gpu_time_a,
+            "gpu_time_b_ns": self.gpu_time_b,
+            "sections": self.sections.iter().map(|sec| json!({
+                "kind": sec.kind.as_str(),
+                "a": {"count": sec.a.0, "total_ns": sec.a.1},
+                "b": {"count": sec.b.0, "total_ns": sec.b.1},
+                "names": sec.names,
+                "rows": sec.rows.iter().map(|r| json!({
+                    "name": r.name,
+                    "a": side(r.a),
+                    "b": side(r.b),
+                    "change_ns": r.change(),
+                    "change_percent": json_f64(r.change_percent()),
+                })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// `nsys-perfetto stats PROFILE [PROFILE_B]`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StatsArgs {
-    /// An nsys SQLite export (.sqlite) or report (.nsys-rep, .qdrep).
-    #[arg(value_name = "PROFILE")]
-    pub profile: PathBuf,
+    /// An nsys SQLite export (.sqlite) or report (.nsys-rep, .qdrep); with a second one, the
+    /// two are compared side by side (count, total and change per name, B against A).
+    #[arg(value_name = "PROFILE", required = true, num_args = 1..=2)]
+    pub profiles: Vec<PathBuf>,
     /// Names per kind of event (0: all).
     #[arg(long, default_value_t = 10, value_name = "N")]
     pub top: usize,
+    /// Keep NVTX names that differ only in counters (', seq = N', ', op_id = N') apart; by
+    /// default they are grouped under the name without them.
+    #[arg(long)]
+    pub raw_names: bool,
     #[command(flatten)]
     pub out: super::OutputArgs,
 }
 
 impl StatsArgs {
     pub fn run(&self) -> std::process::ExitCode {
+        let one = |path: &Path, top: usize| -> Result<Stats> {
+            let ex = Export::open_with(path, &self.out.export_options())
+                .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+            stats_of(
+                &ex,
+                path,
+                &StatsOptions {
+                    top,
+                    raw_names: self.raw_names,
+                },
+            )
+            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))
+        };
         let result = (|| -> Result<()> {
-            let ex = Export::open_with(&self.profile, &self.out.export_options())?;
-            let st = stats_of(&ex, &self.profile, &StatsOptions { top: self.top })?;
-            self.out.emit(&st.render(self.out.format(), self.out.unit))
+            let text = match self.profiles.as_slice() {
+                [a, b] => compare(&one(a, 0)?, &one(b, 0)?, self.top)
+                    .render(self.out.format(), self.out.unit),
+                [a] => one(a, self.top)?.render(self.out.format(), self.out.unit),
+                _ => anyhow::bail!("one or two profiles"),
+            };
+            self.out.emit(&text)
         })();
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                crate::say!("error: {}: {e:#}", self.profile.display());
+                crate::say!("error: {e:#}");
                 std::process::ExitCode::FAILURE
             }
         }

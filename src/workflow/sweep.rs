@@ -4,6 +4,9 @@
 //! tabulate them with one column per value. With `--iter N` every value runs N times and each
 //! cell is the mean over the iterations (an iteration where the event did not occur counts as 0).
 //!
+//! Each run's profile is also converted to a Perfetto trace beside its report (`run_16.pftrace`),
+//! the file people open next; the table names them.
+//!
 //! Without `--events`, the events are the 10 kernels and the 10 NVTX ranges with the most total
 //! time in the first profile, matched by exact name.
 
@@ -30,6 +33,9 @@ pub struct SweepOptions {
     pub command: Vec<String>,
     /// How reports are exported to SQLite.
     pub export: crate::report::ExportOptions,
+    /// Convert each run's profile to `OUTPUT.pftrace` (the output name of the run plus
+    /// `.pftrace`).
+    pub traces: bool,
 }
 
 /// One profiled run.
@@ -44,6 +50,8 @@ pub struct Run {
     pub output: PathBuf,
     /// The profile the profiler produced.
     pub profile: PathBuf,
+    /// The Perfetto trace written for it ([`SweepOptions::traces`]).
+    pub trace: Option<PathBuf>,
     pub extract: Extract,
 }
 
@@ -178,12 +186,25 @@ pub fn sweep(
                 patterns = default_patterns(&ex, &prof)?;
             }
             let extract = extract_of(&ex, &prof, &patterns)?;
+            let trace = if opts.traces {
+                let trace = trace_name(&output);
+                let copts = crate::convert::Options {
+                    progress: false,
+                    ..Default::default()
+                };
+                crate::convert::convert_sqlite(&ex.sqlite, &trace, &copts)
+                    .with_context(|| format!("converting {}", ex.sqlite.display()))?;
+                Some(trace)
+            } else {
+                None
+            };
             runs.push(Run {
                 value: value.clone(),
                 iteration,
                 command,
                 output,
                 profile: prof,
+                trace,
                 extract,
             });
         }
@@ -196,9 +217,23 @@ pub fn sweep(
     })
 }
 
+/// The trace of a run: its output name plus `.pftrace` (`run_16` -> `run_16.pftrace`).
+pub fn trace_name(output: &Path) -> PathBuf {
+    let mut name = output.as_os_str().to_os_string();
+    name.push(".pftrace");
+    PathBuf::from(name)
+}
+
 /// The top 10 kernels and NVTX ranges of a profile, as exact-name patterns.
 fn default_patterns(ex: &Export, path: &Path) -> Result<Vec<Pattern>> {
-    let st = stats_of(ex, path, &StatsOptions { top: 10 })?;
+    let st = stats_of(
+        ex,
+        path,
+        &StatsOptions {
+            top: 10,
+            raw_names: true,
+        },
+    )?;
     let mut out: Vec<Pattern> = Vec::new();
     for sec in &st.sections {
         if matches!(sec.kind, Kind::Kernel | Kind::Nvtx) {
@@ -299,7 +334,26 @@ impl Sweep {
         } else {
             String::new()
         };
-        format!("{what}{iters}\n{}", t.render())
+        let mut s = format!("{what}{iters}\n{}", t.render());
+        let traces: Vec<&Run> = self.runs.iter().filter(|r| r.trace.is_some()).collect();
+        if !traces.is_empty() {
+            s.push_str("\nPerfetto traces (open in ui.perfetto.dev):\n");
+            let mut tt = Table::new(&[("Run", false), ("Trace", false)]);
+            for r in traces {
+                tt.rows.push(vec![
+                    if self.iterations > 1 {
+                        format!("p={} #{}", r.value, r.iteration)
+                    } else {
+                        format!("p={}", r.value)
+                    },
+                    r.trace
+                        .as_ref()
+                        .map_or_else(String::new, |t| t.display().to_string()),
+                ]);
+            }
+            s.push_str(&tt.render());
+        }
+        s
     }
 
     /// CSV: `event,kind,metric,V1,V2...`, three rows per event (total_ns, mean_ns, count), in ns.
@@ -361,6 +415,9 @@ pub struct SweepArgs {
     /// usual install places.
     #[arg(long, value_name = "PATH")]
     pub nsys: Option<PathBuf>,
+    /// Do not convert each run's profile to NAME.pftrace.
+    #[arg(long)]
+    pub no_traces: bool,
     /// Show nsys's and the program's output (by default shown only when a run fails).
     #[arg(short, long)]
     pub verbose: bool,
@@ -386,6 +443,7 @@ impl SweepArgs {
                 quiet: true,
                 ..Default::default()
             },
+            traces: !self.no_traces,
         })
     }
 
@@ -412,7 +470,15 @@ impl SweepArgs {
         let mut progress = |line: &str| crate::say!("sweep: {line}");
         let result = sweep(&opts, &mut profile, &mut progress).and_then(|sw| {
             for r in &sw.runs {
-                crate::say!("sweep: p={} -> {}", r.value, r.profile.display());
+                match &r.trace {
+                    Some(t) => crate::say!(
+                        "sweep: p={} -> {}, {}",
+                        r.value,
+                        r.profile.display(),
+                        t.display()
+                    ),
+                    None => crate::say!("sweep: p={} -> {}", r.value, r.profile.display()),
+                }
             }
             crate::term::out(format_args!("{}", sw.table(self.metric, self.unit)));
             if let Some(csv) = &self.csv {

@@ -1173,7 +1173,7 @@ pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir().join("../shared/tools/perfetto/tpcheck"));
     if !tool.is_file() {
-        eprintln!("tpcheck skipped: {} not found", tool.display());
+        skip("tpcheck", &format!("{} not found", tool.display()));
         return None;
     }
     let out = match std::process::Command::new("python3")
@@ -1184,7 +1184,7 @@ pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
     {
         Ok(o) => o,
         Err(e) => {
-            eprintln!("tpcheck skipped: cannot run python3: {e}");
+            skip("tpcheck", &format!("cannot run python3: {e}"));
             return None;
         }
     };
@@ -1199,12 +1199,63 @@ pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
         _ if text.contains("No module named")
             || text.contains("trace_processor_shell") && text.contains("not found") =>
         {
-            eprintln!(
-                "tpcheck skipped: environment not ready: {}",
-                text.lines().last().unwrap_or("")
+            skip(
+                "tpcheck",
+                &format!(
+                    "environment not ready: {}",
+                    text.lines().last().unwrap_or("")
+                ),
             );
             None
         }
         _ => Some(Err(text)),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Skips
+
+/// The skip log: one line per check that did not run, read by `tests/zz_skips.rs`.
+pub fn skip_log() -> PathBuf {
+    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("skips.log")
+}
+
+/// The requirements named by `NSYS_PERFETTO_REQUIRE` (comma-separated; `all` = every one).
+fn required(requirement: &str) -> bool {
+    std::env::var("NSYS_PERFETTO_REQUIRE").is_ok_and(|v| {
+        v.split(',')
+            .map(str::trim)
+            .any(|r| r == requirement || r == "all")
+    })
+}
+
+/// Record that the running test (named after its thread, as libtest names it) skipped a check
+/// because `requirement` (`corpus`, `nsys`, `tpcheck`, `gcc`, `upstream-protos`) is missing
+/// here, and `why`. The line goes to the real standard error (past libtest's capture, so every
+/// run shows it) and to [`skip_log`], once per test and reason. When `NSYS_PERFETTO_REQUIRE`
+/// names the requirement (CI, which has it), this panics instead: there a skip is a failure.
+pub fn skip(requirement: &str, why: &str) {
+    use std::io::Write as _;
+    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+    let thread = std::thread::current();
+    let check = thread.name().unwrap_or("(unnamed test)");
+    let line = format!("SKIPPED [{requirement}] {check}: {why}");
+    if required(requirement) {
+        panic!("{line}; NSYS_PERFETTO_REQUIRE asks for {requirement}");
+    }
+    {
+        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.contains(&line) {
+            return;
+        }
+        seen.push(line.clone());
+    }
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(skip_log())
+    {
+        let _ = writeln!(f, "{line}");
     }
 }

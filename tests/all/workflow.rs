@@ -2,6 +2,7 @@
 //! against SQL computed here directly on the source exports. The SQL in this file is written
 //! independently of the implementation's (different joins, correlated per-item queries).
 
+use crate::common::skip;
 use nsys_perfetto::nsys;
 use nsys_perfetto::projection::{KERNEL_NVTX, NVTX_GPU, PROJ_DB, Projection};
 use rusqlite::Connection;
@@ -13,7 +14,7 @@ fn corpus_dir() -> Option<PathBuf> {
     if d.is_dir() {
         Some(d)
     } else {
-        eprintln!("skipped: {} is absent", d.display());
+        skip("corpus", &format!("{} is absent", d.display()));
         None
     }
 }
@@ -23,7 +24,7 @@ fn corpus(name: &str) -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("skipped: {} is absent", p.display());
+        skip("corpus", &format!("{} is absent", p.display()));
         None
     }
 }
@@ -394,6 +395,10 @@ struct Ev {
     name: String,
     alt: Option<String>,
     dur: i64,
+    /// NVTX ranges: the thread and CPU interval (what nesting is judged by).
+    tid: Option<i64>,
+    start: i64,
+    end: i64,
 }
 
 /// Every event of every kind, read with plain row-by-row SQL.
@@ -438,6 +443,9 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
                     name: n.unwrap_or_else(|| "(unnamed kernel)".into()),
                     alt: a,
                     dur: d,
+                    tid: None,
+                    start: 0,
+                    end: 0,
                 })
                 .collect(),
         );
@@ -452,6 +460,9 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
                 name: format!("Memcpy {}", COPY_KINDS[k]),
                 alt: None,
                 dur: d,
+                tid: None,
+                start: 0,
+                end: 0,
             });
         }
     }
@@ -463,6 +474,9 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
                 name: "Memset".into(),
                 alt: None,
                 dur: d,
+                tid: None,
+                start: 0,
+                end: 0,
             });
         }
     }
@@ -484,6 +498,9 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
                     name: n.unwrap_or_else(|| "(unnamed API call)".into()),
                     alt: None,
                     dur: d,
+                    tid: None,
+                    start: 0,
+                    end: 0,
                 });
             }
         }
@@ -497,17 +514,26 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
         } else {
             "NULL".into()
         };
-        let v = read(&format!(
-            "SELECT coalesce(text, {text_id}), NULL, end - start FROM s.NVTX_EVENTS \
-             WHERE eventType IN (59, 60) AND end >= start"
-        ));
+        let v: Vec<(Option<String>, Option<i64>, i64, i64)> = conn
+            .prepare(&format!(
+                "SELECT coalesce(text, {text_id}), globalTid, start, end FROM s.NVTX_EVENTS \
+                 WHERE eventType IN (59, 60) AND end >= start"
+            ))
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .unwrap()
+            .map(Result::unwrap)
+            .collect();
         out.insert(
             Kind::Nvtx,
             v.into_iter()
-                .map(|(n, _, d)| Ev {
+                .map(|(n, tid, start, end)| Ev {
                     name: n.unwrap_or_else(|| "(unnamed range)".into()),
                     alt: None,
-                    dur: d,
+                    dur: end - start,
+                    tid,
+                    start,
+                    end,
                 })
                 .collect(),
         );
@@ -547,6 +573,9 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
                     name: name.unwrap_or_else(|| "(unnamed range)".into()),
                     alt: None,
                     dur: hi - lo,
+                    tid: Some(tid),
+                    start,
+                    end,
                 });
             }
         }
@@ -595,8 +624,37 @@ struct Expect {
 /// Per kind: (events, total ns, per-name numbers).
 type KindExpect = (u64, i64, BTreeMap<String, Expect>);
 
-fn expected_stats(path: &Path) -> (i64, BTreeMap<Kind, KindExpect>) {
-    let evs = events(path);
+/// The test's reading of name grouping: drop `, WORD = INTEGER` parts that a comma or the end
+/// of the name follows, until none is left.
+fn test_group(name: &str) -> String {
+    let re = regex::Regex::new(r", [A-Za-z_][A-Za-z0-9_]* = -?[0-9]+(, |$)").unwrap();
+    let mut n = name.to_string();
+    loop {
+        let next = re.replace(&n, "$1").into_owned();
+        if next == n {
+            return n;
+        }
+        n = next;
+    }
+}
+
+/// Per kind: distinct names before grouping.
+fn raw_names(path: &Path) -> BTreeMap<Kind, u64> {
+    events(path)
+        .iter()
+        .map(|(k, v)| (*k, by_name(v).len() as u64))
+        .collect()
+}
+
+fn expected_stats(path: &Path, group: bool) -> (i64, BTreeMap<Kind, KindExpect>) {
+    let mut evs = events(path);
+    if group {
+        for kind in [Kind::Nvtx, Kind::NvtxGpu] {
+            for e in evs.get_mut(&kind).into_iter().flatten() {
+                e.name = test_group(&e.name);
+            }
+        }
+    }
     let sum = |k: Kind| -> i64 { evs.get(&k).map_or(0, |v| v.iter().map(|e| e.dur).sum()) };
     let gpu_time = sum(Kind::Kernel) + sum(Kind::Memory);
     let mut out = BTreeMap::new();
@@ -668,8 +726,9 @@ fn grouped_f(v: f64, d: usize) -> String {
 }
 
 /// Check a stats result, its table, CSV and JSON renderings against the test's own numbers.
-fn check_stats(path: &Path, st: &Stats) {
-    let (gpu_time, expect) = expected_stats(path);
+fn check_stats(path: &Path, st: &Stats, group: bool) {
+    let (gpu_time, expect) = expected_stats(path, group);
+    let raw = raw_names(path);
     let f = path.display();
     assert_eq!(st.gpu_time, gpu_time, "{f}: GPU time");
     let kinds: Vec<Kind> = st.sections.iter().map(|s| s.kind).collect();
@@ -680,6 +739,11 @@ fn check_stats(path: &Path, st: &Stats) {
         assert_eq!(sec.count, *count, "{f} {:?}: count", sec.kind);
         assert_eq!(sec.total, *total, "{f} {:?}: total", sec.kind);
         assert_eq!(sec.names, rows.len() as u64, "{f} {:?}: names", sec.kind);
+        assert_eq!(
+            sec.raw_names, raw[&sec.kind],
+            "{f} {:?}: raw names",
+            sec.kind
+        );
         assert_eq!(
             sec.rows.len(),
             rows.len(),
@@ -737,6 +801,16 @@ fn check_stats(path: &Path, st: &Stats) {
             lines.by_ref().any(|l| l.starts_with(&head)),
             "{f}: no section line {head:?}"
         );
+        if raw[&sec.kind] != rows.len() as u64 {
+            let note = lines.next().unwrap();
+            assert!(
+                note.starts_with(&format!(
+                    "  ({} distinct names grouped by removing counters",
+                    grouped(raw[&sec.kind] as i64)
+                )),
+                "{f}: {note:?}"
+            );
+        }
         if sec.rows.is_empty() {
             continue;
         }
@@ -829,12 +903,19 @@ fn check_stats(path: &Path, st: &Stats) {
 fn stats_match_sql_on_every_export() {
     let files = all_exports();
     if files.is_empty() {
-        eprintln!("skipped: no corpus and no fixtures");
+        skip("corpus", "no corpus and no fixtures");
         return;
     }
     for p in &files {
-        let st = stats::stats(p, &StatsOptions { top: 0 }).unwrap();
-        check_stats(p, &st);
+        let st = stats::stats(
+            p,
+            &StatsOptions {
+                top: 0,
+                raw_names: false,
+            },
+        )
+        .unwrap();
+        check_stats(p, &st, true);
     }
     eprintln!("checked stats of {} exports", files.len());
 }
@@ -844,8 +925,22 @@ fn stats_top_keeps_the_largest() {
     let Some(p) = corpus("GindaChen__nsys-ai__h100_2gpu_1s.sqlite") else {
         return;
     };
-    let all = stats::stats(&p, &StatsOptions { top: 0 }).unwrap();
-    let top = stats::stats(&p, &StatsOptions { top: 3 }).unwrap();
+    let all = stats::stats(
+        &p,
+        &StatsOptions {
+            top: 0,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let top = stats::stats(
+        &p,
+        &StatsOptions {
+            top: 3,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     for (a, t) in all.sections.iter().zip(&top.sections) {
         assert_eq!(t.rows.len(), a.rows.len().min(3));
         assert_eq!(t.rows[..], a.rows[..t.rows.len()]);
@@ -876,28 +971,62 @@ impl TestPattern {
     }
 }
 
+/// (counted, total ns, nested) of the events of one kind matching `m`. NVTX ranges count once
+/// per outermost match: a match is left out (nested) when another match on its thread contains
+/// it, the earlier one in (start, longest first, file order) order when both have the same
+/// interval. Checked pair by pair here, per thread.
+fn matched(kind: Kind, evs: &[Ev], m: &TestPattern) -> (u64, i64, u64) {
+    let hits: Vec<&Ev> = evs
+        .iter()
+        .filter(|e| m.matches(&e.name) || e.alt.as_deref().is_some_and(|a| m.matches(a)))
+        .collect();
+    if !matches!(kind, Kind::Nvtx | Kind::NvtxGpu) {
+        return (hits.len() as u64, hits.iter().map(|e| e.dur).sum(), 0);
+    }
+    let mut by_tid: BTreeMap<Option<i64>, Vec<&Ev>> = BTreeMap::new();
+    for e in hits {
+        by_tid.entry(e.tid).or_default().push(e);
+    }
+    let (mut n, mut t, mut nested) = (0u64, 0i64, 0u64);
+    for (tid, mut v) in by_tid {
+        v.sort_by_key(|e| (e.start, std::cmp::Reverse(e.end)));
+        for (i, e) in v.iter().enumerate() {
+            let inside =
+                tid.is_some() && v[..i].iter().any(|o| o.start <= e.start && o.end >= e.end);
+            if inside {
+                nested += 1;
+            } else {
+                n += 1;
+                t += e.dur;
+            }
+        }
+    }
+    (n, t, nested)
+}
+
 /// Check an extract result and its renderings against the test's own sums.
 fn check_extract(path: &Path, patterns: &[&str], got: &Extract) {
     let evs = events(path);
     let f = path.display();
     let mut expect: Vec<(String, Option<Kind>, u64, i64)> = Vec::new();
+    let mut expect_nested: Vec<u64> = Vec::new();
     for p in patterns {
         let before = expect.len();
         let m = TestPattern::new(p);
         for kind in Kind::ALL {
-            let (mut n, mut t) = (0u64, 0i64);
-            for e in evs.get(&kind).map(Vec::as_slice).unwrap_or_default() {
-                if m.matches(&e.name) || e.alt.as_deref().is_some_and(|a| m.matches(a)) {
-                    n += 1;
-                    t += e.dur;
-                }
-            }
+            let (n, t, nested) = matched(
+                kind,
+                evs.get(&kind).map(Vec::as_slice).unwrap_or_default(),
+                &m,
+            );
             if n > 0 {
                 expect.push((p.to_string(), Some(kind), n, t));
+                expect_nested.push(nested);
             }
         }
         if expect.len() == before {
             expect.push((p.to_string(), None, 0, 0));
+            expect_nested.push(0);
         }
     }
     let got_rows: Vec<(String, Option<Kind>, u64, i64)> = got
@@ -906,12 +1035,24 @@ fn check_extract(path: &Path, patterns: &[&str], got: &Extract) {
         .map(|r| (r.pattern.clone(), r.kind, r.count, r.total))
         .collect();
     assert_eq!(got_rows, expect, "{f}");
+    let got_nested: Vec<u64> = got.rows.iter().map(|r| r.nested).collect();
+    assert_eq!(got_nested, expect_nested, "{f}: nested");
+    let any_nvtx = expect
+        .iter()
+        .any(|e| matches!(e.1, Some(Kind::Nvtx | Kind::NvtxGpu)));
 
     let one = std::slice::from_ref(got);
     let table = extract::render(one, Output::Table, Unit::Ns);
-    let lines: Vec<&str> = table.lines().skip(2).collect();
+    let mut lines: Vec<&str> = table.lines().skip(2).collect();
+    if any_nvtx {
+        assert_eq!(
+            lines.pop(),
+            Some(extract::NESTED_NOTE),
+            "{f}: how NVTX matches count"
+        );
+    }
     assert_eq!(lines.len(), expect.len());
-    for (line, (p, kind, n, t)) in lines.iter().zip(&expect) {
+    for ((line, (p, kind, n, t)), nested) in lines.iter().zip(&expect).zip(&expect_nested) {
         let rest = line.strip_prefix(&f.to_string()).unwrap().trim_start();
         let rest = rest.strip_prefix(p.as_str()).unwrap();
         let cells: Vec<&str> = rest.split_whitespace().collect();
@@ -926,7 +1067,12 @@ fn check_extract(path: &Path, patterns: &[&str], got: &Extract) {
                 kind.map_or("-", Kind::as_str),
                 &grouped(*n as i64),
                 &grouped(*t),
-                &mean
+                &mean,
+                &if matches!(kind, Some(Kind::Nvtx | Kind::NvtxGpu)) {
+                    grouped(*nested as i64)
+                } else {
+                    "-".into()
+                },
             ],
             "{f}: {line:?}"
         );
@@ -934,10 +1080,13 @@ fn check_extract(path: &Path, patterns: &[&str], got: &Extract) {
     let csv = parse_csv(&extract::render(one, Output::Csv, Unit::Ns));
     assert_eq!(
         csv[0],
-        ["file", "pattern", "kind", "count", "total_ns", "mean_ns"]
+        [
+            "file", "pattern", "kind", "count", "total_ns", "mean_ns", "nested"
+        ]
     );
     assert_eq!(csv.len() - 1, expect.len());
-    for (row, (p, kind, n, t)) in csv[1..].iter().zip(&expect) {
+    for ((row, (p, kind, n, t)), nested) in csv[1..].iter().zip(&expect).zip(&expect_nested) {
+        assert_eq!(row[6].parse::<u64>().unwrap(), *nested);
         assert_eq!(row[0], f.to_string());
         assert_eq!(&row[1], p);
         assert_eq!(row[2], kind.map_or("", Kind::as_str));
@@ -953,7 +1102,8 @@ fn check_extract(path: &Path, patterns: &[&str], got: &Extract) {
         serde_json::from_str(&extract::render(one, Output::Json, Unit::Ns)).unwrap();
     let evs_j = j[0]["events"].as_array().unwrap();
     assert_eq!(evs_j.len(), expect.len());
-    for (e, (p, kind, n, t)) in evs_j.iter().zip(&expect) {
+    for ((e, (p, kind, n, t)), nested) in evs_j.iter().zip(&expect).zip(&expect_nested) {
+        assert_eq!(e["nested"].to_string(), nested.to_string());
         assert_eq!(e["pattern"].as_str().unwrap(), p);
         assert_eq!(e["kind"].as_str(), kind.map(Kind::as_str));
         assert_eq!(e["count"].to_string(), n.to_string());
@@ -964,7 +1114,14 @@ fn check_extract(path: &Path, patterns: &[&str], got: &Extract) {
 /// Patterns drawn from the export itself: part of its busiest kernel's name, an API prefix
 /// regex, an NVTX name, memory kinds, and one that matches nothing.
 fn patterns_for(path: &Path) -> Vec<String> {
-    let st = stats::stats(path, &StatsOptions { top: 2 }).unwrap();
+    let st = stats::stats(
+        path,
+        &StatsOptions {
+            top: 2,
+            raw_names: true,
+        },
+    )
+    .unwrap();
     let mut pats = vec![
         "re:^cuda(Launch|Memcpy)".to_string(),
         "Memcpy".into(),
@@ -989,7 +1146,7 @@ fn patterns_for(path: &Path) -> Vec<String> {
 fn extract_matches_sql_on_every_export() {
     let files = all_exports();
     if files.is_empty() {
-        eprintln!("skipped: no corpus and no fixtures");
+        skip("corpus", "no corpus and no fixtures");
         return;
     }
     for p in &files {
@@ -1046,16 +1203,13 @@ use nsys_perfetto::workflow::sweep::{self, Metric, Sweep, SweepOptions};
 
 /// (count, total) of the events of `kind` matching `pattern`, by the test's own reading.
 fn sums(path: &Path, pattern: &str, kind: Kind) -> (u64, i64) {
-    let m = TestPattern::new(pattern);
     let evs = events(path);
-    let mut out = (0, 0);
-    for e in evs.get(&kind).map(Vec::as_slice).unwrap_or_default() {
-        if m.matches(&e.name) || e.alt.as_deref().is_some_and(|a| m.matches(a)) {
-            out.0 += 1;
-            out.1 += e.dur;
-        }
-    }
-    out
+    let (n, t, _) = matched(
+        kind,
+        evs.get(&kind).map(Vec::as_slice).unwrap_or_default(),
+        &TestPattern::new(pattern),
+    );
+    (n, t)
 }
 
 /// Check every cell, the terminal table and the CSV of a sweep against per-run sums.
@@ -1085,7 +1239,12 @@ fn check_sweep(sw: &Sweep, export_of: &dyn Fn(&Path) -> PathBuf) {
     }
     // The terminal table prints the mean total per run.
     let table = sw.table(Metric::Total, Unit::Ns);
-    let lines: Vec<&str> = table.lines().skip(3).collect();
+    // (The list of traces follows after an empty line.)
+    let lines: Vec<&str> = table
+        .lines()
+        .skip(3)
+        .take_while(|l| !l.is_empty())
+        .collect();
     assert_eq!(lines.len(), sw.rows.len());
     for (line, row) in lines.iter().zip(&sw.rows) {
         let rest = line.strip_prefix(row.pattern.as_str()).unwrap();
@@ -1139,6 +1298,8 @@ fn sweep_with_stand_in_profiler() {
     ) else {
         return;
     };
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |name: &str| tmp.path().join(name);
     let opts = SweepOptions {
         values: vec!["a".into(), "b".into()],
         iterations: 2,
@@ -1152,9 +1313,10 @@ fn sweep_with_stand_in_profiler() {
         .iter()
         .map(|p| Pattern::parse(p, false).unwrap())
         .collect(),
-        output: "/nonexistent/run_$p".into(),
+        output: format!("{}/run_$p", tmp.path().display()),
         command: vec!["./app".into(), "--size=$p".into(), "$p$p".into()],
         export: Default::default(),
+        traces: true,
     };
     let mut calls: Vec<(Vec<String>, PathBuf)> = Vec::new();
     let mut profile = |cmd: &[String], out: &Path| -> anyhow::Result<PathBuf> {
@@ -1171,19 +1333,19 @@ fn sweep_with_stand_in_profiler() {
         vec![
             (
                 vec!["./app".into(), "--size=a".into(), "aa".into()],
-                PathBuf::from("/nonexistent/run_a-1")
+                run("run_a-1")
             ),
             (
                 vec!["./app".into(), "--size=a".into(), "aa".into()],
-                PathBuf::from("/nonexistent/run_a-2")
+                run("run_a-2")
             ),
             (
                 vec!["./app".into(), "--size=b".into(), "bb".into()],
-                PathBuf::from("/nonexistent/run_b-1")
+                run("run_b-1")
             ),
             (
                 vec!["./app".into(), "--size=b".into(), "bb".into()],
-                PathBuf::from("/nonexistent/run_b-2")
+                run("run_b-2")
             ),
         ]
     );
@@ -1206,6 +1368,32 @@ fn sweep_with_stand_in_profiler() {
         ]
     );
     check_sweep(&sw, &|p| p.to_path_buf());
+    // Every run's profile was converted beside its report, and the table names the traces.
+    let table = sw.table(Metric::Total, Unit::Us);
+    assert!(
+        table.contains("Perfetto traces (open in ui.perfetto.dev):"),
+        "{table}"
+    );
+    for (r, name) in sw
+        .runs
+        .iter()
+        .zip(["run_a-1", "run_a-2", "run_b-1", "run_b-2"])
+    {
+        let trace = run(&format!("{name}.pftrace"));
+        assert_eq!(r.trace.as_deref(), Some(trace.as_path()));
+        let t = crate::common::validate_file(&trace);
+        let check = tmp.path().join("check");
+        std::fs::create_dir_all(&check).unwrap();
+        let expect = crate::common::convert(&r.profile, &check).0;
+        assert_eq!(t.slices.len() as u64, expect.total_events(), "{name}");
+        let label = format!("p={} #{}", r.value, r.iteration);
+        assert!(
+            table
+                .lines()
+                .any(|l| l.starts_with(&label) && l.ends_with(&*trace.to_string_lossy())),
+            "{label} in {table}"
+        );
+    }
 }
 
 #[test]
@@ -1287,7 +1475,7 @@ fn sweep_with_nsys() {
     let nsys = match nsys_perfetto::report::find_nsys(None) {
         Ok(n) => n,
         Err(e) => {
-            eprintln!("skipped: no nsys: {e:#}");
+            skip("nsys", &format!("no nsys: {e:#}"));
             return;
         }
     };
@@ -1295,9 +1483,12 @@ fn sweep_with_nsys() {
         .map(PathBuf::from)
         .unwrap_or_else(|| nvtx_include.to_path_buf());
     if !include.join("nvtx3/nvToolsExt.h").is_file() {
-        eprintln!(
-            "skipped: no NVTX headers in {} (set NVTX_INCLUDE)",
-            include.display()
+        skip(
+            "nsys",
+            &format!(
+                "no NVTX headers in {} (set NVTX_INCLUDE)",
+                include.display()
+            ),
         );
         return;
     }
@@ -1332,7 +1523,7 @@ int main(int argc, char** argv) {
         .arg("-ldl")
         .status();
     if !gcc.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: cannot compile the NVTX program with gcc");
+        skip("gcc", "cannot compile the NVTX program with gcc");
         return;
     }
     let opts = SweepOptions {
@@ -1349,6 +1540,7 @@ int main(int argc, char** argv) {
             quiet: true,
             ..Default::default()
         },
+        traces: true,
     };
     let mut profile = |cmd: &[String], out: &Path| -> anyhow::Result<PathBuf> {
         let popts = nsys_perfetto::report::ProfileOptions {
@@ -1394,5 +1586,222 @@ int main(int argc, char** argv) {
         assert!(c.mean() >= 100_000.0, "{c:?}");
     }
     check_sweep(&sw, &|p| nsys_perfetto::report::sibling_export(p));
+    for r in &sw.runs {
+        let trace = r.trace.as_ref().expect("a trace per run");
+        let t = crate::common::validate_file(trace);
+        assert!(
+            t.slices.iter().any(|s| &*s.name == "work"),
+            "{}",
+            trace.display()
+        );
+    }
     eprintln!("{}", sw.table(Metric::Total, Unit::Us));
+}
+
+// ---------------------------------------------------------------------------------------------
+// name grouping, nested matches, comparisons
+
+const TORCH_A: &str = "GindaChen__nsys-ai__h100_2gpu_1s.sqlite";
+const TORCH_B: &str = "GindaChen__nsys-ai__mfu_2gpu_before.sqlite";
+
+#[test]
+fn group_name_drops_counters_only() {
+    use nsys_perfetto::workflow::stats::group_name;
+    for (raw, grouped) in [
+        ("aten::mul, seq = 45328, op_id = 990726", "aten::mul"),
+        ("aten::to, op_id = 314428", "aten::to"),
+        (
+            "FSDP::pre_forward (encoder.block.3.layer.0), op_id = 12",
+            "FSDP::pre_forward (encoder.block.3.layer.0)",
+        ),
+        ("step, iter = -3, phase = warmup", "step, phase = warmup"),
+        (
+            "aten::mm, sizes = [[4, 4], [4, 4]]",
+            "aten::mm, sizes = [[4, 4], [4, 4]]",
+        ),
+        ("seq = 5", "seq = 5"),
+        ("x, seq = 5.5", "x, seq = 5.5"),
+        ("x, 2seq = 5", "x, 2seq = 5"),
+        ("plain name", "plain name"),
+    ] {
+        assert_eq!(group_name(raw), grouped, "{raw:?}");
+        assert_eq!(test_group(raw), grouped, "{raw:?} (the test's reading)");
+    }
+}
+
+/// The user's profile: PyTorch names every range with counters, so without grouping nearly
+/// every range has its own name and the top of the table says nothing.
+#[test]
+fn stats_group_pytorch_names_and_raw_names_keep_them() {
+    let Some(p) = corpus(TORCH_B) else {
+        return;
+    };
+    let grouped = stats::stats(&p, &StatsOptions::default()).unwrap();
+    let nvtx = grouped
+        .sections
+        .iter()
+        .find(|s| s.kind == Kind::Nvtx)
+        .unwrap();
+    assert!(nvtx.raw_names > 18_000, "{}", nvtx.raw_names);
+    assert!(nvtx.names < 200, "{}", nvtx.names);
+    // The top rows are operators many ranges share, not one range each.
+    assert!(
+        nvtx.rows.iter().take(3).all(|r| r.count > 1000),
+        "{:?}",
+        nvtx.rows
+    );
+    assert!(nvtx.rows.iter().all(|r| !r.name.contains("op_id")));
+    let table = grouped.render(Output::Table, Unit::Ms);
+    assert!(table.contains("--raw-names keeps them"), "{table}");
+
+    let raw = stats::stats(
+        &p,
+        &StatsOptions {
+            top: 0,
+            raw_names: true,
+        },
+    )
+    .unwrap();
+    check_stats(&p, &raw, false);
+    let nvtx = raw.sections.iter().find(|s| s.kind == Kind::Nvtx).unwrap();
+    assert_eq!(nvtx.names, nvtx.raw_names);
+    assert!(nvtx.names > 18_000);
+}
+
+/// `extract -e 're:^nccl'`: NCCL's NVTX ranges nest (a group call around the send/recv calls),
+/// and summing every match counted the GPU work inside twice. Checked with SQL: the outermost
+/// matches, and their GPU time against the NCCL kernels they launched.
+#[test]
+fn extract_counts_nested_matches_once() {
+    let Some(p) = corpus(TORCH_B) else {
+        return;
+    };
+    let got = extract::extract(&p, &[Pattern::parse("re:^nccl", false).unwrap()]).unwrap();
+    let row = |k: Kind| got.rows.iter().find(|r| r.kind == Some(k)).unwrap().clone();
+    let (nvtx, gpu, kernel) = (row(Kind::Nvtx), row(Kind::NvtxGpu), row(Kind::Kernel));
+    let conn = scratch(&p);
+    let (n, total, all): (i64, i64, i64) = conn
+        .query_row(
+            "WITH m AS MATERIALIZED (SELECT n.rowid AS id, n.globalTid AS tid, n.start AS s, n.end AS e \
+               FROM s.NVTX_EVENTS n LEFT JOIN s.StringIds t ON t.id = n.textId \
+               WHERE n.eventType IN (59, 60) AND n.end >= n.start \
+               AND coalesce(n.text, t.value) GLOB 'nccl*') \
+             SELECT (SELECT count(*) FROM m a WHERE NOT EXISTS (SELECT 1 FROM m b \
+                       WHERE b.tid = a.tid AND b.s <= a.s AND b.e >= a.e \
+                       AND (b.s < a.s OR b.e > a.e OR b.id < a.id))), \
+                    (SELECT sum(e - s) FROM m a WHERE NOT EXISTS (SELECT 1 FROM m b \
+                       WHERE b.tid = a.tid AND b.s <= a.s AND b.e >= a.e \
+                       AND (b.s < a.s OR b.e > a.e OR b.id < a.id))), \
+                    (SELECT count(*) FROM m)",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+        )
+        .unwrap();
+    assert_eq!((nvtx.count, nvtx.total), (n as u64, total));
+    assert_eq!(nvtx.count + nvtx.nested, all as u64);
+    assert!(nvtx.nested > 0, "the profile has nested NCCL ranges");
+    // The GPU time of the outermost ranges is the span of the NCCL kernels they launched: no
+    // more than a few percent above the kernels' own time (it was twice that).
+    assert!(
+        (gpu.total as f64) < kernel.total as f64 * 1.05,
+        "NVTX GPU {} vs kernels {}",
+        gpu.total,
+        kernel.total
+    );
+    assert!(gpu.nested > 0);
+    let table = extract::render(&[got], Output::Table, Unit::Ms);
+    assert!(table.contains(extract::NESTED_NOTE), "{table}");
+}
+
+/// `stats A B`: every row against the two profiles' own per-name sums, and the renderings.
+#[test]
+fn stats_compare_two_profiles() {
+    let (Some(a), Some(b)) = (corpus(TORCH_A), corpus(TORCH_B)) else {
+        return;
+    };
+    let all = StatsOptions {
+        top: 0,
+        ..Default::default()
+    };
+    let cmp = stats::compare(
+        &stats::stats(&a, &all).unwrap(),
+        &stats::stats(&b, &all).unwrap(),
+        0,
+    );
+    let (_, ea) = expected_stats(&a, true);
+    let (_, eb) = expected_stats(&b, true);
+    assert_eq!(cmp.gpu_time_a, expected_stats(&a, true).0);
+    assert_eq!(cmp.gpu_time_b, expected_stats(&b, true).0);
+    for sec in &cmp.sections {
+        let side = |e: &BTreeMap<Kind, KindExpect>, name: &str| {
+            e.get(&sec.kind)
+                .and_then(|(_, _, rows)| rows.get(name))
+                .map(|x| (x.count, x.total))
+        };
+        let names: std::collections::BTreeSet<&String> = ea
+            .get(&sec.kind)
+            .into_iter()
+            .chain(eb.get(&sec.kind))
+            .flat_map(|(_, _, rows)| rows.keys())
+            .collect();
+        assert_eq!(sec.rows.len(), names.len(), "{:?}", sec.kind);
+        let mut last = i64::MAX;
+        for r in &sec.rows {
+            assert_eq!(r.a, side(&ea, &r.name), "{:?} {}", sec.kind, r.name);
+            assert_eq!(r.b, side(&eb, &r.name), "{:?} {}", sec.kind, r.name);
+            assert_eq!(r.change(), r.total_b() - r.total_a());
+            let key = r.total_a().max(r.total_b());
+            assert!(key <= last);
+            last = key;
+        }
+    }
+    // The command line, as CSV: the same rows, top 5 per kind.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nsys-perfetto"))
+        .args(["stats", "--csv", "--top", "5"])
+        .arg(&a)
+        .arg(&b)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = parse_csv(&String::from_utf8(out.stdout).unwrap());
+    assert_eq!(
+        csv[0],
+        [
+            "kind",
+            "name",
+            "count_a",
+            "count_b",
+            "total_a_ns",
+            "total_b_ns",
+            "change_ns",
+            "change_percent"
+        ]
+    );
+    let expect: Vec<Vec<String>> = cmp
+        .sections
+        .iter()
+        .flat_map(|s| s.rows.iter().take(5).map(move |r| (s.kind, r)))
+        .map(|(k, r)| {
+            let opt = |v: Option<i64>| v.map_or_else(String::new, |x| x.to_string());
+            vec![
+                k.as_str().to_string(),
+                r.name.clone(),
+                opt(r.a.map(|x| x.0 as i64)),
+                opt(r.b.map(|x| x.0 as i64)),
+                opt(r.a.map(|x| x.1)),
+                opt(r.b.map(|x| x.1)),
+                r.change().to_string(),
+            ]
+        })
+        .collect();
+    let got: Vec<Vec<String>> = csv[1..].iter().map(|r| r[..7].to_vec()).collect();
+    assert_eq!(got, expect);
+    let table = cmp.render(Output::Table, Unit::Ms);
+    assert!(table.starts_with(&format!("A: {}\nB: {}\n", a.display(), b.display())));
+    let j = cmp.json();
+    assert_eq!(j["sections"].as_array().unwrap().len(), cmp.sections.len());
 }

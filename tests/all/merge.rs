@@ -2,9 +2,9 @@
 //! the MPI fixture (tests/fixtures/mpi: 4 ranks of a known program, see its README) and the
 //! corpus's MPI rank reports of a real GPU job (exported with nsys when it is installed).
 
-mod common;
+use crate::common;
 
-use common::{Slice, Trace, validate_file};
+use crate::common::{Slice, Trace, validate_file};
 use nsys_perfetto::convert::{self, Align, Options, OutputFormat};
 use nsys_perfetto::merge::{self, MergeOptions};
 use nsys_perfetto::select::Selection;

@@ -1,9 +1,9 @@
 //! What Perfetto shows is what Nsight Systems recorded, where and when: checked on the real
 //! exports where each disagreement was seen, and across the whole corpus where a rule fits.
 
-mod common;
+use crate::common;
 
-use common::{Trace, corpus_dir, validate_file};
+use crate::common::{Trace, corpus_dir, validate_file};
 use nsys_perfetto::convert::{Options, convert_sqlite};
 use nsys_perfetto::proto::{self, trace_packet};
 use nsys_perfetto::select::Selection;

@@ -3,6 +3,7 @@
 //! check the message for those it cannot. Tests that need nsys print "skipping: nsys not found"
 //! and pass where it is absent; CI installs it (`.ci/run`).
 
+use crate::common::skip;
 use nsys_perfetto::convert::{self, Options};
 use nsys_perfetto::model::Category;
 use nsys_perfetto::proto::{self, Trace, trace_packet, track_event};
@@ -24,7 +25,7 @@ fn nsys() -> Option<Nsys> {
     match report::find_nsys(None) {
         Ok(n) => Some(n),
         Err(e) => {
-            eprintln!("skipping: nsys not found ({e:#})");
+            skip("nsys", &format!("nsys not found ({e:#})"));
             None
         }
     }
@@ -45,7 +46,7 @@ fn corpus() -> Option<PathBuf> {
     if d.join("MANIFEST.tsv").is_file() {
         Some(d)
     } else {
-        eprintln!("skipping: {} is absent", d.display());
+        skip("corpus", &format!("{} is absent", d.display()));
         None
     }
 }
@@ -250,11 +251,11 @@ fn profile_nvtx_workload() {
     let Some(nsys) = nsys() else { return };
     let src = shared().join("gen/nvtx_workload.c");
     if !src.is_file() {
-        eprintln!("skipping: {} is absent", src.display());
+        skip("corpus", &format!("{} is absent", src.display()));
         return;
     }
     let Some(include) = nvtx_include(&nsys) else {
-        eprintln!("skipping: NVTX headers (nvtx3/nvToolsExt.h) not found");
+        skip("nsys", "NVTX headers (nvtx3/nvToolsExt.h) not found");
         return;
     };
     let tmp = tempfile::tempdir().unwrap();
@@ -269,7 +270,7 @@ fn profile_nvtx_workload() {
         .output();
     match gcc {
         Err(e) => {
-            eprintln!("skipping: gcc not available ({e})");
+            skip("gcc", &format!("gcc not available ({e})"));
             return;
         }
         Ok(o) => assert!(o.status.success(), "gcc failed: {}", stderr(&o)),
@@ -499,7 +500,10 @@ fn newer_reports_say_what_to_do() {
         .filter(|e| !version.can_read(&e.capture))
         .collect();
     if entries.is_empty() {
-        eprintln!("skipping: nsys {version} reads every corpus report");
+        skip(
+            "older-nsys",
+            &format!("nsys {version} reads every corpus report: no newer capture to refuse"),
+        );
         return;
     }
     let tmp = tempfile::tempdir().unwrap();

@@ -9,9 +9,9 @@
 //! - Tables no corpus profile has rows of are checked the same way on a made fixture:
 //!   `tests/fixtures/documented_tables.sql` applied to a copy of a real export.
 
-mod common;
+use crate::common;
 
-use common::{Trace, corpus_dir, validate_file};
+use crate::common::{Trace, corpus_dir, validate_file};
 use nsys_perfetto::nsys::tables::{EXCLUDED, NameFrom, Place, SPECS, Spec, is_marker_name};
 use rusqlite::{Connection, OpenFlags, types::ValueRef};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -622,7 +622,14 @@ fn stats_count_page_faults_per_process() {
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        let st = stats::stats(f, &StatsOptions { top: 1 }).unwrap();
+        let st = stats::stats(
+            f,
+            &StatsOptions {
+                top: 1,
+                raw_names: false,
+            },
+        )
+        .unwrap();
         let mut got: Vec<(i64, u64, u64)> = st
             .page_faults
             .iter()

@@ -26,7 +26,7 @@ fn corpus() -> Vec<PathBuf> {
         .unwrap_or_default();
     files.sort();
     if files.is_empty() {
-        eprintln!("skipping: corpus not found ({})", dir.display());
+        crate::common::skip("corpus", &format!("corpus not found ({})", dir.display()));
     }
     files
 }

@@ -2,9 +2,9 @@
 //! scheme and NVTX projected onto the GPU: what is written matches SQL on the source, and flows
 //! and lanes stay valid (every output goes through the validator).
 
-mod common;
+use crate::common;
 
-use common::{Trace, corpus_dir, fixture, validate_file};
+use crate::common::{Trace, corpus_dir, fixture, validate_file};
 use nsys_perfetto::convert::{Options, convert_sqlite};
 use nsys_perfetto::select::{EventType, NameFilter, Selection, parse_color_scheme};
 use rusqlite::{Connection, OpenFlags};
@@ -47,7 +47,7 @@ fn types(list: &[EventType]) -> Selection {
 #[test]
 fn types_keep_only_what_was_asked_and_flows_only_between_kept_slices() {
     let Some(input) = two_gpu_export() else {
-        eprintln!("skipping: ../shared/corpus not found");
+        common::skip("corpus", "../shared/corpus not found");
         return;
     };
     let (_, t) = run(&input, types(&[EventType::Kernel, EventType::Nvtx]));
@@ -84,7 +84,7 @@ fn types_keep_only_what_was_asked_and_flows_only_between_kept_slices() {
 #[test]
 fn time_pid_and_device_filters_match_sql() {
     let Some(input) = two_gpu_export() else {
-        eprintln!("skipping: ../shared/corpus not found");
+        common::skip("corpus", "../shared/corpus not found");
         return;
     };
     let (lo, hi) = (155_500_000_000i64, 155_900_000_000i64);
@@ -165,7 +165,7 @@ fn time_pid_and_device_filters_match_sql() {
 #[test]
 fn nvtx_filter_by_prefix_and_regex_includes_registered_names() {
     let Some(dir) = corpus_dir() else {
-        eprintln!("skipping: ../shared/corpus not found");
+        common::skip("corpus", "../shared/corpus not found");
         return;
     };
     // cuDF names most of its ranges with registered strings (textId).
@@ -232,7 +232,7 @@ fn color_scheme_overrides_nvtx_colours_by_name() {
 #[test]
 fn nvtx_ranges_projected_onto_the_gpu_nest_and_kernels_list_their_ranges() {
     let Some(dir) = corpus_dir() else {
-        eprintln!("skipping: ../shared/corpus not found");
+        common::skip("corpus", "../shared/corpus not found");
         return;
     };
     let input = dir.join("quasiben__nvtx-examples__cudf.sqlite");

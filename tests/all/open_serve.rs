@@ -9,7 +9,7 @@
 //! Only loopback addresses are used; every wait is bounded. Tests that need a tool that is
 //! missing (chromium + chromedriver, trace_processor_shell) print why they skip.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};

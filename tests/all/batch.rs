@@ -20,7 +20,7 @@ fn corpus() -> Option<PathBuf> {
     if GOOD.iter().all(|f| d.join(f).is_file()) {
         Some(d)
     } else {
-        eprintln!("skipping: corpus files absent in {}", d.display());
+        crate::common::skip("corpus", &format!("corpus files absent in {}", d.display()));
         None
     }
 }

@@ -15,7 +15,7 @@
 //! `ROBUSTNESS_CASES` scales the structured cases), so a failure replays. The figures are
 //! printed at the end (`cargo test --release --test robustness -- --nocapture`).
 
-mod common;
+use crate::common;
 
 use rusqlite::Connection;
 use std::collections::BTreeMap;

@@ -2,7 +2,7 @@
 //! real inputs (the bundled capture, corpus exports, the benchmark export amplified). Tests that
 //! need `../shared` or nsys print why they skip when those are absent.
 
-mod common;
+use crate::common;
 
 use nsys_perfetto::convert::{Options, convert_sqlite};
 use rusqlite::Connection;

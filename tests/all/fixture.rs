@@ -2,9 +2,9 @@
 //! tests/fixtures/README.md) and checks what that program is known to have done, NVTX feature by
 //! NVTX feature. Needs nothing outside the repository.
 
-mod common;
+use crate::common;
 
-use common::{Slice, Trace, convert, fixture, validate_file};
+use crate::common::{Slice, Trace, convert, fixture, validate_file};
 use nsys_perfetto::model::Category;
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -623,7 +623,7 @@ fn projection_matches_its_sql_definition_on_corpus() {
         if p.is_file() {
             check(&p, name);
         } else {
-            eprintln!("skipped: {} is absent", p.display());
+            crate::common::skip("corpus", &format!("{} is absent", p.display()));
         }
     }
     // More exports, e.g. the benchmark: `NSYS_PROJ_CHECK=a.sqlite:b.sqlite`.

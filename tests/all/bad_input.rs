@@ -4,7 +4,7 @@
 //! exit code (not a panic), and leave no output or temporary file behind. Invalid UTF-8 in
 //! strings must convert, lossily.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -19,9 +19,9 @@
 //!
 //! All files are checked and every problem is reported before the test fails.
 
-mod common;
+use crate::common;
 
-use common::{Trace, corpus_dir, validate};
+use crate::common::{Trace, corpus_dir, validate};
 use nsys_perfetto::model::Category;
 use nsys_perfetto::summary::Summary;
 use rusqlite::{Connection, OpenFlags, types::ValueRef};
@@ -1158,7 +1158,10 @@ fn check_specific(p: &mut Problems, name: &str, src: &Src, trace: &Trace) {
 #[test]
 fn corpus_converts_losslessly() {
     let Some(dir) = corpus_dir() else {
-        eprintln!("corpus test skipped: ../shared/corpus not found (set NSYS_CORPUS to run it)");
+        common::skip(
+            "corpus",
+            "../shared/corpus not found (set NSYS_CORPUS to run it)",
+        );
         return;
     };
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -1246,7 +1249,7 @@ fn corpus_converts_losslessly() {
 #[test]
 fn gpu_names_follow_cuda_device_ids() {
     let Some(dir) = corpus_dir() else {
-        eprintln!("skipped: ../shared/corpus not found");
+        common::skip("corpus", "../shared/corpus not found");
         return;
     };
     let tmp = tempfile::tempdir().unwrap();

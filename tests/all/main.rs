@@ -1,0 +1,31 @@
+//! The integration tests, in one binary: each `tests/*.rs` file is a test binary that links the
+//! whole library and its dependencies again, which cost more than the tests themselves on a
+//! small machine. A new test file goes here as a module (`tests/all/NAME.rs` plus a `mod NAME;`
+//! line below) and reaches the shared helpers as `crate::common`; `cargo test --release --test
+//! all NAME::` runs one module.
+//!
+//! Checks that cannot run here (no corpus, no nsys...) call [`common::skip`]: the reason is
+//! printed past libtest's output capture, logged for `tests/zz_skips.rs` (which prints the
+//! list at the end of `cargo test`), and is a failure when `NSYS_PERFETTO_REQUIRE` names the
+//! requirement.
+
+#[path = "../common/mod.rs"]
+mod common;
+
+mod bad_input;
+mod batch;
+mod corpus;
+mod fidelity;
+mod fixture;
+mod install;
+mod json_output;
+mod merge;
+mod nsys_e2e;
+mod open_serve;
+mod projection_perf_check;
+mod proto_schema;
+mod robustness;
+mod safety;
+mod selection;
+mod tables;
+mod workflow;
