@@ -22,10 +22,13 @@ pub enum EventType {
     Osrt,
     Sync,
     Sched,
+    CpuSamples,
+    GpuMetrics,
+    GpuMemory,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 9] = [
+    pub const ALL: [EventType; 12] = [
         EventType::Kernel,
         EventType::Memcpy,
         EventType::Memset,
@@ -35,6 +38,9 @@ impl EventType {
         EventType::Osrt,
         EventType::Sync,
         EventType::Sched,
+        EventType::CpuSamples,
+        EventType::GpuMetrics,
+        EventType::GpuMemory,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +54,9 @@ impl EventType {
             EventType::Osrt => "osrt",
             EventType::Sync => "sync",
             EventType::Sched => "sched",
+            EventType::CpuSamples => "cpu-samples",
+            EventType::GpuMetrics => "gpu-metrics",
+            EventType::GpuMemory => "gpu-memory",
         }
     }
 }

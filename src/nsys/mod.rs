@@ -7,10 +7,13 @@ pub mod api;
 pub mod enums;
 pub mod flows;
 pub mod gpu;
+pub mod gpu_memory;
 pub mod info;
+pub mod metrics;
 pub mod nvtx;
 pub mod osrt;
 pub mod projection;
+pub mod samples;
 pub mod sched;
 pub mod source;
 pub mod sync;
@@ -28,7 +31,7 @@ pub const DRIVER: &str = "CUPTI_ACTIVITY_KIND_DRIVER";
 pub const NVTX: &str = "NVTX_EVENTS";
 
 /// The event tables the readers convert (rows counted for the progress bar).
-pub const EVENT_TABLES: [&str; 9] = [
+pub const EVENT_TABLES: [&str; 12] = [
     KERNEL,
     MEMCPY,
     MEMSET,
@@ -38,6 +41,16 @@ pub const EVENT_TABLES: [&str; 9] = [
     osrt::OSRT,
     sync::SYNC,
     sched::SCHED,
+    samples::COMPOSITE,
+    metrics::GPU_METRICS,
+    gpu_memory::GPU_MEMORY,
+];
+
+/// Tables whose time column is not `start`, with that column: looked at for rows before the
+/// session start.
+pub const OTHER_TIME_COLUMNS: [(&str, &str); 2] = [
+    (metrics::GPU_METRICS, "timestamp"),
+    (metrics::GENERIC_EVENTS, "rawTimestamp"),
 ];
 
 /// Tables whose presence marks a file as an Nsight Systems export.

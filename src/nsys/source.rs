@@ -96,6 +96,18 @@ impl Export {
                 let mut sink = make_sink();
                 super::sched::read(&conn, schema, selection, info, &mut sink)?;
                 timing("sched", t);
+                let t = Instant::now();
+                super::metrics::read(&conn, schema, selection, &mut sink)?;
+                super::gpu_memory::read(&conn, schema, selection, info, &mut sink)?;
+                timing("gpu metrics and memory", t);
+                sink.finish()
+            });
+            let samples = s.spawn(move || -> Result<Summary> {
+                let t = Instant::now();
+                let conn = open_readonly(&schema.path)?;
+                let mut sink = make_sink();
+                super::samples::read(&conn, schema, selection, &mut sink)?;
+                timing("cpu samples", t);
                 sink.finish()
             });
             let projection = s.spawn(move || -> Result<(Option<Projection>, Vec<String>)> {
@@ -177,6 +189,9 @@ impl Export {
                 sched
                     .join()
                     .map_err(|_| anyhow!("scheduling reader panicked"))?,
+                samples
+                    .join()
+                    .map_err(|_| anyhow!("CPU sample reader panicked"))?,
             ] {
                 summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
             }
@@ -196,12 +211,16 @@ impl Export {
 /// by layout, never written at a wrong time.
 fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<i64>> {
     let mut earliest: Option<i64> = None;
-    for t in super::EVENT_TABLES {
-        if !schema.has_column(t, "start") {
+    let columns = super::EVENT_TABLES
+        .iter()
+        .map(|t| (*t, "start"))
+        .chain(super::OTHER_TIME_COLUMNS);
+    for (t, col) in columns {
+        if !schema.has_column(t, col) {
             continue;
         }
         let sql = format!(
-            "SELECT min(start) FROM (SELECT start FROM \"{t}\" LIMIT {})",
+            "SELECT min(\"{col}\") FROM (SELECT \"{col}\" FROM \"{t}\" LIMIT {})",
             super::REORDER_WINDOW * 2
         );
         let min: Option<i64> = conn

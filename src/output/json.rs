@@ -17,9 +17,14 @@
 //! The file is streamed: the header opens the event array with one inert first object and every
 //! later event is written as `,\n{...}`, so chunks of different writers concatenate in any order.
 
-use super::{Chunk, ChunkBuffer, CustomTrack, EventWriter, Format, Placed, WellKnown};
+mod samples;
+
+use super::{
+    Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
+};
 use crate::model::{
-    ArgValue, Category, Description, Event, Name, source_of, tid_of, trace_pid_of, without_source,
+    ArgValue, Category, CounterValue, CpuSample, Description, Event, Name, source_of, tid_of,
+    trace_pid_of, without_source,
 };
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -56,6 +61,7 @@ impl Format for Json {
             group_names: HashMap::new(),
             children: HashMap::new(),
             cnames: HashMap::new(),
+            counters: HashMap::new(),
         }
     }
 
@@ -203,6 +209,8 @@ pub struct JsonWriter {
     children: HashMap<u64, i64>,
     /// NVTX colour (0xRRGGBB) -> Chrome colour name.
     cnames: HashMap<u32, &'static str>,
+    /// Counter tracks by uuid (see `samples`).
+    counters: HashMap<u64, samples::JsonCounter>,
 }
 
 impl JsonWriter {
@@ -448,6 +456,18 @@ impl EventWriter for JsonWriter {
         let (pid, tid) = self.lane(group, lane_uuid, lane0);
         self.event(b'i', pid, tid, ev);
         self.flows(pid, tid, ev);
+    }
+
+    fn describe_counter(&mut self, track: &CounterTrack) {
+        self.write_counter_track(track);
+    }
+
+    fn counter(&mut self, _group: u32, track: u64, ts: i64, value: CounterValue) {
+        self.write_counter(track, ts, value);
+    }
+
+    fn cpu_sample(&mut self, _group: u32, sample: &CpuSample<'_>) {
+        self.write_cpu_sample(sample);
     }
 
     fn buffered(&self) -> usize {
