@@ -4,11 +4,11 @@
 //! GPU (all processes) and per process on that GPU.
 //!
 //! Columns, from NVIDIA's export schema: start, globalPid, deviceId, contextId, address, pc,
-//! bytes, memKind (ENUM_CUDA_MEM_KIND), memoryOperationType (ENUM_CUDA_DEV_MEM_EVENT_OPER:
-//! allocation or deallocation), name, correlationId. A free whose `bytes` is 0 frees what was
+//! bytes, memKind (CUPTI's memory kind: written as its number, since nsys documents another enum
+//! for it than for memcpys), memoryOperationType (0 allocated, 1 deallocated;
+//! ENUM_CUDA_DEV_MEM_EVENT_OPER where the export has it), name, correlationId. A free whose `bytes` is 0 frees what was
 //! allocated at its address.
 
-use super::info::ProfileInfo;
 use super::{Schema, int_at, text_at};
 use crate::model::{
     ArgList, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CounterValue, Event,
@@ -31,7 +31,6 @@ pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
     selection: &Selection,
-    info: &ProfileInfo,
     sink: &mut S,
 ) -> Result<()> {
     if !selection.wants(EventType::GpuMemory)
@@ -123,8 +122,7 @@ pub fn read<S: EventSink>(
         if let Some(h) = &hex {
             args.push("address", ArgValue::Str(h));
         }
-        let kind = int_at(r, 6).map(|k| info.enums.mem_kind(k));
-        args.label("memKind", kind.as_deref());
+        args.int("memKind", int_at(r, 6));
         args.int("correlationId", int_at(r, 7));
         if let Some(n) = name_text.as_deref()
             && !n.is_empty()

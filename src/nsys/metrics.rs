@@ -22,6 +22,8 @@ use std::collections::HashMap;
 pub const GPU_METRICS: &str = "GPU_METRICS";
 pub const GENERIC_EVENTS: &str = "GENERIC_EVENTS";
 const METRIC_NAMES: &str = "TARGET_INFO_GPU_METRICS";
+/// The note for GPU_METRICS values the export wrapped to 32 bits (corrected).
+pub const WRAPPED: &str = "value wrapped to a negative 32-bit integer by the export: 2^32 added";
 /// What the summary says of GENERIC_EVENTS rows that GPU_METRICS also holds.
 pub const DUPLICATE: &str = "same samples as GPU_METRICS (converted once, from there)";
 
@@ -146,9 +148,19 @@ fn read_gpu_metrics<S: EventSink>(
             sink.skip(GPU_METRICS, "no timestamp, type or metric");
             continue;
         };
-        let Some(value) = value_of(r, 3) else {
-            sink.skip(GPU_METRICS, "no value");
-            continue;
+        let value = match value_of(r, 3) {
+            // GPU metrics are never negative (percentages, clocks, counts): a negative integer
+            // is a value above 2^31 that the export wrapped to 32 bits (a 2.33 GHz clock stored
+            // as -1964454041; the same sample's GENERIC_EVENTS twin holds 2330513255).
+            Some(CounterValue::Int(v)) if v < 0 && v >= i32::MIN as i64 => {
+                sink.note(GPU_METRICS, WRAPPED);
+                CounterValue::Int(v + (1 << 32))
+            }
+            Some(v) => v,
+            None => {
+                sink.skip(GPU_METRICS, "no value");
+                continue;
+            }
         };
         let device = device_of_type(type_id);
         if !wants_device(selection, device) {

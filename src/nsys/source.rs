@@ -98,14 +98,11 @@ impl Export {
                 timing("sched", t);
                 let t = Instant::now();
                 super::metrics::read(&conn, schema, selection, &mut sink)?;
-                super::gpu_memory::read(&conn, schema, selection, info, &mut sink)?;
+                super::gpu_memory::read(&conn, schema, selection, &mut sink)?;
                 timing("gpu metrics and memory", t);
-                sink.finish()
-            });
-            let samples = s.spawn(move || -> Result<Summary> {
+                // CPU samples after scheduling, on the same thread: one SQLite cache and one
+                // chunk buffer fewer at a time (peak memory), and 2 cores are busy anyway.
                 let t = Instant::now();
-                let conn = open_readonly(&schema.path)?;
-                let mut sink = make_sink();
                 super::samples::read(&conn, schema, selection, &mut sink)?;
                 timing("cpu samples", t);
                 sink.finish()
@@ -189,9 +186,6 @@ impl Export {
                 sched
                     .join()
                     .map_err(|_| anyhow!("scheduling reader panicked"))?,
-                samples
-                    .join()
-                    .map_err(|_| anyhow!("CPU sample reader panicked"))?,
             ] {
                 summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
             }

@@ -81,6 +81,8 @@ impl ProtoWriter {
             counter: Some(CounterDescriptor {
                 unit,
                 unit_name,
+                // What the values are (gpu.metric, cuda.memory), as slices carry a category.
+                categories: vec![track.category.as_str().to_string()],
                 ..Default::default()
             }),
             ..Default::default()
