@@ -282,6 +282,7 @@ pub struct Sample {
 /// What the replay collects besides slices.
 #[derive(Default)]
 struct Collected {
+    counter_values: usize,
     counters: Vec<CounterPoint>,
     samples: Vec<Sample>,
     counter_tracks: BTreeMap<u64, CounterInfo>,
@@ -474,7 +475,6 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
     let mut seqs: HashMap<u32, SeqState> = HashMap::new();
     let mut tracks: BTreeMap<u64, Track> = BTreeMap::new();
     let mut raw: Vec<RawEvent> = Vec::new();
-    let mut counter_values = 0usize;
     let mut collected = Collected::default();
     let mut pos = 0usize;
     let mut index = 0usize;
@@ -528,7 +528,6 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
             &mut seqs,
             &mut tracks,
             &mut raw,
-            &mut counter_values,
             &mut collected,
             &mut v,
         );
@@ -569,7 +568,7 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
         flows,
         packets: index,
         sequences: seqs.len(),
-        counter_values,
+        counter_values: collected.counter_values,
         counters: collected.counters,
         counter_tracks: collected.counter_tracks,
         samples: collected.samples,
@@ -598,7 +597,6 @@ fn replay_packet(
     seqs: &mut HashMap<u32, SeqState>,
     tracks: &mut BTreeMap<u64, Track>,
     raw: &mut Vec<RawEvent>,
-    counter_values: &mut usize,
     collected: &mut Collected,
     v: &mut Violations,
 ) {
@@ -893,7 +891,7 @@ fn replay_packet(
                     if !tracks[&track].counter {
                         v.push(R_TRACK, format!("packet #{index}: COUNTER event on track {track} which has no CounterDescriptor"));
                     }
-                    *counter_values += 1;
+                    collected.counter_values += 1;
                     use nsys_perfetto::proto::track_event::CounterValueField;
                     let (value, int) = match te.counter_value_field {
                         Some(CounterValueField::CounterValue(x)) => (x as f64, true),

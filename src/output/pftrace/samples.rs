@@ -32,8 +32,8 @@ const MAX_CALLSTACK_FRAMES: usize = 1_000_000;
 /// Interning state of one sample sequence (one generation).
 #[derive(Default)]
 pub(super) struct SampleSeq {
-    /// Whether the next packet must clear the incremental state (a new generation).
-    fresh: bool,
+    /// Whether this generation's first packet (which clears the incremental state) is written.
+    started: bool,
     functions: HashMap<i64, u64>,
     mappings: HashMap<i64, u64>,
     frames: HashMap<Frame, u64>,
@@ -44,19 +44,12 @@ pub(super) struct SampleSeq {
 }
 
 impl SampleSeq {
-    fn new() -> Self {
-        SampleSeq {
-            fresh: true,
-            ..Default::default()
-        }
-    }
-
     fn entries(&self) -> usize {
         self.functions.len() + self.mappings.len() + self.frames.len() + self.callstacks.len()
     }
 
     fn reset(&mut self) {
-        self.fresh = true;
+        self.started = false;
         self.functions.clear();
         self.mappings.clear();
         self.frames.clear();
@@ -119,7 +112,7 @@ impl ProtoWriter {
 
     pub(super) fn write_cpu_sample(&mut self, group: u32, s: &CpuSample<'_>) {
         let info = &*self.desc;
-        let seq = self.samples.entry(group).or_insert_with(SampleSeq::new);
+        let seq = self.samples.entry(group).or_default();
         if seq.entries() + s.frames.len() * 3 + 1 > MAX_INTERNED
             || seq.callstack_frames + s.frames.len() > MAX_CALLSTACK_FRAMES
         {
@@ -194,10 +187,10 @@ impl ProtoWriter {
             || !interned.mappings.is_empty()
             || !interned.frames.is_empty()
             || !interned.callstacks.is_empty();
-        let flags = if std::mem::take(&mut seq.fresh) {
-            SEQ_INCREMENTAL_STATE_CLEARED
-        } else {
+        let flags = if std::mem::replace(&mut seq.started, true) {
             SEQ_NEEDS_INCREMENTAL_STATE
+        } else {
+            SEQ_INCREMENTAL_STATE_CLEARED
         };
         let packet = TracePacket {
             timestamp: Some(s.ts.max(0) as u64),
