@@ -389,3 +389,78 @@ fn gpu_memory_counters_and_instants() {
     let js = json(&db, &jout);
     assert_eq!(js.events_of(Category::GpuMemory), 21);
 }
+
+/// More distinct frames than the interning bound: the sample sequence starts new generations
+/// (clearing its incremental state) and every sample still resolves to its own stack.
+#[test]
+fn sample_interning_is_bounded_and_restarts_cleanly() {
+    use nsys_perfetto::proto::{TracePacket, trace_packet};
+    use prost::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("many_frames.sqlite");
+    std::fs::copy(common::fixture("nvtx_workload.sqlite"), &db).unwrap();
+    let mut perms = std::fs::metadata(&db).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&db, perms).unwrap();
+    const N: i64 = 30_000;
+    // Thread 27307 of ./nvtx_workload; 3 frames per sample, every symbol distinct.
+    Connection::open(&db)
+        .unwrap()
+        .execute_batch(&format!(
+            "CREATE TABLE COMPOSITE_EVENTS (id INTEGER NOT NULL PRIMARY KEY, start INTEGER NOT NULL, \
+               cpu INTEGER, threadState INTEGER, globalTid INTEGER, cpuCycles INTEGER NOT NULL);
+             CREATE TABLE SAMPLING_CALLCHAINS (id INTEGER NOT NULL, symbol INTEGER NOT NULL, \
+               module INTEGER NOT NULL, kernelMode INTEGER, thumbCode INTEGER, unresolved INTEGER, \
+               specialEntry INTEGER, originalIP INTEGER, unwindMethod INTEGER, \
+               stackDepth INTEGER NOT NULL, PRIMARY KEY (id, stackDepth));
+             INSERT INTO StringIds (id, value) VALUES (9000000, '/opt/app/libmany.so');
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < {N})
+             INSERT INTO COMPOSITE_EVENTS SELECT i, 20000000 + i * 1000, 0, 1, 281933112147968 + 27307, 1 FROM n;
+             WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {N} * 3 - 1)
+             INSERT INTO StringIds (id, value) SELECT 10000000 + i, 'fn_' || i FROM n;
+             WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {N} * 3 - 1)
+             INSERT INTO SAMPLING_CALLCHAINS (id, symbol, module, stackDepth) \
+               SELECT i / 3 + 1, 10000000 + i, 9000000, i % 3 FROM n;"
+        ))
+        .unwrap();
+    let (summary, out) = common::convert(&db, dir.path());
+    assert_eq!(summary.events_of(Category::CpuSample), N as u64);
+    let t = validate_file(&out);
+    assert_eq!(t.samples.len(), N as usize);
+    for s in &t.samples {
+        let i = (s.ts - 20_000_000) / 1000 - 1;
+        let want: Vec<String> = (0..3).map(|d| format!("fn_{}", i * 3 + d)).collect();
+        let got: Vec<String> = s.frames.iter().map(|f| f.0.to_string()).collect();
+        assert_eq!(got, want, "sample {i}");
+        assert!(s.frames.iter().all(|f| &*f.1 == "/opt/app/libmany.so"));
+    }
+    // Generations: the sample sequence cleared its state more than once.
+    let bytes = std::fs::read(&out).unwrap();
+    let mut pos = 0;
+    let mut clears = 0;
+    while pos < bytes.len() {
+        pos += 1;
+        let (len, n) = {
+            let mut v = 0u64;
+            let mut i = 0;
+            loop {
+                let b = bytes[pos + i];
+                v |= u64::from(b & 0x7F) << (7 * i);
+                i += 1;
+                if b & 0x80 == 0 {
+                    break (v as usize, i);
+                }
+            }
+        };
+        pos += n;
+        let p = TracePacket::decode(&bytes[pos..pos + len]).unwrap();
+        pos += len;
+        if matches!(p.data, Some(trace_packet::Data::PerfSample(_))) && p.sequence_flags == Some(1)
+        {
+            clears += 1;
+        }
+    }
+    assert!(clears >= 2, "{clears} generations");
+    tpcheck_ok(&out);
+}
