@@ -418,8 +418,9 @@ fn check_structure(what: &str, summary: &Summary, t: &Trace) {
             "{what}: pid {} has no process_name",
             e.pid
         );
+        // Counter values (`C`) belong to their process only.
         assert!(
-            t.thread_names.contains_key(&(e.pid, e.tid)),
+            e.ph == "C" || t.thread_names.contains_key(&(e.pid, e.tid)),
             "{what}: pid {} tid {} has no thread_name",
             e.pid,
             e.tid

@@ -27,6 +27,30 @@ pub const WRAPPED: &str = "value wrapped to a negative 32-bit integer by the exp
 /// What the summary says of GENERIC_EVENTS rows that GPU_METRICS also holds.
 pub const DUPLICATE: &str = "same samples as GPU_METRICS (converted once, from there)";
 
+/// Where metric times are, for finding rows before the session start: (table, time column,
+/// condition). Only GENERIC_EVENTS rows of the GpuMetrics source count: other generic sources
+/// may keep times on other clocks.
+pub fn time_columns(schema: &Schema) -> Vec<(&'static str, &'static str, String)> {
+    let mut out = Vec::new();
+    if schema.has_column(GPU_METRICS, "timestamp") {
+        out.push((GPU_METRICS, "timestamp", "1".to_string()));
+    }
+    if schema.has_columns(GENERIC_EVENTS, &["rawTimestamp", "typeId"])
+        && schema.has_columns("GENERIC_EVENT_SOURCES", &["sourceId", "data"])
+        && schema.has_columns("GENERIC_EVENT_TYPES", &["typeId", "sourceId"])
+    {
+        out.push((
+            GENERIC_EVENTS,
+            "rawTimestamp",
+            "typeId IN (SELECT typeId FROM GENERIC_EVENT_TYPES WHERE sourceId IN \
+             (SELECT sourceId FROM GENERIC_EVENT_SOURCES WHERE data LIKE '%\"GpuMetrics\"%' \
+              AND data LIKE '%SessionNs%'))"
+                .to_string(),
+        ));
+    }
+    out
+}
+
 /// The GPU a metrics `typeId` samples.
 pub fn device_of_type(type_id: i64) -> i64 {
     type_id & 0xFF

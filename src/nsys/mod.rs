@@ -46,13 +46,6 @@ pub const EVENT_TABLES: [&str; 12] = [
     gpu_memory::GPU_MEMORY,
 ];
 
-/// Tables whose time column is not `start`, with that column: looked at for rows before the
-/// session start.
-pub const OTHER_TIME_COLUMNS: [(&str, &str); 2] = [
-    (metrics::GPU_METRICS, "timestamp"),
-    (metrics::GENERIC_EVENTS, "rawTimestamp"),
-];
-
 /// Tables whose presence marks a file as an Nsight Systems export.
 const NSYS_MARKERS: &[&str] = &[
     "StringIds",

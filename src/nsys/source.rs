@@ -207,14 +207,14 @@ fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<
     let mut earliest: Option<i64> = None;
     let columns = super::EVENT_TABLES
         .iter()
-        .map(|t| (*t, "start"))
-        .chain(super::OTHER_TIME_COLUMNS);
-    for (t, col) in columns {
+        .map(|t| (*t, "start", "1".to_string()))
+        .chain(super::metrics::time_columns(schema));
+    for (t, col, cond) in columns {
         if !schema.has_column(t, col) {
             continue;
         }
         let sql = format!(
-            "SELECT min(\"{col}\") FROM (SELECT \"{col}\" FROM \"{t}\" LIMIT {})",
+            "SELECT min(\"{col}\") FROM (SELECT \"{col}\" FROM \"{t}\" WHERE {cond} LIMIT {})",
             super::REORDER_WINDOW * 2
         );
         let min: Option<i64> = conn
