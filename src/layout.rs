@@ -66,6 +66,8 @@ pub struct Router<'a, W: EventWriter> {
     counters: HashMap<CounterOwner, Vec<counters::Counter>>,
     /// The sequence of this router's CPU samples, once one came.
     samples_seq: Option<u32>,
+    /// Threads whose samples this router has written (their descriptors were required).
+    sample_threads: std::collections::HashSet<i64>,
     pub summary: Summary,
     progress: Option<&'a crate::progress::Progress>,
     /// Rows handled since progress was last reported (reported in batches: less contention).
@@ -92,6 +94,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             cpu_group: None,
             counters: HashMap::new(),
             samples_seq: None,
+            sample_threads: Default::default(),
             summary: Summary::default(),
             progress: None,
             unreported: 0,

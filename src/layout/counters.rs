@@ -105,8 +105,11 @@ impl<W: EventWriter> Router<'_, W> {
             return Ok(());
         }
         let global_tid = with_source(s.global_tid, source);
-        let thread = WellKnown::Thread(global_tid);
-        self.writer.require(thread);
+        // Once per thread and router: this router's chunks reach the file in order, so the
+        // descriptor written before its first chunk that needs it precedes all the others.
+        if self.sample_threads.insert(global_tid) {
+            self.writer.require(WellKnown::Thread(global_tid));
+        }
         let seq = match self.samples_seq {
             Some(s) => s,
             None => {

@@ -20,6 +20,42 @@ use crate::proto::{
     TrackDescriptor, TrackEvent, counter_descriptor, trace_packet, track_descriptor, track_event,
 };
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
+
+/// Interning keys are small integers (string ids, iids), hashed a few million times per large
+/// profile: a multiply-and-rotate hash (FxHash's) instead of SipHash. Nothing here is keyed by
+/// untrusted input that could be chosen to collide.
+#[derive(Default)]
+pub(super) struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.add(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.add(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.add(v as u64);
+    }
+}
+
+impl IdHasher {
+    #[inline]
+    fn add(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+    }
+}
+
+type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
@@ -34,10 +70,10 @@ const MAX_CALLSTACK_FRAMES: usize = 1_000_000;
 pub(super) struct SampleSeq {
     /// Whether this generation's first packet (which clears the incremental state) is written.
     started: bool,
-    functions: HashMap<i64, u64>,
-    mappings: HashMap<i64, u64>,
-    frames: HashMap<Frame, u64>,
-    callstacks: HashMap<Box<[u64]>, u64>,
+    functions: IdMap<i64, u64>,
+    mappings: IdMap<i64, u64>,
+    frames: IdMap<Frame, u64>,
+    callstacks: IdMap<Box<[u64]>, u64>,
     callstack_frames: usize,
     /// Scratch: the callstack being looked up, root first.
     stack: Vec<u64>,
@@ -213,7 +249,7 @@ impl ProtoWriter {
 
 /// The iid of a string id in `map`, defining it in `out` on first use.
 fn intern_string(
-    map: &mut HashMap<i64, u64>,
+    map: &mut IdMap<i64, u64>,
     id: i64,
     out: &mut Vec<InternedString>,
     text: impl FnOnce() -> String,
