@@ -22,6 +22,11 @@ const SAMPLE_FILES: &[&str] = &[
     "PhilippRue__SiScLab_23_24__exercise_3_GPU_demonstrators_matmul_out_test.export-2023.4.4.sqlite",
     "PhilippRue__SiScLab_23_24__exercise_4_batched_calls_LU_GPU_out_test_LU_batched_GPU.export-2023.4.4.sqlite",
     "als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite",
+    "Sh1mwww__llama3-inference__real_inference_simulation.sqlite",
+    "VaclavHrbek__mini_project__Nvidia_OpenACC_std-vector_report_with_pragmas.export-2023.4.4.sqlite",
+    "bwyogatama__Mordred-Deprecated__report1@d62909d.sqlite",
+    "hpcgroup__pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
+    "researchgroup-zx93920__MAP-Fusion23__report1.sqlite",
 ];
 const METRICS_FILE: &str = "als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite";
 
