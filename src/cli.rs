@@ -247,10 +247,11 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
 pub struct SelectArgs {
     /// Event types to write, comma-separated: kernel, memcpy, memset, cuda-api, nvtx (ranges
     /// and marks), nvtx-gpu (NVTX ranges projected onto the GPU work they launched), osrt (OS
-    /// runtime calls), sync (CUDA synchronization waits), sched (threads on CPUs), um (unified
-    /// memory page faults), cuda-graph, cudnn, cublas, openacc, openmp, mpi, ucx, cpu-counters,
-    /// network, video, graphics, diagnostics (the profiler's messages and markers), overhead
-    /// (the profiler's own time), or all.
+    /// runtime calls), sync (CUDA synchronization waits), sched (threads on CPUs), cpu-samples
+    /// (CPU samples with call stacks), gpu-metrics (GPU metric counters), gpu-memory (GPU memory
+    /// allocations and bytes allocated), um (unified memory page faults), cuda-graph, cudnn,
+    /// cublas, openacc, openmp, mpi, ucx, cpu-counters, network, video, graphics, diagnostics
+    /// (the profiler's messages and markers), overhead (the profiler's own time), or all.
     /// Default: all but nvtx-gpu, a derived analysis that costs time on big profiles.
     #[arg(long, value_delimiter = ',', value_name = "TYPES")]
     pub types: Vec<String>,

@@ -194,6 +194,30 @@ impl<S: EventSink> EventSink for Floor<S> {
     fn extra_row(&mut self) {
         self.sink.extra_row()
     }
+    fn counter(
+        &mut self,
+        key: &crate::model::CounterKey<'_>,
+        sample: crate::model::CounterSample,
+    ) -> Result<()> {
+        if sample.ts < self.floor {
+            self.sink.skip(
+                "events",
+                "earlier than the trace's time zero (table out of time order)",
+            );
+            return Ok(());
+        }
+        self.sink.counter(key, sample)
+    }
+    fn cpu_sample(&mut self, sample: &crate::model::CpuSample<'_>) -> Result<()> {
+        if sample.ts < self.floor {
+            self.sink.skip(
+                "events",
+                "earlier than the trace's time zero (table out of time order)",
+            );
+            return Ok(());
+        }
+        self.sink.cpu_sample(sample)
+    }
     fn finish(self) -> Result<Summary> {
         self.sink.finish()
     }

@@ -3,7 +3,12 @@
 //! time. Perfetto closes the most recent open slice on END, so a partial overlap would silently
 //! truncate a slice; overlapping work therefore moves to an extra lane beside its track.
 
-use crate::model::{Description, Event, EventSink, Flows, GroupKey, pid_of, with_source};
+mod counters;
+
+use crate::model::{
+    CounterKey, CounterOwner, CounterSample, CpuSample, Description, Event, EventSink, Flows,
+    GroupKey, pid_of, with_source,
+};
 use crate::output::{Chunk, CustomTrack, EventWriter, Ids, WellKnown};
 use crate::summary::Summary;
 use anyhow::Result;
@@ -57,6 +62,12 @@ pub struct Router<'a, W: EventWriter> {
     cpu_group: Option<u64>,
     /// GPUs this router has put tracks under (for the track count).
     gpu_tracks: std::collections::HashSet<i64>,
+    /// Counter tracks by owner (few per owner: found by a short scan, no allocation per value).
+    counters: HashMap<CounterOwner, Vec<counters::Counter>>,
+    /// The sequence of this router's CPU samples, once one came.
+    samples_seq: Option<u32>,
+    /// Threads whose samples this router has written (their descriptors were required).
+    sample_threads: std::collections::HashSet<i64>,
     pub summary: Summary,
     progress: Option<&'a crate::progress::Progress>,
     /// Rows handled since progress was last reported (reported in batches: less contention).
@@ -81,6 +92,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
             groups: HashMap::new(),
             gpu_tracks: Default::default(),
             cpu_group: None,
+            counters: HashMap::new(),
+            samples_seq: None,
+            sample_threads: Default::default(),
             summary: Summary::default(),
             progress: None,
             unreported: 0,
@@ -366,6 +380,22 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 };
                 (self.custom(None, &name, None), name, None, None, false)
             }
+            GroupKey::GpuMemory { device, global_pid } => {
+                let gpu = self.gpu_track(device);
+                let name = format!(
+                    "Memory · {} (pid {})",
+                    info.bare_process_name(global_pid),
+                    pid_of(global_pid)
+                );
+                // Below the streams.
+                (
+                    self.custom(Some(gpu), &name, Some(i64::MAX)),
+                    name,
+                    Some(gpu),
+                    Some(i64::MAX),
+                    false,
+                )
+            }
         };
         self.writer.open_group(id, lane0, first_ts);
         Group {
@@ -514,6 +544,14 @@ impl<W: EventWriter> EventSink for Router<'_, W> {
         self.tick();
     }
 
+    fn counter(&mut self, key: &CounterKey<'_>, sample: CounterSample) -> Result<()> {
+        self.place_counter(key, sample)
+    }
+
+    fn cpu_sample(&mut self, sample: &CpuSample<'_>) -> Result<()> {
+        self.place_cpu_sample(sample)
+    }
+
     fn finish(self) -> Result<Summary> {
         self.close()
     }
@@ -568,6 +606,10 @@ impl GroupKey {
             GroupKey::GpuNvtx { device, global_tid } => GroupKey::GpuNvtx {
                 device: s(device),
                 global_tid: s(global_tid),
+            },
+            GroupKey::GpuMemory { device, global_pid } => GroupKey::GpuMemory {
+                device: s(device),
+                global_pid: s(global_pid),
             },
             GroupKey::ThreadTrack { global_tid, kind } => GroupKey::ThreadTrack {
                 global_tid: s(global_tid),

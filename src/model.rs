@@ -75,10 +75,16 @@ pub enum Category {
     CudaEvent,
     /// GPU context switches (`FECS_EVENTS`, `GPU_CONTEXT_SWITCH_EVENTS`).
     GpuContextSwitch,
+    /// A periodic CPU sample with its call stack (`COMPOSITE_EVENTS`).
+    CpuSample,
+    /// A GPU metric sample (`GPU_METRICS`, or `GENERIC_EVENTS` of nsys 2022).
+    GpuMetric,
+    /// A GPU memory allocation or free, and the bytes allocated after it.
+    GpuMemory,
 }
 
 impl Category {
-    pub const ALL: [Category; 29] = [
+    pub const ALL: [Category; 32] = [
         Category::Kernel,
         Category::Memcpy,
         Category::Memset,
@@ -108,6 +114,9 @@ impl Category {
         Category::NsysMarker,
         Category::CudaEvent,
         Category::GpuContextSwitch,
+        Category::CpuSample,
+        Category::GpuMetric,
+        Category::GpuMemory,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -141,6 +150,9 @@ impl Category {
             Category::NsysMarker => "nsys.marker",
             Category::CudaEvent => "cuda.event",
             Category::GpuContextSwitch => "gpu.context_switch",
+            Category::CpuSample => "cpu.sample",
+            Category::GpuMetric => "gpu.metric",
+            Category::GpuMemory => "cuda.memory",
         }
     }
 
@@ -269,6 +281,8 @@ pub enum GroupKey {
     Cpu { cpu: i64 },
     /// NVTX ranges of one CPU thread projected onto one GPU.
     GpuNvtx { device: i64, global_tid: i64 },
+    /// GPU memory allocations and frees of one process on one GPU (instants).
+    GpuMemory { device: i64, global_pid: i64 },
     /// A library's or runtime's calls on one thread ("cuDNN", "OpenMP", "Profiler overhead").
     ThreadTrack { global_tid: i64, kind: TrackKind },
     /// Events of one process that belong to no thread ("Unified memory", "Diagnostics").
@@ -529,6 +543,10 @@ pub trait EventSink {
     /// A source row that went into an event with another (a sched-in paired with its sched-out).
     fn extra_row(&mut self);
     /// Everything read: close what is open, and say what was converted and what was not.
+    /// One value of a counter (GPU metrics, bytes allocated): one track per key.
+    fn counter(&mut self, key: &CounterKey<'_>, sample: CounterSample) -> Result<()>;
+    /// One CPU sample with its call stack, on its thread.
+    fn cpu_sample(&mut self, sample: &CpuSample<'_>) -> Result<()>;
     fn finish(self) -> Result<crate::summary::Summary>
     where
         Self: Sized;
@@ -550,4 +568,53 @@ pub trait EventSink {
         self.skip(table, reason);
         None
     }
+}
+
+/// What a counter track belongs to: a GPU (metrics, memory of all its processes) or a process
+/// (its own GPU memory).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CounterOwner {
+    Gpu { device: i64 },
+    Process { global_pid: i64 },
+}
+
+/// One counter track: its owner, its name as the profiler names it, and its unit ("%", "Hz",
+/// "bytes"; "" when the profiler gives none).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CounterKey<'a> {
+    pub owner: CounterOwner,
+    pub name: &'a str,
+    pub unit: &'a str,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum CounterValue {
+    Int(i64),
+    Double(f64),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CounterSample {
+    pub ts: i64,
+    pub value: CounterValue,
+    pub category: Category,
+}
+
+/// One frame of a sampled call stack: function and module as ids into `StringIds`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Frame {
+    pub symbol: i64,
+    pub module: i64,
+}
+
+/// A periodic CPU sample: a thread's call stack (leaf first) at one instant.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CpuSample<'a> {
+    pub ts: i64,
+    pub global_tid: i64,
+    pub cpu: Option<i64>,
+    /// The thread's state as the profiler labels it ("Running"), when recorded.
+    pub state: Option<&'a str>,
+    /// Leaf first (`stackDepth` 0).
+    pub frames: &'a [Frame],
 }

@@ -39,10 +39,13 @@ pub enum EventType {
     Diagnostics,
     /// Time the profiler itself took.
     Overhead,
+    CpuSamples,
+    GpuMetrics,
+    GpuMemory,
 }
 
 impl EventType {
-    pub const ALL: [EventType; 23] = [
+    pub const ALL: [EventType; 26] = [
         EventType::Kernel,
         EventType::Memcpy,
         EventType::Memset,
@@ -66,6 +69,9 @@ impl EventType {
         EventType::Graphics,
         EventType::Diagnostics,
         EventType::Overhead,
+        EventType::CpuSamples,
+        EventType::GpuMetrics,
+        EventType::GpuMemory,
     ];
 
     pub fn name(self) -> &'static str {
@@ -93,6 +99,9 @@ impl EventType {
             EventType::Graphics => "graphics",
             EventType::Diagnostics => "diagnostics",
             EventType::Overhead => "overhead",
+            EventType::CpuSamples => "cpu-samples",
+            EventType::GpuMetrics => "gpu-metrics",
+            EventType::GpuMemory => "gpu-memory",
         }
     }
 }

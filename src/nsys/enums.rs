@@ -47,7 +47,7 @@ pub struct Enums {
     sync_type: HashMap<i64, String>,
 }
 
-fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> HashMap<i64, String> {
+pub fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> HashMap<i64, String> {
     let mut out = HashMap::new();
     if !schema.has_column(table, "id") {
         return out;

@@ -7,10 +7,13 @@ pub mod api;
 pub mod enums;
 pub mod flows;
 pub mod gpu;
+pub mod gpu_memory;
 pub mod info;
+pub mod metrics;
 pub mod nvtx;
 pub mod osrt;
 pub mod projection;
+pub mod samples;
 pub mod sched;
 pub mod source;
 pub mod sync;
@@ -29,7 +32,7 @@ pub const DRIVER: &str = "CUPTI_ACTIVITY_KIND_DRIVER";
 pub const NVTX: &str = "NVTX_EVENTS";
 
 /// The event tables the readers convert (rows counted for the progress bar).
-pub const EVENT_TABLES: [&str; 9] = [
+pub const EVENT_TABLES: [&str; 12] = [
     KERNEL,
     MEMCPY,
     MEMSET,
@@ -39,6 +42,9 @@ pub const EVENT_TABLES: [&str; 9] = [
     osrt::OSRT,
     sync::SYNC,
     sched::SCHED,
+    samples::COMPOSITE,
+    metrics::GPU_METRICS,
+    gpu_memory::GPU_MEMORY,
 ];
 
 /// Tables whose presence marks a file as an Nsight Systems export.

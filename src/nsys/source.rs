@@ -112,6 +112,15 @@ impl Export {
                 let mut sink = make_sink();
                 super::sched::read(&conn, schema, selection, info, &mut sink)?;
                 timing("sched", t);
+                let t = Instant::now();
+                super::metrics::read(&conn, schema, selection, &mut sink)?;
+                super::gpu_memory::read(&conn, schema, selection, &mut sink)?;
+                timing("gpu metrics and memory", t);
+                // CPU samples after scheduling, on the same thread: one SQLite cache and one
+                // chunk buffer fewer at a time (peak memory), and 2 cores are busy anyway.
+                let t = Instant::now();
+                super::samples::read(&conn, schema, selection, &mut sink)?;
+                timing("cpu samples", t);
                 sink.finish()
             });
             let tables = s.spawn(move || -> Result<Summary> {
@@ -232,16 +241,17 @@ impl Export {
 /// by layout, never written at a wrong time.
 fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<i64>> {
     let mut earliest: Option<i64> = None;
-    let timed = super::EVENT_TABLES
+    let columns = super::EVENT_TABLES
         .iter()
-        .map(|t| (*t, "start"))
-        .chain(super::tables::present(schema));
-    for (t, col) in timed {
+        .map(|t| (*t, "start", "1".to_string()))
+        .chain(super::metrics::time_columns(schema))
+        .chain(super::tables::present(schema).map(|(t, c)| (t, c, "1".to_string())));
+    for (t, col, cond) in columns {
         if !schema.has_column(t, col) {
             continue;
         }
         let sql = format!(
-            "SELECT min(\"{col}\") FROM (SELECT \"{col}\" FROM \"{t}\" LIMIT {})",
+            "SELECT min(\"{col}\") FROM (SELECT \"{col}\" FROM \"{t}\" WHERE {cond} LIMIT {})",
             super::REORDER_WINDOW * 2
         );
         let min: Option<i64> = conn

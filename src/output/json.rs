@@ -17,9 +17,14 @@
 //! The file is streamed: the header opens the event array with one inert first object and every
 //! later event is written as `,\n{...}`, so chunks of different writers concatenate in any order.
 
-use super::{Chunk, ChunkBuffer, CustomTrack, EventWriter, Format, Placed, WellKnown};
+mod samples;
+
+use super::{
+    Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
+};
 use crate::model::{
-    ArgValue, Category, Description, Event, Name, source_of, tid_of, trace_pid_of, without_source,
+    ArgValue, Category, CounterValue, CpuSample, Description, Event, Name, source_of, tid_of,
+    trace_pid_of, without_source,
 };
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -58,6 +63,7 @@ impl Format for Json {
             cnames: HashMap::new(),
             strings: HashMap::new(),
             event_pseudo_pids: Default::default(),
+            counters: HashMap::new(),
         }
     }
 
@@ -209,6 +215,8 @@ pub struct JsonWriter {
     strings: HashMap<i64, Box<str>>,
     /// Top-level pseudo-processes whose own pseudo-thread holds events (named once).
     event_pseudo_pids: std::collections::HashSet<u32>,
+    /// Counter tracks by uuid (see `samples`).
+    counters: HashMap<u64, samples::JsonCounter>,
 }
 
 /// A string id's text through a writer's cache; the cache starts over past 64k names.
@@ -474,6 +482,18 @@ impl EventWriter for JsonWriter {
         let (pid, tid) = self.lane(group, lane_uuid, lane0);
         self.event(b'i', pid, tid, ev);
         self.flows(pid, tid, ev);
+    }
+
+    fn describe_counter(&mut self, track: &CounterTrack) {
+        self.write_counter_track(track);
+    }
+
+    fn counter(&mut self, _group: u32, track: u64, ts: i64, value: CounterValue) {
+        self.write_counter(track, ts, value);
+    }
+
+    fn cpu_sample(&mut self, _group: u32, sample: &CpuSample<'_>) {
+        self.write_cpu_sample(sample);
     }
 
     fn buffered(&self) -> usize {

@@ -10,7 +10,9 @@
 pub mod json;
 pub mod pftrace;
 
-use crate::model::{Description, Event, global_pid_of, source_of, tid_of, trace_pid_of};
+use crate::model::{
+    CounterValue, CpuSample, Description, Event, global_pid_of, source_of, tid_of, trace_pid_of,
+};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
@@ -83,6 +85,19 @@ pub struct CustomTrack {
     pub rank: Option<i64>,
     /// Children of this track are ordered by `rank` (GPU streams by stream id).
     pub explicit_child_order: bool,
+}
+
+/// A counter track (a GPU metric, bytes allocated) under a GPU or process track.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterTrack {
+    pub uuid: u64,
+    /// The uuid of a [`WellKnown`] GPU or process track.
+    pub parent: u64,
+    pub name: String,
+    /// "%", "Hz", "bytes", or "" when unknown.
+    pub unit: String,
+    /// The category of its values (JSON writes it on each).
+    pub category: crate::model::Category,
 }
 
 /// What the file's header and footer say of each source: its name among several, where its
@@ -180,6 +195,14 @@ pub trait EventWriter: Send {
     fn begin(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>);
     fn end(&mut self, group: u32, lane_uuid: u64, lane0: bool, ts: i64);
     fn instant(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>);
+    /// A counter track, described before its values; its values come on a group opened with
+    /// the counter's uuid as `lane0_uuid`.
+    fn describe_counter(&mut self, track: &CounterTrack);
+    /// One value of a counter track, in time order per group.
+    fn counter(&mut self, group: u32, track: u64, ts: i64, value: CounterValue);
+    /// One CPU sample of a thread (already required), with its call stack. `group` is the
+    /// reader's sample sequence; samples need not come in time order.
+    fn cpu_sample(&mut self, group: u32, sample: &CpuSample<'_>);
     /// Bytes encoded since the last chunk was taken.
     fn buffered(&self) -> usize;
     fn take_chunk(&mut self) -> Option<Chunk>;

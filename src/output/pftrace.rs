@@ -5,8 +5,15 @@
 //! its first lane as the default track (events on it omit `track_uuid`), and interns names, arg
 //! keys and repeating string values on first use.
 
-use super::{Chunk, ChunkBuffer, CustomTrack, EventWriter, Format, Placed, WellKnown};
-use crate::model::{ArgValue, Category, Description, Event, Name, source_of, without_source};
+mod samples;
+
+use super::{
+    Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
+};
+use crate::model::{
+    ArgValue, Category, CounterValue, CpuSample, Description, Event, Name, source_of,
+    without_source,
+};
 use crate::proto::{
     ClockSnapshot, DebugAnnotation, DebugAnnotationName, EventCategory, EventName, InternedData,
     InternedString, ProcessDescriptor, ThreadDescriptor, TracePacket, TracePacketDefaults,
@@ -41,6 +48,7 @@ impl Format for Protobuf {
             seqs: HashMap::new(),
             event: TrackEvent::default(),
             interned: InternedData::default(),
+            samples: HashMap::new(),
         }
     }
 
@@ -208,6 +216,8 @@ pub struct ProtoWriter {
     /// Reused between events so the hot path does not allocate.
     event: TrackEvent,
     interned: InternedData,
+    /// Interning state of CPU sample sequences (see `samples`).
+    samples: HashMap<u32, samples::SampleSeq>,
 }
 
 impl ProtoWriter {
@@ -474,6 +484,18 @@ impl EventWriter for ProtoWriter {
     fn instant(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
         self.fill(group, track_event::Type::Instant, lane_uuid, lane0, ev);
         self.write_event(group, ev.start, true);
+    }
+
+    fn describe_counter(&mut self, track: &CounterTrack) {
+        self.write_counter_track(track);
+    }
+
+    fn counter(&mut self, group: u32, _track: u64, ts: i64, value: CounterValue) {
+        self.write_counter(group, ts, value);
+    }
+
+    fn cpu_sample(&mut self, group: u32, sample: &CpuSample<'_>) {
+        self.write_cpu_sample(group, sample);
     }
 
     fn buffered(&self) -> usize {

@@ -114,7 +114,12 @@ fn parse(bytes: &[u8]) -> Trace {
             cat: s("cat"),
             name: s("name"),
             pid: n("pid").expect("pid"),
-            tid: n("tid").expect("tid"),
+            // Counter values (`C`) belong to a process, not a thread.
+            tid: if ph == "C" {
+                n("tid").unwrap_or(0)
+            } else {
+                n("tid").expect("tid")
+            },
             ts: ns(&e["ts"]),
             dur: e.get("dur").map(ns),
             id: n("id"),
@@ -298,6 +303,17 @@ fn check_structure(what: &str, summary: &Summary, t: &Trace) {
                 assert_eq!(e.raw["s"], "t", "{what}: instants are thread-scoped");
                 *per_cat.entry(cat_key(&e.cat)).or_default() += 1;
             }
+            "C" => {
+                // A counter value: one numeric arg, under a named (pseudo-)process.
+                let args = e.raw["args"].as_object().expect("C event has args");
+                assert_eq!(args.len(), 1, "{what}: one value per C event: {}", e.raw);
+                assert!(
+                    args.values().all(|v| v.is_number()),
+                    "{what}: C value is a number: {}",
+                    e.raw
+                );
+                *per_cat.entry(cat_key(&e.cat)).or_default() += 1;
+            }
             "s" | "f" => {
                 assert_eq!((e.cat.as_str(), e.name.as_str()), ("flow", "launch"));
                 assert_eq!(e.raw["bp"], "e");
@@ -402,8 +418,9 @@ fn check_structure(what: &str, summary: &Summary, t: &Trace) {
             "{what}: pid {} has no process_name",
             e.pid
         );
+        // Counter values (`C`) belong to their process only.
         assert!(
-            t.thread_names.contains_key(&(e.pid, e.tid)),
+            e.ph == "C" || t.thread_names.contains_key(&(e.pid, e.tid)),
             "{what}: pid {} tid {} has no thread_name",
             e.pid,
             e.tid

@@ -26,6 +26,7 @@ mod projection_perf_check;
 mod proto_schema;
 mod robustness;
 mod safety;
+mod samples_metrics;
 mod selection;
 mod tables;
 mod workflow;

@@ -53,6 +53,8 @@ pub const R_NESTING: &str = "BEGIN/END are balanced and strictly nested per trac
 pub const R_FLOW: &str =
     "each flow id has exactly one source and one destination, the destination starting later";
 pub const R_UTF8: &str = "strings are valid UTF-8";
+pub const R_SAMPLE: &str = "every PerfSample names its pid and tid, and its callstack, frames, mappings and names are interned on its sequence";
+pub const R_COUNTER: &str = "every counter value has a value, on a track with a CounterDescriptor";
 pub const R_EVENT_TYPE: &str = "every TrackEvent has a known type (BEGIN, END, INSTANT, COUNTER)";
 
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
@@ -245,6 +247,47 @@ pub struct Trace {
     pub packets: usize,
     pub sequences: usize,
     pub counter_values: usize,
+    /// Counter values in time order per track (session time, like slices).
+    pub counters: Vec<CounterPoint>,
+    /// Counter tracks: unit and categories from their CounterDescriptor.
+    pub counter_tracks: BTreeMap<u64, CounterInfo>,
+    /// CPU samples (PerfSample), in file order.
+    pub samples: Vec<Sample>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct CounterPoint {
+    pub track: u64,
+    pub ts: i64,
+    pub value: f64,
+    /// Whether it was written as an integer (`counter_value`).
+    pub int: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct CounterInfo {
+    pub unit: Option<i32>,
+    pub unit_name: Option<String>,
+    pub categories: Vec<String>,
+}
+
+/// A PerfSample with its call stack resolved, leaf first: (function, mapping path).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    pub ts: i64,
+    pub pid: u32,
+    pub tid: u32,
+    pub cpu: Option<u32>,
+    pub frames: Vec<(Str, Str)>,
+}
+
+/// What the replay collects besides slices.
+#[derive(Default)]
+struct Collected {
+    counter_values: usize,
+    counters: Vec<CounterPoint>,
+    samples: Vec<Sample>,
+    counter_tracks: BTreeMap<u64, CounterInfo>,
 }
 
 impl Trace {
@@ -257,12 +300,40 @@ impl Trace {
     pub fn of_category<'a>(&'a self, cat: &'a str) -> impl Iterator<Item = &'a Slice> + 'a {
         self.slices.iter().filter(move |s| &*s.category == cat)
     }
+    /// Slices and instants by category, with counter values (by their track's category) and
+    /// CPU samples ("cpu.sample").
     pub fn count_by_category(&self) -> BTreeMap<String, u64> {
         let mut m = BTreeMap::new();
         for s in &self.slices {
             *m.entry(s.category.to_string()).or_default() += 1;
         }
+        for c in &self.counters {
+            let cat = self
+                .counter_tracks
+                .get(&c.track)
+                .and_then(|i| i.categories.first().cloned())
+                .unwrap_or_default();
+            *m.entry(cat).or_default() += 1;
+        }
+        if !self.samples.is_empty() {
+            *m.entry("cpu.sample".to_string()).or_default() += self.samples.len() as u64;
+        }
         m
+    }
+
+    /// Counter values of the counter track named `name` under the track `parent`.
+    pub fn counter_values(&self, parent: u64, name: &str) -> Vec<&CounterPoint> {
+        let Some(track) = self
+            .tracks
+            .values()
+            .find(|t| t.counter && t.parent == Some(parent) && t.name.as_deref() == Some(name))
+        else {
+            return Vec::new();
+        };
+        self.counters
+            .iter()
+            .filter(|c| c.track == track.uuid)
+            .collect()
     }
     pub fn track(&self, uuid: u64) -> &Track {
         self.tracks
@@ -352,6 +423,14 @@ struct Interned {
     categories: HashMap<u64, Str>,
     arg_names: HashMap<u64, Str>,
     string_values: HashMap<u64, Str>,
+    function_names: HashMap<u64, Str>,
+    mapping_paths: HashMap<u64, Str>,
+    /// Mapping iid -> its path component iids.
+    mappings: HashMap<u64, Vec<u64>>,
+    /// Frame iid -> (function name iid, mapping iid).
+    frames: HashMap<u64, (u64, u64)>,
+    /// Callstack iid -> frame iids, root first.
+    callstacks: HashMap<u64, Vec<u64>>,
 }
 
 struct SeqClock {
@@ -408,7 +487,7 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
     let mut seqs: HashMap<u32, SeqState> = HashMap::new();
     let mut tracks: BTreeMap<u64, Track> = BTreeMap::new();
     let mut raw: Vec<RawEvent> = Vec::new();
-    let mut counter_values = 0usize;
+    let mut collected = Collected::default();
     let mut pos = 0usize;
     let mut index = 0usize;
 
@@ -461,7 +540,7 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
             &mut seqs,
             &mut tracks,
             &mut raw,
-            &mut counter_values,
+            &mut collected,
             &mut v,
         );
         index += 1;
@@ -499,6 +578,12 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
             s.start -= zero;
             s.end -= zero;
         }
+        for c in &mut collected.counters {
+            c.ts -= zero;
+        }
+        for s in &mut collected.samples {
+            s.ts -= zero;
+        }
     }
     let flows = match_flows(&slices, &mut v);
     if !v.is_empty() {
@@ -511,7 +596,10 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
         flows,
         packets: index,
         sequences: seqs.len(),
-        counter_values,
+        counter_values: collected.counter_values,
+        counters: collected.counters,
+        counter_tracks: collected.counter_tracks,
+        samples: collected.samples,
     })
 }
 
@@ -537,7 +625,7 @@ fn replay_packet(
     seqs: &mut HashMap<u32, SeqState>,
     tracks: &mut BTreeMap<u64, Track>,
     raw: &mut Vec<RawEvent>,
-    counter_values: &mut usize,
+    collected: &mut Collected,
     v: &mut Violations,
 ) {
     let seq_id = seq_id_of(&packet);
@@ -629,6 +717,64 @@ fn replay_packet(
             );
         }
     }
+    if let Some(interned) = &packet.interned_data {
+        let i = &mut state.interned;
+        for (what, list, map) in [
+            (
+                "function_names",
+                &interned.function_names,
+                &mut i.function_names,
+            ),
+            (
+                "mapping_paths",
+                &interned.mapping_paths,
+                &mut i.mapping_paths,
+            ),
+        ] {
+            for e in list {
+                let s = e.str.as_deref().map(|b| match std::str::from_utf8(b) {
+                    Ok(s) => s.to_string(),
+                    Err(_) => {
+                        v.push(
+                            R_UTF8,
+                            format!("packet #{index} on sequence {sid}: interned {what} iid {:?} is not UTF-8", e.iid),
+                        );
+                        String::from_utf8_lossy(b).into_owned()
+                    }
+                });
+                define(map, e.iid, s.as_deref(), what, index, sid, v);
+            }
+        }
+        for m in &interned.mappings {
+            let iid = m.iid.unwrap_or(0);
+            if iid == 0 || i.mappings.insert(iid, m.path_string_ids.clone()).is_some() {
+                v.push(
+                    R_INTERNED,
+                    format!(
+                        "packet #{index} on sequence {sid}: mapping iid {iid} zero or defined twice"
+                    ),
+                );
+            }
+        }
+        for f in &interned.frames {
+            let iid = f.iid.unwrap_or(0);
+            let entry = (f.function_name_id.unwrap_or(0), f.mapping_id.unwrap_or(0));
+            if iid == 0 || i.frames.insert(iid, entry).is_some() {
+                v.push(
+                    R_INTERNED,
+                    format!(
+                        "packet #{index} on sequence {sid}: frame iid {iid} zero or defined twice"
+                    ),
+                );
+            }
+        }
+        for c in &interned.callstacks {
+            let iid = c.iid.unwrap_or(0);
+            if iid == 0 || i.callstacks.insert(iid, c.frame_ids.clone()).is_some() {
+                v.push(R_INTERNED, format!("packet #{index} on sequence {sid}: callstack iid {iid} zero or defined twice"));
+            }
+        }
+    }
     if let Some(d) = &packet.trace_packet_defaults {
         state.default_clock = d.timestamp_clock_id;
         state.default_track = d.track_event_defaults.as_ref().and_then(|t| t.track_uuid);
@@ -671,7 +817,80 @@ fn replay_packet(
                 }
             }
         }
-        Some(trace_packet::Data::TrackDescriptor(td)) => describe(index, td, tracks, v),
+        Some(trace_packet::Data::TrackDescriptor(td)) => {
+            if let (Some(uuid), Some(c)) = (td.uuid, &td.counter) {
+                collected.counter_tracks.insert(
+                    uuid,
+                    CounterInfo {
+                        unit: c.unit,
+                        unit_name: c.unit_name.clone(),
+                        categories: c.categories.clone(),
+                    },
+                );
+            }
+            describe(index, td, tracks, v)
+        }
+        Some(trace_packet::Data::PerfSample(ps)) => {
+            if !state.valid {
+                v.push(R_INCREMENTAL, format!("packet #{index} on sequence {sid}: PerfSample on a sequence whose incremental state was never cleared"));
+                return;
+            }
+            let Some(ts) = resolve_ts(
+                index,
+                sid,
+                &packet.timestamp,
+                packet.timestamp_clock_id,
+                state,
+                v,
+            ) else {
+                return;
+            };
+            let (Some(pid), Some(tid)) = (ps.pid, ps.tid) else {
+                v.push(
+                    R_SAMPLE,
+                    format!("packet #{index}: PerfSample without pid or tid"),
+                );
+                return;
+            };
+            let i = &state.interned;
+            let mut frames = Vec::new();
+            if let Some(cs) = ps.callstack_iid {
+                match i.callstacks.get(&cs) {
+                    None => v.push(
+                        R_SAMPLE,
+                        format!(
+                            "packet #{index} on sequence {sid}: callstack iid {cs} not defined"
+                        ),
+                    ),
+                    Some(ids) => {
+                        for fid in ids.iter().rev() {
+                            let Some(&(func, map)) = i.frames.get(fid) else {
+                                v.push(R_SAMPLE, format!("packet #{index} on sequence {sid}: frame iid {fid} not defined"));
+                                continue;
+                            };
+                            let name = i.function_names.get(&func).cloned();
+                            let path = i.mappings.get(&map).map(|parts| {
+                                parts
+                                    .iter()
+                                    .map(|p| i.mapping_paths.get(p).map(|s| s.to_string()))
+                                    .collect::<Option<Vec<_>>>()
+                            });
+                            match (name, path) {
+                                (Some(n), Some(Some(p))) => frames.push((n, Str::from(p.join("/").as_str()))),
+                                _ => v.push(R_SAMPLE, format!("packet #{index} on sequence {sid}: frame {fid}'s function {func} or mapping {map} (or its path) not defined")),
+                            }
+                        }
+                    }
+                }
+            }
+            collected.samples.push(Sample {
+                ts,
+                pid,
+                tid,
+                cpu: ps.cpu,
+                frames,
+            });
+        }
         Some(trace_packet::Data::TrackEvent(te)) => {
             let Some(ts) = resolve_ts(
                 index,
@@ -700,7 +919,25 @@ fn replay_packet(
                     if !tracks[&track].counter {
                         v.push(R_TRACK, format!("packet #{index}: COUNTER event on track {track} which has no CounterDescriptor"));
                     }
-                    *counter_values += 1;
+                    collected.counter_values += 1;
+                    use nsys_perfetto::proto::track_event::CounterValueField;
+                    let (value, int) = match te.counter_value_field {
+                        Some(CounterValueField::CounterValue(x)) => (x as f64, true),
+                        Some(CounterValueField::DoubleCounterValue(x)) => (x, false),
+                        None => {
+                            v.push(
+                                R_COUNTER,
+                                format!("packet #{index}: COUNTER event without a value"),
+                            );
+                            return;
+                        }
+                    };
+                    collected.counters.push(CounterPoint {
+                        track,
+                        ts,
+                        value,
+                        int,
+                    });
                     return;
                 }
                 _ => {

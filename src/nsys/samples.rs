@@ -1,0 +1,117 @@
+//! CPU samples: `COMPOSITE_EVENTS(id, start, cpu, threadState, globalTid)` is one sample, its
+//! frames are the `SAMPLING_CALLCHAINS` rows with the same `id` (`stackDepth` 0 = the leaf;
+//! `symbol` and `module` are StringIds).
+//!
+//! Both tables are read in id order and joined as they stream (a merge join), so memory holds
+//! one sample's frames at a time however large the tables are. Each sample goes to its thread
+//! with every frame SAMPLING_CALLCHAINS holds for it, and its thread state's label.
+
+use super::{Schema, int_at};
+use crate::model::{CpuSample, EventSink, Frame};
+use crate::select::{EventType, Selection};
+use anyhow::Result;
+use rusqlite::Connection;
+
+pub const COMPOSITE: &str = "COMPOSITE_EVENTS";
+pub const CALLCHAINS: &str = "SAMPLING_CALLCHAINS";
+
+pub fn read<S: EventSink>(
+    conn: &Connection,
+    schema: &Schema,
+    selection: &Selection,
+    sink: &mut S,
+) -> Result<()> {
+    if !selection.wants(EventType::CpuSamples)
+        || !schema.has_columns(COMPOSITE, &["id", "start", "globalTid"])
+    {
+        return Ok(());
+    }
+    let states = super::enums::read_enum(conn, schema, "ENUM_SAMPLING_THREAD_STATE");
+    let filter = selection.sql("t", false, Some("globalTid"), None);
+    let filtered = filter != "1";
+    let sql = format!(
+        "SELECT t.id, t.start, t.globalTid, {}, {} FROM {COMPOSITE} t WHERE {filter} ORDER BY t.id",
+        schema.col_of(COMPOSITE, "t", "cpu"),
+        schema.col_of(COMPOSITE, "t", "threadState"),
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+
+    let has_chains = schema.has_columns(CALLCHAINS, &["id", "symbol", "module", "stackDepth"]);
+    let mut chain_stmt = if has_chains {
+        Some(conn.prepare(&format!(
+            "SELECT id, symbol, module FROM {CALLCHAINS} ORDER BY id, stackDepth"
+        ))?)
+    } else {
+        None
+    };
+    let mut chains = match chain_stmt.as_mut() {
+        Some(s) => Some(s.query([])?),
+        None => None,
+    };
+    // The next frame row not yet used: (id, frame).
+    let mut pending: Option<(i64, Frame)> = None;
+    let mut chains_done = chains.is_none();
+    let mut next_frame = |pending: &mut Option<(i64, Frame)>| -> Result<()> {
+        *pending = None;
+        if chains_done {
+            return Ok(());
+        }
+        let Some(rows) = chains.as_mut() else {
+            return Ok(());
+        };
+        match rows.next()? {
+            Some(r) => {
+                *pending = Some((
+                    int_at(r, 0).unwrap_or(i64::MIN),
+                    Frame {
+                        symbol: int_at(r, 1).unwrap_or(-1),
+                        module: int_at(r, 2).unwrap_or(-1),
+                    },
+                ));
+            }
+            None => chains_done = true,
+        }
+        Ok(())
+    };
+    next_frame(&mut pending)?;
+
+    let mut frames: Vec<Frame> = Vec::new();
+    while let Some(r) = rows.next()? {
+        let id = int_at(r, 0);
+        let (Some(id), Some(ts), Some(gtid)) = (id, int_at(r, 1), int_at(r, 2)) else {
+            sink.skip(COMPOSITE, "no id, time or thread");
+            continue;
+        };
+        frames.clear();
+        while let Some((fid, f)) = pending {
+            if fid > id {
+                break;
+            }
+            if fid == id {
+                frames.push(f);
+            } else if !filtered {
+                // Frames of a sample that is not in COMPOSITE_EVENTS.
+                sink.note(CALLCHAINS, "frames of no sample in COMPOSITE_EVENTS");
+            }
+            next_frame(&mut pending)?;
+        }
+        let state = int_at(r, 4)
+            .and_then(|s| states.get(&s))
+            .map(String::as_str);
+        sink.cpu_sample(&CpuSample {
+            ts,
+            global_tid: gtid,
+            cpu: int_at(r, 3),
+            state,
+            frames: &frames,
+        })?;
+    }
+    if !filtered {
+        while pending.is_some() {
+            sink.note(CALLCHAINS, "frames of no sample in COMPOSITE_EVENTS");
+            next_frame(&mut pending)?;
+        }
+    }
+    Ok(())
+}
