@@ -31,6 +31,17 @@ fn nsys() -> Option<Nsys> {
     }
 }
 
+/// The newest version among every nsys found: reports go to the first nsys that can read them
+/// (`report::nsys_for_report`), so with nsys 2022.4 and 2023.4.4 installed (as `.ci/run`
+/// does) a report captured with 2023.2 converts.
+fn newest_version() -> Option<Version> {
+    report::nsys_candidates(None)
+        .ok()?
+        .into_iter()
+        .filter_map(|(p, s)| Nsys::probe(&p, s).ok()?.version)
+        .max()
+}
+
 fn corpus() -> Option<PathBuf> {
     let d = shared().join("corpus");
     if d.join("MANIFEST.tsv").is_file() {
@@ -347,7 +358,8 @@ fn sum_skipped(s: &nsys_perfetto::summary::Summary, table: &str) -> u64 {
 fn corpus_reports_convert_with_manifest_counts() {
     let Some(nsys) = nsys() else { return };
     let Some(dir) = corpus() else { return };
-    let version = nsys.version.expect("nsys --version");
+    let _ = nsys.version.expect("nsys --version");
+    let version = newest_version().expect("a version");
     let entries: Vec<Entry> = manifest(&dir)
         .into_iter()
         .filter(|e| version.can_read(&e.capture))
@@ -387,7 +399,9 @@ fn corpus_reports_convert_with_manifest_counts() {
         let pftrace = report.with_extension("pftrace");
         assert!(sqlite.is_file(), "{}: no export beside the report", e.file);
         let conn = Connection::open(&sqlite).unwrap();
-        for (key, table) in TABLES {
+        // MANIFEST has row counts only for the reports nsys 2022.4 exported when it was made;
+        // the others (exported here by a newer nsys) are checked against their own export.
+        for (key, table) in TABLES.iter().filter(|_| e.export_ok) {
             assert_eq!(
                 table_rows(&conn, table),
                 e.counts.get(*key).copied().unwrap_or(0),
@@ -396,6 +410,12 @@ fn corpus_reports_convert_with_manifest_counts() {
             );
         }
         let driver = table_rows(&conn, "CUPTI_ACTIVITY_KIND_DRIVER");
+        let mut counts = e.counts.clone();
+        if !e.export_ok {
+            for (key, table) in TABLES {
+                counts.insert(key.to_string(), table_rows(&conn, table));
+            }
+        }
         drop(conn);
 
         let summary = convert::convert_sqlite(
@@ -414,7 +434,7 @@ fn corpus_reports_convert_with_manifest_counts() {
                 c.as_str()
             );
         }
-        let want = |k: &str| e.counts.get(k).copied().unwrap_or(0);
+        let want = |k: &str| counts.get(k).copied().unwrap_or(0);
         let accounted = |cats: &[Category], table: &str| {
             cats.iter().map(|c| summary.events_of(*c)).sum::<u64>() + sum_skipped(&summary, table)
         };
@@ -477,7 +497,8 @@ fn corpus_reports_convert_with_manifest_counts() {
 fn newer_reports_say_what_to_do() {
     let Some(nsys) = nsys() else { return };
     let Some(dir) = corpus() else { return };
-    let version = nsys.version.expect("nsys --version");
+    let _ = nsys.version.expect("nsys --version");
+    let version = newest_version().expect("a version");
     let entries: Vec<Entry> = manifest(&dir)
         .into_iter()
         .filter(|e| !version.can_read(&e.capture))
