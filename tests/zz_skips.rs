@@ -1,6 +1,7 @@
 //! Runs after the other test binaries (cargo runs them in name order): prints every check that
 //! was skipped during this `cargo test` (from the log `common::skip` writes) and their count,
-//! past libtest's output capture, then clears the log for the next run.
+//! past libtest's output capture, then clears the log for the next run. (After a run of one
+//! binary alone, `--test all`, the log keeps its lines until the next full `cargo test`.)
 
 use std::io::Write as _;
 use std::path::PathBuf;
