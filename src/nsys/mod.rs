@@ -366,9 +366,15 @@ mod tests {
         let mut x: u64 = 12345;
         let mut starts = Vec::new();
         for i in 0..5000i64 {
-            x = x.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
             // Mostly in order, some rows far back.
-            starts.push(if x % 7 == 0 { i - (x >> 40) as i64 % 300 } else { i });
+            starts.push(if x.is_multiple_of(7) {
+                i - (x >> 40) as i64 % 300
+            } else {
+                i
+            });
         }
         let cap = 64;
         let mut w = Reorder::new(cap);

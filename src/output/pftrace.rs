@@ -192,12 +192,13 @@ struct Sequence {
     last_ts: i64,
     names_by_sid: HashMap<i64, u64, FastHash>,
     names_by_text: HashMap<Box<str>, u64, FastHash>,
-    arg_names: HashMap<&'static str, u64, FastHash>,
+    /// Arg keys are few per sequence (a kernel has a dozen) and static: a short list searched
+    /// by address first beats hashing the key text on every arg of every event.
+    arg_names: Vec<&'static str>,
     values_by_sid: HashMap<i64, u64, FastHash>,
     values_by_text: HashMap<Box<str>, u64, FastHash>,
     categories: [u64; Category::ALL.len()],
     next_name: u64,
-    next_arg_name: u64,
     next_value: u64,
     next_category: u64,
 }
@@ -257,7 +258,7 @@ fn put_varint(out: &mut Vec<u8>, mut v: u64) {
 #[inline]
 fn varint_len(v: u64) -> usize {
     // 1 byte per 7 bits, at least one.
-    ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 #[inline]
@@ -344,12 +345,11 @@ impl ProtoWriter {
         put_field(e, tag::CATEGORY_IIDS, seq.categories[ci]);
 
         for arg in ev.args {
-            let key_iid = match seq.arg_names.get(arg.key) {
-                Some(&iid) => iid,
+            let key_iid = match arg_iid(&seq.arg_names, arg.key) {
+                Some(iid) => iid,
                 None => {
-                    seq.next_arg_name += 1;
-                    let iid = seq.next_arg_name;
-                    seq.arg_names.insert(arg.key, iid);
+                    seq.arg_names.push(arg.key);
+                    let iid = seq.arg_names.len() as u64;
                     put_entry(
                         interned,
                         tag::DEBUG_ANNOTATION_NAMES,
@@ -469,6 +469,16 @@ impl ProtoWriter {
             put_field(e, tag::TERMINATING_FLOW_IDS_OLD, t);
         }
     }
+}
+
+/// The interned id of an arg key (its position in `keys`, from 1).
+#[inline]
+fn arg_iid(keys: &[&'static str], key: &'static str) -> Option<u64> {
+    if let Some(i) = keys.iter().position(|k| std::ptr::eq(*k, key)) {
+        return Some(i as u64 + 1);
+    }
+    // The same text may sit at several addresses.
+    keys.iter().position(|k| *k == key).map(|i| i as u64 + 1)
 }
 
 /// A debug annotation whose value is an interned string.
