@@ -58,7 +58,9 @@ const DEFAULT: &[(&str, &str)] = &[
 
 fn main() -> rusqlite::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let path = args.first().expect("usage: floor EXPORT.sqlite [TABLE:COLS ...]");
+    let path = args
+        .first()
+        .expect("usage: floor EXPORT.sqlite [TABLE:COLS ...]");
     let tables: Vec<(String, String)> = if args.len() > 1 {
         args[1..]
             .iter()
