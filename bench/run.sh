@@ -1,29 +1,140 @@
 #!/usr/bin/env bash
-# Benchmark: convert a real PyTorch-on-A100 export grown N-fold and report wall time, peak RSS and
-# output size per event. Usage: bench/run.sh [COPIES...]   (default: 20; e.g. "10 20 40" shows
-# that memory does not grow with input size). Needs ../shared (bench input and amplify_trace.py).
+# Benchmark (issue 16): one command reproduces every number of the README's Performance table.
+#   bench/run.sh [COPIES...]        default: 10 20 100
+# Builds the inputs (a real PyTorch-on-A100 export grown N-fold with amplify_trace.py, the
+# NVTX-heavy corpus export grown 157-fold, the adversarial orders of bench/adversarial.py),
+# installs the peer (nCompass `nsys-chrome`, ncompass==0.1.15 from PyPI) into bench/.venv,
+# builds the SQLite floor (bench/floor.rs), then runs each program RUNS times interleaved and
+# reports medians of CPU time (user+sys: the machine is shared, wall time is noise) and peak RSS.
+# Env: RUNS (3), BENCH_DIR (/tmp/nsys-perfetto-bench), SHARED (../shared),
+#      SKIP="peer nvtx adv tp" (any of them) to leave parts out.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 shared=${SHARED:-../shared}
 work=${BENCH_DIR:-/tmp/nsys-perfetto-bench}
 runs=${RUNS:-3}
+skip=" ${SKIP:-} "
+copies=("${@:-10 20 100}")
+read -r -a copies <<<"${copies[*]}"
+types=kernel,cuda-api,nvtx,nvtx-gpu,osrt
+peer_types=kernel,nvtx,nvtx-kernel,cuda-api,osrt
 mkdir -p "$work"
 cargo build --release -q
+cargo build --release -q --example floor
 bin=target/release/nsys-perfetto
-printf '%-7s %9s %8s %9s %11s %11s %12s %13s\n' copies input_MB wall_s peak_MB slices trace_events bytes/slice bytes/event
-for copies in "${@:-20}"; do
-  in="$work/bench${copies}.sqlite"
-  [ -s "$in" ] || python3 "$shared/tools/amplify_trace.py" "$shared/bench/ai-profiler-firstOptimization.sqlite" "$in" --copies "$copies" >/dev/null
-  out="$work/bench${copies}.pftrace"
-  best=""
+floor=target/release/examples/floor
+tp=$shared/tools/perfetto/bin/trace_processor_shell
+
+peer=""
+if [[ $skip != *" peer "* ]]; then
+  venv=bench/.venv
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+  find_peer() { ls "$venv"/lib/python3*/site-packages/ncompass/bin/nsys-chrome 2>/dev/null | head -1; }
+  peer=$(find_peer)
+  if [ -z "$peer" ]; then
+    "$venv/bin/pip" install -q ncompass==0.1.15
+    peer=$(find_peer)
+  fi
+fi
+
+grow() { # grow SRC COPIES OUT
+  [ -s "$3" ] || python3 "$shared/tools/amplify_trace.py" "$1" "$3" --copies "$2" >/dev/null
+}
+
+# measure NAME CMD...: one run; appends "cpu_s rss_mb" to $work/NAME.samples
+measure() {
+  local name=$1
+  shift
+  /usr/bin/time -f '%U %S %M' -o "$work/time.txt" "$@" >/dev/null 2>"$work/$name.stderr" || {
+    echo "FAILED: $*" >&2
+    tail -3 "$work/$name.stderr" >&2
+  }
+  awk '{printf "%.3f %.1f\n", $1+$2, $3/1024}' "$work/time.txt" >>"$work/$name.samples"
+}
+# med NAME COLUMN: median of a column of the samples
+med() {
+  awk -v c="$2" '{print $c}' "$work/$1.samples" | sort -g |
+    awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'
+}
+reset() { for n in "$@"; do rm -f "$work/$n.samples"; done; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.2f", (b > 0) ? a/b : 0}'; }
+
+echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); medians of $runs interleaved runs, CPU = user+sys"
+src=$shared/bench/ai-profiler-firstOptimization.sqlite
+
+echo
+echo "## Default conversion vs the SQLite floor; --types $types vs the peer"
+printf '%-7s %8s %9s %9s %8s %9s %9s %9s %9s %8s\n' copies input_MB ours_cpu floor_cpu /floor ours_MB typed_cpu peer_cpu peer/ours peer_MB
+for c in "${copies[@]}"; do
+  in=$work/bench$c.sqlite
+  grow "$src" "$c" "$in"
+  reset ours floor typed peer
   for _ in $(seq "$runs"); do
-    /usr/bin/time -f '%e %M' -o "$work/time.txt" "$bin" "$in" -o "$out" 2>"$work/summary.txt"
-    read -r wall rss <"$work/time.txt"
-    if [ -z "$best" ] || awk "BEGIN{exit !($wall < $best)}"; then best=$wall; best_rss=$rss; fi
+    measure ours "$bin" -q "$in" -o "$work/out.pftrace"
+    measure floor "$floor" "$in"
+    measure typed "$bin" -q "$in" -o "$work/typed.pftrace" --types "$types"
+    [ -n "$peer" ] && measure peer "$peer" -t "$peer_types" -o "$work/peer.json" "$in"
   done
-  slices=$(sed -n 's/^  events: \([0-9]*\).*/\1/p' "$work/summary.txt")
-  events=$(sed -n 's/^  trace events: \([0-9]*\).*/\1/p' "$work/summary.txt")
-  bytes=$(stat -c %s "$out")
-  awk -v c="$copies" -v i="$(stat -L -c %s "$in")" -v w="$best" -v r="$best_rss" -v s="$slices" -v e="$events" -v b="$bytes" \
-    'BEGIN{printf "%-7s %9.0f %8.2f %9.1f %11d %11d %12.1f %13.1f\n", c, i/1e6, w, r/1024, s, e, b/s, b/e}'
+  o=$(med ours 1) f=$(med floor 1) t=$(med typed 1)
+  p=$([ -n "$peer" ] && med peer 1 || echo 0) pm=$([ -n "$peer" ] && med peer 2 || echo 0)
+  printf '%-7s %8.0f %9s %9s %8s %9s %9s %9s %9s %8s\n' "$c" "$(($(stat -L -c %s "$in") / 1000000))" \
+    "$o" "$f" "$(ratio "$o" "$f")" "$(med ours 2)" "$t" "$p" "$(ratio "$p" "$t")" "$pm"
 done
+
+if [[ $skip != *" nvtx "* ]]; then
+  echo
+  echo "## NVTX-heavy: GindaChen mfu_2gpu_before x157 (--types $types)"
+  in=$work/nvtx157.sqlite
+  grow "$shared/corpus/GindaChen__nsys-ai__mfu_2gpu_before.sqlite" 157 "$in"
+  reset ours peer
+  for _ in $(seq "$runs"); do
+    measure ours "$bin" -q "$in" -o "$work/nvtx.pftrace" --types "$types"
+    [ -n "$peer" ] && measure peer "$peer" -t "$peer_types" -o "$work/peer.json" "$in"
+  done
+  printf '%-12s %8s %8s\n' program cpu_s peak_MB
+  printf '%-12s %8s %8s\n' ours "$(med ours 1)" "$(med ours 2)"
+  [ -n "$peer" ] && printf '%-12s %8s %8s   peer/ours %s\n' peer "$(med peer 1)" "$(med peer 2)" "$(ratio "$(med peer 1)" "$(med ours 1)")"
+fi
+
+if [[ $skip != *" adv "* ]]; then
+  echo
+  echo "## Adversarial orders vs their in-order twins (bench/adversarial.py)"
+  grow "$src" 5 "$work/bench5.sqlite"
+  grow "$src" 17 "$work/bench17.sqlite"
+  printf '%-18s %-8s %9s %9s %7s %8s %8s\n' case types cpu_s twin_cpu ratio tracks peak_MB
+  for spec in "reverse-nvtx 5 nvtx" "shuffle-gpu 17 kernel" "overlap-gpu 5 kernel" "stream-per-kernel 5 kernel"; do
+    read -r kind c ty <<<"$spec"
+    in=$work/adv-$kind.sqlite
+    [ -s "$in" ] || python3 bench/adversarial.py "$kind" "$work/bench$c.sqlite" "$in"
+    reset adv twin
+    for _ in $(seq "$runs"); do
+      measure adv "$bin" "$in" -o "$work/adv.pftrace" --types "$ty"
+      measure twin "$bin" -q "$work/bench$c.sqlite" -o "$work/twin.pftrace" --types "$ty"
+    done
+    tracks=$(sed -n 's/^  tracks: \([0-9]*\).*/\1/p' "$work/adv.stderr")
+    printf '%-18s %-8s %9s %9s %7s %8s %8s\n' "$kind" "$ty" "$(med adv 1)" "$(med twin 1)" \
+      "$(ratio "$(med adv 1)" "$(med twin 1)")" "$tracks" "$(med adv 2)"
+  done
+fi
+
+if [[ $skip != *" tp "* ]]; then
+  echo
+  echo "## Opening the 20x trace in trace_processor $("$tp" --version 2>/dev/null | grep -o 'v[0-9.]*' | head -1): .pftrace vs .json of the same content"
+  in=$work/bench20.sqlite
+  grow "$src" 20 "$in"
+  "$bin" -q "$in" -o "$work/tp.pftrace"
+  "$bin" -q "$in" -o "$work/tp.json"
+  echo "SELECT count(*) FROM slice;" >"$work/q.sql"
+  reset tp_proto tp_json
+  for _ in $(seq "$runs"); do
+    measure tp_proto "$tp" -q "$work/q.sql" "$work/tp.pftrace"
+    measure tp_json "$tp" -q "$work/q.sql" "$work/tp.json"
+  done
+  printf '%-8s %9s %9s %9s\n' format file_MB cpu_s peak_MB
+  for f in proto json; do
+    file=$work/tp.pftrace
+    [ $f = json ] && file=$work/tp.json
+    printf '%-8s %9s %9s %9s\n' $f "$(($(stat -c %s "$file") / 1000000))" "$(med tp_$f 1)" "$(med tp_$f 2)"
+  done
+  echo "proto/json: cpu $(ratio "$(med tp_proto 1)" "$(med tp_json 1)"), memory $(ratio "$(med tp_proto 2)" "$(med tp_json 2)")"
+fi

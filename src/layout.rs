@@ -6,17 +6,26 @@
 mod counters;
 
 use crate::model::{
-    CounterKey, CounterOwner, CounterSample, CpuSample, Description, Event, EventSink, Flows,
-    GroupKey, pid_of, with_source,
+    Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CpuSample, Description,
+    Event, EventSink, Flows, GroupKey, Name, pid_of, with_source,
 };
 use crate::output::{Chunk, CustomTrack, EventWriter, Ids, WellKnown};
 use crate::summary::Summary;
 use anyhow::Result;
-use std::collections::HashMap;
+use std::cmp::Reverse;
+use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::sync::mpsc::SyncSender;
 
 /// Chunks go to the file writer once they reach this size: bounded memory, few channel sends.
 const CHUNK_BYTES: usize = 1 << 20;
+
+/// Rows later than their group's written time (a table far out of time order) are held, sorted
+/// and written on a "late rows" group once this many are held, or at the end: a bounded number
+/// of extra tracks whatever the order, and bounded memory.
+const LATE_ROWS: usize = 1 << 14;
+
+/// Nesting groups look for room in their first lanes before taking the first free one.
+const NEST_SEARCH: usize = 4;
 
 struct Lane {
     uuid: u64,
@@ -30,6 +39,11 @@ struct Group {
     emitted_ts: i64,
     nests: bool,
     lanes: Vec<Lane>,
+    /// With several lanes: each open slice's (end, lane, depth), earliest end first; entries of
+    /// closed slices are skipped when they surface (a lane's top is checked against them).
+    ends: BinaryHeap<Reverse<(i64, u32, Reverse<u32>)>>,
+    /// Lanes 1.. with no open slice, lowest first.
+    free: BTreeSet<u32>,
     name: String,
     parent: Option<u64>,
     rank: Option<i64>,
@@ -55,9 +69,12 @@ pub struct Router<'a, W: EventWriter> {
     /// Flow ids of the event being placed, tagged with the source.
     flow_scratch: Vec<u64>,
     tx: SyncSender<Chunk>,
-    /// Each key's groups: normally one; a row that arrives later than its group's written time
-    /// (a table not in start order) goes to a further group, on a lane of its own.
-    groups: HashMap<GroupKey, Vec<Group>>,
+    /// Each key's group. A row that arrives later than its group's written time (a table not in
+    /// start order) waits in `late` and goes to a further group, on lanes of their own.
+    groups: HashMap<GroupKey, Group, crate::model::FastHash>,
+    late: Vec<LateRow>,
+    /// (device, stream) of every GPU stream group, to name streams that several processes share.
+    streams: std::collections::HashSet<(i64, i64), crate::model::FastHash>,
     /// The "CPUs" group track, once a CPU track exists.
     cpu_group: Option<u64>,
     /// GPUs this router has put tracks under (for the track count).
@@ -89,7 +106,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
             placement,
             flow_scratch: Vec::new(),
             tx,
-            groups: HashMap::new(),
+            groups: HashMap::default(),
+            late: Vec::new(),
+            streams: Default::default(),
             gpu_tracks: Default::default(),
             cpu_group: None,
             counters: HashMap::new(),
@@ -118,76 +137,54 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
     /// An event in the trace's terms (ids and times already placed).
     fn place(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
-        let chain_len = self.groups.get(&key).map_or(0, Vec::len);
-        let idx = self
-            .groups
-            .get(&key)
-            .and_then(|chain| chain.iter().position(|g| g.emitted_ts <= ev.start));
-        let idx = match idx {
-            Some(i) => i,
-            None => {
-                let g = if chain_len == 0 {
-                    self.new_group(key, ev.start)
-                } else {
-                    self.late_group(key, ev.start)
-                };
-                self.groups.entry(key).or_default().push(g);
-                chain_len
-            }
-        };
-        if idx > 0 {
-            self.summary.late_rows += 1;
-        }
-        let group = &mut self.groups.get_mut(&key).expect("group exists")[idx];
-        self.summary.trace_events += flush_ends(&mut self.writer, group, ev.start);
-        group.emitted_ts = ev.start;
-        self.summary.trace_events += 1;
-        match ev.end {
-            None => {
-                let lane = &group.lanes[0];
-                self.writer.instant(group.id, lane.uuid, true, ev);
-            }
-            Some(end) => {
-                let lane_idx = match group.lanes.iter().position(|l| fits(l, end, group.nests)) {
-                    Some(i) => i,
-                    None => {
-                        let uuid = self.ids.next_uuid();
-                        let n = group.lanes.len();
-                        let parent = if group.lanes_under_lane0 {
-                            Some(group.lanes[0].uuid)
-                        } else {
-                            group.parent
-                        };
-                        let name = if group.lanes_under_lane0 {
-                            format!("{} (overlap {n})", group.name)
-                        } else {
-                            group.name.clone()
-                        };
-                        self.writer.describe(&CustomTrack {
-                            uuid,
-                            parent,
-                            name,
-                            rank: group.rank,
-                            explicit_child_order: false,
-                        });
-                        group.lanes.push(Lane {
-                            uuid,
-                            open: Vec::new(),
-                        });
-                        self.summary.extra_lanes += 1;
-                        n
-                    }
-                };
-                let lane = &mut group.lanes[lane_idx];
-                self.writer.begin(group.id, lane.uuid, lane_idx == 0, ev);
-                lane.open.push(end);
-            }
+        if !self.groups.contains_key(&key) {
+            let g = self.new_group(key, ev.start);
+            self.groups.insert(key, g);
         }
         self.summary.count(ev.category);
         self.tick();
         if ev.flows.terminating.is_some() {
             self.summary.flows += 1;
         }
+        let group = self.groups.get_mut(&key).expect("group exists");
+        if ev.start < group.emitted_ts {
+            self.summary.late_rows += 1;
+            self.late.push(LateRow::new(key, ev));
+            if self.late.len() >= LATE_ROWS {
+                self.flush_late()?;
+            }
+            return Ok(());
+        }
+        place_in(&mut self.writer, self.ids, &mut self.summary, group, ev);
+        self.maybe_send(false)
+    }
+
+    /// Write the held late rows, sorted, on one further group per key.
+    fn flush_late(&mut self) -> Result<()> {
+        let mut rows = std::mem::take(&mut self.late);
+        rows.sort_by_key(|r| (r.key, r.start, Reverse(r.end.unwrap_or(r.start))));
+        let mut i = 0;
+        while i < rows.len() {
+            let key = rows[i].key;
+            let mut group = self.late_group(key, rows[i].start);
+            while i < rows.len() && rows[i].key == key {
+                let mut args = Vec::new();
+                let ev = rows[i].event(&mut args);
+                place_in(
+                    &mut self.writer,
+                    self.ids,
+                    &mut self.summary,
+                    &mut group,
+                    &ev,
+                );
+                self.maybe_send(false)?;
+                i += 1;
+            }
+            self.summary.trace_events += flush_ends(&mut self.writer, &mut group, i64::MAX);
+            self.summary.tracks += group.lanes.len() as u64;
+        }
+        rows.clear();
+        self.late = rows;
         self.maybe_send(false)
     }
 
@@ -196,13 +193,15 @@ impl<'a, W: EventWriter> Router<'a, W> {
         if let Some(p) = self.progress {
             p.add(self.unreported);
         }
+        // Late rows' groups take their names from their key's first group.
+        if !self.late.is_empty() {
+            self.flush_late()?;
+        }
         let mut groups: Vec<_> = self.groups.drain().collect();
         groups.sort_by_key(|(k, _)| *k);
-        for (_, chain) in groups {
-            for mut g in chain {
-                self.summary.trace_events += flush_ends(&mut self.writer, &mut g, i64::MAX);
-                self.summary.tracks += g.lanes.len() as u64;
-            }
+        for (_, mut g) in groups {
+            self.summary.trace_events += flush_ends(&mut self.writer, &mut g, i64::MAX);
+            self.summary.tracks += g.lanes.len() as u64;
         }
         self.maybe_send(true)?;
         Ok(self.summary)
@@ -258,7 +257,8 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 stream,
             } => {
                 let gpu = self.gpu_track(device);
-                let name = if self.groups.keys().any(|k| matches!(k, GroupKey::GpuStream { device: d, stream: s, global_pid: p } if *d == device && *s == stream && *p != global_pid)) {
+                // A stream id another process uses on this device too: the pid tells them apart.
+                let name = if !self.streams.insert((device, stream)) {
                     format!("Stream {stream} (pid {})", pid_of(global_pid))
                 } else {
                     format!("Stream {stream}")
@@ -406,6 +406,8 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 uuid: lane0,
                 open: Vec::new(),
             }],
+            ends: BinaryHeap::new(),
+            free: BTreeSet::new(),
             name,
             parent,
             rank,
@@ -416,7 +418,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
     /// A further group for rows that arrived after their group had moved past them: its own
     /// sequence and its own lane track beside the group's first one.
     fn late_group(&mut self, key: GroupKey, first_ts: i64) -> Group {
-        let first = &self.groups[&key][0];
+        let first = &self.groups[&key];
         let (parent, name, rank, nests) = if first.lanes_under_lane0 {
             (
                 Some(first.lanes[0].uuid),
@@ -439,6 +441,8 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 uuid: lane0,
                 open: Vec::new(),
             }],
+            ends: BinaryHeap::new(),
+            free: BTreeSet::new(),
             name,
             parent,
             rank,
@@ -645,26 +649,214 @@ fn fits(lane: &Lane, end: i64, nests: bool) -> bool {
     }
 }
 
+/// Put one event on its group: close what ended before it, then find it a lane.
+fn place_in<W: EventWriter>(
+    writer: &mut W,
+    ids: &Ids,
+    summary: &mut Summary,
+    group: &mut Group,
+    ev: &Event<'_>,
+) {
+    summary.trace_events += flush_ends(writer, group, ev.start);
+    group.emitted_ts = ev.start;
+    summary.trace_events += 1;
+    let Some(end) = ev.end else {
+        writer.instant(group.id, group.lanes[0].uuid, true, ev);
+        return;
+    };
+    let lane_idx = match find_lane(group, end) {
+        Some(i) => i,
+        None => {
+            let uuid = ids.next_uuid();
+            let n = group.lanes.len();
+            let parent = if group.lanes_under_lane0 {
+                Some(group.lanes[0].uuid)
+            } else {
+                group.parent
+            };
+            let name = if group.lanes_under_lane0 {
+                format!("{} (overlap {n})", group.name)
+            } else {
+                group.name.clone()
+            };
+            writer.describe(&CustomTrack {
+                uuid,
+                parent,
+                name,
+                rank: group.rank,
+                explicit_child_order: false,
+            });
+            group.lanes.push(Lane {
+                uuid,
+                open: Vec::new(),
+            });
+            if n == 1 {
+                // From now on ends are found through the heap: enter lane 0's open slices.
+                for (d, &e) in group.lanes[0].open.iter().enumerate() {
+                    group.ends.push(Reverse((e, 0, Reverse(d as u32 + 1))));
+                }
+            }
+            summary.extra_lanes += 1;
+            n
+        }
+    };
+    let multi = group.lanes.len() > 1;
+    let lane = &mut group.lanes[lane_idx];
+    writer.begin(group.id, lane.uuid, lane_idx == 0, ev);
+    lane.open.push(end);
+    if multi {
+        if lane_idx > 0 && lane.open.len() == 1 {
+            group.free.remove(&(lane_idx as u32));
+        }
+        group.ends.push(Reverse((
+            end,
+            lane_idx as u32,
+            Reverse(lane.open.len() as u32),
+        )));
+    }
+}
+
+/// The first lane a slice ending at `end` may go on: lane 0 or one of the next few when it is
+/// free or (for call stacks) its innermost open slice contains it; else the first free lane.
+fn find_lane(group: &Group, end: i64) -> Option<usize> {
+    let search = if group.nests { NEST_SEARCH } else { 1 };
+    if let Some(i) = group
+        .lanes
+        .iter()
+        .take(search)
+        .position(|l| fits(l, end, group.nests))
+    {
+        return Some(i);
+    }
+    group
+        .free
+        .first()
+        .map(|&i| i as usize)
+        .filter(|&i| i >= search)
+}
+
 /// Emit, in time order across lanes, the ENDs of every slice that ended at or before `ts`.
 /// ENDs at `ts` come before a BEGIN at `ts`, as Perfetto expects. Returns how many.
 fn flush_ends<W: EventWriter>(writer: &mut W, group: &mut Group, ts: i64) -> u64 {
     let mut n = 0;
-    loop {
-        let mut best: Option<(usize, i64)> = None;
-        for (i, lane) in group.lanes.iter().enumerate() {
-            if let Some(&e) = lane.open.last()
-                && e <= ts
-                && best.is_none_or(|(_, b)| e < b)
-            {
-                best = Some((i, e));
-            }
+    if group.lanes.len() == 1 {
+        let lane = &mut group.lanes[0];
+        while let Some(&e) = lane.open.last()
+            && e <= ts
+        {
+            lane.open.pop();
+            writer.end(group.id, lane.uuid, true, e);
+            group.emitted_ts = e;
+            n += 1;
         }
-        let Some((i, e)) = best else { break };
-        let lane = &mut group.lanes[i];
+        return n;
+    }
+    while let Some(&Reverse((e, i, Reverse(depth)))) = group.ends.peek()
+        && e <= ts
+    {
+        group.ends.pop();
+        let lane = &mut group.lanes[i as usize];
+        if lane.open.len() != depth as usize || lane.open.last() != Some(&e) {
+            continue; // a slice already closed
+        }
         lane.open.pop();
+        if i > 0 && lane.open.is_empty() {
+            group.free.insert(i);
+        }
         writer.end(group.id, lane.uuid, i == 0, e);
         group.emitted_ts = e;
         n += 1;
     }
     n
+}
+
+/// A row held for a later group: the event with what it borrowed copied.
+struct LateRow {
+    key: GroupKey,
+    start: i64,
+    end: Option<i64>,
+    name: LateName,
+    category: Category,
+    args: Vec<(&'static str, LateValue)>,
+    flows_out: Vec<u64>,
+    terminating: Option<u64>,
+}
+
+enum LateName {
+    Str(i64),
+    Text(Box<str>),
+    Static(&'static str),
+}
+
+enum LateValue {
+    Int(i64),
+    Double(f64),
+    Bool(bool),
+    Str(Box<str>),
+    Label(Box<str>),
+    StrId(i64),
+}
+
+impl LateRow {
+    fn new(key: GroupKey, ev: &Event<'_>) -> LateRow {
+        LateRow {
+            key,
+            start: ev.start,
+            end: ev.end,
+            name: match ev.name {
+                Name::Str(id) => LateName::Str(id),
+                Name::Text(t) => LateName::Text(t.into()),
+                Name::Static(t) => LateName::Static(t),
+            },
+            category: ev.category,
+            args: ev
+                .args
+                .iter()
+                .map(|a| {
+                    let v = match a.value {
+                        ArgValue::Int(v) => LateValue::Int(v),
+                        ArgValue::Double(v) => LateValue::Double(v),
+                        ArgValue::Bool(v) => LateValue::Bool(v),
+                        ArgValue::Str(v) => LateValue::Str(v.into()),
+                        ArgValue::Label(v) => LateValue::Label(v.into()),
+                        ArgValue::StrId(v) => LateValue::StrId(v),
+                    };
+                    (a.key, v)
+                })
+                .collect(),
+            flows_out: ev.flows.out.to_vec(),
+            terminating: ev.flows.terminating,
+        }
+    }
+
+    /// The event again; `args` is scratch space for its argument list.
+    fn event<'a>(&'a self, args: &'a mut Vec<Arg<'a>>) -> Event<'a> {
+        args.clear();
+        args.extend(self.args.iter().map(|(key, v)| Arg {
+            key,
+            value: match v {
+                LateValue::Int(v) => ArgValue::Int(*v),
+                LateValue::Double(v) => ArgValue::Double(*v),
+                LateValue::Bool(v) => ArgValue::Bool(*v),
+                LateValue::Str(v) => ArgValue::Str(v),
+                LateValue::Label(v) => ArgValue::Label(v),
+                LateValue::StrId(v) => ArgValue::StrId(*v),
+            },
+        }));
+        Event {
+            start: self.start,
+            end: self.end,
+            name: match &self.name {
+                LateName::Str(id) => Name::Str(*id),
+                LateName::Text(t) => Name::Text(t),
+                LateName::Static(t) => Name::Static(t),
+            },
+            category: self.category,
+            args: args.as_slice(),
+            flows: Flows {
+                out: &self.flows_out,
+                terminating: self.terminating,
+            },
+        }
+    }
 }

@@ -618,3 +618,44 @@ pub struct CpuSample<'a> {
     /// Leaf first (`stackDepth` 0).
     pub frames: &'a [Frame],
 }
+
+/// A fast hasher for the converter's own integer-keyed maps (group keys, string ids): one
+/// multiply per word, where the default SipHash costs a dozen rounds. Keys are not attacker-chosen
+/// in a way that matters here (a slow map at worst).
+#[derive(Default, Clone, Copy)]
+pub struct FxHasher(u64);
+
+const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl std::hash::Hasher for FxHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.write_u64(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        for &b in chunks.remainder() {
+            self.write_u64(u64::from(b));
+        }
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.write_u64(u64::from(v));
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(FX_SEED);
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.write_u64(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+/// `HashMap<K, V, FastHash>`: see [`FxHasher`].
+pub type FastHash = std::hash::BuildHasherDefault<FxHasher>;

@@ -236,20 +236,32 @@ pub fn quote_ident(name: &str) -> String {
 /// Open the export read-only (see [`read_params`]).
 pub fn open_readonly(path: &Path) -> Result<Connection> {
     let uri = sqlite_uri(path, read_params(path));
-    let conn = Connection::open_with_flags(
+    let mut conn = Connection::open_with_flags(
         &uri,
         OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_URI
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
     .context("cannot open as SQLite")?;
-    tune(&conn)?;
+    tune(&mut conn)?;
     Ok(conn)
 }
 
 /// Bounded memory for sorts and caches: big tables stream, they are never loaded whole.
-pub fn tune(conn: &Connection) -> Result<()> {
+pub fn tune(conn: &mut Connection) -> Result<()> {
     conn.execute_batch("PRAGMA cache_size = -8192; PRAGMA temp_store = FILE;")?;
+    // NSYS_PERFETTO_SQL=1 prints every statement run (what bench/floor.rs must read too).
+    if std::env::var_os("NSYS_PERFETTO_SQL").is_some() {
+        use rusqlite::trace::{TraceEvent, TraceEventCodes};
+        conn.trace_v2(
+            TraceEventCodes::SQLITE_TRACE_STMT,
+            Some(|e: TraceEvent<'_>| {
+                if let TraceEvent::Stmt(_, sql) = e {
+                    eprintln!("sql: {sql}");
+                }
+            }),
+        )?;
+    }
     Ok(())
 }
 
@@ -417,7 +429,7 @@ pub fn scratch_db(
         )
     })?;
     let path = dir.path().join(file);
-    let conn = Connection::open_with_flags(
+    let mut conn = Connection::open_with_flags(
         &path,
         OpenFlags::SQLITE_OPEN_READ_WRITE
             | OpenFlags::SQLITE_OPEN_CREATE
@@ -425,7 +437,7 @@ pub fn scratch_db(
             | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )?;
     conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
-    tune(&conn)?;
+    tune(&mut conn)?;
     conn.execute(
         "ATTACH DATABASE ?1 AS src",
         [sqlite_uri(&schema.path, read_params(&schema.path))],
@@ -461,18 +473,25 @@ pub fn callchain_sql(schema: &Schema, table: &str, chains: &str) -> String {
 /// Restores start order when a table's rows are only nearly sorted. nsys writes rows in start
 /// order, but merged tables and edited exports can have local inversions: a bounded window
 /// absorbs those; anything later than that is placed on a separate lane by the layout.
-/// The heap holds small keys; rows sit in a slab so they move once in and once out.
+/// Rows that arrive in order (nearly all) wait in a queue, at O(1) per row; only the others go
+/// through a heap of small keys, their rows in a slab so they move once in and once out.
 pub struct Reorder<T> {
-    heap: std::collections::BinaryHeap<std::cmp::Reverse<(i64, i64, u64, u32)>>,
+    run: std::collections::VecDeque<(Key, T)>,
+    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Key, u32)>>,
     slots: Vec<Option<T>>,
     free: Vec<u32>,
     seq: u64,
     capacity: usize,
 }
 
+/// (start, tiebreak, arrival): unique, so the queue and the heap never tie.
+type Key = (i64, i64, u64);
+
 impl<T> Reorder<T> {
     pub fn new(capacity: usize) -> Self {
         Reorder {
+            // Sized once: a ring that grew by doubling would touch twice the window's memory.
+            run: std::collections::VecDeque::with_capacity(capacity + 1),
             heap: std::collections::BinaryHeap::new(),
             slots: Vec::new(),
             free: Vec::new(),
@@ -489,19 +508,23 @@ impl<T> Reorder<T> {
     /// Like [`Reorder::push`], ordering equal starts by `tiebreak` (e.g. `-end`: outer first).
     pub fn push_keyed(&mut self, start: i64, tiebreak: i64, item: T) -> Option<T> {
         self.seq += 1;
-        let slot = match self.free.pop() {
-            Some(i) => {
-                self.slots[i as usize] = Some(item);
-                i
-            }
-            None => {
-                self.slots.push(Some(item));
-                (self.slots.len() - 1) as u32
-            }
-        };
-        self.heap
-            .push(std::cmp::Reverse((start, tiebreak, self.seq, slot)));
-        if self.heap.len() > self.capacity {
+        let key = (start, tiebreak, self.seq);
+        if self.run.back().is_none_or(|(last, _)| *last < key) {
+            self.run.push_back((key, item));
+        } else {
+            let slot = match self.free.pop() {
+                Some(i) => {
+                    self.slots[i as usize] = Some(item);
+                    i
+                }
+                None => {
+                    self.slots.push(Some(item));
+                    (self.slots.len() - 1) as u32
+                }
+            };
+            self.heap.push(std::cmp::Reverse((key, slot)));
+        }
+        if self.run.len() + self.heap.len() > self.capacity {
             self.pop()
         } else {
             None
@@ -510,11 +533,63 @@ impl<T> Reorder<T> {
 
     /// Drain remaining rows in start order.
     pub fn pop(&mut self) -> Option<T> {
-        let std::cmp::Reverse((_, _, _, slot)) = self.heap.pop()?;
-        self.free.push(slot);
-        self.slots[slot as usize].take()
+        let from_heap = match (self.run.front(), self.heap.peek()) {
+            (None, None) => return None,
+            (Some(_), None) => false,
+            (None, Some(_)) => true,
+            (Some((a, _)), Some(std::cmp::Reverse((b, _)))) => b < a,
+        };
+        if from_heap {
+            let std::cmp::Reverse((_, slot)) = self.heap.pop()?;
+            self.free.push(slot);
+            self.slots[slot as usize].take()
+        } else {
+            self.run.pop_front().map(|(_, item)| item)
+        }
     }
 }
 
 /// Rows held back to restore start order (per reader); bounds memory at a few MB.
 pub const REORDER_WINDOW: usize = 32768;
+
+#[cfg(test)]
+mod tests {
+    use super::Reorder;
+
+    /// The window releases the earliest held row, whatever mix of in-order and late rows.
+    #[test]
+    fn reorder_releases_earliest_held_row() {
+        let mut x: u64 = 12345;
+        let mut starts = Vec::new();
+        for i in 0..5000i64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            // Mostly in order, some rows far back.
+            starts.push(if x.is_multiple_of(7) {
+                i - (x >> 40) as i64 % 300
+            } else {
+                i
+            });
+        }
+        let cap = 64;
+        let mut w = Reorder::new(cap);
+        let mut held: Vec<(i64, usize)> = Vec::new();
+        for (i, &s) in starts.iter().enumerate() {
+            held.push((s, i));
+            let got = w.push(s, i);
+            if held.len() > cap {
+                let min = *held.iter().min().unwrap();
+                held.retain(|h| *h != min);
+                assert_eq!(got, Some(min.1));
+            } else {
+                assert_eq!(got, None);
+            }
+        }
+        held.sort();
+        for (_, i) in held {
+            assert_eq!(w.pop(), Some(i));
+        }
+        assert_eq!(w.pop(), None);
+    }
+}

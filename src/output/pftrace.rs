@@ -11,14 +11,13 @@ use super::{
     Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
 };
 use crate::model::{
-    ArgValue, Category, CounterValue, CpuSample, Description, Event, Name, source_of,
+    ArgValue, Category, CounterValue, CpuSample, Description, Event, FastHash, Name, source_of,
     without_source,
 };
 use crate::proto::{
-    ClockSnapshot, DebugAnnotation, DebugAnnotationName, EventCategory, EventName, InternedData,
-    InternedString, ProcessDescriptor, ThreadDescriptor, TracePacket, TracePacketDefaults,
-    TrackDescriptor, TrackEvent, TrackEventDefaults, clock_snapshot, debug_annotation,
-    trace_packet, track_descriptor, track_event,
+    ClockSnapshot, ProcessDescriptor, ThreadDescriptor, TracePacket, TracePacketDefaults,
+    TrackDescriptor, TrackEvent, TrackEventDefaults, clock_snapshot, trace_packet,
+    track_descriptor, track_event,
 };
 use prost::Message;
 use std::collections::HashMap;
@@ -45,9 +44,9 @@ impl Format for Protobuf {
         ProtoWriter {
             desc,
             out: ChunkBuffer::default(),
-            seqs: HashMap::new(),
-            event: TrackEvent::default(),
-            interned: InternedData::default(),
+            seqs: HashMap::default(),
+            event: Vec::with_capacity(256),
+            interned: Vec::new(),
             samples: HashMap::new(),
         }
     }
@@ -197,14 +196,15 @@ fn frame(packet: &TracePacket, out: &mut Vec<u8>) {
 #[derive(Default)]
 struct Sequence {
     last_ts: i64,
-    names_by_sid: HashMap<i64, u64>,
-    names_by_text: HashMap<Box<str>, u64>,
-    arg_names: HashMap<&'static str, u64>,
-    values_by_sid: HashMap<i64, u64>,
-    values_by_text: HashMap<Box<str>, u64>,
+    names_by_sid: HashMap<i64, u64, FastHash>,
+    names_by_text: HashMap<Box<str>, u64, FastHash>,
+    /// Arg keys are few per sequence (a kernel has a dozen) and static: a short list searched
+    /// by address first beats hashing the key text on every arg of every event.
+    arg_names: Vec<&'static str>,
+    values_by_sid: HashMap<i64, u64, FastHash>,
+    values_by_text: HashMap<Box<str>, u64, FastHash>,
     categories: [u64; Category::ALL.len()],
     next_name: u64,
-    next_arg_name: u64,
     next_value: u64,
     next_category: u64,
 }
@@ -212,16 +212,88 @@ struct Sequence {
 pub struct ProtoWriter {
     desc: Arc<Description>,
     out: ChunkBuffer,
-    seqs: HashMap<u32, Sequence>,
-    /// Reused between events so the hot path does not allocate.
-    event: TrackEvent,
-    interned: InternedData,
+    seqs: HashMap<u32, Sequence, FastHash>,
+    /// The TrackEvent being encoded (its fields, without tag and length).
+    event: Vec<u8>,
+    /// What the event interns (InternedData fields), empty when it interns nothing.
+    interned: Vec<u8>,
     /// Interning state of CPU sample sequences (see `samples`).
     samples: HashMap<u32, samples::SampleSeq>,
 }
 
+// The hot packets are written by hand, field by field, as Perfetto's protozero does: the schema
+// is `proto/` (prost types decode these bytes in the tests), the wire format is protobuf's.
+// Tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited).
+mod tag {
+    // TracePacket
+    pub const PACKET_TIMESTAMP: u64 = 8 << 3;
+    pub const PACKET_SEQUENCE_ID: u64 = 10 << 3;
+    pub const PACKET_TRACK_EVENT: u64 = 11 << 3 | 2;
+    pub const PACKET_INTERNED_DATA: u64 = 12 << 3 | 2;
+    // TrackEvent
+    pub const CATEGORY_IIDS: u64 = 3 << 3;
+    pub const DEBUG_ANNOTATIONS: u64 = 4 << 3 | 2;
+    pub const TYPE: u64 = 9 << 3;
+    pub const NAME_IID: u64 = 10 << 3;
+    pub const TRACK_UUID: u64 = 11 << 3;
+    pub const FLOW_IDS_OLD: u64 = 36 << 3;
+    pub const TERMINATING_FLOW_IDS_OLD: u64 = 42 << 3;
+    // DebugAnnotation
+    pub const ANNOTATION_NAME_IID: u64 = 1 << 3;
+    pub const BOOL_VALUE: u64 = 2 << 3;
+    pub const INT_VALUE: u64 = 4 << 3;
+    pub const DOUBLE_VALUE: u64 = 5 << 3 | 1;
+    pub const STRING_VALUE: u64 = 6 << 3 | 2;
+    pub const STRING_VALUE_IID: u64 = 17 << 3;
+    // InternedData; each entry is {iid = 1, name/str = 2}
+    pub const EVENT_CATEGORIES: u64 = 1 << 3 | 2;
+    pub const EVENT_NAMES: u64 = 2 << 3 | 2;
+    pub const DEBUG_ANNOTATION_NAMES: u64 = 3 << 3 | 2;
+    pub const DEBUG_ANNOTATION_STRING_VALUES: u64 = 29 << 3 | 2;
+    pub const ENTRY_IID: u64 = 1 << 3;
+    pub const ENTRY_NAME: u64 = 2 << 3 | 2;
+}
+
+#[inline]
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+#[inline]
+fn varint_len(v: u64) -> usize {
+    // 1 byte per 7 bits, at least one.
+    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
+}
+
+#[inline]
+fn put_field(out: &mut Vec<u8>, tag: u64, v: u64) {
+    put_varint(out, tag);
+    put_varint(out, v);
+}
+
+#[inline]
+fn put_bytes(out: &mut Vec<u8>, tag: u64, bytes: &[u8]) {
+    put_varint(out, tag);
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// An interned entry `{iid, name}` under `tag` of InternedData.
+fn put_entry(out: &mut Vec<u8>, tag: u64, iid: u64, name: &[u8]) {
+    let len = 1 + varint_len(iid) + 1 + varint_len(name.len() as u64) + name.len();
+    put_varint(out, tag);
+    put_varint(out, len as u64);
+    put_field(out, tag::ENTRY_IID, iid);
+    put_bytes(out, tag::ENTRY_NAME, name);
+}
+
 impl ProtoWriter {
-    fn write_event(&mut self, seq_id: u32, ts: i64, extra_interning: bool) {
+    /// Frame `self.event` (and `self.interned`) as one packet of the sequence at `ts`.
+    fn write_event(&mut self, seq_id: u32, ts: i64) {
         let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
         debug_assert!(
             ts >= seq.last_ts,
@@ -229,47 +301,31 @@ impl ProtoWriter {
         );
         let delta = (ts - seq.last_ts).max(0) as u64;
         seq.last_ts = ts;
-        let has_interned = extra_interning
-            && (!self.interned.event_names.is_empty()
-                || !self.interned.event_categories.is_empty()
-                || !self.interned.debug_annotation_names.is_empty()
-                || !self.interned.debug_annotation_string_values.is_empty());
-        let mut packet = TracePacket {
-            timestamp: Some(delta),
-            optional_trusted_packet_sequence_id: Some(
-                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq_id),
-            ),
-            // Only the sequence's first packet carries flags (it clears the incremental state);
-            // later packets use that state without restating SEQ_NEEDS_INCREMENTAL_STATE, which
-            // trace_processor does not require: 2 bytes saved on every packet.
-            sequence_flags: None,
-            interned_data: if has_interned {
-                Some(std::mem::take(&mut self.interned))
-            } else {
-                None
-            },
-            data: Some(trace_packet::Data::TrackEvent(std::mem::take(
-                &mut self.event,
-            ))),
-            ..Default::default()
-        };
-        frame(&packet, &mut self.out.data);
-        // Take the reusable buffers back, emptied but with their capacity.
-        if let Some(trace_packet::Data::TrackEvent(ev)) = packet.data.take() {
-            self.event = ev;
+        // Only the sequence's first packet carries flags (it clears the incremental state);
+        // later packets use that state without restating SEQ_NEEDS_INCREMENTAL_STATE, which
+        // trace_processor does not require: 2 bytes saved on every packet.
+        let ev_len = self.event.len();
+        let int_len = self.interned.len();
+        let mut len = 1 + varint_len(delta) + 1 + varint_len(seq_id as u64);
+        len += 1 + varint_len(ev_len as u64) + ev_len;
+        if int_len > 0 {
+            len += 1 + varint_len(int_len as u64) + int_len;
         }
-        reset_event(&mut self.event);
-        if let Some(mut i) = packet.interned_data.take() {
-            i.event_names.clear();
-            i.event_categories.clear();
-            i.debug_annotation_names.clear();
-            i.debug_annotation_string_values.clear();
-            self.interned = i;
+        let out = &mut self.out.data;
+        out.reserve(len + 6);
+        out.push(0x0A); // Trace.packet
+        put_varint(out, len as u64);
+        put_field(out, tag::PACKET_TIMESTAMP, delta);
+        put_field(out, tag::PACKET_SEQUENCE_ID, seq_id as u64);
+        put_bytes(out, tag::PACKET_TRACK_EVENT, &self.event);
+        if int_len > 0 {
+            put_bytes(out, tag::PACKET_INTERNED_DATA, &self.interned);
+            self.interned.clear();
         }
+        self.event.clear();
     }
 
-    /// Fill `self.event` for a BEGIN or INSTANT, interning what the sequence has not seen.
-    #[allow(deprecated)] // flow_ids_old: see the note on flows below
+    /// Encode a BEGIN or INSTANT in `self.event`, interning what the sequence has not seen.
     fn fill(
         &mut self,
         seq_id: u32,
@@ -282,8 +338,103 @@ impl ProtoWriter {
         let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
         let interned = &mut self.interned;
         let e = &mut self.event;
-        e.r#type = Some(kind as i32);
-        e.track_uuid = if lane0 { None } else { Some(lane) };
+
+        let ci = ev.category.index();
+        if seq.categories[ci] == 0 {
+            seq.next_category += 1;
+            seq.categories[ci] = seq.next_category;
+            put_entry(
+                interned,
+                tag::EVENT_CATEGORIES,
+                seq.next_category,
+                ev.category.as_str().as_bytes(),
+            );
+        }
+        put_field(e, tag::CATEGORY_IIDS, seq.categories[ci]);
+
+        for arg in ev.args {
+            let key_iid = match arg_iid(&seq.arg_names, arg.key) {
+                Some(iid) => iid,
+                None => {
+                    seq.arg_names.push(arg.key);
+                    let iid = seq.arg_names.len() as u64;
+                    put_entry(
+                        interned,
+                        tag::DEBUG_ANNOTATION_NAMES,
+                        iid,
+                        arg.key.as_bytes(),
+                    );
+                    iid
+                }
+            };
+            let name_len = 1 + varint_len(key_iid);
+            match arg.value {
+                ArgValue::Int(v) => {
+                    put_varint(e, tag::DEBUG_ANNOTATIONS);
+                    put_varint(e, (name_len + 1 + varint_len(v as u64)) as u64);
+                    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
+                    put_field(e, tag::INT_VALUE, v as u64);
+                }
+                ArgValue::Double(v) => {
+                    put_varint(e, tag::DEBUG_ANNOTATIONS);
+                    put_varint(e, (name_len + 1 + 8) as u64);
+                    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
+                    put_varint(e, tag::DOUBLE_VALUE);
+                    e.extend_from_slice(&v.to_le_bytes());
+                }
+                ArgValue::Bool(v) => {
+                    put_varint(e, tag::DEBUG_ANNOTATIONS);
+                    put_varint(e, (name_len + 2) as u64);
+                    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
+                    put_field(e, tag::BOOL_VALUE, v as u64);
+                }
+                ArgValue::Str(s) => {
+                    let n = s.len();
+                    put_varint(e, tag::DEBUG_ANNOTATIONS);
+                    put_varint(e, (name_len + 1 + varint_len(n as u64) + n) as u64);
+                    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
+                    put_bytes(e, tag::STRING_VALUE, s.as_bytes());
+                }
+                ArgValue::Label(s) => {
+                    let iid = match seq.values_by_text.get(s) {
+                        Some(&iid) => iid,
+                        None => {
+                            seq.next_value += 1;
+                            let iid = seq.next_value;
+                            seq.values_by_text.insert(s.into(), iid);
+                            put_entry(
+                                interned,
+                                tag::DEBUG_ANNOTATION_STRING_VALUES,
+                                iid,
+                                s.as_bytes(),
+                            );
+                            iid
+                        }
+                    };
+                    put_iid_annotation(e, key_iid, iid);
+                }
+                ArgValue::StrId(sid) => {
+                    let iid = match seq.values_by_sid.get(&sid) {
+                        Some(&iid) => iid,
+                        None => {
+                            seq.next_value += 1;
+                            let iid = seq.next_value;
+                            seq.values_by_sid.insert(sid, iid);
+                            put_entry(
+                                interned,
+                                tag::DEBUG_ANNOTATION_STRING_VALUES,
+                                iid,
+                                info.string_or_id(sid).as_bytes(),
+                            );
+                            iid
+                        }
+                    };
+                    put_iid_annotation(e, key_iid, iid);
+                }
+            }
+        }
+
+        put_field(e, tag::TYPE, kind as u64);
 
         let name_iid = match ev.name {
             Name::Str(sid) => match seq.names_by_sid.get(&sid) {
@@ -292,10 +443,12 @@ impl ProtoWriter {
                     seq.next_name += 1;
                     let iid = seq.next_name;
                     seq.names_by_sid.insert(sid, iid);
-                    interned.event_names.push(EventName {
-                        iid: Some(iid),
-                        name: Some(info.string_or_id(sid).into_owned()),
-                    });
+                    put_entry(
+                        interned,
+                        tag::EVENT_NAMES,
+                        iid,
+                        info.string_or_id(sid).as_bytes(),
+                    );
                     iid
                 }
             },
@@ -305,104 +458,43 @@ impl ProtoWriter {
                     seq.next_name += 1;
                     let iid = seq.next_name;
                     seq.names_by_text.insert(t.into(), iid);
-                    interned.event_names.push(EventName {
-                        iid: Some(iid),
-                        name: Some(t.to_string()),
-                    });
+                    put_entry(interned, tag::EVENT_NAMES, iid, t.as_bytes());
                     iid
                 }
             },
         };
-        e.name_field = Some(track_event::NameField::NameIid(name_iid));
-
-        let ci = ev.category.index();
-        if seq.categories[ci] == 0 {
-            seq.next_category += 1;
-            seq.categories[ci] = seq.next_category;
-            interned.event_categories.push(EventCategory {
-                iid: Some(seq.next_category),
-                name: Some(ev.category.as_str().to_string()),
-            });
-        }
-        e.category_iids.push(seq.categories[ci]);
-
-        for arg in ev.args {
-            let key_iid = match seq.arg_names.get(arg.key) {
-                Some(&iid) => iid,
-                None => {
-                    seq.next_arg_name += 1;
-                    let iid = seq.next_arg_name;
-                    seq.arg_names.insert(arg.key, iid);
-                    interned.debug_annotation_names.push(DebugAnnotationName {
-                        iid: Some(iid),
-                        name: Some(arg.key.to_string()),
-                    });
-                    iid
-                }
-            };
-            use debug_annotation::Value;
-            let value = match arg.value {
-                ArgValue::Int(v) => Value::IntValue(v),
-                ArgValue::Double(v) => Value::DoubleValue(v),
-                ArgValue::Bool(v) => Value::BoolValue(v),
-                ArgValue::Str(s) => Value::StringValue(s.to_string()),
-                ArgValue::Label(s) => Value::StringValueIid(match seq.values_by_text.get(s) {
-                    Some(&iid) => iid,
-                    None => {
-                        seq.next_value += 1;
-                        let iid = seq.next_value;
-                        seq.values_by_text.insert(s.into(), iid);
-                        interned
-                            .debug_annotation_string_values
-                            .push(InternedString {
-                                iid: Some(iid),
-                                str: Some(s.as_bytes().to_vec()),
-                            });
-                        iid
-                    }
-                }),
-                ArgValue::StrId(sid) => Value::StringValueIid(match seq.values_by_sid.get(&sid) {
-                    Some(&iid) => iid,
-                    None => {
-                        seq.next_value += 1;
-                        let iid = seq.next_value;
-                        seq.values_by_sid.insert(sid, iid);
-                        interned
-                            .debug_annotation_string_values
-                            .push(InternedString {
-                                iid: Some(iid),
-                                str: Some(info.string_or_id(sid).as_bytes().to_vec()),
-                            });
-                        iid
-                    }
-                }),
-            };
-            e.debug_annotations.push(DebugAnnotation {
-                name_field: Some(debug_annotation::NameField::NameIid(key_iid)),
-                value: Some(value),
-                ..Default::default()
-            });
+        put_field(e, tag::NAME_IID, name_iid);
+        if !lane0 {
+            put_field(e, tag::TRACK_UUID, lane);
         }
 
         // `flow_ids_old` is the varint form of `flow_ids` (fixed64): 5 bytes less per arrow end,
         // about 2 MB on a 200k-kernel profile; trace_processor reads either.
-        let f = ev.flows;
-        e.flow_ids_old.extend_from_slice(f.out);
-        if let Some(t) = f.terminating {
-            e.terminating_flow_ids_old.push(t);
+        for &id in ev.flows.out {
+            put_field(e, tag::FLOW_IDS_OLD, id);
+        }
+        if let Some(t) = ev.flows.terminating {
+            put_field(e, tag::TERMINATING_FLOW_IDS_OLD, t);
         }
     }
 }
 
-#[allow(deprecated)] // flow_ids_old
-fn reset_event(e: &mut TrackEvent) {
-    e.r#type = None;
-    e.track_uuid = None;
-    e.name_field = None;
-    e.category_iids.clear();
-    e.debug_annotations.clear();
-    e.flow_ids_old.clear();
-    e.terminating_flow_ids_old.clear();
+/// The interned id of an arg key (its position in `keys`, from 1).
+#[inline]
+fn arg_iid(keys: &[&'static str], key: &'static str) -> Option<u64> {
+    if let Some(i) = keys.iter().position(|k| std::ptr::eq(*k, key)) {
+        return Some(i as u64 + 1);
+    }
+    // The same text may sit at several addresses.
+    keys.iter().position(|k| *k == key).map(|i| i as u64 + 1)
+}
+
+/// A debug annotation whose value is an interned string.
+fn put_iid_annotation(e: &mut Vec<u8>, key_iid: u64, iid: u64) {
+    put_varint(e, tag::DEBUG_ANNOTATIONS);
+    put_varint(e, (1 + varint_len(key_iid) + 2 + varint_len(iid)) as u64);
+    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
+    put_field(e, tag::STRING_VALUE_IID, iid);
 }
 
 impl EventWriter for ProtoWriter {
@@ -472,18 +564,24 @@ impl EventWriter for ProtoWriter {
 
     fn begin(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
         self.fill(group, track_event::Type::SliceBegin, lane_uuid, lane0, ev);
-        self.write_event(group, ev.start, true);
+        self.write_event(group, ev.start);
     }
 
     fn end(&mut self, group: u32, lane_uuid: u64, lane0: bool, ts: i64) {
-        self.event.r#type = Some(track_event::Type::SliceEnd as i32);
-        self.event.track_uuid = if lane0 { None } else { Some(lane_uuid) };
-        self.write_event(group, ts, false);
+        put_field(
+            &mut self.event,
+            tag::TYPE,
+            track_event::Type::SliceEnd as u64,
+        );
+        if !lane0 {
+            put_field(&mut self.event, tag::TRACK_UUID, lane_uuid);
+        }
+        self.write_event(group, ts);
     }
 
     fn instant(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
         self.fill(group, track_event::Type::Instant, lane_uuid, lane0, ev);
-        self.write_event(group, ev.start, true);
+        self.write_event(group, ev.start);
     }
 
     fn describe_counter(&mut self, track: &CounterTrack) {

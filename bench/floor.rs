@@ -1,0 +1,117 @@
+//! The SQLite floor: read the tables and columns a conversion reads, with rusqlite, and do
+//! nothing else (each value is touched so nothing is skipped). `bench/run.sh` compares the
+//! converter's CPU time with this program's.
+//!
+//! usage: floor EXPORT.sqlite [TABLE:COL,COL,... ...]
+//! Without table arguments it reads the tables and columns of the default conversion (as
+//! `NSYS_PERFETTO_SQL=1 nsys-perfetto ...` lists them); columns missing from an export are
+//! left out.
+
+use rusqlite::types::ValueRef;
+use rusqlite::{Connection, OpenFlags};
+
+const DEFAULT: &[(&str, &str)] = &[
+    ("StringIds", "id,value"),
+    ("TARGET_INFO_GPU", "cuDevice,name"),
+    ("ThreadNames", "globalTid,nameId"),
+    ("PROCESSES", "globalPid,name"),
+    ("EXPORT_META_DATA", "name,value"),
+    (
+        "CUPTI_ACTIVITY_KIND_KERNEL",
+        "start,end,deviceId,globalPid,streamId,contextId,correlationId,shortName,demangledName,\
+         gridX,gridY,gridZ,blockX,blockY,blockZ,registersPerThread,staticSharedMemory,\
+         dynamicSharedMemory,launchType,graphNodeId",
+    ),
+    (
+        "CUPTI_ACTIVITY_KIND_MEMCPY",
+        "start,end,deviceId,globalPid,streamId,contextId,correlationId,bytes,copyKind,srcKind,\
+         dstKind,srcDeviceId,dstDeviceId",
+    ),
+    (
+        "CUPTI_ACTIVITY_KIND_MEMSET",
+        "start,end,deviceId,globalPid,streamId,contextId,correlationId,bytes,value,memKind",
+    ),
+    (
+        "CUPTI_ACTIVITY_KIND_RUNTIME",
+        "start,end,globalTid,correlationId,nameId,returnValue",
+    ),
+    (
+        "CUPTI_ACTIVITY_KIND_DRIVER",
+        "start,end,globalTid,correlationId,nameId,returnValue",
+    ),
+    (
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION",
+        "start,end,deviceId,globalPid,streamId,contextId,correlationId,syncType,eventId",
+    ),
+    (
+        "NVTX_EVENTS",
+        "start,end,eventType,globalTid,endGlobalTid,domainId,category,color,text,textId,\
+         uint64Value,int64Value,doubleValue,uint32Value,int32Value,floatValue,jsonTextId,jsonText",
+    ),
+    (
+        "OSRT_API",
+        "start,end,globalTid,nameId,returnValue,callchainId",
+    ),
+    ("OSRT_CALLCHAINS", "id,symbol,stackDepth"),
+    ("SCHED_EVENTS", "start,cpu,isSchedIn,globalTid"),
+];
+
+fn main() -> rusqlite::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let path = args
+        .first()
+        .expect("usage: floor EXPORT.sqlite [TABLE:COLS ...]");
+    let tables: Vec<(String, String)> = if args.len() > 1 {
+        args[1..]
+            .iter()
+            .map(|a| {
+                let (t, c) = a.split_once(':').expect("TABLE:COL,COL");
+                (t.to_string(), c.to_string())
+            })
+            .collect()
+    } else {
+        DEFAULT
+            .iter()
+            .map(|(t, c)| (t.to_string(), c.to_string()))
+            .collect()
+    };
+    let conn = Connection::open_with_flags(
+        format!("file:{path}?mode=ro&immutable=1"),
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_URI,
+    )?;
+    conn.execute_batch("PRAGMA cache_size = -8192;")?;
+    let (mut rows_read, mut check) = (0u64, 0u64);
+    for (table, cols) in &tables {
+        let have: Vec<String> = conn
+            .prepare(&format!("SELECT name FROM pragma_table_info('{table}')"))?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        let cols: Vec<&str> = cols
+            .split(',')
+            .map(str::trim)
+            .filter(|c| have.iter().any(|h| h == c))
+            .collect();
+        if cols.is_empty() {
+            continue;
+        }
+        let quoted: Vec<String> = cols.iter().map(|c| format!("\"{c}\"")).collect();
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {} FROM \"{table}\" ORDER BY rowid",
+            quoted.join(",")
+        ))?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            rows_read += 1;
+            for i in 0..cols.len() {
+                check = check.wrapping_add(match r.get_ref(i)? {
+                    ValueRef::Integer(v) => v as u64,
+                    ValueRef::Text(t) | ValueRef::Blob(t) => t.len() as u64,
+                    ValueRef::Real(v) => v as u64,
+                    ValueRef::Null => 1,
+                });
+            }
+        }
+    }
+    eprintln!("floor: {rows_read} rows read (check {check})");
+    Ok(())
+}
