@@ -137,7 +137,7 @@ impl ProfileInfo {
         load_nvtx_names(
             conn,
             schema,
-            strings.as_ref(),
+            strings.as_deref(),
             &mut desc,
             &mut info.nvtx_categories,
         )?;
@@ -152,7 +152,7 @@ impl ProfileInfo {
 fn load_nvtx_names(
     conn: &Connection,
     schema: &Schema,
-    strings: Option<&Box<dyn StringTable>>,
+    strings: Option<&dyn StringTable>,
     desc: &mut Description,
     categories: &mut HashMap<(i64, i64, i64), String>,
 ) -> Result<()> {
@@ -210,8 +210,11 @@ fn each_row(conn: &Connection, sql: &str, mut f: impl FnMut(&rusqlite::Row<'_>))
 /// each), with a bounded cache: a profile's string table can hold hundreds of MB of names the
 /// trace never uses.
 pub struct SqliteStrings {
-    conn: Mutex<(Connection, HashMap<i64, Option<Box<str>>>)>,
+    conn: Mutex<(Connection, StringCache)>,
 }
+
+/// Looked-up strings by id (`None`: the id is not in the table).
+type StringCache = HashMap<i64, Option<Box<str>>>;
 
 /// `StringIds` looked up by id where `id` is the table's key (every real export), else (an
 /// edited export, where each lookup would scan the table) read whole.

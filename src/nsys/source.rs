@@ -254,8 +254,10 @@ fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<
             "SELECT min(\"{col}\") FROM (SELECT \"{col}\" FROM \"{t}\" WHERE {cond} LIMIT {})",
             super::REORDER_WINDOW * 2
         );
+        // Damaged rows may hold text or reals: what the readers cannot read as a time (and
+        // count as skipped) does not place the trace either.
         let min: Option<i64> = conn
-            .query_row(&sql, [], |r| r.get(0))
+            .query_row(&sql, [], |r| Ok(super::time_at(r, 0)))
             .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
         if let Some(m) = min {
             earliest = Some(earliest.map_or(m, |e| e.min(m)));

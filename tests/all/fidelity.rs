@@ -193,7 +193,7 @@ fn time_zero_is_the_session_start() {
             !summary
                 .skipped
                 .keys()
-                .any(|(_, reason)| reason.contains("negative")),
+                .any(|(_, reason)| reason.contains("negative timestamp")),
             "{what}: rows skipped for a negative time: {:?}",
             summary.skipped
         );
@@ -208,27 +208,55 @@ fn time_zero_is_the_session_start() {
             .unwrap_or(zero);
         assert!(first >= 0, "{what}");
         let conn = open(&input);
-        let earliest: Option<i64> = [
-            "SCHED_EVENTS",
-            "NVTX_EVENTS",
-            "CUPTI_ACTIVITY_KIND_RUNTIME",
-            "CUPTI_ACTIVITY_KIND_KERNEL",
-        ]
-        .iter()
-        .filter_map(|tb| {
-            conn.query_row(&format!("SELECT min(start) FROM {tb}"), [], |r| {
-                r.get::<_, Option<i64>>(0)
-            })
-            .ok()
+        // The earliest time any timed table holds.
+        let tables: Vec<(String, String)> = conn
+            .prepare(
+                "SELECT m.name, p.name FROM sqlite_master m, pragma_table_info(m.name) p \
+                 WHERE m.type = 'table' AND p.name IN ('start', 'timestamp')",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
             .flatten()
-        })
-        .min();
-        if earliest.is_some_and(|e| e < 0) {
-            // Shifted by exactly what precedes the session start.
+            .collect();
+        let earliest: Option<i64> = tables
+            .iter()
+            .filter_map(|(tb, col)| {
+                conn.query_row(
+                    &format!(
+                        "SELECT min(\"{col}\") FROM \"{tb}\" WHERE typeof(\"{col}\") = 'integer'"
+                    ),
+                    [],
+                    |r| r.get::<_, Option<i64>>(0),
+                )
+                .ok()
+                .flatten()
+            })
+            .min();
+        if zero > 0 {
+            // Shifted by what precedes the session start, exactly: a row sits at the trace's start.
             shifted += 1;
-            assert!(zero >= -earliest.unwrap(), "{what}");
+            assert!(
+                earliest.is_some_and(|e| e <= -zero),
+                "{what}: {zero} {earliest:?}"
+            );
+            assert!(
+                tables.iter().any(|(tb, col)| {
+                    conn.query_row(
+                        &format!("SELECT count(*) FROM \"{tb}\" WHERE \"{col}\" = ?1"),
+                        [-zero],
+                        |r| r.get::<_, i64>(0),
+                    )
+                    .unwrap_or(0)
+                        > 0
+                }),
+                "{what}: no row at the trace's start"
+            );
         } else {
-            assert_eq!(zero, 0, "{what}: the session start is Perfetto's zero");
+            assert!(
+                earliest.is_none_or(|e| e >= 0),
+                "{what}: rows before the session start, yet Perfetto's zero is nsys' zero"
+            );
         }
         let utc: Option<i64> = conn
             .query_row(

@@ -152,6 +152,9 @@ fn decode(path: &Path) -> Decoded {
     let trace = Trace::decode(&*std::fs::read(path).unwrap()).unwrap();
     let mut names: HashMap<u32, HashMap<u64, String>> = HashMap::new();
     let mut cats: HashMap<u32, HashMap<u64, String>> = HashMap::new();
+    // Counter tracks' categories (CounterDescriptor) and each sequence's default track.
+    let mut counter_cats: HashMap<u64, String> = HashMap::new();
+    let mut default_track: HashMap<u32, u64> = HashMap::new();
     let mut d = Decoded {
         events: BTreeMap::new(),
         threads: Vec::new(),
@@ -175,7 +178,29 @@ fn decode(path: &Path) -> Decoded {
                 c.insert(e.iid.unwrap(), e.name.clone().unwrap_or_default());
             }
         }
+        if let Some(t) = p
+            .trace_packet_defaults
+            .as_ref()
+            .and_then(|d| d.track_event_defaults.as_ref())
+            .and_then(|t| t.track_uuid)
+        {
+            default_track.insert(seq, t);
+        }
         match p.data {
+            Some(trace_packet::Data::PerfSample(_)) => {
+                *d.events
+                    .entry(("cpu.sample".to_string(), String::new()))
+                    .or_default() += 1;
+            }
+            Some(trace_packet::Data::TrackEvent(ev))
+                if ev.r#type == Some(proto::track_event::Type::Counter as i32) =>
+            {
+                let track = ev.track_uuid.or(default_track.get(&seq).copied());
+                let cat = track
+                    .and_then(|t| counter_cats.get(&t).cloned())
+                    .unwrap_or_default();
+                *d.events.entry((cat, String::new())).or_default() += 1;
+            }
             Some(trace_packet::Data::TrackEvent(ev)) => {
                 let ty = ev.r#type.unwrap_or(0);
                 if ty != proto::track_event::Type::SliceBegin as i32
@@ -201,6 +226,9 @@ fn decode(path: &Path) -> Decoded {
                 *d.events.entry((cat, name)).or_default() += 1;
             }
             Some(trace_packet::Data::TrackDescriptor(t)) => {
+                if let (Some(u), Some(c)) = (t.uuid, &t.counter) {
+                    counter_cats.insert(u, c.categories.first().cloned().unwrap_or_default());
+                }
                 if let Some(n) = t.thread.and_then(|t| t.thread_name) {
                     d.threads.push(n);
                 }

@@ -203,7 +203,8 @@ const ACCOUNTED: [(&str, &[&str]); 7] = [
     ("CUPTI_ACTIVITY_KIND_RUNTIME", &["cuda.api"]),
     ("CUPTI_ACTIVITY_KIND_DRIVER", &["cuda.api"]),
     ("NVTX_EVENTS", &["nvtx", "nvtx.mark"]),
-    ("OSRT_API", &["osrt"]),
+    // OS runtime rows that are profiler markers become `nsys.marker` instants.
+    ("OSRT_API", &["osrt", "nsys.marker"]),
 ];
 
 /// Skipped rows per table from the summary (`    N in TABLE: reason`) and NVTX naming rows.
