@@ -32,6 +32,8 @@ const SESSION_SEQUENCE: u32 = 0x7FFF_FFF0;
 /// The track of the session-start marker: a uuid apart from counters and well-known ones.
 pub const SESSION_TRACK_UUID: u64 = (1 << 40) + 1;
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
+/// Interned names and values one sequence holds before it starts over (see `bound_interning`).
+pub const MAX_INTERNED: usize = 1 << 16;
 /// The file writer's own sequence, for process and thread descriptors.
 const DESCRIPTOR_SEQUENCE: u32 = 1;
 
@@ -196,6 +198,8 @@ fn frame(packet: &TracePacket, out: &mut Vec<u8>) {
 #[derive(Default)]
 struct Sequence {
     last_ts: i64,
+    /// The sequence's default track, restated when its incremental state is cleared again.
+    default_track: u64,
     names_by_sid: HashMap<i64, u64, FastHash>,
     names_by_text: HashMap<Box<str>, u64, FastHash>,
     /// Arg keys are few per sequence (a kernel has a dozen) and static: a short list searched
@@ -292,6 +296,69 @@ fn put_entry(out: &mut Vec<u8>, tag: u64, iid: u64, name: &[u8]) {
 }
 
 impl ProtoWriter {
+    /// Start the sequence's incremental state afresh: interned ids, default track and the
+    /// incremental clock (at `ts`, where the sequence is).
+    fn clear_state(&mut self, group: u32, lane0_uuid: u64, ts: i64, first: bool) {
+        let first_ts = ts;
+        let packet = TracePacket {
+            optional_trusted_packet_sequence_id: Some(
+                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(group),
+            ),
+            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+            first_packet_on_sequence: first.then_some(true),
+            trace_packet_defaults: Some(TracePacketDefaults {
+                timestamp_clock_id: Some(INCREMENTAL_CLOCK),
+                track_event_defaults: Some(TrackEventDefaults {
+                    track_uuid: Some(lane0_uuid),
+                    ..Default::default()
+                }),
+            }),
+            data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
+                clocks: vec![
+                    clock_snapshot::Clock {
+                        clock_id: Some(BOOTTIME),
+                        timestamp: Some(first_ts.max(0) as u64),
+                        ..Default::default()
+                    },
+                    clock_snapshot::Clock {
+                        clock_id: Some(INCREMENTAL_CLOCK),
+                        timestamp: Some(first_ts.max(0) as u64),
+                        is_incremental: Some(true),
+                        ..Default::default()
+                    },
+                ],
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        frame(&packet, &mut self.out.data);
+        self.seqs.insert(
+            group,
+            Sequence {
+                last_ts: first_ts.max(0),
+                default_track: lane0_uuid,
+                ..Default::default()
+            },
+        );
+    }
+
+    /// Interning stays bounded: past [`MAX_INTERNED`] names and values on one sequence, its
+    /// incremental state is cleared and interning starts over (Perfetto's way to let a
+    /// long-running writer forget), so memory does not grow with distinct names.
+    fn bound_interning(&mut self, group: u32) {
+        let Some(seq) = self.seqs.get(&group) else {
+            return;
+        };
+        let interned = seq.names_by_sid.len()
+            + seq.names_by_text.len()
+            + seq.values_by_sid.len()
+            + seq.values_by_text.len();
+        if interned >= MAX_INTERNED {
+            let (track, ts) = (seq.default_track, seq.last_ts);
+            self.clear_state(group, track, ts, false);
+        }
+    }
+
     /// Frame `self.event` (and `self.interned`) as one packet of the sequence at `ts`.
     fn write_event(&mut self, seq_id: u32, ts: i64) {
         let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
@@ -521,48 +588,11 @@ impl EventWriter for ProtoWriter {
     }
 
     fn open_group(&mut self, group: u32, lane0_uuid: u64, first_ts: i64) {
-        let packet = TracePacket {
-            optional_trusted_packet_sequence_id: Some(
-                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(group),
-            ),
-            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
-            first_packet_on_sequence: Some(true),
-            trace_packet_defaults: Some(TracePacketDefaults {
-                timestamp_clock_id: Some(INCREMENTAL_CLOCK),
-                track_event_defaults: Some(TrackEventDefaults {
-                    track_uuid: Some(lane0_uuid),
-                    ..Default::default()
-                }),
-            }),
-            data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
-                clocks: vec![
-                    clock_snapshot::Clock {
-                        clock_id: Some(BOOTTIME),
-                        timestamp: Some(first_ts.max(0) as u64),
-                        ..Default::default()
-                    },
-                    clock_snapshot::Clock {
-                        clock_id: Some(INCREMENTAL_CLOCK),
-                        timestamp: Some(first_ts.max(0) as u64),
-                        is_incremental: Some(true),
-                        ..Default::default()
-                    },
-                ],
-                ..Default::default()
-            })),
-            ..Default::default()
-        };
-        frame(&packet, &mut self.out.data);
-        self.seqs.insert(
-            group,
-            Sequence {
-                last_ts: first_ts.max(0),
-                ..Default::default()
-            },
-        );
+        self.clear_state(group, lane0_uuid, first_ts, true);
     }
 
     fn begin(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
+        self.bound_interning(group);
         self.fill(group, track_event::Type::SliceBegin, lane_uuid, lane0, ev);
         self.write_event(group, ev.start);
     }
@@ -580,6 +610,7 @@ impl EventWriter for ProtoWriter {
     }
 
     fn instant(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
+        self.bound_interning(group);
         self.fill(group, track_event::Type::Instant, lane_uuid, lane0, ev);
         self.write_event(group, ev.start);
     }

@@ -420,3 +420,55 @@ fn deep_nesting_loads_finished() {
         r.unwrap_or_else(|e| panic!("tpcheck --strict: {e}"));
     }
 }
+
+/// Interning stays bounded: a thread with more distinct names than one sequence interns
+/// (`MAX_INTERNED`) starts its sequence's incremental state over, and every slice keeps its
+/// own name.
+#[test]
+fn interning_starts_over_past_its_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("names.sqlite");
+    let n = nsys_perfetto::output::pftrace::MAX_INTERNED as i64 + 5_000;
+    {
+        let conn = Connection::open(&input).unwrap();
+        conn.execute_batch(
+            "CREATE TABLE StringIds(id INTEGER PRIMARY KEY, value TEXT);
+             CREATE TABLE NVTX_EVENTS(start INTEGER, \"end\" INTEGER, eventType INTEGER, \
+               globalTid INTEGER, domainId INTEGER, text TEXT);",
+        )
+        .unwrap();
+        let gt: i64 = (100 << 24) | 101;
+        let tx = conn.unchecked_transaction().unwrap();
+        for i in 0..n {
+            tx.execute(
+                "INSERT INTO NVTX_EVENTS VALUES (?1, ?2, 59, ?3, 0, ?4)",
+                rusqlite::params![10 * i, 10 * i + 5, gt, format!("range {i}")],
+            )
+            .unwrap();
+        }
+        tx.commit().unwrap();
+    }
+    let (_, t, out, _d) = run(&input, Selection::default());
+    let names: std::collections::HashSet<&str> = t.of_category("nvtx").map(|s| &*s.name).collect();
+    assert_eq!(names.len() as i64, n);
+    for s in t.of_category("nvtx") {
+        let i: i64 = s.name.strip_prefix("range ").unwrap().parse().unwrap();
+        assert_eq!(s.start, 10 * i, "{}", s.name);
+    }
+    // The NVTX sequence cleared its state again past the bound.
+    let bytes = std::fs::read(&out).unwrap();
+    let cleared = proto::Trace::decode(&bytes[..])
+        .unwrap()
+        .packet
+        .iter()
+        .filter(|p| {
+            p.sequence_flags.is_some_and(|f| f & 1 != 0)
+                && p.first_packet_on_sequence.is_none()
+                && p.trace_packet_defaults.is_some()
+        })
+        .count();
+    assert!(cleared >= 1, "no sequence started over");
+    if let Some(r) = common::tpcheck(&out) {
+        r.unwrap_or_else(|e| panic!("tpcheck --strict: {e}"));
+    }
+}
