@@ -71,6 +71,120 @@ pub struct Stats {
     pub sections: Vec<Section>,
     /// Unified memory CPU page faults per process (most first); empty without faults.
     pub page_faults: Vec<PageFaults>,
+    /// The functions CPU samples caught running (leaf frames), most first; empty without
+    /// samples.
+    pub sampled_functions: Vec<SampledFunction>,
+    /// Mean, min and max of each GPU metric per GPU (`GPU_METRICS`); empty without metrics.
+    pub gpu_metrics: Vec<MetricSummary>,
+}
+
+/// A function and how many CPU samples caught it running (the sample's leaf frame).
+#[derive(Debug, Clone, PartialEq)]
+pub struct SampledFunction {
+    pub function: String,
+    pub module: Option<String>,
+    pub samples: u64,
+    /// Of all samples with a call stack.
+    pub percent: f64,
+}
+
+/// One GPU metric on one GPU over the capture.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricSummary {
+    pub gpu: i64,
+    pub metric: String,
+    pub samples: u64,
+    pub mean: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+/// Leaf frames of `SAMPLING_CALLCHAINS` (`stackDepth` 0) by function, most first.
+fn sampled_functions(ex: &Export, top: usize) -> Result<Vec<SampledFunction>> {
+    const T: &str = "SAMPLING_CALLCHAINS";
+    if !ex.schema.has_columns(T, &["id", "symbol", "stackDepth"]) {
+        return Ok(Vec::new());
+    }
+    let total: i64 = ex.conn.query_row(
+        &format!("SELECT count(*) FROM {T} WHERE stackDepth = 0"),
+        [],
+        |r| r.get(0),
+    )?;
+    let strings = ex.schema.has_columns("StringIds", &["id", "value"]);
+    let (name, module) = if strings {
+        (
+            "coalesce((SELECT value FROM StringIds WHERE id = f.symbol), '(unknown)')",
+            "(SELECT value FROM StringIds WHERE id = f.module)",
+        )
+    } else {
+        ("'(unknown)'", "NULL")
+    };
+    let module_col = if ex.schema.has_column(T, "module") {
+        "module"
+    } else {
+        "NULL"
+    };
+    let limit = if top == 0 { -1 } else { top as i64 };
+    let sql = format!(
+        "SELECT {name}, {module}, f.n FROM (SELECT symbol, {module_col} AS module, count(*) AS n \
+         FROM {T} WHERE stackDepth = 0 GROUP BY symbol, module) f \
+         ORDER BY f.n DESC, f.symbol LIMIT {limit}"
+    );
+    let mut stmt = ex.conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        let n: i64 = r.get(2)?;
+        out.push(SampledFunction {
+            function: r.get(0)?,
+            module: r.get(1)?,
+            samples: n as u64,
+            percent: percent(n, total),
+        });
+    }
+    Ok(out)
+}
+
+/// Each metric of `GPU_METRICS` per GPU (`typeId & 0xFF`, as nsys maps it), named by
+/// `TARGET_INFO_GPU_METRICS`.
+fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
+    const T: &str = "GPU_METRICS";
+    const INFO: &str = "TARGET_INFO_GPU_METRICS";
+    // The export wraps values above 2^31 (clocks in Hz) to negative 32-bit integers: the
+    // conversion adds 2^32 back (see `nsys::metrics`), and so does this.
+    const UNWRAP: &str = "CASE WHEN value < 0 THEN value + 4294967296 ELSE value END";
+    if !ex.schema.has_columns(T, &["typeId", "metricId", "value"])
+        || !ex
+            .schema
+            .has_columns(INFO, &["typeId", "metricId", "metricName"])
+    {
+        return Ok(Vec::new());
+    }
+    let sql = format!(
+        "SELECT m.typeId & 255, \
+         (SELECT metricName FROM {INFO} i WHERE i.typeId = m.typeId AND i.metricId = m.metricId \
+          LIMIT 1), m.n, m.mean, m.lo, m.hi \
+         FROM (SELECT typeId, metricId, count(*) AS n, avg(v) AS mean, min(v) AS lo, \
+               max(v) AS hi FROM (SELECT typeId, metricId, {UNWRAP} AS v FROM {T}) \
+               GROUP BY typeId, metricId) m \
+         ORDER BY 1, 2"
+    );
+    let mut stmt = ex.conn.prepare(&sql)?;
+    let mut rows = stmt.query([])?;
+    let mut out = Vec::new();
+    while let Some(r) = rows.next()? {
+        out.push(MetricSummary {
+            gpu: r.get(0)?,
+            metric: r
+                .get::<_, Option<String>>(1)?
+                .unwrap_or_else(|| "(unnamed metric)".to_string()),
+            samples: r.get::<_, i64>(2)? as u64,
+            mean: r.get::<_, Option<f64>>(3)?.unwrap_or(f64::NAN),
+            min: r.get::<_, Option<f64>>(4)?.unwrap_or(f64::NAN),
+            max: r.get::<_, Option<f64>>(5)?.unwrap_or(f64::NAN),
+        });
+    }
+    Ok(out)
 }
 
 /// A process's unified memory CPU page faults (`CUDA_UM_CPU_PAGE_FAULT_EVENTS`).
@@ -273,6 +387,8 @@ pub fn stats_of(ex: &Export, path: &Path, opts: &StatsOptions) -> Result<Stats> 
         gpu_time,
         sections,
         page_faults: page_faults(ex)?,
+        sampled_functions: sampled_functions(ex, opts.top)?,
+        gpu_metrics: gpu_metrics(ex)?,
     })
 }
 
@@ -384,6 +500,46 @@ impl Stats {
             }
             s.push_str(&t.render());
         }
+        if !self.sampled_functions.is_empty() {
+            s.push_str("\nTop sampled functions (CPU samples by their leaf frame)\n");
+            let mut t = Table::new(&[
+                ("Samples", true),
+                ("%", true),
+                ("Function", false),
+                ("Module", false),
+            ]);
+            for f in &self.sampled_functions {
+                t.rows.push(vec![
+                    super::group_digits(&f.samples.to_string()),
+                    super::fmt_decimals(f.percent, 1),
+                    f.function.clone(),
+                    f.module.clone().unwrap_or_default(),
+                ]);
+            }
+            s.push_str(&t.render());
+        }
+        if !self.gpu_metrics.is_empty() {
+            s.push_str("\nGPU metrics per GPU (mean, min, max over the capture)\n");
+            let mut t = Table::new(&[
+                ("GPU", true),
+                ("Samples", true),
+                ("Mean", true),
+                ("Min", true),
+                ("Max", true),
+                ("Metric", false),
+            ]);
+            for m in &self.gpu_metrics {
+                t.rows.push(vec![
+                    m.gpu.to_string(),
+                    super::group_digits(&m.samples.to_string()),
+                    super::fmt_decimals(m.mean, 2),
+                    super::fmt_decimals(m.min, 2),
+                    super::fmt_decimals(m.max, 2),
+                    m.metric.clone(),
+                ]);
+            }
+            s.push_str(&t.render());
+        }
         s
     }
 
@@ -447,6 +603,20 @@ impl Stats {
                 "process": p.process,
                 "faults": p.faults,
                 "addresses": p.addresses,
+            })).collect::<Vec<_>>(),
+            "sampled_functions": self.sampled_functions.iter().map(|f| json!({
+                "function": f.function,
+                "module": f.module,
+                "samples": f.samples,
+                "percent": json_f64(f.percent),
+            })).collect::<Vec<_>>(),
+            "gpu_metrics": self.gpu_metrics.iter().map(|m| json!({
+                "gpu": m.gpu,
+                "metric": m.metric,
+                "samples": m.samples,
+                "mean": json_f64(m.mean),
+                "min": json_f64(m.min),
+                "max": json_f64(m.max),
             })).collect::<Vec<_>>(),
         })
     }

@@ -469,3 +469,86 @@ fn sample_interning_is_bounded_and_restarts_cleanly() {
     assert!(clears >= 2, "{clears} generations");
     tpcheck_ok(&out);
 }
+
+/// `stats` summarises samples and metrics: the top sampled functions (leaf frames) and each GPU
+/// metric's mean, min and max, checked against the raw rows counted here.
+#[test]
+fn stats_top_sampled_functions_and_metric_averages() {
+    use nsys_perfetto::workflow::stats::{StatsOptions, stats};
+    use std::collections::HashMap;
+    let Some(dir) = crate::common::corpus_dir() else {
+        crate::common::skip("corpus", "the corpus is absent");
+        return;
+    };
+    let input = dir.join("als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite");
+    let st = stats(
+        &input,
+        &StatsOptions {
+            top: 0,
+            raw_names: false,
+        },
+    )
+    .unwrap();
+    let conn =
+        rusqlite::Connection::open_with_flags(&input, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    // Leaf frames, counted row by row.
+    let mut leaves: HashMap<i64, u64> = HashMap::new();
+    let mut stmt = conn
+        .prepare("SELECT symbol FROM SAMPLING_CALLCHAINS WHERE stackDepth = 0")
+        .unwrap();
+    for sym in stmt.query_map([], |r| r.get::<_, i64>(0)).unwrap() {
+        *leaves.entry(sym.unwrap()).or_default() += 1;
+    }
+    let total: u64 = leaves.values().sum();
+    assert_eq!(
+        st.sampled_functions.iter().map(|f| f.samples).sum::<u64>(),
+        total
+    );
+    let name_of = |id: i64| -> String {
+        conn.query_row("SELECT value FROM StringIds WHERE id = ?1", [id], |r| {
+            r.get(0)
+        })
+        .unwrap()
+    };
+    let top = st.sampled_functions.first().unwrap();
+    let (&sym, &n) = leaves.iter().max_by_key(|(s, n)| (**n, -**s)).unwrap();
+    assert_eq!((top.function.clone(), top.samples), (name_of(sym), n));
+    assert!((top.percent - 100.0 * n as f64 / total as f64).abs() < 1e-9);
+    // Metrics: per metric, the values as the trace holds them (wrapped values restored).
+    let mut values: HashMap<String, Vec<f64>> = HashMap::new();
+    let mut stmt = conn
+        .prepare(
+            "SELECT i.metricName, g.value FROM GPU_METRICS g JOIN TARGET_INFO_GPU_METRICS i \
+             ON i.typeId = g.typeId AND i.metricId = g.metricId",
+        )
+        .unwrap();
+    for row in stmt
+        .query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))
+        .unwrap()
+    {
+        let (m, v) = row.unwrap();
+        let v = if v < 0 { v + (1 << 32) } else { v };
+        values.entry(m).or_default().push(v as f64);
+    }
+    assert_eq!(st.gpu_metrics.len(), values.len());
+    for m in &st.gpu_metrics {
+        let v = &values[&m.metric];
+        assert_eq!((m.gpu, m.samples), (0, v.len() as u64), "{}", m.metric);
+        let mean = v.iter().sum::<f64>() / v.len() as f64;
+        assert!(
+            (m.mean - mean).abs() <= 1e-6 * mean.abs().max(1.0),
+            "{}",
+            m.metric
+        );
+        assert_eq!(m.min, v.iter().cloned().fold(f64::INFINITY, f64::min));
+        assert_eq!(m.max, v.iter().cloned().fold(f64::NEG_INFINITY, f64::max));
+    }
+    // Above 2^31 once the export's wrap is undone: the 2.33 GHz clock sample.
+    let gpc = st
+        .gpu_metrics
+        .iter()
+        .find(|m| m.metric == "GPC Clock Frequency")
+        .unwrap();
+    assert!(gpc.min > 0.0 && gpc.max > 2.3e9);
+}
