@@ -174,10 +174,8 @@ struct Floor<S> {
 impl<S: EventSink> EventSink for Floor<S> {
     fn event(&mut self, key: crate::model::GroupKey, ev: &crate::model::Event<'_>) -> Result<()> {
         if ev.start < self.floor {
-            self.sink.skip(
-                "events",
-                "earlier than the trace's time zero (table out of time order)",
-            );
+            self.sink
+                .skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
             return Ok(());
         }
         self.sink.event(key, ev)
@@ -200,20 +198,16 @@ impl<S: EventSink> EventSink for Floor<S> {
         sample: crate::model::CounterSample,
     ) -> Result<()> {
         if sample.ts < self.floor {
-            self.sink.skip(
-                "events",
-                "earlier than the trace's time zero (table out of time order)",
-            );
+            self.sink
+                .skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
             return Ok(());
         }
         self.sink.counter(key, sample)
     }
     fn cpu_sample(&mut self, sample: &crate::model::CpuSample<'_>) -> Result<()> {
         if sample.ts < self.floor {
-            self.sink.skip(
-                "events",
-                "earlier than the trace's time zero (table out of time order)",
-            );
+            self.sink
+                .skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
             return Ok(());
         }
         self.sink.cpu_sample(sample)

@@ -500,10 +500,7 @@ impl<W: EventWriter> EventSink for Router<'_, W> {
         let Placement { source, offset } = self.placement;
         if ev.start + offset < 0 {
             // Earlier than the first rows of its table told (a table out of time order).
-            self.skip(
-                "events",
-                "earlier than the trace's time zero (table out of time order)",
-            );
+            self.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
             return Ok(());
         }
         if source == 0 && offset == 0 {

@@ -400,6 +400,13 @@ pub fn without_source(global_id: i64) -> i64 {
     global_id & !(0x3F << SOURCE_SHIFT)
 }
 
+/// (table, reason) a row is counted under when it lies before the trace's time zero: earlier
+/// than the first rows of its table said (a table out of time order), so it cannot be placed.
+pub const EARLY_ROWS: (&str, &str) = (
+    "events",
+    "earlier than the trace's time zero (table out of time order)",
+);
+
 /// The pid a trace shows for a global id: unique across merged sources (the source index sits
 /// above the 24-bit pid), equal to the real pid for a single report.
 pub fn trace_pid_of(global_id: i64) -> i64 {

@@ -37,10 +37,7 @@ impl<W: EventWriter> Router<'_, W> {
         };
         let ts = s.ts + offset;
         if ts < 0 {
-            self.skip(
-                "events",
-                "earlier than the trace's time zero (table out of time order)",
-            );
+            self.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
             return Ok(());
         }
         let tracks = self.counters.entry(owner).or_default();
@@ -98,10 +95,7 @@ impl<W: EventWriter> Router<'_, W> {
         let Placement { source, offset } = self.placement;
         let ts = s.ts + offset;
         if ts < 0 {
-            self.skip(
-                "events",
-                "earlier than the trace's time zero (table out of time order)",
-            );
+            self.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
             return Ok(());
         }
         let global_tid = with_source(s.global_tid, source);
