@@ -221,181 +221,101 @@ impl<'a, W: EventWriter> Router<'a, W> {
     fn new_group(&mut self, key: GroupKey, first_ts: i64) -> Group {
         let id = self.ids.next_sequence();
         let info = self.info;
-        let (lane0, name, parent, rank, under_lane0) = match key {
-            GroupKey::ThreadApi { global_tid } => {
-                self.writer.require(WellKnown::Thread(global_tid));
-                let uuid = WellKnown::Thread(global_tid).uuid();
-                (uuid, "CUDA API".to_string(), None, None, true)
-            }
-            GroupKey::ThreadNvtx { global_tid, domain } => {
-                self.writer.require(WellKnown::Thread(global_tid));
-                let parent = WellKnown::Thread(global_tid).uuid();
-                let name = info.nvtx_domain_name(global_tid, domain);
-                (
-                    self.custom(Some(parent), &name, None),
-                    name,
-                    Some(parent),
-                    None,
-                    false,
-                )
-            }
-            GroupKey::ProcessNvtx { global_pid, domain } => {
-                self.writer.require(WellKnown::Process(global_pid));
-                let parent = WellKnown::Process(global_pid).uuid();
-                let name = format!("{} (start/end)", info.nvtx_domain_name(global_pid, domain));
-                (
-                    self.custom(Some(parent), &name, None),
-                    name,
-                    Some(parent),
-                    None,
-                    false,
-                )
-            }
+        // Where the group's first track goes: (parent, name, rank among its siblings).
+        let (parent, name, rank) = match key {
+            // A thread's own track: the calls go on it, not on a track under it.
+            GroupKey::ThreadApi { global_tid } => (
+                Some(self.thread_track(global_tid)),
+                "CUDA API".to_string(),
+                None,
+            ),
+            GroupKey::ThreadNvtx { global_tid, domain } => (
+                Some(self.thread_track(global_tid)),
+                info.nvtx_domain_name(global_tid, domain),
+                None,
+            ),
+            GroupKey::ProcessNvtx { global_pid, domain } => (
+                Some(self.process_track(global_pid)),
+                format!("{} (start/end)", info.nvtx_domain_name(global_pid, domain)),
+                None,
+            ),
             GroupKey::GpuStream {
                 device,
                 global_pid,
                 stream,
             } => {
-                let gpu = self.gpu_track(device);
                 // A stream id another process uses on this device too: the pid tells them apart.
                 let name = if !self.streams.insert((device, stream)) {
                     format!("Stream {stream} (pid {})", pid_of(global_pid))
                 } else {
                     format!("Stream {stream}")
                 };
-                (
-                    self.custom(Some(gpu), &name, Some(stream)),
-                    name,
-                    Some(gpu),
-                    Some(stream),
-                    false,
-                )
+                (Some(self.gpu_track(device)), name, Some(stream))
             }
-            GroupKey::ThreadOsrt { global_tid } => {
-                // Thread id 0 means nsys did not know the thread: keep those calls on the
-                // process rather than inventing a "Thread 0".
-                let (parent, name) = if crate::model::tid_of(global_tid) == 0 {
-                    self.writer.require(WellKnown::Process(global_tid));
-                    (
-                        WellKnown::Process(global_tid).uuid(),
-                        "OS runtime (thread unknown)".to_string(),
-                    )
-                } else {
-                    self.writer.require(WellKnown::Thread(global_tid));
-                    (
-                        WellKnown::Thread(global_tid).uuid(),
-                        "OS runtime".to_string(),
-                    )
-                };
-                (
-                    self.custom(Some(parent), &name, None),
-                    name,
-                    Some(parent),
-                    None,
-                    false,
-                )
-            }
+            // Thread id 0 means nsys did not know the thread: keep those calls on the process
+            // rather than inventing a "Thread 0".
+            GroupKey::ThreadOsrt { global_tid } if crate::model::tid_of(global_tid) == 0 => (
+                Some(self.process_track(global_tid)),
+                "OS runtime (thread unknown)".to_string(),
+                None,
+            ),
+            GroupKey::ThreadOsrt { global_tid } => (
+                Some(self.thread_track(global_tid)),
+                "OS runtime".to_string(),
+                None,
+            ),
             GroupKey::GpuSync { device, stream, .. } => {
-                let gpu = self.gpu_track(device);
                 // Context and event synchronization belong to no stream (id 0xFFFFFFFF).
                 let name = if (0..u32::MAX as i64).contains(&stream) {
                     format!("Stream {stream} · sync")
                 } else {
                     "Synchronization (no stream)".to_string()
                 };
-                (
-                    self.custom(Some(gpu), &name, Some(stream)),
-                    name,
-                    Some(gpu),
-                    Some(stream),
-                    false,
-                )
+                (Some(self.gpu_track(device)), name, Some(stream))
             }
             GroupKey::Cpu { cpu } => {
-                let group = self.cpu_group();
                 let cpu = crate::model::without_source(cpu);
-                let name = format!("CPU {cpu}");
-                (
-                    self.custom(Some(group), &name, Some(cpu)),
-                    name,
-                    Some(group),
-                    Some(cpu),
-                    false,
-                )
+                (Some(self.cpu_group()), format!("CPU {cpu}"), Some(cpu))
             }
-            GroupKey::GpuNvtx { device, global_tid } => {
-                let gpu = self.gpu_track(device);
-                let name = format!("NVTX · {}", info.thread_name(global_tid));
-                // Above the streams: NVTX explains what the kernels below belong to.
-                (
-                    self.custom(Some(gpu), &name, Some(-1)),
-                    name,
-                    Some(gpu),
-                    Some(-1),
-                    false,
-                )
-            }
-            GroupKey::ThreadTrack { global_tid, kind } => {
-                self.writer.require(WellKnown::Thread(global_tid));
-                let parent = WellKnown::Thread(global_tid).uuid();
-                let name = kind.label().to_string();
-                (
-                    self.custom(Some(parent), &name, None),
-                    name,
-                    Some(parent),
-                    None,
-                    false,
-                )
-            }
-            GroupKey::ProcessTrack { global_pid, kind } => {
-                self.writer.require(WellKnown::Process(global_pid));
-                let parent = WellKnown::Process(global_pid).uuid();
-                let name = kind.label().to_string();
-                (
-                    self.custom(Some(parent), &name, None),
-                    name,
-                    Some(parent),
-                    None,
-                    false,
-                )
-            }
-            GroupKey::GpuTrack { device, kind } => {
-                let gpu = self.gpu_track(device);
-                let name = kind.label().to_string();
-                // Below the streams.
-                let rank = Some(i64::from(i32::MAX));
-                (
-                    self.custom(Some(gpu), &name, rank),
-                    name,
-                    Some(gpu),
-                    rank,
-                    false,
-                )
-            }
-            GroupKey::GlobalTrack { kind, .. } => {
-                let name = match (&info.label, &info.host) {
-                    (Some(_), Some(host)) => format!("{} · {host}", kind.label()),
-                    (Some(label), None) => format!("{} · {label}", kind.label()),
-                    _ => kind.label().to_string(),
-                };
-                (self.custom(None, &name, None), name, None, None, false)
-            }
-            GroupKey::GpuMemory { device, global_pid } => {
-                let gpu = self.gpu_track(device);
-                let name = format!(
+            // Above the streams: NVTX explains what the kernels below belong to.
+            GroupKey::GpuNvtx { device, global_tid } => (
+                Some(self.gpu_track(device)),
+                format!("NVTX · {}", info.thread_name(global_tid)),
+                Some(-1),
+            ),
+            GroupKey::ThreadTrack { global_tid, kind } => (
+                Some(self.thread_track(global_tid)),
+                kind.label().to_string(),
+                None,
+            ),
+            GroupKey::ProcessTrack { global_pid, kind } => (
+                Some(self.process_track(global_pid)),
+                kind.label().to_string(),
+                None,
+            ),
+            // Below the streams.
+            GroupKey::GpuTrack { device, kind } => (
+                Some(self.gpu_track(device)),
+                kind.label().to_string(),
+                Some(i64::from(i32::MAX)),
+            ),
+            GroupKey::GlobalTrack { kind, .. } => (None, info.per_source(kind.label()), None),
+            // Below the streams.
+            GroupKey::GpuMemory { device, global_pid } => (
+                Some(self.gpu_track(device)),
+                format!(
                     "Memory · {} (pid {})",
                     info.bare_process_name(global_pid),
                     pid_of(global_pid)
-                );
-                // Below the streams.
-                (
-                    self.custom(Some(gpu), &name, Some(i64::MAX)),
-                    name,
-                    Some(gpu),
-                    Some(i64::MAX),
-                    false,
-                )
-            }
+                ),
+                Some(i64::MAX),
+            ),
+        };
+        // A thread's API calls go on the thread's own track (so its extra lanes hang under
+        // it); every other group gets a track of its own under `parent`.
+        let (lane0, parent, under_lane0) = match (key, parent) {
+            (GroupKey::ThreadApi { .. }, Some(thread)) => (thread, None, true),
+            _ => (self.custom(parent, &name, rank), parent, false),
         };
         self.writer.open_group(id, lane0, first_ts);
         Group {
@@ -462,6 +382,18 @@ impl<'a, W: EventWriter> Router<'a, W> {
         uuid
     }
 
+    /// A thread's own track (described by the file writer, once for every router).
+    fn thread_track(&mut self, global_tid: i64) -> u64 {
+        self.writer.require(WellKnown::Thread(global_tid));
+        WellKnown::Thread(global_tid).uuid()
+    }
+
+    /// A process's own track (described by the file writer, once for every router).
+    fn process_track(&mut self, global_pid: i64) -> u64 {
+        self.writer.require(WellKnown::Process(global_pid));
+        WellKnown::Process(global_pid).uuid()
+    }
+
     /// The top-level "CPUs" track holding one track per CPU, ordered by CPU number.
     fn cpu_group(&mut self) -> u64 {
         if let Some(u) = self.cpu_group {
@@ -471,11 +403,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
         self.writer.describe(&CustomTrack {
             uuid,
             parent: None,
-            name: match (&self.info.label, &self.info.host) {
-                (Some(_), Some(host)) => format!("CPUs · {host}"),
-                (Some(label), None) => format!("CPUs · {label}"),
-                _ => "CPUs".to_string(),
-            },
+            name: self.info.per_source("CPUs"),
             rank: None,
             explicit_child_order: true,
         });

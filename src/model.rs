@@ -516,10 +516,25 @@ impl Description {
             Some(n) => format!("GPU {device} · {n}"),
             None => format!("GPU {device}"),
         };
-        match (&self.label, &self.host) {
-            (Some(_), Some(h)) => format!("{h} · {own}"),
-            (Some(l), None) => format!("{l} · {own}"),
-            _ => own,
+        match self.source_tag() {
+            Some(tag) => format!("{tag} · {own}"),
+            None => own,
+        }
+    }
+
+    /// What tells this source's machine-wide tracks apart among several sources: its host,
+    /// else its label; `None` for a single source.
+    fn source_tag(&self) -> Option<&str> {
+        self.label.as_ref()?;
+        self.host.as_deref().or(self.label.as_deref())
+    }
+
+    /// A machine-wide track's name ("CPUs", "Diagnostics"), with the source's host or label
+    /// among several sources ("CPUs · host-a").
+    pub fn per_source(&self, name: &str) -> String {
+        match self.source_tag() {
+            Some(tag) => format!("{name} · {tag}"),
+            None => name.to_string(),
         }
     }
 
