@@ -54,6 +54,19 @@ const DEFAULT: &[(&str, &str)] = &[
     ),
     ("OSRT_CALLCHAINS", "id,symbol,stackDepth"),
     ("SCHED_EVENTS", "start,cpu,isSchedIn,globalTid"),
+    // CPU samples and their call stacks (read in call-stack order, as the converter does).
+    ("COMPOSITE_EVENTS", "id,start,globalTid,cpu,threadState"),
+    ("SAMPLING_CALLCHAINS", "id,symbol,module,stackDepth"),
+    (
+        "PROFILER_OVERHEAD",
+        "start,end,globalTid,nameId,returnValue",
+    ),
+    ("GPU_METRICS", "timestamp,typeId,metricId,value"),
+    (
+        "CUDA_GPU_MEMORY_USAGE_EVENTS",
+        "start,globalPid,deviceId,bytes,memKind,memoryOperationType",
+    ),
+    ("DIAGNOSTIC_EVENT", "timestamp,source,severity,text"),
 ];
 
 fn main() -> rusqlite::Result<()> {
