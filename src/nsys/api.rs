@@ -1,10 +1,11 @@
 //! CUDA runtime and driver API calls, merged in start order onto their CPU threads.
 
 use super::info::ProfileInfo;
-use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at, text_at};
+use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, Flows, GroupKey, Name};
-use crate::nsys::flows::FLOWS_DB;
+use crate::nsys::flows::FlowDb;
+use crate::nsys::runs::Merge;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -24,13 +25,13 @@ struct Row {
     ret: Option<i64>,
     rowid: i64,
     flows: Vec<u64>,
-    callchain: Option<String>,
+    callchain: Option<std::rc::Rc<str>>,
 }
 
 fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
     let c = |n: &str| schema.col_of(table, "t", n);
     // The call stack at the call site, when nsys captured one.
-    let callchain = super::callchain_sql(schema, table, "CUDA_CALLCHAINS");
+    let callchain = super::Callchains::column(schema, table, "CUDA_CALLCHAINS");
     let rowid = schema.rowid_of(table, "t");
     format!(
         "SELECT {}, {}, {}, {}, {}, {}, {rowid}, {callchain} FROM main.\"{table}\" t WHERE {} ORDER BY {rowid}",
@@ -49,8 +50,12 @@ fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
     )
 }
 
-fn decode(table: &'static str, r: &rusqlite::Row<'_>) -> Row {
-    Row {
+fn decode(
+    table: &'static str,
+    r: &rusqlite::Row<'_>,
+    chains: &mut super::Callchains<'_>,
+) -> Result<Row> {
+    Ok(Row {
         table,
         start: super::time_at(r, 0),
         end: super::time_at(r, 1),
@@ -60,16 +65,17 @@ fn decode(table: &'static str, r: &rusqlite::Row<'_>) -> Row {
         ret: int_at(r, 5),
         rowid: int_at(r, 6).unwrap_or(0),
         flows: Vec::new(),
-        callchain: text_at(r, 7).map(|s| s.into_owned()),
-    }
+        callchain: chains.get(r, 7)?,
+    })
 }
 
-/// One API table in rowid order, merged with its rows of `gpu_link` (also in launch rowid
-/// order) so each call carries the flow ids of the GPU rows it launched.
+/// One API table in rowid order, merged with its flow links (also in API rowid order) so each
+/// call carries the flow ids of the GPU rows it launched.
 struct Cursor<'s> {
     table: &'static str,
     rows: rusqlite::Rows<'s>,
-    links: Option<rusqlite::Rows<'s>>,
+    chains: super::Callchains<'s>,
+    links: Option<Merge<'s, 3>>,
     /// The next link not yet consumed: (arid, flow id).
     pending: Option<(i64, u64)>,
     /// The last rowid read, when the table has real rowids (checked increasing).
@@ -81,21 +87,16 @@ impl Cursor<'_> {
         let Some(r) = self.rows.next()? else {
             return Ok(None);
         };
-        let mut row = decode(self.table, r);
+        let mut row = decode(self.table, r, &mut self.chains)?;
         if let Some(last) = self.last.as_mut() {
             super::check_rowid_order(self.table, last, row.rowid)?;
         }
         if let Some(links) = self.links.as_mut() {
             loop {
                 if self.pending.is_none() {
-                    self.pending = links.next()?.map(|l| {
-                        let (arid, src, rid) = (
-                            int_at(l, 0).unwrap_or(0),
-                            int_at(l, 1).unwrap_or(0),
-                            int_at(l, 2).unwrap_or(0),
-                        );
-                        (arid, crate::nsys::flows::flow_id(src, rid))
-                    });
+                    self.pending = links
+                        .next_record()?
+                        .map(|[arid, src, rid]| (arid, crate::nsys::flows::flow_id(src, rid)));
                 }
                 match self.pending {
                     Some((arid, id)) if arid == row.rowid => {
@@ -114,7 +115,7 @@ impl Cursor<'_> {
 pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
-    with_flows: bool,
+    flows: Option<&FlowDb>,
     selection: &Selection,
     info: &ProfileInfo,
     sink: &mut S,
@@ -130,26 +131,16 @@ pub fn read<S: EventSink>(
         .collect();
     let mut stmts = Vec::new();
     for &(t, src) in &tables {
-        let links = if with_flows
-            && crate::nsys::flows::api_tables(schema)
-                .iter()
-                .any(|(_, a)| *a == t)
-        {
-            Some(conn.prepare(&format!(
-                "SELECT arid, src, rid FROM {FLOWS_DB}.gpu_link WHERE asrc = {src} ORDER BY arid, src, rid"
-            ))?)
-        } else {
-            None
-        };
-        stmts.push((t, conn.prepare(&query(schema, t, selection))?, links));
+        stmts.push((t, src, conn.prepare(&query(schema, t, selection))?));
     }
     let mut cursors = Vec::new();
-    for (t, stmt, links) in stmts.iter_mut() {
+    for (t, src, stmt) in stmts.iter_mut() {
         cursors.push(Cursor {
             table: t,
             rows: stmt.query([])?,
-            links: match links {
-                Some(l) => Some(l.query([])?),
+            chains: super::Callchains::new(conn, schema, t, "CUDA_CALLCHAINS")?,
+            links: match flows {
+                Some(f) => f.api_links(*src)?,
                 None => None,
             },
             pending: None,

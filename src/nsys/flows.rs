@@ -2,35 +2,55 @@
 //!
 //! A GPU row and its launch share `correlationId` within one process (ids repeat across
 //! processes). Each linked GPU row's flow id is derived from its own identity ([`flow_id`]), so
-//! ids are unique across processes and tables. SQLite computes the links once into a scratch
-//! database (memory stays bounded however long the profile):
-//! - `api_first(pkey, corr) -> (src, rid, start)`: the launching call of each (process,
-//!   correlation id); should an export repeat one, the first row wins.
-//! - `gpu_link(asrc, arid, src, rid)`: for each launching call, every GPU row it launched, in
-//!   primary-key order, so the API reader merges it with its own rowid-ordered scan.
+//! ids are unique across processes and tables.
 //!
-//! The GPU reader looks its rows up in `api_first`; the API reader merges `gpu_link`.
+//! The links are computed once, before the API and GPU readers start, by a sort-merge join:
+//! the API calls `(process, correlation id, table, rowid, start)` and the GPU rows
+//! `(process, correlation id, table, rowid, start)` are each sorted with [`runs`] (bounded
+//! memory: large inputs spill sorted runs to a scratch directory), then walked together. The
+//! launching call of a key is its first API row (runtime before driver, then lowest rowid), as
+//! nsys repeats none in practice. Two sorted outputs come out of the walk:
+//! - per API table, `(api rowid, gpu table, gpu rowid)` of every GPU row that links: the API
+//!   reader merges it with its own rowid-ordered scan, so each call carries its flow ids;
+//! - per GPU table, `(gpu rowid, launch start)` of every GPU row whose launch was found: the GPU
+//!   reader merges it likewise (the launch latency, and whether the arrow may be drawn).
+//!
+//! (Sorting nearly sorted integer keys costs a fraction of what building SQLite b-trees for
+//! the same join did: a third of a whole conversion's CPU time went there.)
 
-use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema};
+use crate::nsys::runs::{Merge, Sorted, Sorter, Spill};
+use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema, int_at};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
-use std::path::PathBuf;
 
-/// The schema name the scratch database is attached under.
-pub const FLOWS_DB: &str = "flows";
-
+/// The computed links; shared read-only by the API and GPU readers.
 pub struct FlowDb {
-    _dir: tempfile::TempDir,
-    path: PathBuf,
+    /// Per API table number: `[api rowid, gpu table, gpu rowid]`, sorted.
+    api_links: Vec<(i64, Sorted<3>)>,
+    /// Per GPU table number: `[gpu rowid, launch start]`, sorted.
+    launches: Vec<(i64, Sorted<2>)>,
+    /// Keeps the scratch directory of spilled runs while the readers use them.
+    _spill: Spill,
 }
 
 impl FlowDb {
-    /// Attach the link tables, read-only, to a reader's connection.
-    pub fn attach(&self, conn: &Connection) -> Result<()> {
-        let uri = nsys::sqlite_uri(&self.path, "mode=ro");
-        conn.execute(&format!("ATTACH DATABASE ?1 AS {FLOWS_DB}"), [uri])?;
-        Ok(())
+    /// The links of API table `src` in API rowid order: `[api rowid, gpu table, gpu rowid]`.
+    pub fn api_links(&self, src: i64) -> Result<Option<Merge<'_, 3>>> {
+        self.api_links
+            .iter()
+            .find(|(s, _)| *s == src)
+            .map(|(_, l)| l.iter())
+            .transpose()
+    }
+
+    /// The launches of GPU table `src` in GPU rowid order: `[gpu rowid, launch start]`.
+    pub fn launches(&self, src: i64) -> Result<Option<Merge<'_, 2>>> {
+        self.launches
+            .iter()
+            .find(|(s, _)| *s == src)
+            .map(|(_, l)| l.iter())
+            .transpose()
     }
 }
 
@@ -72,43 +92,33 @@ pub fn api_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
     .collect()
 }
 
-/// SQL that is true for the rows of a table its reader converts (rather than counts as skipped):
-/// integer (or real) times, end not before start, and the `ids` the reader needs.
-/// Only those rows are linked: an arrow to a row that is not written would dangle.
-pub fn converted_row_sql(alias: &str, ids: &[&str]) -> String {
-    let num = |c: &str| format!("typeof({alias}.\"{c}\") IN ('integer', 'real')");
-    let mut parts = vec![
-        num("start"),
-        num("end"),
-        format!("CAST({alias}.\"end\" AS INTEGER) >= CAST({alias}.start AS INTEGER)"),
-        format!(
-            "CAST({alias}.\"end\" AS INTEGER) <= {}",
-            crate::nsys::MAX_TIME
-        ),
-    ];
-    for c in ids {
-        parts.push(num(c));
-        // The ranges the readers accept (see `nsys::tid_at`, `nsys::device_at`).
-        let max = match *c {
-            "globalTid" => crate::nsys::MAX_GLOBAL_ID - 1,
-            "deviceId" => u32::MAX as i64,
-            _ => continue,
-        };
-        parts.push(format!(
-            "CAST({alias}.\"{c}\" AS INTEGER) BETWEEN 0 AND {max}"
-        ));
-    }
-    parts.join(" AND ")
-}
-
 /// A GPU row links to its launch only when it starts after the launching call starts: an arrow
 /// backwards in time is rejected by Perfetto's importer.
 pub fn links(gpu_start: i64, launch_start: Option<i64>) -> bool {
     launch_start.is_some_and(|a| gpu_start > a)
 }
 
-/// Build the link tables, or `None` when the export has no GPU rows or no API calls to link.
-pub fn prepare(schema: &Schema, sel: &Selection) -> Result<Option<FlowDb>> {
+/// The time pair of a row its reader converts (rather than counts as skipped): integer (or
+/// real) times, end not before start nor beyond [`nsys::MAX_TIME`]. Only such rows link: an
+/// arrow to a row that is not written would dangle.
+fn converted_times(r: &rusqlite::Row<'_>, start: usize, end: usize) -> Option<i64> {
+    let (s, e) = (int_at(r, start)?, int_at(r, end)?);
+    (e >= s && e <= nsys::MAX_TIME).then_some(s)
+}
+
+/// The process key (`globalPid >> 24`, the same for a process's `globalTid`s) and correlation
+/// id of a row. A correlation id that is not an integer links nothing.
+fn key(r: &rusqlite::Row<'_>, global_id: usize, corr: usize) -> Option<(i64, i64)> {
+    let corr = match r.get_ref(corr).ok()? {
+        rusqlite::types::ValueRef::Integer(v) => v,
+        rusqlite::types::ValueRef::Real(v) if v.fract() == 0.0 => v as i64,
+        _ => return None,
+    };
+    Some((int_at(r, global_id)? >> 24, corr))
+}
+
+/// Compute the links, or `None` when the export has no GPU rows or no API calls to link.
+pub fn prepare(conn: &Connection, schema: &Schema, sel: &Selection) -> Result<Option<FlowDb>> {
     // Only selected rows link: an arrow never points at a slice that is not written.
     let gpu: Vec<_> = gpu_tables(schema)
         .into_iter()
@@ -124,38 +134,101 @@ pub fn prepare(schema: &Schema, sel: &Selection) -> Result<Option<FlowDb>> {
     if gpu.is_empty() || api.is_empty() {
         return Ok(None);
     }
-    let (dir, path, conn) = nsys::scratch_db(schema, "nsys-perfetto-", "flows.sqlite")?;
+    let mut spill = Spill::new();
 
-    conn.execute_batch(
-        "CREATE TABLE api_first(pkey INTEGER, corr INTEGER, src INTEGER, rid INTEGER, start INTEGER, \
-           PRIMARY KEY (pkey, corr)) WITHOUT ROWID;
-         CREATE TABLE gpu_link(asrc INTEGER, arid INTEGER, src INTEGER, rid INTEGER, \
-           PRIMARY KEY (asrc, arid, src, rid)) WITHOUT ROWID;",
-    )?;
-    for (s, t) in &api {
-        conn.execute_batch(&format!(
-            "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, {s}, {}, \
-             CAST(start AS INTEGER) FROM src.\"{t}\" t WHERE correlationId IS NOT NULL AND {} AND {}",
+    // [process, correlation id, position in `api`, rowid, start]
+    let mut calls = Sorter::<5>::default();
+    for (order, (_, t)) in api.iter().enumerate() {
+        let sql = format!(
+            "SELECT {}, t.globalTid, t.correlationId, t.start, t.\"end\" FROM \"{t}\" t WHERE {}",
             schema.rowid_of(t, "t"),
-            converted_row_sql("t", &["globalTid"]),
             sel.sql("t", true, Some("globalTid"), None)
-        ))?;
+        );
+        let mut stmt = conn.prepare(&sql)?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            // The thread must be one the API reader can place (see `nsys::tid_at`).
+            let placed = int_at(r, 1).is_some_and(|g| (0..nsys::MAX_GLOBAL_ID).contains(&g));
+            if let (true, Some(start), Some((pkey, corr)), Some(rid)) =
+                (placed, converted_times(r, 3, 4), key(r, 1, 2), int_at(r, 0))
+            {
+                calls.push([pkey, corr, order as i64, rid, start], &mut spill)?;
+            }
+        }
     }
-    for (s, t) in &gpu {
-        conn.execute_batch(&format!(
-            "INSERT INTO gpu_link SELECT a.src, a.rid, {s}, {} FROM src.\"{t}\" g \
-             JOIN api_first a ON a.pkey = g.globalPid >> 24 AND a.corr = g.correlationId \
-             WHERE CAST(g.start AS INTEGER) > a.start AND {} AND {}",
+    let calls = calls.finish(&mut spill)?;
+
+    // [process, correlation id, table, rowid, start]
+    let mut work = Sorter::<5>::default();
+    for (src, t) in &gpu {
+        let sql = format!(
+            "SELECT {}, g.globalPid, g.correlationId, g.start, g.\"end\", g.deviceId, g.streamId \
+             FROM \"{t}\" g WHERE {}",
             schema.rowid_of(t, "g"),
-            converted_row_sql("g", &["deviceId", "streamId"]),
             sel.sql(
                 "g",
                 true,
                 Some("globalPid"),
                 schema.has_column(t, "deviceId").then_some("deviceId")
             )
-        ))?;
+        );
+        let mut stmt = conn.prepare(&sql)?;
+        let mut rows = stmt.query([])?;
+        while let Some(r) = rows.next()? {
+            // The ids the GPU reader needs to place the row (see `nsys::device_at`).
+            let placed = int_at(r, 5).is_some_and(|d| (0..=u32::MAX as i64).contains(&d))
+                && int_at(r, 6).is_some();
+            if let (true, Some(start), Some((pkey, corr)), Some(rid)) =
+                (placed, converted_times(r, 3, 4), key(r, 1, 2), int_at(r, 0))
+            {
+                work.push([pkey, corr, *src, rid, start], &mut spill)?;
+            }
+        }
     }
-    drop(conn);
-    Ok(Some(FlowDb { _dir: dir, path }))
+    let work = work.finish(&mut spill)?;
+
+    // The merge join.
+    let mut api_links: Vec<(i64, Sorter<3>)> =
+        api.iter().map(|(s, _)| (*s, Sorter::default())).collect();
+    let mut launches: Vec<(i64, Sorter<2>)> =
+        gpu.iter().map(|(s, _)| (*s, Sorter::default())).collect();
+    let (mut calls_it, mut work_it) = (calls.iter()?, work.iter()?);
+    let mut call = calls_it.next_record()?;
+    // The launching call of the current key: (key, position in `api`, rowid, start).
+    let mut launch: Option<([i64; 2], usize, i64, i64)> = None;
+    while let Some([pkey, corr, src, rid, start]) = work_it.next_record()? {
+        let k = [pkey, corr];
+        while let Some(c) = call.filter(|c| [c[0], c[1]] <= k) {
+            if launch.is_none_or(|l| l.0 != [c[0], c[1]]) {
+                // Sorted by (key, position, rowid): the first row of a key launches.
+                launch = Some(([c[0], c[1]], c[2] as usize, c[3], c[4]));
+            }
+            call = calls_it.next_record()?;
+        }
+        let Some((_, order, arid, astart)) = launch.filter(|l| l.0 == k) else {
+            continue;
+        };
+        let slot = gpu
+            .iter()
+            .position(|(s, _)| *s == src)
+            .expect("a linked table");
+        launches[slot].1.push([rid, astart], &mut spill)?;
+        if links(start, Some(astart)) {
+            api_links[order].1.push([arid, src, rid], &mut spill)?;
+        }
+    }
+    drop((calls_it, work_it));
+    let mut db = FlowDb {
+        api_links: Vec::new(),
+        launches: Vec::new(),
+        _spill: Spill::new(),
+    };
+    for (s, l) in api_links {
+        db.api_links.push((s, l.finish(&mut spill)?));
+    }
+    for (s, l) in launches {
+        db.launches.push((s, l.finish(&mut spill)?));
+    }
+    db._spill = spill;
+    Ok(Some(db))
 }

@@ -4,7 +4,7 @@ use super::info::ProfileInfo;
 use super::{KERNEL, MEMCPY, MEMSET, REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
-use crate::nsys::flows::FLOWS_DB;
+use crate::nsys::flows::FlowDb;
 use crate::nsys::projection::{KERNEL_NVTX, PROJ_DB};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
@@ -104,7 +104,8 @@ fn extra_cols(kind: Kind) -> &'static [&'static str] {
 
 /// What the GPU reader joins and filters.
 pub struct GpuQuery<'a> {
-    pub with_flows: bool,
+    /// The flow links (each row's launching call), when API calls are converted too.
+    pub flows: Option<&'a FlowDb>,
     /// Attach each row's enclosing NVTX ranges (the projection tables are attached).
     pub with_nvtx: bool,
     pub selection: &'a Selection,
@@ -112,29 +113,15 @@ pub struct GpuQuery<'a> {
 }
 
 fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
-    let with_flows = q.with_flows;
     let t = kind.table();
     let mut cols: Vec<String> = COMMON.iter().map(|c| schema.col_of(t, "t", c)).collect();
-    let linkable = with_flows
-        && crate::nsys::flows::gpu_tables(schema)
-            .iter()
-            .any(|(_, g)| *g == t);
     let rowid = schema.rowid_of(t, "t");
-    // The launching call's start, when the row has one; the row's own rowid names its flow.
-    cols.push(if linkable {
-        "a.start".into()
-    } else {
-        "NULL".into()
-    });
+    // The launching call's start comes from the flow links, merged by rowid in `read`; the
+    // row's own rowid names its flow.
+    cols.push("NULL".into());
     cols.push(rowid.clone());
     cols.extend(extra_cols(kind).iter().map(|c| schema.col_of(t, "t", c)));
-    let mut join = if linkable {
-        format!(
-            " LEFT JOIN {FLOWS_DB}.api_first a ON a.pkey = t.globalPid >> 24 AND a.corr = t.correlationId"
-        )
-    } else {
-        String::new()
-    };
+    let mut join = String::new();
     if q.with_nvtx {
         cols.push("k.ranges".into());
         join += &format!(
@@ -196,11 +183,20 @@ pub fn read<S: EventSink>(
     }
     let mut cursors = Vec::new();
     for (k, stmt) in stmts.iter_mut() {
-        cursors.push((*k, stmt.query([])?));
+        let launches = match q.flows {
+            Some(f) => f.launches(k.src())?,
+            None => None,
+        };
+        cursors.push(Cursor {
+            kind: *k,
+            rows: stmt.query([])?,
+            launches,
+            pending: None,
+        });
     }
     let mut heads: Vec<Option<Row>> = Vec::with_capacity(cursors.len());
-    for (k, rows) in cursors.iter_mut() {
-        heads.push(rows.next()?.map(|r| decode(*k, r)));
+    for c in cursors.iter_mut() {
+        heads.push(c.next()?);
     }
     let mut fmt = Formatter::default();
     let mut window = Reorder::new(REORDER_WINDOW);
@@ -225,8 +221,7 @@ pub fn read<S: EventSink>(
         if let Some(l) = last[i].as_mut() {
             super::check_rowid_order(row.kind.table(), l, row.rowid)?;
         }
-        let (k, rows) = &mut cursors[i];
-        heads[i] = rows.next()?.map(|r| decode(*k, r));
+        heads[i] = cursors[i].next()?;
         if let Some(row) = window.push(row.common[0].unwrap_or(i64::MIN), row) {
             emit(&row, q, sink, &mut fmt)?;
         }
@@ -235,6 +230,41 @@ pub fn read<S: EventSink>(
         emit(&row, q, sink, &mut fmt)?;
     }
     Ok(())
+}
+
+/// One GPU table in rowid order, merged with its rows' launches (also in rowid order).
+struct Cursor<'s> {
+    kind: Kind,
+    rows: rusqlite::Rows<'s>,
+    launches: Option<crate::nsys::runs::Merge<'s, 2>>,
+    /// The next launch not yet consumed: [rowid, launch start].
+    pending: Option<[i64; 2]>,
+}
+
+impl Cursor<'_> {
+    fn next(&mut self) -> Result<Option<Row>> {
+        let Some(r) = self.rows.next()? else {
+            return Ok(None);
+        };
+        let mut row = decode(self.kind, r);
+        if let Some(launches) = self.launches.as_mut() {
+            loop {
+                if self.pending.is_none() {
+                    self.pending = launches.next_record()?;
+                }
+                match self.pending {
+                    Some([rid, start]) if rid == row.rowid => {
+                        row.launch_start = Some(start);
+                        self.pending = None;
+                        break;
+                    }
+                    Some([rid, _]) if rid < row.rowid => self.pending = None,
+                    _ => break,
+                }
+            }
+        }
+        Ok(Some(row))
+    }
 }
 
 /// Reusable text buffers for args built per row.

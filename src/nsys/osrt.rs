@@ -3,7 +3,7 @@
 //! that table ("OS runtime libraries profiling started/finished") are instants in category
 //! `nsys.marker` on the same track, not calls.
 
-use super::{REORDER_WINDOW, Reorder, Schema, int_at, text_at};
+use super::{REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
 use crate::select::{EventType, Selection};
@@ -19,7 +19,7 @@ struct Row {
     global_tid: Option<i64>,
     name_id: Option<i64>,
     ret: Option<i64>,
-    callchain: Option<String>,
+    callchain: Option<std::rc::Rc<str>>,
 }
 
 pub fn read<S: EventSink>(
@@ -32,7 +32,7 @@ pub fn read<S: EventSink>(
         return Ok(());
     }
     let c = |n: &str| schema.col_of(OSRT, "t", n);
-    let callchain = super::callchain_sql(schema, OSRT, "OSRT_CALLCHAINS");
+    let callchain = super::Callchains::column(schema, OSRT, "OSRT_CALLCHAINS");
     let filter = selection.sql(
         "t",
         true,
@@ -48,6 +48,7 @@ pub fn read<S: EventSink>(
         c("nameId"),
         c("returnValue"),
     );
+    let mut chains = super::Callchains::new(conn, schema, OSRT, "OSRT_CALLCHAINS")?;
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
     let markers = super::tables::marker_ids(conn, schema)?;
@@ -59,7 +60,7 @@ pub fn read<S: EventSink>(
             global_tid: super::tid_at(r, 2),
             name_id: int_at(r, 3),
             ret: int_at(r, 4),
-            callchain: text_at(r, 5).map(|s| s.into_owned()),
+            callchain: chains.get(r, 5)?,
         };
         // Outer calls first at equal starts, so nested calls nest.
         let key = (row.start.unwrap_or(i64::MIN), -row.end.unwrap_or(0));

@@ -146,20 +146,19 @@ impl Export {
                 Ok((p, unconverted))
             });
             let t = Instant::now();
-            let flow_db: Arc<Option<FlowDb>> =
-                Arc::new(flows::prepare(schema, selection).map_err(crate::convert::scratch_error)?);
+            let flow_db: Arc<Option<FlowDb>> = Arc::new(
+                flows::prepare(&open_readonly(&schema.path)?, schema, selection)
+                    .map_err(crate::convert::scratch_error)?,
+            );
             timing("flow links", t);
             let api = {
                 let flow_db = flow_db.clone();
                 s.spawn(move || -> Result<Summary> {
                     let flow_db = flow_db.as_ref().as_ref();
                     let conn = open_readonly(&schema.path)?;
-                    if let Some(f) = flow_db {
-                        f.attach(&conn)?;
-                    }
                     let t = Instant::now();
                     let mut sink = make_sink();
-                    super::api::read(&conn, schema, flow_db.is_some(), selection, info, &mut sink)?;
+                    super::api::read(&conn, schema, flow_db, selection, info, &mut sink)?;
                     timing("cuda api", t);
                     sink.finish()
                 })
@@ -186,16 +185,13 @@ impl Export {
             let projection = projection.as_ref().as_ref();
             let gpu = (|| -> Result<Summary> {
                 let conn = open_readonly(&schema.path)?;
-                if let Some(f) = flow_db {
-                    f.attach(&conn)?;
-                }
                 if let Some(p) = projection {
                     p.attach(&conn)?;
                 }
                 let t = Instant::now();
                 let mut sink = make_sink();
                 let q = super::gpu::GpuQuery {
-                    with_flows: flow_db.is_some(),
+                    flows: flow_db,
                     with_nvtx: projection.is_some(),
                     selection,
                     info,

@@ -956,7 +956,8 @@ fn a_hanging_export_is_bounded_and_interruptible() {
 }
 
 /// A full `$TMPDIR` (a 16 kB tmpfs; needs root, skips otherwise) while the flow links of a big
-/// input are computed: the error names the folder, nothing is left anywhere.
+/// input are computed (sorted runs spill there; small runs make this input spill): the error
+/// names the folder, nothing is left anywhere.
 #[test]
 fn a_full_tmpdir_is_named() {
     let t = tempfile::tempdir().unwrap();
@@ -983,6 +984,7 @@ fn a_full_tmpdir_is_named() {
             .arg("-o")
             .arg(out.join("x.pftrace"))
             .env("TMPDIR", &tmp)
+            .env("NSYS_PERFETTO_RUN_RECORDS", "1024")
             .output()
             .unwrap();
         assert_one_line_error(&o, &format!("the temporary folder {}", tmp.display()));
