@@ -216,7 +216,9 @@ struct Sequence {
 pub struct ProtoWriter {
     desc: Arc<Description>,
     out: ChunkBuffer,
-    seqs: HashMap<u32, Sequence, FastHash>,
+    // Boxed: a sequence is ~450 bytes, and a trace can have one per stream (tens of thousands),
+    // which the map would move on every growth.
+    seqs: HashMap<u32, Box<Sequence>, FastHash>,
     /// The TrackEvent being encoded (its fields, without tag and length).
     event: Vec<u8>,
     /// What the event interns (InternedData fields), empty when it interns nothing.
@@ -334,11 +336,11 @@ impl ProtoWriter {
         frame(&packet, &mut self.out.data);
         self.seqs.insert(
             group,
-            Sequence {
+            Box::new(Sequence {
                 last_ts: first_ts.max(0),
                 default_track: lane0_uuid,
                 ..Default::default()
-            },
+            }),
         );
     }
 
