@@ -263,18 +263,21 @@ pub enum GroupKey {
     ThreadNvtx { global_tid: i64, domain: i64 },
     /// NVTX start/end ranges of one domain in one process.
     ProcessNvtx { global_pid: i64, domain: i64 },
-    /// GPU work of one stream.
+    /// GPU work of one stream of one CUDA context (`context` as the rows name it; stream ids
+    /// repeat across contexts and processes).
     GpuStream {
         device: i64,
         global_pid: i64,
+        context: i64,
         stream: i64,
     },
     /// OS runtime calls of a thread.
     ThreadOsrt { global_tid: i64 },
-    /// CUDA synchronization waits of one stream.
+    /// CUDA synchronization waits of one stream of one CUDA context.
     GpuSync {
         device: i64,
         global_pid: i64,
+        context: i64,
         stream: i64,
     },
     /// Threads running on one CPU.
@@ -287,8 +290,14 @@ pub enum GroupKey {
     ThreadTrack { global_tid: i64, kind: TrackKind },
     /// Events of one process that belong to no thread ("Unified memory", "Diagnostics").
     ProcessTrack { global_pid: i64, kind: TrackKind },
-    /// Events of one GPU outside its streams ("Unified memory", graphics work).
-    GpuTrack { device: i64, kind: TrackKind },
+    /// Events of one GPU outside its streams ("Unified memory", graphics work), of one CUDA
+    /// context where the rows name one (`global_pid` and `context` 0 where they do not).
+    GpuTrack {
+        device: i64,
+        global_pid: i64,
+        context: i64,
+        kind: TrackKind,
+    },
     /// Events of a whole machine or of the profiler (diagnostics without a process, CPU
     /// counters, network metrics). `source` is 0 from readers; layout folds in the source index.
     GlobalTrack { kind: TrackKind, source: i64 },

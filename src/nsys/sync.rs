@@ -122,6 +122,7 @@ fn emit<S: EventSink>(
         GroupKey::GpuSync {
             device,
             global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,
+            context: ctx.unwrap_or(0),
             stream,
         },
         &ev,
