@@ -73,12 +73,15 @@ pub struct Router<'a, W: EventWriter> {
     /// start order) waits in `late` and goes to a further group, on lanes of their own.
     groups: HashMap<GroupKey, Group, crate::model::FastHash>,
     late: Vec<LateRow>,
-    /// (device, stream) of every GPU stream group, to name streams that several processes share.
-    streams: std::collections::HashSet<(i64, i64), crate::model::FastHash>,
+    /// (device, stream) -> (process, context) of the first GPU stream group of that id directly
+    /// under its GPU, to name apart a stream id that another process or context also uses there.
+    streams: HashMap<(i64, i64), (i64, i64), crate::model::FastHash>,
     /// The "CPUs" group track, once a CPU track exists.
     cpu_group: Option<u64>,
     /// GPUs this router has put tracks under (for the track count).
     gpu_tracks: std::collections::HashSet<i64>,
+    /// GPU contexts (device, index) this router has put tracks under (for the track count).
+    context_tracks: std::collections::HashSet<(i64, u32)>,
     /// Counter tracks by owner (few per owner: found by a short scan, no allocation per value).
     counters: HashMap<CounterOwner, Vec<counters::Counter>>,
     /// The sequence of this router's CPU samples, once one came.
@@ -110,6 +113,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             late: Vec::new(),
             streams: Default::default(),
             gpu_tracks: Default::default(),
+            context_tracks: Default::default(),
             cpu_group: None,
             counters: HashMap::new(),
             samples_seq: None,
@@ -242,15 +246,25 @@ impl<'a, W: EventWriter> Router<'a, W> {
             GroupKey::GpuStream {
                 device,
                 global_pid,
+                context,
                 stream,
             } => {
-                // A stream id another process uses on this device too: the pid tells them apart.
-                let name = if !self.streams.insert((device, stream)) {
-                    format!("Stream {stream} (pid {})", pid_of(global_pid))
-                } else {
-                    format!("Stream {stream}")
+                let (parent, in_context) = self.gpu_parent(device, global_pid, context);
+                let name = match self.streams.get(&(device, stream)) {
+                    // Under its context's group: the only stream of this id there.
+                    _ if in_context => format!("Stream {stream}"),
+                    None => {
+                        self.streams.insert((device, stream), (global_pid, context));
+                        format!("Stream {stream}")
+                    }
+                    // A stream id another process (or context) uses directly under this GPU
+                    // too: the pid (or context) tells them apart.
+                    Some(&(p, _)) if p != global_pid => {
+                        format!("Stream {stream} (pid {})", pid_of(global_pid))
+                    }
+                    Some(_) => format!("Stream {stream} (context {context})"),
                 };
-                (Some(self.gpu_track(device)), name, Some(stream))
+                (Some(parent), name, Some(stream))
             }
             // Thread id 0 means nsys did not know the thread: keep those calls on the process
             // rather than inventing a "Thread 0".
@@ -264,14 +278,20 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 "OS runtime".to_string(),
                 None,
             ),
-            GroupKey::GpuSync { device, stream, .. } => {
+            GroupKey::GpuSync {
+                device,
+                global_pid,
+                context,
+                stream,
+            } => {
                 // Context and event synchronization belong to no stream (id 0xFFFFFFFF).
                 let name = if (0..u32::MAX as i64).contains(&stream) {
                     format!("Stream {stream} · sync")
                 } else {
                     "Synchronization (no stream)".to_string()
                 };
-                (Some(self.gpu_track(device)), name, Some(stream))
+                let (parent, _) = self.gpu_parent(device, global_pid, context);
+                (Some(parent), name, Some(stream))
             }
             GroupKey::Cpu { cpu } => {
                 let cpu = crate::model::without_source(cpu);
@@ -279,7 +299,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             }
             // Above the streams: NVTX explains what the kernels below belong to.
             GroupKey::GpuNvtx { device, global_tid } => (
-                Some(self.gpu_track(device)),
+                Some(self.process_gpu_parent(device, global_tid)),
                 format!("NVTX · {}", info.thread_name(global_tid)),
                 Some(-1),
             ),
@@ -294,15 +314,20 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 None,
             ),
             // Below the streams.
-            GroupKey::GpuTrack { device, kind } => (
-                Some(self.gpu_track(device)),
+            GroupKey::GpuTrack {
+                device,
+                global_pid,
+                context,
+                kind,
+            } => (
+                Some(self.gpu_parent(device, global_pid, context).0),
                 kind.label().to_string(),
                 Some(i64::from(i32::MAX)),
             ),
             GroupKey::GlobalTrack { kind, .. } => (None, info.per_source(kind.label()), None),
             // Below the streams.
             GroupKey::GpuMemory { device, global_pid } => (
-                Some(self.gpu_track(device)),
+                Some(self.process_gpu_parent(device, global_pid)),
                 format!(
                     "Memory · {} (pid {})",
                     info.bare_process_name(global_pid),
@@ -412,6 +437,38 @@ impl<'a, W: EventWriter> Router<'a, W> {
         uuid
     }
 
+    /// Where a GPU-side track of one CUDA context goes: under its context's group when the
+    /// device has several contexts ("GPU 0" > "Context 2" > "Stream 7"), else directly under
+    /// the GPU as ever. The second value tells which.
+    fn gpu_parent(&mut self, device: i64, global_pid: i64, context: i64) -> (u64, bool) {
+        match self.info.context_index(device, global_pid, context) {
+            Some(index) => (self.context_track(device, index), true),
+            None => (self.gpu_track(device), false),
+        }
+    }
+
+    /// Where a GPU-side track of a process (not of one of its contexts) goes: under the
+    /// process's context when the device has several and the process one of them, else under
+    /// the GPU.
+    fn process_gpu_parent(&mut self, device: i64, global_id: i64) -> u64 {
+        match self.info.process_context_index(device, global_id) {
+            Some(index) => self.context_track(device, index),
+            None => self.gpu_track(device),
+        }
+    }
+
+    /// The group of one context of a GPU with several ("Context 2"), its streams ordered by
+    /// stream id; described by the file writer (after its GPU) so every reader shares it.
+    fn context_track(&mut self, device: i64, index: u32) -> u64 {
+        self.gpu_track(device);
+        let wk = WellKnown::GpuContext { device, index };
+        self.writer.require(wk);
+        if self.context_tracks.insert((device, index)) {
+            self.summary.tracks += 1;
+        }
+        wk.uuid()
+    }
+
     /// The per-device group track ("GPU 0 · NVIDIA H100"), its streams ordered by stream id;
     /// described by the file writer so every reader shares it.
     fn gpu_track(&mut self, device: i64) -> u64 {
@@ -512,10 +569,12 @@ impl GroupKey {
             GroupKey::GpuStream {
                 device,
                 global_pid,
+                context,
                 stream,
             } => GroupKey::GpuStream {
                 device: s(device),
                 global_pid: s(global_pid),
+                context,
                 stream,
             },
             GroupKey::ThreadOsrt { global_tid } => GroupKey::ThreadOsrt {
@@ -524,10 +583,12 @@ impl GroupKey {
             GroupKey::GpuSync {
                 device,
                 global_pid,
+                context,
                 stream,
             } => GroupKey::GpuSync {
                 device: s(device),
                 global_pid: s(global_pid),
+                context,
                 stream,
             },
             // CPUs of several hosts stay apart too.
@@ -548,8 +609,15 @@ impl GroupKey {
                 global_pid: s(global_pid),
                 kind,
             },
-            GroupKey::GpuTrack { device, kind } => GroupKey::GpuTrack {
+            GroupKey::GpuTrack {
+                device,
+                global_pid,
+                context,
+                kind,
+            } => GroupKey::GpuTrack {
                 device: s(device),
+                global_pid: s(global_pid),
+                context,
                 kind,
             },
             GroupKey::GlobalTrack { kind, source } => GroupKey::GlobalTrack {

@@ -263,18 +263,21 @@ pub enum GroupKey {
     ThreadNvtx { global_tid: i64, domain: i64 },
     /// NVTX start/end ranges of one domain in one process.
     ProcessNvtx { global_pid: i64, domain: i64 },
-    /// GPU work of one stream.
+    /// GPU work of one stream of one CUDA context (`context` as the rows name it; stream ids
+    /// repeat across contexts and processes).
     GpuStream {
         device: i64,
         global_pid: i64,
+        context: i64,
         stream: i64,
     },
     /// OS runtime calls of a thread.
     ThreadOsrt { global_tid: i64 },
-    /// CUDA synchronization waits of one stream.
+    /// CUDA synchronization waits of one stream of one CUDA context.
     GpuSync {
         device: i64,
         global_pid: i64,
+        context: i64,
         stream: i64,
     },
     /// Threads running on one CPU.
@@ -287,8 +290,14 @@ pub enum GroupKey {
     ThreadTrack { global_tid: i64, kind: TrackKind },
     /// Events of one process that belong to no thread ("Unified memory", "Diagnostics").
     ProcessTrack { global_pid: i64, kind: TrackKind },
-    /// Events of one GPU outside its streams ("Unified memory", graphics work).
-    GpuTrack { device: i64, kind: TrackKind },
+    /// Events of one GPU outside its streams ("Unified memory", graphics work), of one CUDA
+    /// context where the rows name one (`global_pid` and `context` 0 where they do not).
+    GpuTrack {
+        device: i64,
+        global_pid: i64,
+        context: i64,
+        kind: TrackKind,
+    },
     /// Events of a whole machine or of the profiler (diagnostics without a process, CPU
     /// counters, network metrics). `source` is 0 from readers; layout folds in the source index.
     GlobalTrack { kind: TrackKind, source: i64 },
@@ -439,6 +448,11 @@ pub struct Description {
     pub process_names: HashMap<i64, String>,
     /// CUDA device -> GPU model name.
     pub gpu_names: BTreeMap<i64, String>,
+    /// CUDA device -> the CUDA contexts with GPU-side rows on it, as (globalPid, contextId),
+    /// sorted. A device with several gets a level per context between the GPU and its streams
+    /// (see [`Description::context_index`]). Context id 0 names no context (nsys writes it on
+    /// unified-memory migrations) and is never listed.
+    pub gpu_contexts: BTreeMap<i64, Vec<(i64, i64)>>,
     /// (globalPid, domainId) -> NVTX domain name.
     pub nvtx_domains: HashMap<(i64, i64), String>,
     /// Key/value facts about the source (export version, schema...), written where a format can.
@@ -519,6 +533,58 @@ impl Description {
         match self.source_tag() {
             Some(tag) => format!("{tag} · {own}"),
             None => own,
+        }
+    }
+
+    /// The contexts of a device that has several (`None`: one or none, the flat layout).
+    fn multi_contexts(&self, device: i64) -> Option<&[(i64, i64)]> {
+        let list = self.gpu_contexts.get(&without_source(device))?;
+        (list.len() > 1).then_some(list.as_slice())
+    }
+
+    /// Where a device has GPU work of several CUDA contexts (of one process or several), the
+    /// index of this one among them: its tracks go in a group of their own under the GPU. `None`
+    /// where the device has one context (streams directly under the GPU, as ever) or the rows
+    /// name no listed context. Ids may carry a source index (a merge).
+    pub fn context_index(&self, device: i64, global_pid: i64, context: i64) -> Option<u32> {
+        let list = self.multi_contexts(device)?;
+        let gp = global_pid_of(without_source(global_pid));
+        list.binary_search(&(gp, context)).ok().map(|i| i as u32)
+    }
+
+    /// On a device with several contexts, the one context a process has there: where that
+    /// process's GPU tracks that belong to no context in particular go (NVTX projected from
+    /// its threads, its memory). `None` when the process has several there, or none.
+    pub fn process_context_index(&self, device: i64, global_pid: i64) -> Option<u32> {
+        let list = self.multi_contexts(device)?;
+        let gp = global_pid_of(without_source(global_pid));
+        let mut mine = list.iter().enumerate().filter(|(_, (p, _))| *p == gp);
+        match (mine.next(), mine.next()) {
+            (Some((i, _)), None) => Some(i as u32),
+            _ => None,
+        }
+    }
+
+    /// The context at `index` of a device with several ([`Description::context_index`]):
+    /// "Context 2" as nsys names it, or "Context 2 · python (pid 4242)" where the device has
+    /// contexts of several processes.
+    pub fn gpu_context_label(&self, device: i64, index: u32) -> String {
+        let Some(&(gp, ctx)) = self
+            .gpu_contexts
+            .get(&without_source(device))
+            .and_then(|l| l.get(index as usize))
+        else {
+            return format!("Context (#{index})");
+        };
+        let list = &self.gpu_contexts[&without_source(device)];
+        if list.iter().all(|(p, _)| *p == gp) {
+            format!("Context {ctx}")
+        } else {
+            format!(
+                "Context {ctx} · {} (pid {})",
+                self.bare_process_name(gp),
+                pid_of(gp)
+            )
         }
     }
 
@@ -681,3 +747,49 @@ impl std::hash::Hasher for FxHasher {
 
 /// `HashMap<K, V, FastHash>`: see [`FxHasher`].
 pub type FastHash = std::hash::BuildHasherDefault<FxHasher>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P1: i64 = 0x1_0000_6F00_0000; // machine 1, pid 111
+    const P2: i64 = 0x1_0000_7000_0000; // pid 112
+
+    fn desc(contexts: &[(i64, &[(i64, i64)])]) -> Description {
+        let mut d = Description::default();
+        d.process_names.insert(P1, "python3".into());
+        for (device, list) in contexts {
+            d.gpu_contexts.insert(*device, list.to_vec());
+        }
+        d
+    }
+
+    #[test]
+    fn context_level_only_where_a_device_has_several() {
+        let d = desc(&[(0, &[(P1, 1), (P2, 2)]), (1, &[(P1, 3)])]);
+        assert_eq!(d.context_index(0, P1, 1), Some(0));
+        assert_eq!(d.context_index(0, P2 | 0x42, 2), Some(1));
+        // Ids of a merged source carry its index: the description knows them without it.
+        assert_eq!(
+            d.context_index(with_source(0, 5), with_source(P2, 5), 2),
+            Some(1)
+        );
+        assert_eq!(d.context_index(0, P1, 0), None, "context 0 is none");
+        assert_eq!(d.context_index(1, P1, 3), None, "one context: flat");
+        assert_eq!(d.context_index(2, P1, 1), None, "a device without contexts");
+        assert_eq!(d.process_context_index(0, P2 | 7), Some(1));
+        assert_eq!(d.process_context_index(1, P1), None);
+        assert_eq!(d.gpu_context_label(0, 0), "Context 1 · python3 (pid 111)");
+        assert_eq!(
+            d.gpu_context_label(0, 1),
+            "Context 2 · Process 112 (pid 112)"
+        );
+        let one = desc(&[(0, &[(P1, 1), (P1, 2)])]);
+        assert_eq!(one.gpu_context_label(0, 1), "Context 2");
+        assert_eq!(
+            one.process_context_index(0, P1),
+            None,
+            "two contexts: neither"
+        );
+    }
+}

@@ -306,6 +306,7 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
     let key = GroupKey::GpuStream {
         device,
         global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,
+        context: ctx.unwrap_or(0),
         stream,
     };
     let linked = crate::nsys::flows::links(start, row.launch_start);

@@ -2,6 +2,7 @@
 //! NVTX domains and categories, enum labels. Their size follows the number of distinct names
 //! in a profile, not its length; the event tables themselves are streamed by the readers.
 
+use super::contexts::Contexts;
 use super::enums::Enums;
 use super::{NVTX, Schema, int_at, text_at};
 use crate::model::{Description, StringTable, global_pid_of};
@@ -21,6 +22,8 @@ pub struct ProfileInfo {
     pub enums: Enums,
     /// The job rank the profiled program ran as, from the launcher's environment variables.
     pub rank: Option<i64>,
+    /// The device of each CUDA context (its list per device is in the description).
+    pub contexts: Contexts,
 }
 
 /// The rank an MPI or distributed launcher gave the profiled process, from the environment
@@ -141,6 +144,8 @@ impl ProfileInfo {
             &mut desc,
             &mut info.nvtx_categories,
         )?;
+        info.contexts = Contexts::load(conn, schema)?;
+        desc.gpu_contexts = std::mem::take(&mut info.contexts.by_device);
         desc.strings = strings;
         info.desc = Arc::new(desc);
         Ok(info)

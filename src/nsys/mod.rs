@@ -4,6 +4,7 @@
 //! 2026.2 (schemas 2.9 to 3.25) differ in both. Readers stream rows and never hold a whole table.
 
 pub mod api;
+pub mod contexts;
 pub mod enums;
 pub mod flows;
 pub mod gpu;

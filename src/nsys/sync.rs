@@ -4,7 +4,7 @@
 use super::info::ProfileInfo;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
-use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, pid_of};
+use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -43,7 +43,6 @@ pub fn read<S: EventSink>(
         schema.has_column(SYNC, "globalPid").then_some("globalPid"),
         None,
     );
-    let devices = context_devices(conn, schema)?;
     let rowid = schema.rowid_of(SYNC, "t");
     let sql = format!(
         "SELECT {} FROM {SYNC} t WHERE {filter} ORDER BY {rowid}",
@@ -60,74 +59,17 @@ pub fn read<S: EventSink>(
             _ => int_at(r, i),
         });
         if let Some(row) = window.push(row[0].unwrap_or(i64::MIN), row) {
-            emit(&row, &devices, selection, sink, &mut labels, info)?;
+            emit(&row, selection, sink, &mut labels, info)?;
         }
     }
     while let Some(row) = window.pop() {
-        emit(&row, &devices, selection, sink, &mut labels, info)?;
+        emit(&row, selection, sink, &mut labels, info)?;
     }
     Ok(())
 }
 
-/// (pid, context) -> CUDA device: from `TARGET_INFO_CUDA_CONTEXT_INFO` where the export has it,
-/// else from the first kernel, memcpy or memset of each context that synchronized.
-fn context_devices(conn: &Connection, schema: &Schema) -> Result<HashMap<(i64, i64), i64>> {
-    let mut map = HashMap::new();
-    let info = "TARGET_INFO_CUDA_CONTEXT_INFO";
-    if schema.has_columns(info, &["processId", "contextId", "deviceId"]) {
-        let mut stmt = conn.prepare(&format!(
-            "SELECT processId, contextId, deviceId FROM {info}"
-        ))?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            if let (Some(p), Some(c), Some(d)) = (int_at(r, 0), int_at(r, 1), int_at(r, 2)) {
-                map.insert((p, c), d);
-            }
-        }
-    }
-    if !schema.has_columns(SYNC, &["globalPid", "contextId"]) {
-        return Ok(map);
-    }
-    let mut contexts = Vec::new();
-    {
-        let mut stmt = conn.prepare(&format!(
-            "SELECT DISTINCT globalPid, contextId FROM {SYNC} WHERE contextId IS NOT NULL"
-        ))?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            if let (Some(g), Some(c)) = (int_at(r, 0), int_at(r, 1))
-                && !map.contains_key(&(pid_of(g), c))
-            {
-                contexts.push((g, c));
-            }
-        }
-    }
-    for (gpid, ctx) in contexts {
-        for t in [super::KERNEL, super::MEMCPY, super::MEMSET] {
-            if !schema.has_columns(t, &["globalPid", "contextId", "deviceId"]) {
-                continue;
-            }
-            let device: Option<i64> = conn
-                .query_row(
-                    &format!(
-                        "SELECT deviceId FROM {t} WHERE globalPid = ?1 AND contextId = ?2 LIMIT 1"
-                    ),
-                    [gpid, ctx],
-                    |r| r.get(0),
-                )
-                .ok();
-            if let Some(d) = device {
-                map.insert((pid_of(gpid), ctx), d);
-                break;
-            }
-        }
-    }
-    Ok(map)
-}
-
 fn emit<S: EventSink>(
     row: &[Option<i64>; 9],
-    devices: &HashMap<(i64, i64), i64>,
     selection: &Selection,
     sink: &mut S,
     labels: &mut HashMap<i64, String>,
@@ -147,10 +89,8 @@ fn emit<S: EventSink>(
     let Some((start, end)) = sink.interval(SYNC, start, end) else {
         return Ok(());
     };
-    let device = match (gpid, ctx) {
-        (Some(g), Some(c)) => devices.get(&(pid_of(g), c)).copied().or(device),
-        _ => device,
-    };
+    // The context's device (`crate::nsys::contexts`), else the row's own.
+    let device = info.contexts.device(gpid, ctx, device);
     let (Some(device), Some(stream)) = (device, stream) else {
         sink.skip(SYNC, "no device or stream id");
         return Ok(());
@@ -182,6 +122,7 @@ fn emit<S: EventSink>(
         GroupKey::GpuSync {
             device,
             global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,
+            context: ctx.unwrap_or(0),
             stream,
         },
         &ev,

@@ -982,6 +982,9 @@ struct Plan {
     spec: &'static Spec,
     /// Index (among the other columns) of the thread, process or GPU id.
     place_col: Option<usize>,
+    /// For rows on a GPU: the indexes of `globalPid` and `contextId`, where the table has
+    /// both (the row's CUDA context, which layout shows where a device has several).
+    context_cols: Option<(usize, usize)>,
     name_col: Option<usize>,
     roles: Vec<Role>,
     enums: Vec<HashMap<i64, String>>,
@@ -1022,6 +1025,10 @@ fn plan(
         Place::Gpu(_, col) => idx(col),
         Place::Global(_) => None,
     };
+    let context_cols = match spec.place {
+        Place::Gpu(..) => idx("globalPid").zip(idx("contextId")),
+        _ => None,
+    };
     let name_col = match spec.name {
         NameFrom::StringId(c) | NameFrom::Text(c) | NameFrom::Enum(c) => idx(c),
         NameFrom::Fixed => None,
@@ -1055,6 +1062,7 @@ fn plan(
         Plan {
             spec,
             place_col,
+            context_cols,
             name_col,
             roles,
             enums,
@@ -1224,7 +1232,18 @@ fn emit<S: EventSink>(plan: &Plan, row: &Row, markers: &HashSet<i64>, sink: &mut
             _ => GroupKey::GlobalTrack { kind, source: 0 },
         },
         Place::Gpu(kind, _) => match place_id {
-            Some(device) => GroupKey::GpuTrack { device, kind },
+            Some(device) => {
+                let (global_pid, context) = plan
+                    .context_cols
+                    .and_then(|(p, c)| Some((int(&row.vals[p]), int(&row.vals[c])?)))
+                    .map_or((0, 0), |(p, c)| (global_pid_of(p.unwrap_or(0)), c));
+                GroupKey::GpuTrack {
+                    device,
+                    global_pid,
+                    context,
+                    kind,
+                }
+            }
             None => {
                 sink.skip(table, "no GPU id");
                 return Ok(());

@@ -127,6 +127,9 @@ impl Format for Json {
                     (source_of(device) as i64) << 8 | (without_source(device) & 0xFF),
                 );
             }
+            // No record of its own: JSON has no level between a process and its threads, so
+            // the context names the streams under it (see `describe`).
+            WellKnown::GpuContext { .. } => {}
             WellKnown::Process(gp) => {
                 metadata_name(&mut out, "process_name", pid, None, &info.process_name(gp));
                 metadata_sort(
@@ -252,7 +255,9 @@ impl JsonWriter {
                     Some(WellKnown::Process(gp)) => {
                         (trace_pid_of(gp) as u32, trace_pid_of(gp) as u32)
                     }
-                    Some(WellKnown::Gpu(d)) => (gpu_pid(d), gpu_pid(d)),
+                    Some(WellKnown::Gpu(d) | WellKnown::GpuContext { device: d, .. }) => {
+                        (gpu_pid(d), gpu_pid(d))
+                    }
                     // Never described (not expected): a named lane of its own all the same.
                     None => {
                         let (pid, tid) = (pseudo_pid(lane), pseudo_tid(lane));
@@ -408,6 +413,7 @@ impl EventWriter for JsonWriter {
             *n += 1;
             (*n).min(THREAD_SORT_STRIDE - 1)
         };
+        let mut name = track.name.clone();
         let (pid, thread, sort_index) = match WellKnown::from_uuid(parent) {
             Some(WellKnown::Thread(gt)) => (
                 trace_pid_of(gt) as u32,
@@ -417,6 +423,19 @@ impl EventWriter for JsonWriter {
             Some(WellKnown::Process(gp)) => (trace_pid_of(gp) as u32, None, nth),
             // A stream (or its lane) of a GPU, ordered by its rank (the stream id).
             Some(WellKnown::Gpu(d)) => (gpu_pid(d), None, track.rank.unwrap_or(0)),
+            // A stream (or its lane) of one context of a GPU that has several: a thread of the
+            // GPU named after its context ("Context 2 · Stream 7"), as JSON has no level
+            // between a process and its threads; ordered by context, then by rank, after the
+            // GPU's own tracks of low rank.
+            Some(WellKnown::GpuContext { device, index }) => {
+                name = format!(
+                    "{} · {}",
+                    self.info.gpu_context_label(device, index),
+                    track.name
+                );
+                let rank = track.rank.unwrap_or(0).clamp(-1, (1 << 24) - 2);
+                (gpu_pid(device), None, ((i64::from(index) + 1) << 24) + rank)
+            }
             None => match self.tracks.get(&parent) {
                 // A stream (or its lane) of a GPU, ordered by its rank (the stream id).
                 Some(p) if p.tid.is_none() => (p.pid, None, track.rank.unwrap_or(0)),
@@ -430,7 +449,7 @@ impl EventWriter for JsonWriter {
             Track {
                 pid,
                 tid: Some(pseudo_tid(uuid)),
-                name: track.name.clone(),
+                name,
                 suffix: String::new(),
                 parent: Some(parent),
                 thread,

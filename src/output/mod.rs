@@ -24,7 +24,19 @@ pub enum WellKnown {
     /// A GPU (CUDA device number): the group holding its streams. Shared by every reader that
     /// puts tracks under it (GPU work, synchronization, NVTX projected onto it).
     Gpu(i64),
+    /// One CUDA context of a GPU that has several: the group between the GPU and the context's
+    /// streams. `index` is its place among the device's contexts in the source's
+    /// [`Description::gpu_contexts`], which names it.
+    GpuContext {
+        device: i64,
+        index: u32,
+    },
 }
+
+/// Bit 55 of a GPU uuid's id marks a context group; a device id (with its source bits) never
+/// sets it (device ids are below 2^32).
+const GPU_CONTEXT_BIT: u64 = 1 << 55;
+const SOURCE_BITS: u64 = 0x3F << crate::model::SOURCE_SHIFT;
 
 impl WellKnown {
     /// Stable uuids: the kind in the top two bits, apart from the small counter-allocated ones
@@ -35,6 +47,14 @@ impl WellKnown {
             WellKnown::Process(gp) => (1 << 62) | ((global_pid_of(gp) as u64 & ID) >> 24),
             WellKnown::Thread(gt) => (2 << 62) | (gt as u64 & ID),
             WellKnown::Gpu(d) => (3 << 62) | (d as u64 & ID),
+            WellKnown::GpuContext { device, index } => {
+                let d = device as u64;
+                (3 << 62)
+                    | (d & SOURCE_BITS)
+                    | GPU_CONTEXT_BIT
+                    | (u64::from(index) & 0x7F_FFFF) << 32
+                    | (d & 0xFFFF_FFFF)
+            }
         }
     }
 
@@ -46,6 +66,10 @@ impl WellKnown {
         match uuid >> 62 {
             1 => Some(WellKnown::Process((id << 24) as i64)),
             2 => Some(WellKnown::Thread(id as i64)),
+            3 if id & GPU_CONTEXT_BIT != 0 => Some(WellKnown::GpuContext {
+                device: ((id & SOURCE_BITS) | (id & 0xFFFF_FFFF)) as i64,
+                index: ((id >> 32) & 0x7F_FFFF) as u32,
+            }),
             3 => Some(WellKnown::Gpu(id as i64)),
             _ => None,
         }
@@ -55,20 +79,23 @@ impl WellKnown {
     pub fn pid(self) -> i64 {
         match self {
             WellKnown::Process(g) | WellKnown::Thread(g) => trace_pid_of(g),
-            WellKnown::Gpu(_) => 0,
+            WellKnown::Gpu(_) | WellKnown::GpuContext { .. } => 0,
         }
     }
 
     /// Which source's [`Description`] names it.
     pub fn source(self) -> usize {
         match self {
-            WellKnown::Process(g) | WellKnown::Thread(g) | WellKnown::Gpu(g) => source_of(g),
+            WellKnown::Process(g)
+            | WellKnown::Thread(g)
+            | WellKnown::Gpu(g)
+            | WellKnown::GpuContext { device: g, .. } => source_of(g),
         }
     }
 
     pub fn tid(self) -> Option<i64> {
         match self {
-            WellKnown::Process(_) | WellKnown::Gpu(_) => None,
+            WellKnown::Process(_) | WellKnown::Gpu(_) | WellKnown::GpuContext { .. } => None,
             WellKnown::Thread(g) => Some(tid_of(g)),
         }
     }
@@ -138,10 +165,12 @@ impl Default for ChunkBuffer {
 const CHUNK_CAPACITY: usize = 1 << 20;
 
 impl ChunkBuffer {
-    /// A thread needs its process described too.
+    /// A thread needs its process described too, a GPU context its GPU.
     pub fn require(&mut self, track: WellKnown) {
-        if let WellKnown::Thread(gt) = track {
-            self.requires.push(WellKnown::Process(global_pid_of(gt)));
+        match track {
+            WellKnown::Thread(gt) => self.requires.push(WellKnown::Process(global_pid_of(gt))),
+            WellKnown::GpuContext { device, .. } => self.requires.push(WellKnown::Gpu(device)),
+            _ => {}
         }
         self.requires.push(track);
     }
@@ -224,5 +253,35 @@ pub trait Format: Sync {
     /// The separator every record starts with, dropped from the first record of the file.
     fn record_separator(&self) -> Option<&'static [u8]> {
         None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::WellKnown;
+    use crate::model::with_source;
+
+    #[test]
+    fn well_known_uuids_round_trip_and_never_collide() {
+        let mut seen = std::collections::HashSet::new();
+        for source in [0, 1, 63] {
+            for device in [0, 1, 7, 255, 256, u32::MAX as i64] {
+                let d = with_source(device, source);
+                let mut all = vec![WellKnown::Gpu(d)];
+                for index in [0, 1, 2, 1000, 0x7F_FFFF] {
+                    all.push(WellKnown::GpuContext { device: d, index });
+                }
+                for wk in all {
+                    assert_eq!(WellKnown::from_uuid(wk.uuid()), Some(wk), "{wk:?}");
+                    assert_eq!(wk.source(), source);
+                    assert!(seen.insert(wk.uuid()), "{wk:?} collides");
+                }
+            }
+        }
+        let gp = with_source(0x1_0000_6F00_0000, 3);
+        for wk in [WellKnown::Process(gp), WellKnown::Thread(gp | 0x70)] {
+            assert_eq!(WellKnown::from_uuid(wk.uuid()), Some(wk));
+            assert!(seen.insert(wk.uuid()));
+        }
     }
 }

@@ -153,6 +153,18 @@ impl Format for Protobuf {
                 ),
                 ..Default::default()
             },
+            // Between the GPU and the context's streams, ordered among the GPU's contexts; its
+            // own children (streams by stream id) in explicit order too.
+            WellKnown::GpuContext { device, index } => TrackDescriptor {
+                uuid: Some(track.uuid()),
+                parent_uuid: Some(WellKnown::Gpu(device).uuid()),
+                static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(
+                    info.gpu_context_label(device, index),
+                )),
+                child_ordering: Some(track_descriptor::ChildTracksOrdering::Explicit as i32),
+                sibling_order_rank: Some(index.min(i32::MAX as u32) as i32),
+                ..Default::default()
+            },
             WellKnown::Thread(gt) => TrackDescriptor {
                 uuid: Some(track.uuid()),
                 thread: Some(ThreadDescriptor {

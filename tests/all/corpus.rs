@@ -442,10 +442,17 @@ fn check_gpu(p: &mut Problems, src: &Src, trace: &Trace) {
             if let (Some(d), Some(st)) = (device, stream) {
                 *got_stream.entry((d, st)).or_default() += 1;
             }
-            // Placement: a "Stream N" track (or its lane) under the device's GPU track.
+            // Placement: a "Stream N" track (or its lane) under the device's GPU track, or
+            // under its CUDA context's group there where the device has several contexts
+            // (`tests/all/contexts.rs` checks which).
             let track = trace.track(s.track);
             let tname = track.name.clone().unwrap_or_default();
-            let gpu = track.parent.map(|u| trace.track(u));
+            let mut gpu = track.parent.map(|u| trace.track(u));
+            if let Some(g) = gpu
+                && g.name.as_deref().is_some_and(|n| n.starts_with("Context "))
+            {
+                gpu = g.parent.map(|u| trace.track(u));
+            }
             let want_stream = format!("Stream {}", stream.unwrap_or(-1));
             let want_gpu = match device.and_then(|d| gpu_names.get(&d)) {
                 Some(n) => format!("GPU {} · {n}", device.unwrap()),

@@ -23,7 +23,7 @@ pub(super) struct JsonCounter {
 impl JsonWriter {
     pub(super) fn write_counter_track(&mut self, track: &CounterTrack) {
         let pid = match WellKnown::from_uuid(track.parent) {
-            Some(WellKnown::Gpu(d)) => gpu_pid(d),
+            Some(WellKnown::Gpu(d) | WellKnown::GpuContext { device: d, .. }) => gpu_pid(d),
             Some(WellKnown::Process(gp) | WellKnown::Thread(gp)) => trace_pid_of(gp) as u32,
             None => super::pseudo_pid(track.parent),
         };
