@@ -169,8 +169,10 @@ impl Projection {
                  AND start IS NOT NULL;\n"
             );
         }
+        let t0 = std::time::Instant::now();
         conn.execute_batch(&sql)
             .map_err(|e| anyhow::anyhow!("cannot project NVTX onto the GPU: {e}"))?;
+        crate::nsys::source::timing("projection: api_first", t0);
         let counts = project(&conn, schema, &gpu)
             .map_err(|e| anyhow::anyhow!("cannot project NVTX onto the GPU: {e}"))?;
         conn.execute_batch("DROP TABLE api_first; COMMIT; DETACH DATABASE src;")?;
@@ -271,8 +273,10 @@ fn project(
              CREATE TABLE kernel_nvtx_memset(rid INTEGER PRIMARY KEY, ranges TEXT NOT NULL);",
             cols.domain, cols.text, cols.text_id
         ))?;
+        let t0 = std::time::Instant::now();
         let abort = match sweep(conn, &cols, gpu, nvtx_sorted, launches_sorted) {
             Ok(counts) => {
+                crate::nsys::source::timing("projection: sweep", t0);
                 conn.execute_batch(&format!(
                     "INSERT INTO {KERNEL_NVTX} SELECT {SRC_MEMCPY}, rid, ranges FROM kernel_nvtx_memcpy ORDER BY rid;
                      INSERT INTO {KERNEL_NVTX} SELECT {SRC_MEMSET}, rid, ranges FROM kernel_nvtx_memset ORDER BY rid;
@@ -280,6 +284,7 @@ fn project(
                      CREATE INDEX nvtx_gpu_start ON {NVTX_GPU}(gpu_start);
                      CREATE INDEX nvtx_gpu_rid ON {NVTX_GPU}(nvtx_rid);"
                 ))?;
+                crate::nsys::source::timing("projection: indexes", t0);
                 return Ok(counts);
             }
             Err(Stop::Sql(e)) => return Err(e),
