@@ -122,19 +122,26 @@ if [[ $skip != *" tp "* ]]; then
   echo "## Opening the 20x trace in trace_processor $("$tp" --version 2>/dev/null | grep -o 'v[0-9.]*' | head -1): .pftrace vs .json of the same content"
   in=$work/bench20.sqlite
   grow "$src" 20 "$in"
-  "$bin" -q "$in" -o "$work/tp.pftrace"
-  "$bin" -q "$in" -o "$work/tp.json"
   echo "SELECT count(*) FROM slice;" >"$work/q.sql"
-  reset tp_proto tp_json
-  for _ in $(seq "$runs"); do
-    measure tp_proto "$tp" -q "$work/q.sql" "$work/tp.pftrace"
-    measure tp_json "$tp" -q "$work/q.sql" "$work/tp.json"
+  # The default content, and the same without CPU samples (JSON carries each sample's whole
+  # stack as text, which makes its file twice as large).
+  no_samples=kernel,memcpy,memset,cuda-api,nvtx,osrt,sync,sched,gpu-metrics,gpu-memory,um,cuda-graph,cudnn,cublas,openacc,openmp,mpi,ucx,cpu-counters,network,video,graphics,diagnostics,overhead
+  printf '%-12s %-8s %9s %9s %9s\n' content format file_MB cpu_s peak_MB
+  for content in default no-samples; do
+    sel=()
+    [ $content = no-samples ] && sel=(--types "$no_samples")
+    "$bin" -q "$in" -o "$work/tp.pftrace" "${sel[@]}"
+    "$bin" -q "$in" -o "$work/tp.json" "${sel[@]}"
+    reset tp_proto tp_json
+    for _ in $(seq "$runs"); do
+      measure tp_proto "$tp" -q "$work/q.sql" "$work/tp.pftrace"
+      measure tp_json "$tp" -q "$work/q.sql" "$work/tp.json"
+    done
+    for f in proto json; do
+      file=$work/tp.pftrace
+      [ $f = json ] && file=$work/tp.json
+      printf '%-12s %-8s %9s %9s %9s\n' $content $f "$(($(stat -c %s "$file") / 1000000))" "$(med tp_$f 1)" "$(med tp_$f 2)"
+    done
+    echo "$content proto/json: cpu $(ratio "$(med tp_proto 1)" "$(med tp_json 1)"), memory $(ratio "$(med tp_proto 2)" "$(med tp_json 2)")"
   done
-  printf '%-8s %9s %9s %9s\n' format file_MB cpu_s peak_MB
-  for f in proto json; do
-    file=$work/tp.pftrace
-    [ $f = json ] && file=$work/tp.json
-    printf '%-8s %9s %9s %9s\n' $f "$(($(stat -c %s "$file") / 1000000))" "$(med tp_$f 1)" "$(med tp_$f 2)"
-  done
-  echo "proto/json: cpu $(ratio "$(med tp_proto 1)" "$(med tp_json 1)"), memory $(ratio "$(med tp_proto 2)" "$(med tp_json 2)")"
 fi
