@@ -1750,6 +1750,64 @@ pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
     }
 }
 
+/// Rows of a query on a trace, as Perfetto's trace_processor (`../shared/tools/perfetto/bin/
+/// trace_processor_shell`, or `$TRACE_PROCESSOR_SHELL`) answers it: each row's values as text
+/// ("[NULL]" for NULL), header left out. `None` (a recorded skip) when the shell is absent.
+pub fn tp_query(trace: &Path, sql: &str) -> Option<Vec<Vec<String>>> {
+    let shell = std::env::var_os("TRACE_PROCESSOR_SHELL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            manifest_dir().join("../shared/tools/perfetto/bin/trace_processor_shell")
+        });
+    if !shell.is_file() {
+        skip("tpcheck", &format!("{} not found", shell.display()));
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let query = dir.path().join("q.sql");
+    std::fs::write(&query, sql).unwrap();
+    let out = std::process::Command::new(&shell)
+        .arg("-q")
+        .arg(&query)
+        .arg(trace)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", shell.display()));
+    assert!(
+        out.status.success(),
+        "{} -q failed on {}: {}",
+        shell.display(),
+        trace.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rows: Vec<Vec<String>> = text.lines().map(csv_fields).collect();
+    if !rows.is_empty() {
+        rows.remove(0);
+    }
+    Some(rows)
+}
+
+/// The fields of one line of trace_processor_shell's CSV output (strings in double quotes).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    fields.push(cur);
+    fields
+}
+
 // ---------------------------------------------------------------------------------------------
 // Skips
 
