@@ -19,19 +19,17 @@ use crate::model::{
     ArgList, Category, CpuSlice, Event, EventSink, FastHash, Flows, GroupKey, Name, pid_of, tid_of,
     trace_tid_of, with_source,
 };
-use crate::output::{EventWriter, WellKnown};
+use crate::output::{EventWriter, MAX_CPUS, WellKnown};
 use anyhow::Result;
 use std::collections::HashMap;
-
-/// CPU numbers trace_processor accepts in an ftrace bundle (it stops the import on any other).
-pub const MAX_CPUS: i64 = 1024;
 
 #[derive(Default)]
 pub(super) struct Sched {
     /// The sequence scheduling packets go on, once one came.
     seq: Option<u32>,
-    /// Trace CPU number -> the end of the last slice written natively there.
-    cpus: HashMap<i64, i64, FastHash>,
+    /// By trace CPU number: the end of the last slice written natively there (`None` before
+    /// the first).
+    cpus: Vec<Option<i64>>,
     /// Threads met on CPUs (placed global tid) -> whether they go natively (their descriptor
     /// was then required).
     threads: HashMap<i64, bool, FastHash>,
@@ -56,7 +54,13 @@ impl<W: EventWriter> Router<'_, W> {
             && start >= 0
             && end >= start
             && (0..MAX_CPUS).contains(&cpu)
-            && self.sched.cpus.get(&cpu).is_none_or(|&last| start >= last)
+            && self
+                .sched
+                .cpus
+                .get(cpu as usize)
+                .copied()
+                .flatten()
+                .is_none_or(|last| start >= last)
             && self.native_thread(global_tid);
         if !native {
             return self.cpu_slice_as_event(s);
@@ -65,7 +69,11 @@ impl<W: EventWriter> Router<'_, W> {
             Some(s) => s,
             None => *self.sched.seq.insert(self.ids.next_sequence()),
         };
-        if self.sched.cpus.insert(cpu, end).is_none() {
+        let cpus = &mut self.sched.cpus;
+        if cpus.len() <= cpu as usize {
+            cpus.resize(cpu as usize + 1, None);
+        }
+        if cpus[cpu as usize].replace(end).is_none() {
             // Perfetto draws one track per CPU.
             self.summary.tracks += 1;
         }

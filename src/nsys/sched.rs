@@ -5,7 +5,7 @@
 
 use super::enums::read_enum;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
-use crate::model::{CpuSlice, EventSink, OffCpu};
+use crate::model::{CpuSlice, EventSink, FastHash, OffCpu};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -150,14 +150,21 @@ pub fn read<S: EventSink>(
     // A point event: the time window keeps switches inside it.
     let filter = selection.sql("t", false, Some("globalTid"), None);
     let rowid = schema.rowid_of(SCHED, "t");
+    // Why threads left their CPUs, where the export records it (read only then: two columns
+    // fewer per row otherwise).
+    let why: Vec<&str> = ["threadState", "threadBlock"]
+        .into_iter()
+        .filter(|c| schema.has_column(SCHED, c))
+        .collect();
+    let cols: String = why.iter().map(|c| format!(", t.\"{c}\"")).collect();
     let sql = format!(
-        "SELECT t.start, t.cpu, t.isSchedIn, t.globalTid, {state}, {block} FROM {SCHED} t \
-         WHERE {filter} ORDER BY {rowid}",
-        state = schema.col_of(SCHED, "t", "threadState"),
-        block = schema.col_of(SCHED, "t", "threadBlock"),
+        "SELECT t.start, t.cpu, t.isSchedIn, t.globalTid{cols} FROM {SCHED} t \
+         WHERE {filter} ORDER BY {rowid}"
     );
+    let at = |c: &str| why.iter().position(|w| *w == c).map(|i| 4 + i);
+    let (state_at, block_at) = (at("threadState"), at("threadBlock"));
     let mut state = State {
-        running: HashMap::new(),
+        running: HashMap::default(),
         by_state: off_table(
             conn,
             schema,
@@ -177,11 +184,14 @@ pub fn read<S: EventSink>(
     let mut rows = stmt.query([])?;
     let mut window = Reorder::new(REORDER_WINDOW);
     while let Some(r) = rows.next()? {
-        let row: [Option<i64>; 6] = std::array::from_fn(|i| match i {
-            0 => super::time_at(r, i),
-            3 => super::tid_at(r, i),
-            _ => int_at(r, i),
-        });
+        let row: [Option<i64>; 6] = [
+            super::time_at(r, 0),
+            int_at(r, 1),
+            int_at(r, 2),
+            super::tid_at(r, 3),
+            state_at.and_then(|i| int_at(r, i)),
+            block_at.and_then(|i| int_at(r, i)),
+        ];
         // Outs before ins at one instant: a switch closes the old thread first.
         let key = (row[0].unwrap_or(i64::MIN), row[2].unwrap_or(0).min(1));
         if let Some(row) = window.push_keyed(key.0, key.1, row) {
@@ -202,7 +212,7 @@ pub fn read<S: EventSink>(
 
 struct State {
     /// cpu -> (thread, sched-in time) of the thread running there.
-    running: HashMap<i64, (i64, i64)>,
+    running: HashMap<i64, (i64, i64), FastHash>,
     /// `threadState` and `threadBlock` values that tell why a thread left its CPU.
     by_state: HashMap<i64, OffCpu>,
     by_block: HashMap<i64, OffCpu>,

@@ -187,6 +187,10 @@ impl Ids {
     }
 }
 
+/// CPU numbers a format's native scheduling takes: trace_processor stops an import at an ftrace
+/// bundle of CPU 1024 or above.
+pub const MAX_CPUS: i64 = 1024;
+
 /// Encodes one reader's events. Calls for one group arrive in time order; `group` ids are unique
 /// per output. `lane0` tells whether the event is on the group's first track (its default).
 pub trait EventWriter: Send {
@@ -212,8 +216,8 @@ pub trait EventWriter: Send {
     fn native_sched(&self) -> bool {
         false
     }
-    /// A thread's time on a CPU, with the trace's CPU number and the placed thread and times
-    /// (the thread is already required), in time order per CPU. `group` is the reader's
+    /// A thread's time on a CPU, with the trace's CPU number (below [`MAX_CPUS`]) and the placed
+    /// thread and times (the thread is already required), in time order per CPU. `group` is the reader's
     /// scheduling sequence.
     fn cpu_slice(&mut self, _group: u32, _slice: &CpuSlice) {}
     /// Everything was placed: encode what the writer still holds.

@@ -23,9 +23,8 @@
 //! - Nothing marks where tracing started (`tracing_started`, `previous_bundle_end_timestamp`):
 //!   trace_processor would drop every event before such a mark.
 
-use super::{ProtoWriter, frame};
+use super::{ProtoWriter, frame, put_bytes, put_field, put_varint, varint_len};
 use crate::model::{CpuSlice, FastHash, OffCpu, trace_tid_of};
-use crate::proto::ftrace_event_bundle::CompactSched;
 use crate::proto::{
     FtraceEvent, FtraceEventBundle, SchedSwitchFtraceEvent, SystemInfo, TracePacket, Utsname,
     ftrace_event, trace_packet,
@@ -103,12 +102,22 @@ pub fn system_info(release: &str) -> Vec<u8> {
     out
 }
 
-/// One CPU's switches not yet written.
+/// One CPU's switches not yet written: the bundle's packed arrays, varint-encoded as they grow
+/// (written by hand like the other hot packets: no message is built, nothing is encoded twice).
+#[derive(Default)]
 struct Cpu {
     /// The switch away from the thread last placed here: (time, its prev_state), written once
     /// the next slice (or the end) says what follows.
     pending: (i64, i64),
-    bundle: CompactSched,
+    switches: usize,
+    timestamps: Vec<u8>,
+    prev_states: Vec<u8>,
+    next_pids: Vec<u8>,
+    next_prios: Vec<u8>,
+    comm_indices: Vec<u8>,
+    /// The bundle's intern table, as its encoded `intern_table` entries.
+    intern: Vec<u8>,
+    interned: u32,
     /// Absolute time of the bundle's last switch (the next one is a delta from it).
     last_ts: i64,
     /// pid -> its comm's index in the bundle's intern table.
@@ -119,44 +128,88 @@ struct Cpu {
 pub(super) struct SchedState {
     /// The sequence of this writer's scheduling packets.
     seq: u32,
-    cpus: HashMap<u32, Cpu, FastHash>,
+    /// By CPU number (below [`crate::output::MAX_CPUS`]); `None` until the CPU's first slice.
+    cpus: Vec<Option<Cpu>>,
+}
+
+/// `CompactSched` and `FtraceEventBundle` field tags.
+mod tag {
+    pub const SWITCH_TIMESTAMP: u64 = 1 << 3 | 2;
+    pub const SWITCH_PREV_STATE: u64 = 2 << 3 | 2;
+    pub const SWITCH_NEXT_PID: u64 = 3 << 3 | 2;
+    pub const SWITCH_NEXT_PRIO: u64 = 4 << 3 | 2;
+    pub const INTERN_TABLE: u64 = 5 << 3 | 2;
+    pub const SWITCH_NEXT_COMM_INDEX: u64 = 6 << 3 | 2;
+    pub const BUNDLE_CPU: u64 = 1 << 3;
+    pub const BUNDLE_COMPACT_SCHED: u64 = 4 << 3 | 2;
+    pub const PACKET_FTRACE_EVENTS: u64 = 1 << 3 | 2;
+    pub const PACKET_SEQUENCE_ID: u64 = 10 << 3;
 }
 
 impl Cpu {
     /// Append a switch to `next_pid`; `comm` names it when the bundle has not yet.
     fn push(&mut self, ts: i64, prev_state: i64, next_pid: i32, comm: impl FnOnce() -> String) {
-        let delta = if self.bundle.switch_timestamp.is_empty() {
+        let delta = if self.switches == 0 {
             ts
         } else {
             ts - self.last_ts
         };
         self.last_ts = ts;
-        let b = &mut self.bundle;
-        b.switch_timestamp.push(delta.max(0) as u64);
-        b.switch_prev_state.push(prev_state);
-        b.switch_next_pid.push(next_pid);
-        b.switch_next_prio.push(PRIO);
+        self.switches += 1;
+        put_varint(&mut self.timestamps, delta.max(0) as u64);
+        put_varint(&mut self.prev_states, prev_state as u64);
+        put_varint(&mut self.next_pids, i64::from(next_pid) as u64);
+        put_varint(&mut self.next_prios, i64::from(PRIO) as u64);
+        let (intern, interned) = (&mut self.intern, &mut self.interned);
         let index = *self.comms.entry(next_pid).or_insert_with(|| {
-            b.intern_table.push(comm());
-            b.intern_table.len() as u32 - 1
+            put_bytes(intern, tag::INTERN_TABLE, comm().as_bytes());
+            *interned += 1;
+            *interned - 1
         });
-        b.switch_next_comm_index.push(index);
+        put_varint(&mut self.comm_indices, u64::from(index));
     }
 
     /// Write the bundle, if it holds switches.
     fn flush(&mut self, cpu: u32, seq: u32, out: &mut Vec<u8>) {
-        if self.bundle.switch_timestamp.is_empty() {
+        if self.switches == 0 {
             return;
         }
-        let packet = bundle_packet(
-            seq,
-            FtraceEventBundle {
-                cpu: Some(cpu),
-                compact_sched: Some(std::mem::take(&mut self.bundle)),
-                ..Default::default()
-            },
-        );
-        frame(&packet, out);
+        let packed = [
+            (tag::SWITCH_TIMESTAMP, &self.timestamps),
+            (tag::SWITCH_PREV_STATE, &self.prev_states),
+            (tag::SWITCH_NEXT_PID, &self.next_pids),
+            (tag::SWITCH_NEXT_PRIO, &self.next_prios),
+            (tag::SWITCH_NEXT_COMM_INDEX, &self.comm_indices),
+        ];
+        let field = |len: usize| 1 + varint_len(len as u64) + len;
+        let compact = self.intern.len() + packed.iter().map(|(_, b)| field(b.len())).sum::<usize>();
+        let bundle = 1 + varint_len(u64::from(cpu)) + field(compact);
+        let packet = field(bundle) + 1 + varint_len(u64::from(seq));
+        out.reserve(packet + 6);
+        out.push(0x0A); // Trace.packet
+        put_varint(out, packet as u64);
+        put_varint(out, tag::PACKET_FTRACE_EVENTS);
+        put_varint(out, bundle as u64);
+        put_field(out, tag::BUNDLE_CPU, u64::from(cpu));
+        put_varint(out, tag::BUNDLE_COMPACT_SCHED);
+        put_varint(out, compact as u64);
+        out.extend_from_slice(&self.intern);
+        for (t, b) in packed {
+            put_bytes(out, t, b);
+        }
+        put_field(out, tag::PACKET_SEQUENCE_ID, u64::from(seq));
+        for b in [
+            &mut self.timestamps,
+            &mut self.prev_states,
+            &mut self.next_pids,
+            &mut self.next_prios,
+            &mut self.comm_indices,
+            &mut self.intern,
+        ] {
+            b.clear();
+        }
+        self.switches = 0;
+        self.interned = 0;
         self.comms.clear();
     }
 }
@@ -180,7 +233,14 @@ impl ProtoWriter {
         let comm = || desc.thread_name(s.global_tid);
         let sched = &mut self.sched;
         sched.seq = group;
-        match sched.cpus.get_mut(&cpu) {
+        debug_assert!(
+            i64::from(cpu) < crate::output::MAX_CPUS,
+            "layout bounds CPUs"
+        );
+        if sched.cpus.len() <= cpu as usize {
+            sched.cpus.resize_with(cpu as usize + 1, || None);
+        }
+        match &mut sched.cpus[cpu as usize] {
             None => {
                 // The CPU's first switch: a full one, from the idle task.
                 let event = FtraceEvent {
@@ -205,15 +265,10 @@ impl ProtoWriter {
                     },
                 );
                 frame(&packet, &mut self.out.data);
-                sched.cpus.insert(
-                    cpu,
-                    Cpu {
-                        pending: (s.end, prev_state),
-                        bundle: CompactSched::default(),
-                        last_ts: 0,
-                        comms: HashMap::default(),
-                    },
-                );
+                sched.cpus[cpu as usize] = Some(Cpu {
+                    pending: (s.end, prev_state),
+                    ..Default::default()
+                });
             }
             Some(c) => {
                 let (end, state) = c.pending;
@@ -226,7 +281,7 @@ impl ProtoWriter {
                     c.push(s.start, state, pid, comm);
                 }
                 c.pending = (s.end, prev_state);
-                if c.bundle.switch_timestamp.len() >= BUNDLE_SWITCHES {
+                if c.switches >= BUNDLE_SWITCHES {
                     c.flush(cpu, group, &mut self.out.data);
                 }
             }
@@ -235,15 +290,14 @@ impl ProtoWriter {
 
     /// Every CPU's last thread switches to the idle task; the bundles are written, by CPU.
     pub(super) fn finish_sched(&mut self) {
-        let sched = &mut self.sched;
-        let mut cpus: Vec<u32> = sched.cpus.keys().copied().collect();
-        cpus.sort_unstable();
-        for cpu in cpus {
-            let c = sched.cpus.get_mut(&cpu).expect("listed above");
-            let (end, state) = c.pending;
-            c.push(end, state, 0, || IDLE_COMM.to_string());
-            c.flush(cpu, sched.seq, &mut self.out.data);
+        let seq = self.sched.seq;
+        for (cpu, c) in self.sched.cpus.iter_mut().enumerate() {
+            if let Some(c) = c {
+                let (end, state) = c.pending;
+                c.push(end, state, 0, || IDLE_COMM.to_string());
+                c.flush(cpu as u32, seq, &mut self.out.data);
+            }
         }
-        sched.cpus.clear();
+        self.sched.cpus.clear();
     }
 }
