@@ -506,7 +506,8 @@ fn made_rows_cover_every_state_and_every_fallback() {
     c.execute("INSERT INTO ThreadNames VALUES (1, 0, ?1)", [b])
         .unwrap();
     // (start, cpu, in, thread, threadState, threadBlock)
-    let rows: &[(i64, i64, i64, i64, Option<i64>, Option<i64>)] = &[
+    type Row = (i64, i64, i64, i64, Option<i64>, Option<i64>);
+    let rows: &[Row] = &[
         (1000, 0, 1, a, None, None),
         (1500, 1, 1, b, None, None),
         (1800, 1, 0, b, Some(3), None), // Uninterruptible: D
