@@ -112,6 +112,7 @@ pub fn merge_sqlite(
     }
     // First the clocks of every report (small tables), to place them before any event is written.
     let mut clocks = Vec::new();
+    let mut kernels = Vec::new();
     for (path, _) in inputs {
         let e = Export::open(path, opts.check)
             .map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
@@ -119,6 +120,7 @@ pub fn merge_sqlite(
             e.info.desc.session_start_utc_ns,
             e.info.desc.earliest_ns.unwrap_or(0).min(0),
         ));
+        kernels.push(e.info.desc.kernel_release.clone());
     }
     let base = clocks.iter().filter_map(|c| c.0).min();
     let relative: Vec<i64> = clocks
@@ -141,11 +143,13 @@ pub fn merge_sqlite(
         .iter()
         .zip(&clocks)
         .zip(&offsets)
-        .map(|(((_, label), (utc, _)), &offset)| Placed {
+        .zip(kernels)
+        .map(|((((_, label), (utc, _)), &offset), kernel)| Placed {
             label: Some(label.clone()),
             offset,
             session_start_utc_ns: *utc,
             metadata: Default::default(),
+            kernel_release: kernel,
         })
         .collect();
     let floors: Vec<i64> = clocks.iter().map(|c| c.1).collect();
@@ -212,6 +216,14 @@ impl<S: EventSink> EventSink for Floor<S> {
         }
         self.sink.cpu_sample(sample)
     }
+    fn cpu_slice(&mut self, slice: &crate::model::CpuSlice) -> Result<()> {
+        if slice.start < self.floor {
+            self.sink
+                .skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
+            return Ok(());
+        }
+        self.sink.cpu_slice(slice)
+    }
     fn finish(self) -> Result<Summary> {
         self.sink.finish()
     }
@@ -224,6 +236,7 @@ fn placed(export: &Export, offset: i64) -> Placed {
         offset,
         session_start_utc_ns: d.session_start_utc_ns,
         metadata: d.metadata.clone(),
+        kernel_release: d.kernel_release.clone(),
     }
 }
 
@@ -236,7 +249,10 @@ fn run_format(
     opts: &Options,
 ) -> Result<Summary> {
     match opts.format {
-        OutputFormat::Protobuf => run(opened, paths, placed, floors, output, &Protobuf, opts),
+        OutputFormat::Protobuf => {
+            let format = Protobuf::new(&placed);
+            run(opened, paths, placed, floors, output, &format, opts)
+        }
         OutputFormat::Json => run(
             opened,
             paths,
@@ -301,6 +317,9 @@ fn run<F: Format>(
         };
         let mut summary = Summary::default();
         let mut failure = None;
+        // In a merge, each source's CPUs get numbers of their own (Perfetto's CPU tracks are
+        // one per CPU number): the next source's start after this one's highest CPU.
+        let mut next_cpu = 0;
         for (i, slot) in opened.into_iter().enumerate() {
             let export = match slot {
                 Some(e) => e,
@@ -325,7 +344,11 @@ fn run<F: Format>(
             let placement = Placement {
                 source: i,
                 offset: placed.get(i).map_or(0, |p| p.offset),
+                cpu_base: next_cpu,
             };
+            if n_sources > 1 {
+                next_cpu += export.sched_cpus();
+            }
             let (chunks_tx, chunks_rx) = sync_channel::<Chunk>(8);
             // Chunks of this source go to the file writer through one forwarding thread.
             let forward = {

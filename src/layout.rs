@@ -4,6 +4,7 @@
 //! truncate a slice; overlapping work therefore moves to an extra lane beside its track.
 
 mod counters;
+mod sched;
 
 use crate::model::{
     Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CpuSample, Description,
@@ -58,6 +59,8 @@ struct Group {
 pub struct Placement {
     pub source: usize,
     pub offset: i64,
+    /// Added to its CPU numbers (a merge numbers each source's CPUs apart).
+    pub cpu_base: i64,
 }
 
 /// Routes events of one reader to groups and lanes, and hands encoded chunks to the file writer.
@@ -88,6 +91,8 @@ pub struct Router<'a, W: EventWriter> {
     samples_seq: Option<u32>,
     /// Threads whose samples this router has written (their descriptors were required).
     sample_threads: std::collections::HashSet<i64>,
+    /// Threads on CPUs, where the format shows scheduling natively.
+    sched: sched::Sched,
     pub summary: Summary,
     progress: Option<&'a crate::progress::Progress>,
     /// Rows handled since progress was last reported (reported in batches: less contention).
@@ -118,6 +123,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             counters: HashMap::new(),
             samples_seq: None,
             sample_threads: Default::default(),
+            sched: Default::default(),
             summary: Summary::default(),
             progress: None,
             unreported: 0,
@@ -201,6 +207,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
         if !self.late.is_empty() {
             self.flush_late()?;
         }
+        self.writer.finish();
         let mut groups: Vec<_> = self.groups.drain().collect();
         groups.sort_by_key(|(k, _)| *k);
         for (_, mut g) in groups {
@@ -482,7 +489,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
 impl<W: EventWriter> EventSink for Router<'_, W> {
     fn event(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
-        let Placement { source, offset } = self.placement;
+        let Placement { source, offset, .. } = self.placement;
         if ev.start + offset < 0 {
             // Earlier than the first rows of its table told (a table out of time order).
             self.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
@@ -536,6 +543,10 @@ impl<W: EventWriter> EventSink for Router<'_, W> {
 
     fn cpu_sample(&mut self, sample: &CpuSample<'_>) -> Result<()> {
         self.place_cpu_sample(sample)
+    }
+
+    fn cpu_slice(&mut self, slice: &crate::model::CpuSlice) -> Result<()> {
+        self.place_cpu_slice(slice)
     }
 
     fn finish(self) -> Result<Summary> {

@@ -422,6 +422,13 @@ pub fn trace_pid_of(global_id: i64) -> i64 {
     pid_of(global_id) | (source_of(global_id) as i64) << 24
 }
 
+/// The tid a trace shows for a global thread id: unique across merged sources like
+/// [`trace_pid_of`] (Perfetto's scheduling names threads by tid alone), the real tid for a
+/// single report.
+pub fn trace_tid_of(global_tid: i64) -> i64 {
+    tid_of(global_tid) | (source_of(global_tid) as i64) << 24
+}
+
 /// Everything a writer needs to know about one source besides its events: names of processes,
 /// threads, GPUs and NVTX domains, the strings that [`Name::Str`] and [`ArgValue::StrId`] refer
 /// to, and its clock. Keys are the source's own global ids (no source bits).
@@ -466,6 +473,8 @@ pub struct Description {
     pub label: Option<String>,
     /// Host the source was recorded on, when known.
     pub host: Option<String>,
+    /// The recorded machine's kernel release (`uname -r`), when known.
+    pub kernel_release: Option<String>,
 }
 
 impl std::fmt::Debug for Description {
@@ -635,6 +644,9 @@ pub trait EventSink {
     fn counter(&mut self, key: &CounterKey<'_>, sample: CounterSample) -> Result<()>;
     /// One CPU sample with its call stack, on its thread.
     fn cpu_sample(&mut self, sample: &CpuSample<'_>) -> Result<()>;
+    /// A thread's time on a CPU (scheduling). Slices of one CPU come in time order and do not
+    /// overlap, as far as the source's rows are in order (layout copes with any order).
+    fn cpu_slice(&mut self, slice: &CpuSlice) -> Result<()>;
     fn finish(self) -> Result<crate::summary::Summary>
     where
         Self: Sized;
@@ -656,6 +668,38 @@ pub trait EventSink {
         self.skip(table, reason);
         None
     }
+}
+
+/// Why a thread left its CPU, as far as the profiler recorded it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum OffCpu {
+    /// Not recorded: most exports say only that the thread stopped running.
+    Unknown,
+    /// Preempted: still runnable, waiting for a CPU.
+    Preempted,
+    /// Gave its CPU up (a yield) and stayed runnable.
+    Runnable,
+    /// Blocked in an interruptible wait (a lock, a condition, I/O readiness, a sleep).
+    Sleeping,
+    /// Blocked in an uninterruptible wait (paging).
+    Uninterruptible,
+    /// Stopped or suspended.
+    Stopped,
+    /// The thread exited: its last time on a CPU.
+    Exited,
+}
+
+/// A thread's time on one CPU, from its sched-in to its sched-out. A reader yields one per
+/// pair of rows; layout decides how a format shows them (Perfetto's own CPU and thread-state
+/// tracks, or slices on one track per CPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuSlice {
+    pub cpu: i64,
+    pub global_tid: i64,
+    pub start: i64,
+    pub end: i64,
+    /// How it left the CPU at `end`.
+    pub off: OffCpu,
 }
 
 /// What a counter track belongs to: a GPU (metrics, memory of all its processes) or a process

@@ -26,7 +26,7 @@ pub(super) struct Counter {
 
 impl<W: EventWriter> Router<'_, W> {
     pub(super) fn place_counter(&mut self, key: &CounterKey<'_>, s: CounterSample) -> Result<()> {
-        let Placement { source, offset } = self.placement;
+        let Placement { source, offset, .. } = self.placement;
         let owner = match key.owner {
             CounterOwner::Gpu { device } => CounterOwner::Gpu {
                 device: with_source(device, source),
@@ -92,7 +92,7 @@ impl<W: EventWriter> Router<'_, W> {
     }
 
     pub(super) fn place_cpu_sample(&mut self, s: &CpuSample<'_>) -> Result<()> {
-        let Placement { source, offset } = self.placement;
+        let Placement { source, offset, .. } = self.placement;
         let ts = s.ts + offset;
         if ts < 0 {
             self.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);

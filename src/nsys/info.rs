@@ -126,12 +126,15 @@ impl ProfileInfo {
             each_row(
                 conn,
                 "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV \
-                 WHERE name IN ('Hostname', 'DeviceEnvironment')",
+                 WHERE name IN ('Hostname', 'DeviceEnvironment', 'SoftwareReleaseVersion')",
                 |r| match (text_at(r, 0).as_deref(), text_at(r, 1)) {
                     (Some("Hostname"), Some(v)) if !v.is_empty() => {
                         desc.host = Some(v.into_owned());
                     }
                     (Some("DeviceEnvironment"), Some(v)) => env = Some(v.into_owned()),
+                    (Some("SoftwareReleaseVersion"), Some(v)) if !v.is_empty() => {
+                        desc.kernel_release = Some(v.into_owned());
+                    }
                     _ => {}
                 },
             )?;

@@ -1,11 +1,11 @@
-//! Thread scheduling (`SCHED_EVENTS`): when each thread ran on each CPU, as slices on one track
-//! per CPU ("CPU 3"), named after the thread. A sched-in and the next sched-out of the same
-//! thread on that CPU make one slice.
+//! Thread scheduling (`SCHED_EVENTS`): when each thread ran on each CPU. A sched-in and the next
+//! sched-out of the same thread on that CPU make one [`CpuSlice`], with why the thread left
+//! (`threadState`, `threadBlock` of the sched-out row, where the export records them). Layout
+//! decides how a format shows them.
 
-use super::info::ProfileInfo;
+use super::enums::read_enum;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
-use crate::model::EventSink;
-use crate::model::{ArgList, Category, Event, Flows, GroupKey, Name, pid_of, tid_of};
+use crate::model::{CpuSlice, EventSink, FastHash, OffCpu};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -13,11 +13,133 @@ use std::collections::HashMap;
 
 pub const SCHED: &str = "SCHED_EVENTS";
 
+/// `ENUM_SAMPLING_THREAD_STATE` as nsys has always numbered it (exports without the table).
+const THREAD_STATES: &[&str] = &[
+    "Unknown",
+    "Running",
+    "Interruptible",
+    "Uninterruptible",
+    "Stopped",
+    "Terminated",
+    "Unscheduled",
+    "Waiting",
+    "OSRuntime",
+    "Initialized",
+    "Transition",
+];
+
+/// `ENUM_SCHEDULING_THREAD_BLOCK` as nsys numbers it (Linux waits first, then Windows' wait
+/// reasons), for exports without the table.
+const THREAD_BLOCKS: &[&str] = &[
+    "NonBlocked",
+    "Unknown",
+    "SigSuspend",
+    "Stopped",
+    "Nanosleep",
+    "Intr",
+    "Mutex",
+    "CondVar",
+    "Sem",
+    "Join",
+    "SigWaitInfo",
+    "WaitCtx",
+    "Send",
+    "Receive",
+    "Reply",
+    "Stack",
+    "WaitThread",
+    "WaitPage",
+    "NetSend",
+    "NetReply",
+    "FreePage",
+    "PageIn",
+    "PoolAllocation",
+    "DelayExecution",
+    "Suspended",
+    "UserRequest",
+    "EventPair",
+    "Queue",
+    "LPCReceive",
+    "LPCReply",
+    "VirtualMemory",
+    "PageOut",
+    "Rendezvous",
+    "KeyedEvent",
+    "Terminated",
+    "ProcessInSwap",
+    "CPURateControl",
+    "WrCalloutStack",
+    "Kernel",
+    "Resource",
+    "PushLock",
+    "WindowsMutex",
+    "QuantumEnd",
+    "DispatchInt",
+    "Preempted",
+    "YieldExecution",
+    "FastMutex",
+    "GuardedMutex",
+    "Rundown",
+    "ReadyToRun",
+    "AlertByThreadId",
+    "DeferredPreempt",
+    "PhysicalFault",
+];
+
+/// What a thread state of the sched-out row says about why the thread left its CPU; `None`
+/// when it says nothing (Unknown, and the states a sched-out cannot mean).
+fn off_by_state(label: &str) -> Option<OffCpu> {
+    Some(match label {
+        "Running" => OffCpu::Preempted,
+        "Interruptible" | "Waiting" => OffCpu::Sleeping,
+        "Uninterruptible" => OffCpu::Uninterruptible,
+        "Stopped" => OffCpu::Stopped,
+        "Terminated" => OffCpu::Exited,
+        _ => return None,
+    })
+}
+
+/// What a block reason says; `None` for NonBlocked and Unknown. Every other reason is a wait.
+fn off_by_block(label: &str) -> Option<OffCpu> {
+    Some(match label {
+        "NonBlocked" | "Unknown" => return None,
+        "Preempted" | "QuantumEnd" | "DeferredPreempt" | "DispatchInt" => OffCpu::Preempted,
+        "YieldExecution" | "ReadyToRun" => OffCpu::Runnable,
+        "Stopped" | "Suspended" => OffCpu::Stopped,
+        "Terminated" => OffCpu::Exited,
+        "WaitPage" | "FreePage" | "PageIn" | "PageOut" | "VirtualMemory" | "PhysicalFault"
+        | "ProcessInSwap" => OffCpu::Uninterruptible,
+        _ => OffCpu::Sleeping,
+    })
+}
+
+/// The export's labels for a numeric column's values (its `ENUM_*` table, else nsys' built-in
+/// numbering), mapped to what they say about leaving a CPU.
+fn off_table(
+    conn: &Connection,
+    schema: &Schema,
+    table: &str,
+    builtin: &[&str],
+    meaning: fn(&str) -> Option<OffCpu>,
+) -> HashMap<i64, OffCpu> {
+    let mut labels = read_enum(conn, schema, table);
+    if labels.is_empty() {
+        labels = builtin
+            .iter()
+            .enumerate()
+            .map(|(i, l)| (i as i64, l.to_string()))
+            .collect();
+    }
+    labels
+        .into_iter()
+        .filter_map(|(id, l)| Some((id, meaning(&l)?)))
+        .collect()
+}
+
 pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
     selection: &Selection,
-    info: &ProfileInfo,
     sink: &mut S,
 ) -> Result<()> {
     if !schema.has_columns(SCHED, &["start", "cpu", "isSchedIn", "globalTid"])
@@ -28,27 +150,56 @@ pub fn read<S: EventSink>(
     // A point event: the time window keeps switches inside it.
     let filter = selection.sql("t", false, Some("globalTid"), None);
     let rowid = schema.rowid_of(SCHED, "t");
+    // Why threads left their CPUs, where the export records it (read only then: two columns
+    // fewer per row otherwise).
+    let why: Vec<&str> = ["threadState", "threadBlock"]
+        .into_iter()
+        .filter(|c| schema.has_column(SCHED, c))
+        .collect();
+    let cols: String = why.iter().map(|c| format!(", t.\"{c}\"")).collect();
     let sql = format!(
-        "SELECT t.start, t.cpu, t.isSchedIn, t.globalTid FROM {SCHED} t WHERE {filter} ORDER BY {rowid}"
+        "SELECT t.start, t.cpu, t.isSchedIn, t.globalTid{cols} FROM {SCHED} t \
+         WHERE {filter} ORDER BY {rowid}"
     );
+    let at = |c: &str| why.iter().position(|w| *w == c).map(|i| 4 + i);
+    let (state_at, block_at) = (at("threadState"), at("threadBlock"));
+    let mut state = State {
+        running: HashMap::default(),
+        by_state: off_table(
+            conn,
+            schema,
+            "ENUM_SAMPLING_THREAD_STATE",
+            THREAD_STATES,
+            off_by_state,
+        ),
+        by_block: off_table(
+            conn,
+            schema,
+            "ENUM_SCHEDULING_THREAD_BLOCK",
+            THREAD_BLOCKS,
+            off_by_block,
+        ),
+    };
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
     let mut window = Reorder::new(REORDER_WINDOW);
-    let mut state = State::default();
     while let Some(r) = rows.next()? {
-        let row: [Option<i64>; 4] = std::array::from_fn(|i| match i {
-            0 => super::time_at(r, i),
-            3 => super::tid_at(r, i),
-            _ => int_at(r, i),
-        });
+        let row: [Option<i64>; 6] = [
+            super::time_at(r, 0),
+            int_at(r, 1),
+            int_at(r, 2),
+            super::tid_at(r, 3),
+            state_at.and_then(|i| int_at(r, i)),
+            block_at.and_then(|i| int_at(r, i)),
+        ];
         // Outs before ins at one instant: a switch closes the old thread first.
         let key = (row[0].unwrap_or(i64::MIN), row[2].unwrap_or(0).min(1));
         if let Some(row) = window.push_keyed(key.0, key.1, row) {
-            state.switch(&row, info, sink)?;
+            state.switch(&row, sink)?;
         }
     }
     while let Some(row) = window.pop() {
-        state.switch(&row, info, sink)?;
+        state.switch(&row, sink)?;
     }
     for _ in state.running.drain() {
         sink.skip(
@@ -59,21 +210,25 @@ pub fn read<S: EventSink>(
     Ok(())
 }
 
-#[derive(Default)]
 struct State {
     /// cpu -> (thread, sched-in time) of the thread running there.
-    running: HashMap<i64, (i64, i64)>,
-    names: HashMap<i64, String>,
+    running: HashMap<i64, (i64, i64), FastHash>,
+    /// `threadState` and `threadBlock` values that tell why a thread left its CPU.
+    by_state: HashMap<i64, OffCpu>,
+    by_block: HashMap<i64, OffCpu>,
 }
 
 impl State {
-    fn switch<S: EventSink>(
-        &mut self,
-        row: &[Option<i64>; 4],
-        info: &ProfileInfo,
-        sink: &mut S,
-    ) -> Result<()> {
-        let [Some(ts), Some(cpu), Some(is_in), Some(gtid)] = *row else {
+    fn switch<S: EventSink>(&mut self, row: &[Option<i64>; 6], sink: &mut S) -> Result<()> {
+        let [
+            Some(ts),
+            Some(cpu),
+            Some(is_in),
+            Some(gtid),
+            thread_state,
+            block,
+        ] = *row
+        else {
             sink.skip(SCHED, "no time, CPU or thread");
             return Ok(());
         };
@@ -88,27 +243,21 @@ impl State {
         }
         match self.running.remove(&cpu) {
             Some((running, start)) if running == gtid => {
-                let name = self.names.entry(gtid).or_insert_with(|| {
-                    match info.desc.thread_names.get(&gtid) {
-                        Some(name) => format!("{name} {}", tid_of(gtid)),
-                        None => format!("Thread {}", tid_of(gtid)),
-                    }
-                });
-                let mut args = ArgList::new();
-                args.int("tid", Some(tid_of(gtid)));
-                args.int("pid", Some(pid_of(gtid)));
-                args.int("cpu", Some(cpu));
-                let ev = Event {
-                    start,
-                    end: Some(ts),
-                    name: Name::Text(name),
-                    category: Category::Sched,
-                    args: args.as_slice(),
-                    flows: Flows::default(),
-                };
+                // The thread state says most (Terminated); a block reason refines an unknown one.
+                let off = thread_state
+                    .and_then(|s| self.by_state.get(&s))
+                    .or_else(|| block.and_then(|b| self.by_block.get(&b)))
+                    .copied()
+                    .unwrap_or(OffCpu::Unknown);
                 // The sched-in row was the other half of this slice.
                 sink.extra_row();
-                sink.event(GroupKey::Cpu { cpu }, &ev)?;
+                sink.cpu_slice(&CpuSlice {
+                    cpu,
+                    global_tid: gtid,
+                    start,
+                    end: ts,
+                    off,
+                })?;
             }
             Some(other) => {
                 // Keep the running thread: this out belongs to nobody we saw come in.

@@ -48,6 +48,24 @@ impl Export {
         self.info.desc.clone()
     }
 
+    /// How many CPU numbers its scheduling rows use (the highest CPU plus one; 0 without
+    /// scheduling rows).
+    pub fn sched_cpus(&self) -> i64 {
+        let table = super::sched::SCHED;
+        if !self.schema.has_columns(table, &["cpu"]) {
+            return 0;
+        }
+        let Ok(conn) = open_readonly(&self.schema.path) else {
+            return 0;
+        };
+        conn.query_row(&format!("SELECT max(cpu) FROM {table}"), [], |r| {
+            r.get::<_, Option<i64>>(0)
+        })
+        .ok()
+        .flatten()
+        .map_or(0, |c| c.clamp(-1, 1 << 20) + 1)
+    }
+
     /// Name this export among several (a merge).
     pub fn set_label(&mut self, label: String) {
         if let Some(desc) = Arc::get_mut(&mut self.info.desc) {
@@ -110,7 +128,7 @@ impl Export {
                 let t = Instant::now();
                 let conn = open_readonly(&schema.path)?;
                 let mut sink = make_sink();
-                super::sched::read(&conn, schema, selection, info, &mut sink)?;
+                super::sched::read(&conn, schema, selection, &mut sink)?;
                 timing("sched", t);
                 let t = Instant::now();
                 super::metrics::read(&conn, schema, selection, &mut sink)?;

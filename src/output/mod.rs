@@ -11,7 +11,8 @@ pub mod json;
 pub mod pftrace;
 
 use crate::model::{
-    CounterValue, CpuSample, Description, Event, global_pid_of, source_of, tid_of, trace_pid_of,
+    CounterValue, CpuSample, CpuSlice, Description, Event, global_pid_of, source_of, trace_pid_of,
+    trace_tid_of,
 };
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
@@ -93,10 +94,11 @@ impl WellKnown {
         }
     }
 
+    /// The tid the trace shows (unique across merged sources, like the pid).
     pub fn tid(self) -> Option<i64> {
         match self {
             WellKnown::Process(_) | WellKnown::Gpu(_) | WellKnown::GpuContext { .. } => None,
-            WellKnown::Thread(g) => Some(tid_of(g)),
+            WellKnown::Thread(g) => Some(trace_tid_of(g)),
         }
     }
 }
@@ -136,6 +138,8 @@ pub struct Placed {
     pub offset: i64,
     pub session_start_utc_ns: Option<i64>,
     pub metadata: std::collections::BTreeMap<String, String>,
+    /// The recorded machine's kernel release, when known.
+    pub kernel_release: Option<String>,
 }
 
 /// Encoded bytes plus the process/thread descriptors that must precede them in the file.
@@ -212,6 +216,10 @@ impl Ids {
     }
 }
 
+/// CPU numbers a format's native scheduling takes: trace_processor stops an import at an ftrace
+/// bundle of CPU 1024 or above.
+pub const MAX_CPUS: i64 = 1024;
+
 /// Encodes one reader's events. Calls for one group arrive in time order; `group` ids are unique
 /// per output. `lane0` tells whether the event is on the group's first track (its default).
 pub trait EventWriter: Send {
@@ -232,6 +240,17 @@ pub trait EventWriter: Send {
     /// One CPU sample of a thread (already required), with its call stack. `group` is the
     /// reader's sample sequence; samples need not come in time order.
     fn cpu_sample(&mut self, group: u32, sample: &CpuSample<'_>);
+    /// Whether the format shows scheduling as its own CPU tracks and thread states
+    /// ([`EventWriter::cpu_slice`]); otherwise layout writes a slice per thread on a track per CPU.
+    fn native_sched(&self) -> bool {
+        false
+    }
+    /// A thread's time on a CPU, with the trace's CPU number (below [`MAX_CPUS`]) and the placed
+    /// thread and times (the thread is already required), in time order per CPU. `group` is the reader's
+    /// scheduling sequence.
+    fn cpu_slice(&mut self, _group: u32, _slice: &CpuSlice) {}
+    /// Everything was placed: encode what the writer still holds.
+    fn finish(&mut self) {}
     /// Bytes encoded since the last chunk was taken.
     fn buffered(&self) -> usize;
     fn take_chunk(&mut self) -> Option<Chunk>;

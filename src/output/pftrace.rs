@@ -6,13 +6,14 @@
 //! keys and repeating string values on first use.
 
 mod samples;
+mod sched;
 
 use super::{
     Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
 };
 use crate::model::{
-    ArgValue, Category, CounterValue, CpuSample, Description, Event, FastHash, Name, source_of,
-    without_source,
+    ArgValue, Category, CounterValue, CpuSample, CpuSlice, Description, Event, FastHash, Name,
+    source_of, without_source,
 };
 use crate::proto::{
     ClockSnapshot, ProcessDescriptor, ThreadDescriptor, TracePacket, TracePacketDefaults,
@@ -37,7 +38,24 @@ pub const MAX_INTERNED: usize = 1 << 16;
 /// The file writer's own sequence, for process and thread descriptors.
 const DESCRIPTOR_SEQUENCE: u32 = 1;
 
-pub struct Protobuf;
+/// The protobuf format. A trace names one kernel (`SystemInfo`), the first source's that
+/// trace_processor can read a version from; `prev_state` of every source's context switches is
+/// written as that kernel's layout (see `sched`).
+#[derive(Debug, Clone, Default)]
+pub struct Protobuf {
+    kernel: Option<(String, (u32, u32))>,
+}
+
+impl Protobuf {
+    pub fn new(sources: &[Placed]) -> Protobuf {
+        Protobuf {
+            kernel: sources.iter().find_map(|p| {
+                let r = p.kernel_release.as_deref()?;
+                Some((r.to_string(), sched::kernel_version(r)?))
+            }),
+        }
+    }
+}
 
 impl Format for Protobuf {
     type Writer = ProtoWriter;
@@ -50,6 +68,8 @@ impl Format for Protobuf {
             event: Vec::with_capacity(256),
             interned: Vec::new(),
             samples: HashMap::new(),
+            sched: Default::default(),
+            state_codes: sched::StateCodes::for_kernel(self.kernel.as_ref().map(|k| k.1)),
         }
     }
 
@@ -65,6 +85,9 @@ impl Format for Protobuf {
         let Some(first) = sources.first() else {
             return out;
         };
+        if let Some((release, _)) = &self.kernel {
+            out.extend(sched::system_info(release));
+        }
         let zero = first.offset.max(0) as u64;
         if let Some(utc) = first.session_start_utc_ns {
             let snapshot = TracePacket {
@@ -237,6 +260,10 @@ pub struct ProtoWriter {
     interned: Vec<u8>,
     /// Interning state of CPU sample sequences (see `samples`).
     samples: HashMap<u32, samples::SampleSeq>,
+    /// Context switches not yet written, per CPU (see `sched`).
+    sched: sched::SchedState,
+    /// How `prev_state` is written for the trace's kernel.
+    state_codes: sched::StateCodes,
 }
 
 // The hot packets are written by hand, field by field, as Perfetto's protozero does: the schema
@@ -639,6 +666,18 @@ impl EventWriter for ProtoWriter {
 
     fn cpu_sample(&mut self, group: u32, sample: &CpuSample<'_>) {
         self.write_cpu_sample(group, sample);
+    }
+
+    fn native_sched(&self) -> bool {
+        true
+    }
+
+    fn cpu_slice(&mut self, group: u32, slice: &CpuSlice) {
+        self.write_cpu_slice(group, slice);
+    }
+
+    fn finish(&mut self) {
+        self.finish_sched();
     }
 
     fn buffered(&self) -> usize {

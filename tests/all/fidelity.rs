@@ -287,28 +287,6 @@ fn time_zero_is_the_session_start() {
     assert!(with_clock > 0 && shifted > 0, "{with_clock} {shifted}");
 }
 
-/// Scheduling slices of unnamed threads read "Thread N" once; named ones "name N".
-#[test]
-fn unnamed_threads_are_named_once() {
-    let Some(input) =
-        corpus_file("RajaATAli__SC23_Programming-Your-GPU-with-OpenMP_Tutorial__report3.sqlite")
-    else {
-        return;
-    };
-    let (_, t, _, _d) = run(&input, Selection::default());
-    let mut sched = 0;
-    for s in t.of_category("sched") {
-        let words: Vec<&str> = s.name.split(' ').collect();
-        assert!(
-            !(words.len() == 3 && words[0] == "Thread" && words[1] == words[2]),
-            "{}",
-            s.name
-        );
-        sched += 1;
-    }
-    assert!(sched > 0);
-}
-
 /// Processes launched through nsys are named after the program (the main thread's name).
 #[test]
 fn processes_are_not_named_nsys_launcher() {

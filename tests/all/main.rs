@@ -28,6 +28,7 @@ mod proto_schema;
 mod robustness;
 mod safety;
 mod samples_metrics;
+mod sched;
 mod selection;
 mod tables;
 mod workflow;

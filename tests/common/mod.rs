@@ -9,7 +9,11 @@
 //!   sequence; an incremental one turns each packet timestamp into a delta, converted here to
 //!   absolute BOOTTIME nanoseconds;
 //! - slices: all track events are sorted by time (stably, file order breaking ties) and BEGIN/END
-//!   are matched per track with a stack, as the importer does.
+//!   are matched per track with a stack, as the importer does;
+//! - scheduling: ftrace `sched_switch` events (full ones and `compact_sched` arrays) are sorted by
+//!   time (stably: file order, a bundle's compact switches before its full events) and replayed
+//!   per CPU as trace_processor fills its `sched` table: each switch ends the CPU's running row
+//!   with its `prev_state` and starts one for `next_pid`.
 //!
 //! It checks the rules whose violation the importer punishes silently or with a stat the UI does
 //! not show, and reports every violation with the rule it breaks:
@@ -56,6 +60,8 @@ pub const R_UTF8: &str = "strings are valid UTF-8";
 pub const R_SAMPLE: &str = "every PerfSample names its pid and tid, and its callstack, frames, mappings and names are interned on its sequence";
 pub const R_COUNTER: &str = "every counter value has a value, on a track with a CounterDescriptor";
 pub const R_EVENT_TYPE: &str = "every TrackEvent has a known type (BEGIN, END, INSTANT, COUNTER)";
+pub const R_SCHED: &str = "scheduling (ftrace sched_switch) replays as trace_processor's: each CPU's first switch is a full sched_switch (a compact one is discarded), full switches name the task they switch from, a bundle's compact arrays have equal lengths and comm indices inside its intern table, every thread's time on a CPU ends, prev_state decodes for the kernel release";
+pub const R_SCHED_THREAD: &str = "every thread a sched_switch names is described by exactly one ThreadDescriptor with that tid (Perfetto puts it under its process)";
 
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
@@ -253,6 +259,33 @@ pub struct Trace {
     pub counter_tracks: BTreeMap<u64, CounterInfo>,
     /// CPU samples (PerfSample), in file order.
     pub samples: Vec<Sample>,
+    /// Rows of trace_processor's `sched` table (idle rows, tid 0, included), by CPU then time,
+    /// in session time like slices.
+    pub sched: Vec<SchedRow>,
+    /// `SystemInfo.utsname.release`, when written.
+    pub kernel_release: Option<String>,
+}
+
+/// One row of trace_processor's `sched` table: a task's time on a CPU, from one sched_switch to
+/// the next on that CPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SchedRow {
+    pub cpu: u32,
+    pub ts: i64,
+    /// `None` while open: the CPU's last row (the idle task after the capture's last thread).
+    pub end: Option<i64>,
+    /// The task's tid (0: the idle task, "swapper").
+    pub tid: i32,
+    pub comm: Str,
+    pub prio: i32,
+    /// How the task left the CPU, as trace_processor decodes `prev_state` ("S", "R+", "X").
+    pub end_state: Option<Str>,
+}
+
+impl SchedRow {
+    pub fn dur(&self) -> Option<i64> {
+        self.end.map(|e| e - self.ts)
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -288,6 +321,22 @@ struct Collected {
     counters: Vec<CounterPoint>,
     samples: Vec<Sample>,
     counter_tracks: BTreeMap<u64, CounterInfo>,
+    switches: Vec<Switch>,
+    /// (major, minor) of `SystemInfo.utsname.release`, and the release itself.
+    kernel: Option<((u32, u32), String)>,
+}
+
+/// One sched_switch as the importer tokenizes it.
+struct Switch {
+    packet: usize,
+    cpu: u32,
+    ts: i64,
+    /// A full `sched_switch` names the task it switches from; a compact one does not.
+    prev_pid: Option<i32>,
+    prev_state: i64,
+    next_pid: i32,
+    next_comm: Str,
+    next_prio: i32,
 }
 
 impl Trace {
@@ -318,7 +367,25 @@ impl Trace {
         if !self.samples.is_empty() {
             *m.entry("cpu.sample".to_string()).or_default() += self.samples.len() as u64;
         }
+        // Scheduling written as Perfetto's own: a thread's time on a CPU is a `sched` row.
+        let threads_on_cpus = self.sched_rows().count() as u64;
+        if threads_on_cpus > 0 {
+            *m.entry("sched".to_string()).or_default() += threads_on_cpus;
+        }
         m
+    }
+
+    /// `sched` rows of threads (the idle task's rows left out).
+    pub fn sched_rows(&self) -> impl Iterator<Item = &SchedRow> {
+        self.sched.iter().filter(|r| r.tid != 0)
+    }
+
+    /// The thread descriptor of a tid that a sched_switch names.
+    pub fn thread_with_tid(&self, tid: i32) -> Option<&ThreadInfo> {
+        self.tracks
+            .values()
+            .filter_map(|t| t.thread.as_ref())
+            .find(|th| th.tid == tid)
     }
 
     /// Counter values of the counter track named `name` under the track `parent`.
@@ -584,8 +651,18 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
         for s in &mut collected.samples {
             s.ts -= zero;
         }
+        for s in &mut collected.switches {
+            s.ts -= zero;
+        }
     }
     let flows = match_flows(&slices, &mut v);
+    let kernel_version = collected.kernel.as_ref().map(|k| k.0);
+    let sched = replay_sched(
+        std::mem::take(&mut collected.switches),
+        kernel_version,
+        &tracks,
+        &mut v,
+    );
     if !v.is_empty() {
         return Err(v);
     }
@@ -600,6 +677,8 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
         counters: collected.counters,
         counter_tracks: collected.counter_tracks,
         samples: collected.samples,
+        sched,
+        kernel_release: collected.kernel.map(|k| k.1),
     })
 }
 
@@ -1011,8 +1090,230 @@ fn replay_packet(
                 end_args: Vec::new(),
             });
         }
+        Some(trace_packet::Data::SystemInfo(si)) => {
+            let release = si.utsname.as_ref().and_then(|u| {
+                (u.sysname.as_deref() == Some("Linux")).then_some(u.release.clone())?
+            });
+            if let Some(r) = release {
+                let mut parts = r.split('.');
+                let major = parts.next().and_then(|p| p.parse().ok());
+                let minor = parts.next().and_then(|p| p.parse().ok());
+                match (major, minor) {
+                    (Some(a), Some(b)) => collected.kernel = Some(((a, b), r)),
+                    _ => v.push(
+                        R_SCHED,
+                        format!("packet #{index}: SystemInfo release {r:?} is not MAJOR.MINOR"),
+                    ),
+                }
+            }
+        }
+        Some(trace_packet::Data::FtraceEvents(bundle)) => {
+            collect_switches(index, &bundle, &mut collected.switches, v);
+        }
         None => {}
     }
+}
+
+/// The sched_switch events of one bundle, in the order the importer pushes them: the compact
+/// ones first, then the full ones.
+fn collect_switches(
+    index: usize,
+    bundle: &nsys_perfetto::proto::FtraceEventBundle,
+    out: &mut Vec<Switch>,
+    v: &mut Violations,
+) {
+    let Some(cpu) = bundle.cpu else {
+        v.push(
+            R_SCHED,
+            format!("packet #{index}: FtraceEventBundle without cpu"),
+        );
+        return;
+    };
+    if cpu >= 1024 {
+        v.push(
+            R_SCHED,
+            format!("packet #{index}: CPU {cpu}: trace_processor refuses CPUs from 1024"),
+        );
+        return;
+    }
+    if let Some(c) = &bundle.compact_sched {
+        let n = c.switch_timestamp.len();
+        if [
+            c.switch_prev_state.len(),
+            c.switch_next_pid.len(),
+            c.switch_next_prio.len(),
+            c.switch_next_comm_index.len(),
+        ]
+        .iter()
+        .any(|&l| l != n)
+        {
+            v.push(
+                R_SCHED,
+                format!("packet #{index}: compact_sched arrays of different lengths"),
+            );
+            return;
+        }
+        let mut ts: u64 = 0;
+        for i in 0..n {
+            ts = ts.wrapping_add(c.switch_timestamp[i]);
+            let comm = match c.intern_table.get(c.switch_next_comm_index[i] as usize) {
+                Some(s) => Str::from(s.as_str()),
+                None => {
+                    v.push(
+                        R_SCHED,
+                        format!(
+                            "packet #{index}: comm index {} outside the intern table ({} strings)",
+                            c.switch_next_comm_index[i],
+                            c.intern_table.len()
+                        ),
+                    );
+                    return;
+                }
+            };
+            out.push(Switch {
+                packet: index,
+                cpu,
+                ts: ts as i64,
+                prev_pid: None,
+                prev_state: c.switch_prev_state[i],
+                next_pid: c.switch_next_pid[i],
+                next_comm: comm,
+                next_prio: c.switch_next_prio[i],
+            });
+        }
+    }
+    use nsys_perfetto::proto::ftrace_event::Event;
+    for e in &bundle.event {
+        let Some(Event::SchedSwitch(s)) = &e.event else {
+            continue;
+        };
+        out.push(Switch {
+            packet: index,
+            cpu,
+            ts: e.timestamp.unwrap_or(0) as i64,
+            prev_pid: Some(s.prev_pid.unwrap_or(0)),
+            prev_state: s.prev_state.unwrap_or(0),
+            next_pid: s.next_pid.unwrap_or(0),
+            next_comm: Str::from(s.next_comm.as_deref().unwrap_or("")),
+            next_prio: s.next_prio.unwrap_or(0),
+        });
+    }
+}
+
+/// `prev_state` as trace_processor's TaskState decodes it for a kernel (4.4 when the trace
+/// names none), for the states a converter writes; `None` where it would not decode.
+pub fn decode_prev_state(raw: i64, kernel: Option<(u32, u32)>) -> Option<&'static str> {
+    let version = kernel.unwrap_or((4, 4));
+    let preempted = if version >= (4, 14) {
+        0x100
+    } else if version >= (4, 8) {
+        0x1000
+    } else {
+        0x800
+    };
+    Some(match raw {
+        0 => "R",
+        r if r == preempted => "R+",
+        1 => "S",
+        2 => "D",
+        4 => "T",
+        0x10 => "X",
+        0x20 => "Z",
+        _ => return None,
+    })
+}
+
+/// Replay the switches per CPU, as trace_processor fills `sched`.
+fn replay_sched(
+    mut switches: Vec<Switch>,
+    kernel: Option<(u32, u32)>,
+    tracks: &BTreeMap<u64, Track>,
+    v: &mut Violations,
+) -> Vec<SchedRow> {
+    // Stable: file order (then a bundle's compact switches before its full ones) breaks ties.
+    switches.sort_by_key(|s| s.ts);
+    let mut rows: Vec<SchedRow> = Vec::new();
+    // CPU -> index of its open row.
+    let mut open: HashMap<u32, usize> = HashMap::new();
+    for s in switches {
+        match (open.get(&s.cpu).copied(), s.prev_pid) {
+            (None, None) => {
+                v.push(
+                    R_SCHED,
+                    format!(
+                        "packet #{}: the first switch of CPU {} (at {}) is a compact one: the importer discards it (compact_sched_switch_skipped)",
+                        s.packet, s.cpu, s.ts
+                    ),
+                );
+                continue;
+            }
+            (Some(i), prev) => {
+                if let Some(p) = prev
+                    && p != rows[i].tid
+                {
+                    v.push(R_SCHED, format!("packet #{}: full sched_switch on CPU {} from pid {p}, but {} was running (mismatched_sched_switch_tids)", s.packet, s.cpu, rows[i].tid));
+                }
+                let state = decode_prev_state(s.prev_state, kernel);
+                if state.is_none() {
+                    v.push(
+                        R_SCHED,
+                        format!(
+                            "packet #{}: prev_state {:#x} does not decode for kernel {kernel:?} (task_state_invalid)",
+                            s.packet, s.prev_state
+                        ),
+                    );
+                }
+                rows[i].end = Some(s.ts);
+                rows[i].end_state = state.map(Str::from);
+            }
+            (None, Some(_)) => {}
+        }
+        open.insert(s.cpu, rows.len());
+        rows.push(SchedRow {
+            cpu: s.cpu,
+            ts: s.ts,
+            end: None,
+            tid: s.next_pid,
+            comm: s.next_comm,
+            prio: s.next_prio,
+            end_state: None,
+        });
+    }
+    let mut described: HashMap<i32, Vec<(i32, i32)>> = HashMap::new();
+    for th in tracks.values().filter_map(|t| t.thread.as_ref()) {
+        let e = described.entry(th.tid).or_default();
+        if !e.contains(&(th.pid, th.tid)) {
+            e.push((th.pid, th.tid));
+        }
+    }
+    let mut checked: HashMap<i32, ()> = HashMap::new();
+    for r in rows.iter().filter(|r| r.tid != 0) {
+        if r.end.is_none() {
+            v.push(
+                R_SCHED,
+                format!(
+                    "thread {} on CPU {} from {}: no later switch ends its time there",
+                    r.tid, r.cpu, r.ts
+                ),
+            );
+        }
+        if checked.insert(r.tid, ()).is_none() {
+            match described.get(&r.tid).map(Vec::len) {
+                Some(1) => {}
+                n => v.push(
+                    R_SCHED_THREAD,
+                    format!(
+                        "tid {} ({}) has {} thread descriptors",
+                        r.tid,
+                        r.comm,
+                        n.unwrap_or(0)
+                    ),
+                ),
+            }
+        }
+    }
+    rows.sort_by_key(|r| (r.cpu, r.ts));
+    rows
 }
 
 fn define(
@@ -1447,6 +1748,64 @@ pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
         }
         _ => Some(Err(text)),
     }
+}
+
+/// Rows of a query on a trace, as Perfetto's trace_processor (`../shared/tools/perfetto/bin/
+/// trace_processor_shell`, or `$TRACE_PROCESSOR_SHELL`) answers it: each row's values as text
+/// ("[NULL]" for NULL), header left out. `None` (a recorded skip) when the shell is absent.
+pub fn tp_query(trace: &Path, sql: &str) -> Option<Vec<Vec<String>>> {
+    let shell = std::env::var_os("TRACE_PROCESSOR_SHELL")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            manifest_dir().join("../shared/tools/perfetto/bin/trace_processor_shell")
+        });
+    if !shell.is_file() {
+        skip("tpcheck", &format!("{} not found", shell.display()));
+        return None;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let query = dir.path().join("q.sql");
+    std::fs::write(&query, sql).unwrap();
+    let out = std::process::Command::new(&shell)
+        .arg("-q")
+        .arg(&query)
+        .arg(trace)
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {}: {e}", shell.display()));
+    assert!(
+        out.status.success(),
+        "{} -q failed on {}: {}",
+        shell.display(),
+        trace.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut rows: Vec<Vec<String>> = text.lines().map(csv_fields).collect();
+    if !rows.is_empty() {
+        rows.remove(0);
+    }
+    Some(rows)
+}
+
+/// The fields of one line of trace_processor_shell's CSV output (strings in double quotes).
+fn csv_fields(line: &str) -> Vec<String> {
+    let mut fields = Vec::new();
+    let mut cur = String::new();
+    let mut quoted = false;
+    let mut chars = line.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '"' if quoted && chars.peek() == Some(&'"') => {
+                cur.push('"');
+                chars.next();
+            }
+            '"' => quoted = !quoted,
+            ',' if !quoted => fields.push(std::mem::take(&mut cur)),
+            c => cur.push(c),
+        }
+    }
+    fields.push(cur);
+    fields
 }
 
 // ---------------------------------------------------------------------------------------------

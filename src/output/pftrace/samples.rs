@@ -13,7 +13,7 @@
 //!   stays bounded however many distinct frames a profile holds.
 
 use super::{ProtoWriter, frame};
-use crate::model::{CounterValue, CpuSample, Frame, tid_of, trace_pid_of};
+use crate::model::{CounterValue, CpuSample, Frame, trace_pid_of, trace_tid_of};
 use crate::output::CounterTrack;
 use crate::proto::{
     Callstack, CounterDescriptor, InternedData, InternedString, Mapping, PerfSample, TracePacket,
@@ -238,7 +238,7 @@ impl ProtoWriter {
             data: Some(trace_packet::Data::PerfSample(PerfSample {
                 cpu: s.cpu.map(|c| c.clamp(0, u32::MAX as i64) as u32),
                 pid: Some(trace_pid_of(s.global_tid) as u32),
-                tid: Some(tid_of(s.global_tid) as u32),
+                tid: Some(trace_tid_of(s.global_tid) as u32),
                 callstack_iid,
             })),
             ..Default::default()

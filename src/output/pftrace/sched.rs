@@ -1,0 +1,303 @@
+//! Scheduling as Perfetto's own: ftrace `sched_switch` events, the form Linux kernel traces
+//! take, so trace_processor fills its `sched` and `thread_state` tables and the UI draws its CPU
+//! tracks and a thread-state track (Running, Runnable, Sleeping...) under each thread.
+//!
+//! Each CPU's slices become context switches: to the thread at its start; at its end to the
+//! next thread when it starts then, else to the idle task (pid 0, "swapper") until it does.
+//! `prev_state`, how the switched-out thread left, comes from the slice ([`OffCpu`]).
+//!
+//! - Switches go in `FtraceEventBundle.compact_sched` (one bundle per CPU holds up to
+//!   [`BUNDLE_SWITCHES`]: arrays of delta timestamps, prev_state, next pid, prio and comm, with
+//!   an intern table of comms per bundle), written when full and at the end: memory stays
+//!   bounded by CPUs, not by switches.
+//! - The compact form has no previous pid: trace_processor takes it from the CPU's previous
+//!   switch, and discards the first compact switch of every CPU (with the stat
+//!   `compact_sched_switch_skipped`). So each CPU starts with one full `sched_switch` event from
+//!   the idle task, in a packet of its own written before the CPU's first bundle (at equal times
+//!   the importer keeps file order; inside one bundle, compact switches go before full events).
+//! - Times are the trace's BOOTTIME nanoseconds, the clock trace_processor assumes for ftrace
+//!   and the one every TrackEvent resolves to, so a switch lands where the slice began.
+//! - pid is the thread's tid in the trace (unique across merged sources, see
+//!   [`trace_tid_of`]); its process and name come from the thread's TrackDescriptor, which
+//!   outranks ftrace's comm (written anyway: the thread's name).
+//! - Nothing marks where tracing started (`tracing_started`, `previous_bundle_end_timestamp`):
+//!   trace_processor would drop every event before such a mark.
+
+use super::{ProtoWriter, frame, put_bytes, put_field, put_varint, varint_len};
+use crate::model::{CpuSlice, FastHash, OffCpu, trace_tid_of};
+use crate::proto::{
+    FtraceEvent, FtraceEventBundle, SchedSwitchFtraceEvent, SystemInfo, TracePacket, Utsname,
+    ftrace_event, trace_packet,
+};
+use std::collections::HashMap;
+
+/// Switches one CPU's bundle holds before it is written.
+pub const BUNDLE_SWITCHES: usize = 512;
+/// The idle task, as Linux names it.
+const IDLE_COMM: &str = "swapper";
+/// Linux's priority of a normal task (nice 0): nsys records none.
+const PRIO: i32 = 120;
+
+/// How trace_processor reads `prev_state`: by the kernel release the trace names, with 4.4's
+/// layout when it names none. Only the preemption flag moved between releases among the
+/// states written here.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StateCodes {
+    preempted: i64,
+}
+
+impl StateCodes {
+    /// For a kernel release ("6.8.0-generic": 6.8), or 4.4's layout without one.
+    pub fn for_kernel(version: Option<(u32, u32)>) -> StateCodes {
+        let version = version.unwrap_or((4, 4));
+        let preempted = if version >= (4, 14) {
+            0x100 // TASK_REPORT_MAX
+        } else if version >= (4, 8) {
+            0x1000 // TASK_STATE_MAX with TASK_NEW
+        } else {
+            0x800
+        };
+        StateCodes { preempted }
+    }
+
+    /// `prev_state` of a thread leaving its CPU. A thread that left for a reason the export
+    /// does not record (most exports) reads as sleeping ("S"): it was off its CPU, and nothing
+    /// says it waited for one (Runnable would claim CPU contention the data does not show).
+    pub fn prev_state(self, off: OffCpu) -> i64 {
+        match off {
+            OffCpu::Unknown | OffCpu::Sleeping => 0x1,
+            OffCpu::Preempted => self.preempted,
+            OffCpu::Runnable => 0,
+            OffCpu::Uninterruptible => 0x2,
+            OffCpu::Stopped => 0x4,
+            OffCpu::Exited => 0x10, // EXIT_DEAD
+        }
+    }
+}
+
+/// `MAJOR.MINOR` of a kernel release ("6.8.0-generic": 6.8), parsed as trace_processor parses
+/// `SystemInfo.utsname.release` (digits up to the first and the second dot); `None` where it
+/// would find no version, and then decode `prev_state` as for 4.4.
+pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
+    let mut parts = release.splitn(3, '.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    Some((major, minor))
+}
+
+/// The SystemInfo packet naming the kernel, so trace_processor decodes `prev_state` as written.
+pub fn system_info(release: &str) -> Vec<u8> {
+    let packet = TracePacket {
+        data: Some(trace_packet::Data::SystemInfo(SystemInfo {
+            utsname: Some(Utsname {
+                sysname: Some("Linux".to_string()),
+                release: Some(release.to_string()),
+                ..Default::default()
+            }),
+        })),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    frame(&packet, &mut out);
+    out
+}
+
+/// One CPU's switches not yet written: the bundle's packed arrays, varint-encoded as they grow
+/// (written by hand like the other hot packets: no message is built, nothing is encoded twice).
+#[derive(Default)]
+struct Cpu {
+    /// The switch away from the thread last placed here: (time, its prev_state), written once
+    /// the next slice (or the end) says what follows.
+    pending: (i64, i64),
+    switches: usize,
+    timestamps: Vec<u8>,
+    prev_states: Vec<u8>,
+    next_pids: Vec<u8>,
+    next_prios: Vec<u8>,
+    comm_indices: Vec<u8>,
+    /// The bundle's intern table, as its encoded `intern_table` entries.
+    intern: Vec<u8>,
+    interned: u32,
+    /// Absolute time of the bundle's last switch (the next one is a delta from it).
+    last_ts: i64,
+    /// pid -> its comm's index in the bundle's intern table.
+    comms: HashMap<i32, u32, FastHash>,
+}
+
+#[derive(Default)]
+pub(super) struct SchedState {
+    /// The sequence of this writer's scheduling packets.
+    seq: u32,
+    /// By CPU number (below [`crate::output::MAX_CPUS`]); `None` until the CPU's first slice.
+    cpus: Vec<Option<Cpu>>,
+}
+
+/// `CompactSched` and `FtraceEventBundle` field tags.
+mod tag {
+    pub const SWITCH_TIMESTAMP: u64 = 1 << 3 | 2;
+    pub const SWITCH_PREV_STATE: u64 = 2 << 3 | 2;
+    pub const SWITCH_NEXT_PID: u64 = 3 << 3 | 2;
+    pub const SWITCH_NEXT_PRIO: u64 = 4 << 3 | 2;
+    pub const INTERN_TABLE: u64 = 5 << 3 | 2;
+    pub const SWITCH_NEXT_COMM_INDEX: u64 = 6 << 3 | 2;
+    pub const BUNDLE_CPU: u64 = 1 << 3;
+    pub const BUNDLE_COMPACT_SCHED: u64 = 4 << 3 | 2;
+    pub const PACKET_FTRACE_EVENTS: u64 = 1 << 3 | 2;
+    pub const PACKET_SEQUENCE_ID: u64 = 10 << 3;
+}
+
+impl Cpu {
+    /// Append a switch to `next_pid`; `comm` names it when the bundle has not yet.
+    fn push(&mut self, ts: i64, prev_state: i64, next_pid: i32, comm: impl FnOnce() -> String) {
+        let delta = if self.switches == 0 {
+            ts
+        } else {
+            ts - self.last_ts
+        };
+        self.last_ts = ts;
+        self.switches += 1;
+        put_varint(&mut self.timestamps, delta.max(0) as u64);
+        put_varint(&mut self.prev_states, prev_state as u64);
+        put_varint(&mut self.next_pids, i64::from(next_pid) as u64);
+        put_varint(&mut self.next_prios, i64::from(PRIO) as u64);
+        let (intern, interned) = (&mut self.intern, &mut self.interned);
+        let index = *self.comms.entry(next_pid).or_insert_with(|| {
+            put_bytes(intern, tag::INTERN_TABLE, comm().as_bytes());
+            *interned += 1;
+            *interned - 1
+        });
+        put_varint(&mut self.comm_indices, u64::from(index));
+    }
+
+    /// Write the bundle, if it holds switches.
+    fn flush(&mut self, cpu: u32, seq: u32, out: &mut Vec<u8>) {
+        if self.switches == 0 {
+            return;
+        }
+        let packed = [
+            (tag::SWITCH_TIMESTAMP, &self.timestamps),
+            (tag::SWITCH_PREV_STATE, &self.prev_states),
+            (tag::SWITCH_NEXT_PID, &self.next_pids),
+            (tag::SWITCH_NEXT_PRIO, &self.next_prios),
+            (tag::SWITCH_NEXT_COMM_INDEX, &self.comm_indices),
+        ];
+        let field = |len: usize| 1 + varint_len(len as u64) + len;
+        let compact = self.intern.len() + packed.iter().map(|(_, b)| field(b.len())).sum::<usize>();
+        let bundle = 1 + varint_len(u64::from(cpu)) + field(compact);
+        let packet = field(bundle) + 1 + varint_len(u64::from(seq));
+        out.reserve(packet + 6);
+        out.push(0x0A); // Trace.packet
+        put_varint(out, packet as u64);
+        put_varint(out, tag::PACKET_FTRACE_EVENTS);
+        put_varint(out, bundle as u64);
+        put_field(out, tag::BUNDLE_CPU, u64::from(cpu));
+        put_varint(out, tag::BUNDLE_COMPACT_SCHED);
+        put_varint(out, compact as u64);
+        out.extend_from_slice(&self.intern);
+        for (t, b) in packed {
+            put_bytes(out, t, b);
+        }
+        put_field(out, tag::PACKET_SEQUENCE_ID, u64::from(seq));
+        for b in [
+            &mut self.timestamps,
+            &mut self.prev_states,
+            &mut self.next_pids,
+            &mut self.next_prios,
+            &mut self.comm_indices,
+            &mut self.intern,
+        ] {
+            b.clear();
+        }
+        self.switches = 0;
+        self.interned = 0;
+        self.comms.clear();
+    }
+}
+
+fn bundle_packet(seq: u32, bundle: FtraceEventBundle) -> TracePacket {
+    TracePacket {
+        data: Some(trace_packet::Data::FtraceEvents(bundle)),
+        optional_trusted_packet_sequence_id: Some(
+            trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq),
+        ),
+        ..Default::default()
+    }
+}
+
+impl ProtoWriter {
+    pub(super) fn write_cpu_slice(&mut self, group: u32, s: &CpuSlice) {
+        let cpu = s.cpu as u32;
+        let pid = trace_tid_of(s.global_tid) as i32;
+        let prev_state = self.state_codes.prev_state(s.off);
+        let desc = &self.desc;
+        let comm = || desc.thread_name(s.global_tid);
+        let sched = &mut self.sched;
+        sched.seq = group;
+        debug_assert!(
+            i64::from(cpu) < crate::output::MAX_CPUS,
+            "layout bounds CPUs"
+        );
+        if sched.cpus.len() <= cpu as usize {
+            sched.cpus.resize_with(cpu as usize + 1, || None);
+        }
+        match &mut sched.cpus[cpu as usize] {
+            None => {
+                // The CPU's first switch: a full one, from the idle task.
+                let event = FtraceEvent {
+                    timestamp: Some(s.start.max(0) as u64),
+                    pid: Some(0),
+                    event: Some(ftrace_event::Event::SchedSwitch(SchedSwitchFtraceEvent {
+                        prev_comm: Some(IDLE_COMM.to_string()),
+                        prev_pid: Some(0),
+                        prev_prio: Some(PRIO),
+                        prev_state: Some(0),
+                        next_comm: Some(comm()),
+                        next_pid: Some(pid),
+                        next_prio: Some(PRIO),
+                    })),
+                };
+                let packet = bundle_packet(
+                    group,
+                    FtraceEventBundle {
+                        cpu: Some(cpu),
+                        event: vec![event],
+                        ..Default::default()
+                    },
+                );
+                frame(&packet, &mut self.out.data);
+                sched.cpus[cpu as usize] = Some(Cpu {
+                    pending: (s.end, prev_state),
+                    ..Default::default()
+                });
+            }
+            Some(c) => {
+                let (end, state) = c.pending;
+                if end < s.start {
+                    // Nothing of the capture's ran in between: the idle task did (it stays
+                    // runnable, "R").
+                    c.push(end, state, 0, || IDLE_COMM.to_string());
+                    c.push(s.start, 0, pid, comm);
+                } else {
+                    c.push(s.start, state, pid, comm);
+                }
+                c.pending = (s.end, prev_state);
+                if c.switches >= BUNDLE_SWITCHES {
+                    c.flush(cpu, group, &mut self.out.data);
+                }
+            }
+        }
+    }
+
+    /// Every CPU's last thread switches to the idle task; the bundles are written, by CPU.
+    pub(super) fn finish_sched(&mut self) {
+        let seq = self.sched.seq;
+        for (cpu, c) in self.sched.cpus.iter_mut().enumerate() {
+            if let Some(c) = c {
+                let (end, state) = c.pending;
+                c.push(end, state, 0, || IDLE_COMM.to_string());
+                c.flush(cpu as u32, seq, &mut self.out.data);
+            }
+        }
+        self.sched.cpus.clear();
+    }
+}
