@@ -639,7 +639,6 @@ pub trait EventSink {
     fn naming_row(&mut self, table: &'static str);
     /// A source row that went into an event with another (a sched-in paired with its sched-out).
     fn extra_row(&mut self);
-    /// Everything read: close what is open, and say what was converted and what was not.
     /// One value of a counter (GPU metrics, bytes allocated): one track per key.
     fn counter(&mut self, key: &CounterKey<'_>, sample: CounterSample) -> Result<()>;
     /// One CPU sample with its call stack, on its thread.
@@ -647,6 +646,7 @@ pub trait EventSink {
     /// A thread's time on a CPU (scheduling). Slices of one CPU come in time order and do not
     /// overlap, as far as the source's rows are in order (layout copes with any order).
     fn cpu_slice(&mut self, slice: &CpuSlice) -> Result<()>;
+    /// Everything read: close what is open, and say what was converted and what was not.
     fn finish(self) -> Result<crate::summary::Summary>
     where
         Self: Sized;

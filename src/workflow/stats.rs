@@ -145,46 +145,94 @@ fn sampled_functions(ex: &Export, top: usize) -> Result<Vec<SampledFunction>> {
     Ok(out)
 }
 
-/// Each metric of `GPU_METRICS` per GPU (`typeId & 0xFF`, as nsys maps it), named by
-/// `TARGET_INFO_GPU_METRICS`.
+/// Each GPU metric per GPU, read by the converter's own metrics reader (so `GPU_METRICS` of
+/// nsys 2023+ and the "GpuMetrics" `GENERIC_EVENTS` of nsys 2022 both count, the same samples
+/// once, wrapped values restored and named as in the trace), aggregated as it streams.
 fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
-    const T: &str = "GPU_METRICS";
-    const INFO: &str = "TARGET_INFO_GPU_METRICS";
-    // The export wraps values above 2^31 (clocks in Hz) to negative 32-bit integers: the
-    // conversion adds 2^32 back (see `nsys::metrics`), and so does this.
-    const UNWRAP: &str = "CASE WHEN value < 0 THEN value + 4294967296 ELSE value END";
-    if !ex.schema.has_columns(T, &["typeId", "metricId", "value"])
-        || !ex
-            .schema
-            .has_columns(INFO, &["typeId", "metricId", "metricName"])
-    {
-        return Ok(Vec::new());
-    }
-    let sql = format!(
-        "SELECT m.typeId & 255, \
-         (SELECT metricName FROM {INFO} i WHERE i.typeId = m.typeId AND i.metricId = m.metricId \
-          LIMIT 1), m.n, m.mean, m.lo, m.hi \
-         FROM (SELECT typeId, metricId, count(*) AS n, avg(v) AS mean, min(v) AS lo, \
-               max(v) AS hi FROM (SELECT typeId, metricId, {UNWRAP} AS v FROM {T}) \
-               GROUP BY typeId, metricId) m \
-         ORDER BY 1, 2"
-    );
-    let mut stmt = ex.conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
-    let mut out = Vec::new();
-    while let Some(r) = rows.next()? {
-        out.push(MetricSummary {
-            gpu: r.get(0)?,
-            metric: r
-                .get::<_, Option<String>>(1)?
-                .unwrap_or_else(|| "(unnamed metric)".to_string()),
-            samples: r.get::<_, i64>(2)? as u64,
-            mean: r.get::<_, Option<f64>>(3)?.unwrap_or(f64::NAN),
-            min: r.get::<_, Option<f64>>(4)?.unwrap_or(f64::NAN),
-            max: r.get::<_, Option<f64>>(5)?.unwrap_or(f64::NAN),
-        });
-    }
+    let mut sink = MetricStats::default();
+    crate::nsys::metrics::read(
+        &ex.conn,
+        &ex.schema,
+        &crate::select::Selection::default(),
+        &mut sink,
+    )?;
+    let mut out: Vec<MetricSummary> = sink
+        .per_metric
+        .into_iter()
+        .map(|((gpu, metric), a)| MetricSummary {
+            gpu,
+            metric,
+            samples: a.n,
+            mean: a.sum / a.n as f64,
+            min: a.min,
+            max: a.max,
+        })
+        .collect();
+    out.sort_by(|a, b| (a.gpu, &a.metric).cmp(&(b.gpu, &b.metric)));
     Ok(out)
+}
+
+#[derive(Default)]
+struct Aggregate {
+    n: u64,
+    sum: f64,
+    min: f64,
+    max: f64,
+}
+
+/// A sink that keeps count, sum, min and max of each GPU's counters and ignores the rest.
+#[derive(Default)]
+struct MetricStats {
+    per_metric: std::collections::HashMap<(i64, String), Aggregate>,
+}
+
+impl crate::model::EventSink for MetricStats {
+    fn event(&mut self, _: crate::model::GroupKey, _: &crate::model::Event<'_>) -> Result<()> {
+        Ok(())
+    }
+    fn skip(&mut self, _: &'static str, _: &'static str) {}
+    fn note(&mut self, _: &'static str, _: &'static str) {}
+    fn naming_row(&mut self, _: &'static str) {}
+    fn extra_row(&mut self) {}
+    fn counter(
+        &mut self,
+        key: &crate::model::CounterKey<'_>,
+        sample: crate::model::CounterSample,
+    ) -> Result<()> {
+        let crate::model::CounterOwner::Gpu { device } = key.owner else {
+            return Ok(());
+        };
+        let v = match sample.value {
+            crate::model::CounterValue::Int(i) => i as f64,
+            crate::model::CounterValue::Double(d) => d,
+        };
+        let a = match self.per_metric.get_mut(&(device, key.name.to_string())) {
+            Some(a) => a,
+            None => self
+                .per_metric
+                .entry((device, key.name.to_string()))
+                .or_insert(Aggregate {
+                    n: 0,
+                    sum: 0.0,
+                    min: f64::INFINITY,
+                    max: f64::NEG_INFINITY,
+                }),
+        };
+        a.n += 1;
+        a.sum += v;
+        a.min = a.min.min(v);
+        a.max = a.max.max(v);
+        Ok(())
+    }
+    fn cpu_sample(&mut self, _: &crate::model::CpuSample<'_>) -> Result<()> {
+        Ok(())
+    }
+    fn cpu_slice(&mut self, _: &crate::model::CpuSlice) -> Result<()> {
+        Ok(())
+    }
+    fn finish(self) -> Result<crate::summary::Summary> {
+        Ok(crate::summary::Summary::default())
+    }
 }
 
 /// A process's unified memory CPU page faults (`CUDA_UM_CPU_PAGE_FAULT_EVENTS`).

@@ -551,4 +551,33 @@ fn stats_top_sampled_functions_and_metric_averages() {
         .find(|m| m.metric == "GPC Clock Frequency")
         .unwrap();
     assert!(gpc.min > 0.0 && gpc.max > 2.3e9);
+
+    // An nsys 2022 export holds the same samples only in GENERIC_EVENTS: the same summary.
+    let tmp = tempfile::tempdir().unwrap();
+    let copy = tmp.path().join("generic-only.sqlite");
+    std::fs::copy(&input, &copy).unwrap();
+    let mut perms = std::fs::metadata(&copy).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    perms.set_readonly(false);
+    std::fs::set_permissions(&copy, perms).unwrap();
+    rusqlite::Connection::open(&copy)
+        .unwrap()
+        .execute_batch("DROP TABLE GPU_METRICS; DROP TABLE TARGET_INFO_GPU_METRICS;")
+        .unwrap();
+    let generic = stats(
+        &copy,
+        &StatsOptions {
+            top: 0,
+            raw_names: false,
+        },
+    )
+    .unwrap();
+    assert_eq!(generic.gpu_metrics.len(), st.gpu_metrics.len());
+    for (g, m) in generic.gpu_metrics.iter().zip(&st.gpu_metrics) {
+        assert_eq!(
+            (g.gpu, &g.metric, g.samples, g.min, g.max),
+            (m.gpu, &m.metric, m.samples, m.min, m.max)
+        );
+        assert!((g.mean - m.mean).abs() <= 1e-9 * m.mean.abs().max(1.0));
+    }
 }
