@@ -29,7 +29,7 @@ peer=""
 if [[ $skip != *" peer "* ]]; then
   venv=bench/.venv
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-  find_peer() { ls "$venv"/lib/python3*/site-packages/ncompass/bin/nsys-chrome 2>/dev/null | head -1; }
+  find_peer() { ls "$venv"/lib/python3*/site-packages/ncompass/bin/nsys-chrome 2>/dev/null | head -1 || true; }
   peer=$(find_peer)
   if [ -z "$peer" ]; then
     "$venv/bin/pip" install -q ncompass==0.1.15
