@@ -464,6 +464,10 @@ impl ProtoWriter {
             let key_iid = match arg_iid(&seq.arg_names, arg.key) {
                 Some(iid) => iid,
                 None => {
+                    if seq.arg_names.capacity() == 0 {
+                        // One allocation for an event's keys, not one per doubling.
+                        seq.arg_names.reserve(16);
+                    }
                     seq.arg_names.push(arg.key);
                     let iid = seq.arg_names.len() as u64;
                     put_entry(
