@@ -242,11 +242,15 @@ struct Sequence {
     arg_names: Vec<&'static str>,
     values_by_sid: HashMap<i64, u64, FastHash>,
     values_by_text: HashMap<Box<str>, u64, FastHash>,
-    categories: [u64; Category::ALL.len()],
+    /// Each category's iid on this sequence (0: not interned yet); fewer than 256 categories.
+    categories: [u8; Category::ALL.len()],
     next_name: u64,
     next_value: u64,
-    next_category: u64,
+    next_category: u8,
 }
+
+// Category iids fit a byte (see `Sequence::categories`).
+const _: () = assert!(Category::ALL.len() < 256);
 
 pub struct ProtoWriter {
     desc: Arc<Description>,
@@ -454,11 +458,11 @@ impl ProtoWriter {
             put_entry(
                 interned,
                 tag::EVENT_CATEGORIES,
-                seq.next_category,
+                u64::from(seq.next_category),
                 ev.category.as_str().as_bytes(),
             );
         }
-        put_field(e, tag::CATEGORY_IIDS, seq.categories[ci]);
+        put_field(e, tag::CATEGORY_IIDS, u64::from(seq.categories[ci]));
 
         for arg in ev.args {
             let key_iid = match arg_iid(&seq.arg_names, arg.key) {
