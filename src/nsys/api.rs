@@ -5,7 +5,7 @@ use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
-use crate::nsys::runs::Merge;
+use crate::nsys::runs::Lookup;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -75,9 +75,8 @@ struct Cursor<'s> {
     table: &'static str,
     rows: rusqlite::Rows<'s>,
     chains: super::Callchains<'s>,
-    links: Option<Merge<'s, 3>>,
-    /// The next link not yet consumed: (arid, flow id).
-    pending: Option<(i64, u64)>,
+    /// `[api rowid, gpu table, gpu rowid]` of the GPU rows each call launched.
+    links: Option<Lookup<'s, 3>>,
     /// The last rowid read, when the table has real rowids (checked increasing).
     last: Option<Option<i64>>,
 }
@@ -92,21 +91,9 @@ impl Cursor<'_> {
             super::check_rowid_order(self.table, last, row.rowid)?;
         }
         if let Some(links) = self.links.as_mut() {
-            loop {
-                if self.pending.is_none() {
-                    self.pending = links
-                        .next_record()?
-                        .map(|[arid, src, rid]| (arid, crate::nsys::flows::flow_id(src, rid)));
-                }
-                match self.pending {
-                    Some((arid, id)) if arid == row.rowid => {
-                        row.flows.push(id);
-                        self.pending = None;
-                    }
-                    Some((arid, _)) if arid < row.rowid => self.pending = None,
-                    _ => break,
-                }
-            }
+            links.matching(row.rowid, |[_, src, rid]| {
+                row.flows.push(crate::nsys::flows::flow_id(src, rid))
+            })?;
         }
         Ok(Some(row))
     }
@@ -143,7 +130,6 @@ pub fn read<S: EventSink>(
                 Some(f) => f.api_links(*src)?,
                 None => None,
             },
-            pending: None,
             last: schema.rowid(t).map(|_| None),
         });
     }

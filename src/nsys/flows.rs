@@ -18,7 +18,7 @@
 //! (Sorting nearly sorted integer keys costs a fraction of what building SQLite b-trees for
 //! the same join did: a third of a whole conversion's CPU time went there.)
 
-use crate::nsys::runs::{Merge, Sorted, Sorter, Spill};
+use crate::nsys::runs::{Lookup, Sorted, Sorter, Spill};
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema, int_at};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
@@ -36,20 +36,20 @@ pub struct FlowDb {
 
 impl FlowDb {
     /// The links of API table `src` in API rowid order: `[api rowid, gpu table, gpu rowid]`.
-    pub fn api_links(&self, src: i64) -> Result<Option<Merge<'_, 3>>> {
+    pub fn api_links(&self, src: i64) -> Result<Option<Lookup<'_, 3>>> {
         self.api_links
             .iter()
             .find(|(s, _)| *s == src)
-            .map(|(_, l)| l.iter())
+            .map(|(_, l)| Ok(Lookup::new(l.iter()?)))
             .transpose()
     }
 
     /// The launches of GPU table `src` in GPU rowid order: `[gpu rowid, launch start]`.
-    pub fn launches(&self, src: i64) -> Result<Option<Merge<'_, 2>>> {
+    pub fn launches(&self, src: i64) -> Result<Option<Lookup<'_, 2>>> {
         self.launches
             .iter()
             .find(|(s, _)| *s == src)
-            .map(|(_, l)| l.iter())
+            .map(|(_, l)| Ok(Lookup::new(l.iter()?)))
             .transpose()
     }
 }
@@ -134,7 +134,7 @@ pub fn prepare(conn: &Connection, schema: &Schema, sel: &Selection) -> Result<Op
     if gpu.is_empty() || api.is_empty() {
         return Ok(None);
     }
-    let mut spill = Spill::new();
+    let mut spill = Spill::default();
 
     // [process, correlation id, position in `api`, rowid, start]
     let mut calls = Sorter::<5>::default();
@@ -147,8 +147,8 @@ pub fn prepare(conn: &Connection, schema: &Schema, sel: &Selection) -> Result<Op
         let mut stmt = conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            // The thread must be one the API reader can place (see `nsys::tid_at`).
-            let placed = int_at(r, 1).is_some_and(|g| (0..nsys::MAX_GLOBAL_ID).contains(&g));
+            // The thread must be one the API reader can place.
+            let placed = nsys::tid_at(r, 1).is_some();
             if let (true, Some(start), Some((pkey, corr)), Some(rid)) =
                 (placed, converted_times(r, 3, 4), key(r, 1, 2), int_at(r, 0))
             {
@@ -175,9 +175,8 @@ pub fn prepare(conn: &Connection, schema: &Schema, sel: &Selection) -> Result<Op
         let mut stmt = conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            // The ids the GPU reader needs to place the row (see `nsys::device_at`).
-            let placed = int_at(r, 5).is_some_and(|d| (0..=u32::MAX as i64).contains(&d))
-                && int_at(r, 6).is_some();
+            // The ids the GPU reader needs to place the row.
+            let placed = nsys::device_at(r, 5).is_some() && int_at(r, 6).is_some();
             if let (true, Some(start), Some((pkey, corr)), Some(rid)) =
                 (placed, converted_times(r, 3, 4), key(r, 1, 2), int_at(r, 0))
             {
@@ -218,17 +217,17 @@ pub fn prepare(conn: &Connection, schema: &Schema, sel: &Selection) -> Result<Op
         }
     }
     drop((calls_it, work_it));
-    let mut db = FlowDb {
-        api_links: Vec::new(),
-        launches: Vec::new(),
-        _spill: Spill::new(),
-    };
-    for (s, l) in api_links {
-        db.api_links.push((s, l.finish(&mut spill)?));
-    }
-    for (s, l) in launches {
-        db.launches.push((s, l.finish(&mut spill)?));
-    }
-    db._spill = spill;
-    Ok(Some(db))
+    let api_links = api_links
+        .into_iter()
+        .map(|(s, l)| Ok((s, l.finish(&mut spill)?)))
+        .collect::<Result<_>>()?;
+    let launches = launches
+        .into_iter()
+        .map(|(s, l)| Ok((s, l.finish(&mut spill)?)))
+        .collect::<Result<_>>()?;
+    Ok(Some(FlowDb {
+        api_links,
+        launches,
+        _spill: spill,
+    }))
 }

@@ -191,7 +191,6 @@ pub fn read<S: EventSink>(
             kind: *k,
             rows: stmt.query([])?,
             launches,
-            pending: None,
         });
     }
     let mut heads: Vec<Option<Row>> = Vec::with_capacity(cursors.len());
@@ -236,9 +235,8 @@ pub fn read<S: EventSink>(
 struct Cursor<'s> {
     kind: Kind,
     rows: rusqlite::Rows<'s>,
-    launches: Option<crate::nsys::runs::Merge<'s, 2>>,
-    /// The next launch not yet consumed: [rowid, launch start].
-    pending: Option<[i64; 2]>,
+    /// `[gpu rowid, launch start]` of the rows whose launching call was found.
+    launches: Option<crate::nsys::runs::Lookup<'s, 2>>,
 }
 
 impl Cursor<'_> {
@@ -248,20 +246,7 @@ impl Cursor<'_> {
         };
         let mut row = decode(self.kind, r);
         if let Some(launches) = self.launches.as_mut() {
-            loop {
-                if self.pending.is_none() {
-                    self.pending = launches.next_record()?;
-                }
-                match self.pending {
-                    Some([rid, start]) if rid == row.rowid => {
-                        row.launch_start = Some(start);
-                        self.pending = None;
-                        break;
-                    }
-                    Some([rid, _]) if rid < row.rowid => self.pending = None,
-                    _ => break,
-                }
-            }
+            launches.matching(row.rowid, |[_, start]| row.launch_start = Some(start))?;
         }
         Ok(Some(row))
     }

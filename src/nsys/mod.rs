@@ -404,18 +404,13 @@ pub fn text_at<'r>(row: &'r rusqlite::Row<'_>, idx: usize) -> Option<std::borrow
     }
 }
 
-/// A scratch SQLite database in a private temporary directory (deleted with the `TempDir`),
-/// with the export attached read-only as `src`: where derived tables (flow links, the NVTX
-/// projection) are computed with bounded memory.
-pub fn scratch_db(
-    schema: &Schema,
-    prefix: &str,
-    file: &str,
-) -> Result<(tempfile::TempDir, PathBuf, Connection)> {
+/// A fresh scratch directory in `$TMPDIR` named `{prefix}<pid>-...`, removed on interrupt (and
+/// by the next run, should this one be killed), after removing what dead runs left there.
+pub fn scratch_dir(prefix: &str) -> Result<tempfile::TempDir> {
     let tmp = std::env::temp_dir();
     // What runs killed with SIGKILL left there.
     crate::cleanup::remove_dead_scratch();
-    let dir = crate::cleanup::create(
+    crate::cleanup::create(
         || {
             tempfile::Builder::new()
                 .prefix(&crate::cleanup::prefix(prefix))
@@ -429,7 +424,18 @@ pub fn scratch_db(
             tmp.display(),
             crate::convert::os_error(&e)
         )
-    })?;
+    })
+}
+
+/// A scratch SQLite database in a private temporary directory (deleted with the `TempDir`),
+/// with the export attached read-only as `src`: where derived tables (flow links, the NVTX
+/// projection) are computed with bounded memory.
+pub fn scratch_db(
+    schema: &Schema,
+    prefix: &str,
+    file: &str,
+) -> Result<(tempfile::TempDir, PathBuf, Connection)> {
+    let dir = scratch_dir(prefix)?;
     let path = dir.path().join(file);
     let mut conn = Connection::open_with_flags(
         &path,

@@ -29,35 +29,16 @@ fn run_records() -> usize {
 
 /// Where runs are written: a scratch directory created on the first spill and removed (also on
 /// interrupt) when the last user is dropped.
+#[derive(Default)]
 pub struct Spill {
     dir: Option<tempfile::TempDir>,
     next: usize,
 }
 
 impl Spill {
-    pub fn new() -> Spill {
-        Spill { dir: None, next: 0 }
-    }
-
     fn file(&mut self) -> Result<(PathBuf, File)> {
         if self.dir.is_none() {
-            let tmp = std::env::temp_dir();
-            crate::cleanup::remove_dead_scratch();
-            let dir = crate::cleanup::create(
-                || {
-                    tempfile::Builder::new()
-                        .prefix(&crate::cleanup::prefix("nsys-perfetto-"))
-                        .tempdir_in(&tmp)
-                },
-                |d| d.path().to_path_buf(),
-            )
-            .with_context(|| {
-                format!(
-                    "cannot create a scratch directory in the temporary folder {} (TMPDIR)",
-                    tmp.display()
-                )
-            })?;
-            self.dir = Some(dir);
+            self.dir = Some(crate::nsys::scratch_dir("nsys-perfetto-")?);
         }
         let dir = self.dir.as_ref().expect("created above");
         self.next += 1;
@@ -65,12 +46,6 @@ impl Spill {
         let file = File::create(&path)
             .with_context(|| format!("cannot write scratch file {}", path.display()))?;
         Ok((path, file))
-    }
-}
-
-impl Default for Spill {
-    fn default() -> Spill {
-        Spill::new()
     }
 }
 
@@ -212,12 +187,47 @@ impl<const N: usize> Merge<'_, N> {
     }
 }
 
+/// A sorted stream read beside a scan in the same key order (a table's rowids): for each key in
+/// turn, the records whose first field is that key.
+pub struct Lookup<'a, const N: usize> {
+    merge: Merge<'a, N>,
+    /// The next record not yet consumed.
+    pending: Option<[i64; N]>,
+}
+
+impl<'a, const N: usize> Lookup<'a, N> {
+    pub fn new(merge: Merge<'a, N>) -> Self {
+        Lookup {
+            merge,
+            pending: None,
+        }
+    }
+
+    /// Call `f` on each record whose first field is `key`, passing over those before it. Keys
+    /// must come in increasing order.
+    pub fn matching(&mut self, key: i64, mut f: impl FnMut([i64; N])) -> Result<()> {
+        loop {
+            if self.pending.is_none() {
+                self.pending = self.merge.next_record()?;
+            }
+            match self.pending {
+                Some(r) if r[0] == key => {
+                    f(r);
+                    self.pending = None;
+                }
+                Some(r) if r[0] < key => self.pending = None,
+                _ => return Ok(()),
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn sorted_of(recs: &[[i64; 2]]) -> Vec<[i64; 2]> {
-        let mut spill = Spill::new();
+        let mut spill = Spill::default();
         let mut s = Sorter::<2>::default();
         for r in recs {
             s.push(*r, &mut spill).unwrap();
