@@ -1,9 +1,12 @@
-//! An external sort for small fixed-size integer records, with bounded memory: records are
-//! sorted in chunks of [`RUN_RECORDS`]; a chunk that fills is written to a scratch file as a
-//! sorted run, and reading merges the runs. Inputs that fit one chunk never touch the disk.
+//! An external sort for small records, with bounded memory: records are sorted in chunks (at
+//! most [`RUN_RECORDS`] records or [`RUN_BYTES`] bytes); a chunk that fills is written to a
+//! scratch file as a sorted run, and reading merges the runs. Inputs that fit one chunk never
+//! touch the disk.
 //!
-//! Used where a join of two large tables would otherwise build SQLite b-trees (the flow links:
-//! sorting nearly sorted integer keys costs far less than inserting them into an index).
+//! Used where a join of two large tables would otherwise build SQLite b-trees (the flow links,
+//! the NVTX projection: sorting nearly sorted integer keys costs far less than inserting them
+//! into an index). Records are integer tuples (`[i64; N]`) or integer tuples carrying a string
+//! ([`Named`]).
 
 use anyhow::{Context, Result};
 use std::cmp::Reverse;
@@ -11,9 +14,135 @@ use std::collections::BinaryHeap;
 use std::fs::File;
 use std::io::{BufReader, BufWriter, Read, Write};
 use std::path::PathBuf;
+use std::sync::Arc;
 
-/// Records per in-memory chunk: 64 Ki records of at most 5 integers is 2.5 MB.
+/// Records per in-memory chunk: 64 Ki records of at most 8 integers is 4 MB.
 pub const RUN_RECORDS: usize = 1 << 16;
+/// Bytes per in-memory chunk, for records that carry strings.
+pub const RUN_BYTES: usize = 8 << 20;
+
+/// A record the sort handles: ordered, written to and read from a run file.
+pub trait Record: Ord + Clone {
+    /// The first field: what [`Lookup`] matches on.
+    fn key(&self) -> i64;
+    /// Bytes the record adds in memory (the chunk budget), after `prev`.
+    fn size(&self, prev: Option<&Self>) -> usize;
+    /// Write the record, which follows `prev` in its run.
+    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()>;
+    /// What reading a run keeps between records.
+    type ReadState: Default;
+    /// The next record, `None` at the end of the run.
+    fn read_from(r: &mut impl Read, state: &mut Self::ReadState) -> std::io::Result<Option<Self>>;
+}
+
+/// Fill `buf`; `Ok(false)` at a clean end of file (nothing read).
+fn read_all(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(true)
+}
+
+/// `N` little-endian integers in one read; `None` at a clean end of file.
+fn read_fields<const N: usize>(r: &mut impl Read) -> std::io::Result<Option<[i64; N]>> {
+    // 64 fields at most, far more than any record here has.
+    let mut buf = [0u8; 512];
+    let buf = &mut buf[..N * 8];
+    if !read_all(r, buf)? {
+        return Ok(None);
+    }
+    let mut rec = [0i64; N];
+    for (v, b) in rec.iter_mut().zip(buf.chunks_exact(8)) {
+        *v = i64::from_le_bytes(b.try_into().expect("8 bytes"));
+    }
+    Ok(Some(rec))
+}
+
+impl<const N: usize> Record for [i64; N] {
+    fn key(&self) -> i64 {
+        self[0]
+    }
+    fn size(&self, _: Option<&Self>) -> usize {
+        N * 8
+    }
+    fn write_to(&self, _: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
+        let mut buf = [0u8; 512];
+        for (v, b) in self.iter().zip(buf.chunks_exact_mut(8)) {
+            b.copy_from_slice(&v.to_le_bytes());
+        }
+        w.write_all(&buf[..N * 8])
+    }
+    type ReadState = ();
+    fn read_from(r: &mut impl Read, _: &mut ()) -> std::io::Result<Option<Self>> {
+        read_fields(r)
+    }
+}
+
+/// Integer fields with a string, ordered by the fields first. The string is shared: records
+/// that carry the same one (the NVTX ranges around many kernels) cost one allocation.
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub struct Named<const N: usize> {
+    pub fields: [i64; N],
+    pub text: Arc<[u8]>,
+}
+
+/// The length written for a string equal to the previous record's.
+const SAME_TEXT: u64 = u64::MAX;
+
+impl<const N: usize> Record for Named<N> {
+    fn key(&self) -> i64 {
+        self.fields[0]
+    }
+    fn size(&self, prev: Option<&Self>) -> usize {
+        let shared = prev.is_some_and(|p| Arc::ptr_eq(&p.text, &self.text));
+        N * 8 + 16 + if shared { 0 } else { self.text.len() }
+    }
+    /// A string equal to the previous record's is written as [`SAME_TEXT`] alone.
+    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
+        self.fields.write_to(None, w)?;
+        if prev.is_some_and(|p| Arc::ptr_eq(&p.text, &self.text) || p.text == self.text) {
+            return w.write_all(&SAME_TEXT.to_le_bytes());
+        }
+        w.write_all(&(self.text.len() as u64).to_le_bytes())?;
+        w.write_all(&self.text)
+    }
+    /// The previous record's string and a buffer: neighbours in a run often carry the same
+    /// string (kernels launched in the same ranges), which is then shared, not allocated again.
+    type ReadState = (Option<Arc<[u8]>>, Vec<u8>);
+    fn read_from(
+        r: &mut impl Read,
+        (last, buf): &mut Self::ReadState,
+    ) -> std::io::Result<Option<Self>> {
+        let Some(fields) = read_fields::<N>(r)? else {
+            return Ok(None);
+        };
+        let mut len = [0u8; 8];
+        r.read_exact(&mut len)?;
+        let len = u64::from_le_bytes(len);
+        if len == SAME_TEXT
+            && let Some(l) = last
+        {
+            return Ok(Some(Named {
+                fields,
+                text: l.clone(),
+            }));
+        }
+        buf.resize(len as usize, 0);
+        r.read_exact(buf)?;
+        let text = match last {
+            Some(l) if l[..] == buf[..] => l.clone(),
+            _ => last.insert(Arc::from(&buf[..])).clone(),
+        };
+        Ok(Some(Named { fields, text }))
+    }
+}
 
 /// The chunk size: [`RUN_RECORDS`], or `NSYS_PERFETTO_RUN_RECORDS` (at least 16) so that tests
 /// reach the spilling paths with small inputs.
@@ -50,46 +179,57 @@ impl Spill {
 }
 
 /// Collects records; [`Sorter::finish`] sorts them.
-pub struct Sorter<const N: usize> {
-    chunk: Vec<[i64; N]>,
+pub struct Sorter<R: Record> {
+    chunk: Vec<R>,
+    /// What the chunk holds, in bytes.
+    bytes: usize,
     runs: Vec<PathBuf>,
 }
 
-impl<const N: usize> Default for Sorter<N> {
+impl<R: Record> Default for Sorter<R> {
     fn default() -> Self {
         Sorter {
             chunk: Vec::new(),
+            bytes: 0,
             runs: Vec::new(),
         }
     }
 }
 
-impl<const N: usize> Sorter<N> {
-    pub fn push(&mut self, rec: [i64; N], spill: &mut Spill) -> Result<()> {
+impl<R: Record> Sorter<R> {
+    pub fn push(&mut self, rec: R, spill: &mut Spill) -> Result<()> {
+        self.bytes += rec.size(self.chunk.last());
         self.chunk.push(rec);
-        if self.chunk.len() >= run_records() {
+        if self.chunk.len() >= run_records() || self.bytes >= RUN_BYTES {
             self.write_run(spill)?;
         }
         Ok(())
+    }
+
+    /// Records pushed so far that are still in memory or in runs.
+    pub fn is_empty(&self) -> bool {
+        self.chunk.is_empty() && self.runs.is_empty()
     }
 
     fn write_run(&mut self, spill: &mut Spill) -> Result<()> {
         self.chunk.sort_unstable();
         let (path, file) = spill.file()?;
         let mut w = BufWriter::with_capacity(1 << 16, file);
+        let mut prev = None;
         for rec in &self.chunk {
-            for v in rec {
-                w.write_all(&v.to_le_bytes())?;
-            }
+            rec.write_to(prev, &mut w)
+                .with_context(|| format!("cannot write scratch file {}", path.display()))?;
+            prev = Some(rec);
         }
         w.flush()
             .with_context(|| format!("cannot write scratch file {}", path.display()))?;
         self.chunk.clear();
+        self.bytes = 0;
         self.runs.push(path);
         Ok(())
     }
 
-    pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<N>> {
+    pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<R>> {
         if self.runs.is_empty() {
             self.chunk.sort_unstable();
             self.chunk.shrink_to_fit();
@@ -110,22 +250,25 @@ impl<const N: usize> Sorter<N> {
 
 /// Sorted records, in memory or as runs on disk; read them in order with [`Sorted::iter`] (any
 /// number of times, from any thread).
-pub struct Sorted<const N: usize> {
-    memory: Vec<[i64; N]>,
+pub struct Sorted<R: Record> {
+    memory: Vec<R>,
     runs: Vec<PathBuf>,
 }
 
-impl<const N: usize> Sorted<N> {
+impl<R: Record> Sorted<R> {
     pub fn is_empty(&self) -> bool {
         self.memory.is_empty() && self.runs.is_empty()
     }
 
-    pub fn iter(&self) -> Result<Merge<'_, N>> {
+    pub fn iter(&self) -> Result<Merge<'_, R>> {
         let mut readers = Vec::with_capacity(self.runs.len());
         for p in &self.runs {
             let f = File::open(p)
                 .with_context(|| format!("cannot read scratch file {}", p.display()))?;
-            readers.push(BufReader::with_capacity(1 << 15, f));
+            readers.push((
+                BufReader::with_capacity(1 << 15, f),
+                R::ReadState::default(),
+            ));
         }
         let mut m = Merge {
             memory: self.memory.iter(),
@@ -141,7 +284,7 @@ impl<const N: usize> Sorted<N> {
     }
 }
 
-impl<const N: usize> Drop for Sorted<N> {
+impl<R: Record> Drop for Sorted<R> {
     fn drop(&mut self) {
         // Runs are not needed past their last reader; the directory goes with its `Spill`.
         for p in &self.runs {
@@ -151,31 +294,21 @@ impl<const N: usize> Drop for Sorted<N> {
 }
 
 /// Records of a [`Sorted`] in order.
-pub struct Merge<'a, const N: usize> {
-    memory: std::slice::Iter<'a, [i64; N]>,
-    readers: Vec<BufReader<File>>,
-    heap: BinaryHeap<Reverse<([i64; N], usize)>>,
+pub struct Merge<'a, R: Record> {
+    memory: std::slice::Iter<'a, R>,
+    readers: Vec<(BufReader<File>, R::ReadState)>,
+    heap: BinaryHeap<Reverse<(R, usize)>>,
 }
 
-impl<const N: usize> Merge<'_, N> {
-    fn read(&mut self, i: usize) -> Result<Option<[i64; N]>> {
-        let mut rec = [0i64; N];
-        let mut b = [0u8; 8];
-        for (k, v) in rec.iter_mut().enumerate() {
-            match self.readers[i].read_exact(&mut b) {
-                Ok(()) => *v = i64::from_le_bytes(b),
-                Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && k == 0 => {
-                    return Ok(None);
-                }
-                Err(e) => return Err(e).context("cannot read a scratch file back"),
-            }
-        }
-        Ok(Some(rec))
+impl<R: Record> Merge<'_, R> {
+    fn read(&mut self, i: usize) -> Result<Option<R>> {
+        let (r, state) = &mut self.readers[i];
+        R::read_from(r, state).context("cannot read a scratch file back")
     }
 
-    pub fn next_record(&mut self) -> Result<Option<[i64; N]>> {
+    pub fn next_record(&mut self) -> Result<Option<R>> {
         if self.readers.is_empty() {
-            return Ok(self.memory.next().copied());
+            return Ok(self.memory.next().cloned());
         }
         let Some(Reverse((rec, i))) = self.heap.pop() else {
             return Ok(None);
@@ -189,14 +322,14 @@ impl<const N: usize> Merge<'_, N> {
 
 /// A sorted stream read beside a scan in the same key order (a table's rowids): for each key in
 /// turn, the records whose first field is that key.
-pub struct Lookup<'a, const N: usize> {
-    merge: Merge<'a, N>,
+pub struct Lookup<'a, R: Record> {
+    merge: Merge<'a, R>,
     /// The next record not yet consumed.
-    pending: Option<[i64; N]>,
+    pending: Option<R>,
 }
 
-impl<'a, const N: usize> Lookup<'a, N> {
-    pub fn new(merge: Merge<'a, N>) -> Self {
+impl<'a, R: Record> Lookup<'a, R> {
+    pub fn new(merge: Merge<'a, R>) -> Self {
         Lookup {
             merge,
             pending: None,
@@ -205,17 +338,14 @@ impl<'a, const N: usize> Lookup<'a, N> {
 
     /// Call `f` on each record whose first field is `key`, passing over those before it. Keys
     /// must come in increasing order.
-    pub fn matching(&mut self, key: i64, mut f: impl FnMut([i64; N])) -> Result<()> {
+    pub fn matching(&mut self, key: i64, mut f: impl FnMut(R)) -> Result<()> {
         loop {
             if self.pending.is_none() {
                 self.pending = self.merge.next_record()?;
             }
-            match self.pending {
-                Some(r) if r[0] == key => {
-                    f(r);
-                    self.pending = None;
-                }
-                Some(r) if r[0] < key => self.pending = None,
+            match self.pending.as_ref().map(R::key) {
+                Some(k) if k == key => f(self.pending.take().expect("matched")),
+                Some(k) if k < key => self.pending = None,
                 _ => return Ok(()),
             }
         }
@@ -228,7 +358,7 @@ mod tests {
 
     fn sorted_of(recs: &[[i64; 2]]) -> Vec<[i64; 2]> {
         let mut spill = Spill::default();
-        let mut s = Sorter::<2>::default();
+        let mut s = Sorter::<[i64; 2]>::default();
         for r in recs {
             s.push(*r, &mut spill).unwrap();
         }
@@ -260,5 +390,34 @@ mod tests {
             want.sort_unstable();
             assert_eq!(sorted_of(&recs), want, "{n} records");
         }
+    }
+
+    #[test]
+    fn strings_survive_runs_and_are_shared_again() {
+        let mut spill = Spill::default();
+        let mut s = Sorter::<Named<1>>::default();
+        let texts: Vec<Arc<[u8]>> = ["a > b", "", "a > b > c"]
+            .iter()
+            .map(|t| Arc::from(t.as_bytes()))
+            .collect();
+        let n = 5 * RUN_RECORDS as i64 + 3;
+        for i in (0..n).rev() {
+            let text = texts[(i / 7 % 3) as usize].clone();
+            s.push(Named { fields: [i], text }, &mut spill).unwrap();
+        }
+        let sorted = s.finish(&mut spill).unwrap();
+        let mut it = sorted.iter().unwrap();
+        let mut prev: Option<Named<1>> = None;
+        let mut shared = 0;
+        for i in 0..n {
+            let r = it.next_record().unwrap().expect("a record");
+            assert_eq!(r.fields, [i]);
+            assert_eq!(r.text, texts[(i / 7 % 3) as usize], "record {i}");
+            shared += prev.is_some_and(|p| Arc::ptr_eq(&p.text, &r.text)) as i64;
+            prev = Some(r);
+        }
+        assert!(it.next_record().unwrap().is_none());
+        // Neighbours within a run share their string (6 of every 7 here); runs interleave.
+        assert!(shared > n / 2, "{shared} of {n} shared");
     }
 }
