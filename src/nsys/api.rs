@@ -76,7 +76,7 @@ struct Cursor<'s> {
     rows: rusqlite::Rows<'s>,
     chains: super::Callchains<'s>,
     /// `[api rowid, gpu table, gpu rowid]` of the GPU rows each call launched.
-    links: Option<Lookup<'s, 3>>,
+    links: Option<Lookup<'s, [i64; 3]>>,
     /// The last rowid read, when the table has real rowids (checked increasing).
     last: Option<Option<i64>>,
 }

@@ -15,6 +15,10 @@
 //! - per GPU table, `(gpu rowid, launch start)` of every GPU row whose launch was found: the GPU
 //!   reader merges it likewise (the launch latency, and whether the arrow may be drawn).
 //!
+//! The same walk finds the launches the NVTX-on-GPU projection needs ([`Launches`]): there every
+//! row with the ids counts, selected or not (a range's GPU span does not depend on the time
+//! window), as the projection's definition says (see [`crate::nsys::projection`]).
+//!
 //! (Sorting nearly sorted integer keys costs a fraction of what building SQLite b-trees for
 //! the same join did: a third of a whole conversion's CPU time went there.)
 
@@ -27,16 +31,16 @@ use rusqlite::Connection;
 /// The computed links; shared read-only by the API and GPU readers.
 pub struct FlowDb {
     /// Per API table number: `[api rowid, gpu table, gpu rowid]`, sorted.
-    api_links: Vec<(i64, Sorted<3>)>,
+    api_links: Vec<(i64, Sorted<[i64; 3]>)>,
     /// Per GPU table number: `[gpu rowid, launch start]`, sorted.
-    launches: Vec<(i64, Sorted<2>)>,
+    launches: Vec<(i64, Sorted<[i64; 2]>)>,
     /// Keeps the scratch directory of spilled runs while the readers use them.
     _spill: Spill,
 }
 
 impl FlowDb {
     /// The links of API table `src` in API rowid order: `[api rowid, gpu table, gpu rowid]`.
-    pub fn api_links(&self, src: i64) -> Result<Option<Lookup<'_, 3>>> {
+    pub fn api_links(&self, src: i64) -> Result<Option<Lookup<'_, [i64; 3]>>> {
         self.api_links
             .iter()
             .find(|(s, _)| *s == src)
@@ -45,13 +49,24 @@ impl FlowDb {
     }
 
     /// The launches of GPU table `src` in GPU rowid order: `[gpu rowid, launch start]`.
-    pub fn launches(&self, src: i64) -> Result<Option<Lookup<'_, 2>>> {
+    pub fn launches(&self, src: i64) -> Result<Option<Lookup<'_, [i64; 2]>>> {
         self.launches
             .iter()
             .find(|(s, _)| *s == src)
             .map(|(_, l)| Ok(Lookup::new(l.iter()?)))
             .transpose()
     }
+}
+
+/// The GPU rows of each launching call, for the NVTX projection.
+pub struct Launches {
+    /// `[launch start, launching thread (globalTid), gpu table, gpu rowid, device, gpu start,
+    /// gpu end]`, sorted: in launch start order.
+    pub sorted: Sorted<[i64; 7]>,
+    /// A value the projection's sweep does not handle (an id or time that is neither an
+    /// integer nor NULL): the projection then follows its SQL definition instead.
+    pub unsupported: bool,
+    _spill: Spill,
 }
 
 /// The flow id of GPU row `rid` of GPU table number `src` (0 kernel, 1 memcpy, 2 memset).
@@ -63,33 +78,55 @@ pub fn flow_id(src: i64, rid: i64) -> u64 {
 pub fn gpu_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
     [(0, KERNEL), (1, MEMCPY), (2, MEMSET)]
         .into_iter()
-        .filter(|(_, t)| {
-            schema.has_columns(
-                t,
-                &[
-                    "start",
-                    "end",
-                    "correlationId",
-                    "globalPid",
-                    "deviceId",
-                    "streamId",
-                ],
-            )
-        })
-        // Flow ids are built from rowids: a table without one draws no arrows.
-        .filter(|(_, t)| schema.rowid(t).is_some())
+        .filter(|(_, t)| gpu_flows(schema, t) || gpu_projects(schema, t))
         .collect()
 }
 
+/// Whether a GPU table's rows can draw arrows.
+fn gpu_flows(schema: &Schema, t: &str) -> bool {
+    schema.has_columns(
+        t,
+        &[
+            "start",
+            "end",
+            "correlationId",
+            "globalPid",
+            "deviceId",
+            "streamId",
+        ],
+    )
+    // Flow ids are built from rowids: a table without one draws no arrows.
+    && schema.rowid(t).is_some()
+}
+
+/// Whether a GPU table's rows take part in the NVTX projection (its definition).
+fn gpu_projects(schema: &Schema, t: &str) -> bool {
+    schema.has_columns(
+        t,
+        &["start", "end", "correlationId", "globalPid", "deviceId"],
+    ) && schema.rowid(t) == Some("rowid")
+}
+
+/// (src number, table) of the API tables with what linking needs, runtime first (the order in
+/// which a repeated correlation id picks its launch).
 pub fn api_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
     [
         (crate::nsys::api::SRC_RUNTIME, RUNTIME),
         (crate::nsys::api::SRC_DRIVER, DRIVER),
     ]
     .into_iter()
-    .filter(|(_, t)| schema.has_columns(t, &["start", "end", "correlationId", "globalTid"]))
-    .filter(|(_, t)| schema.rowid(t).is_some())
+    .filter(|(_, t)| api_flows(schema, t) || api_projects(schema, t))
     .collect()
+}
+
+fn api_flows(schema: &Schema, t: &str) -> bool {
+    schema.has_columns(t, &["start", "end", "correlationId", "globalTid"])
+        && schema.rowid(t).is_some()
+}
+
+fn api_projects(schema: &Schema, t: &str) -> bool {
+    schema.has_columns(t, &["start", "correlationId", "globalTid"])
+        && schema.rowid(t) == Some("rowid")
 }
 
 /// A GPU row links to its launch only when it starts after the launching call starts: an arrow
@@ -117,117 +154,289 @@ fn key(r: &rusqlite::Row<'_>, global_id: usize, corr: usize) -> Option<(i64, i64
     Some((int_at(r, global_id)? >> 24, corr))
 }
 
-/// Compute the links, or `None` when the export has no GPU rows or no API calls to link.
-pub fn prepare(conn: &Connection, schema: &Schema, sel: &Selection) -> Result<Option<FlowDb>> {
+/// An integer, or `None` for NULL; `Err` for any other value (the projection's sweep then
+/// gives way to its SQL definition, which has SQLite's own rules for those).
+fn int_or_null(r: &rusqlite::Row<'_>, i: usize) -> Result<Option<i64>, ()> {
+    match r.get_ref(i) {
+        Ok(rusqlite::types::ValueRef::Integer(v)) => Ok(Some(v)),
+        Ok(rusqlite::types::ValueRef::Null) => Ok(None),
+        _ => Err(()),
+    }
+}
+
+/// Flags of a sorted row: whether it takes part in the flow links, in the projection.
+const FLOWS: i64 = 1;
+const PROJECTS: i64 = 2;
+
+/// Compute the flow links (`None` when the export has no GPU rows or no API calls to link, or
+/// the selection leaves either out) and, when `project`, the launches of the NVTX projection
+/// (`None` when the export has no GPU rows or API calls it can use).
+pub fn prepare(
+    conn: &Connection,
+    schema: &Schema,
+    sel: &Selection,
+    project: bool,
+) -> Result<(Option<FlowDb>, Option<Launches>)> {
     // Only selected rows link: an arrow never points at a slice that is not written.
-    let gpu: Vec<_> = gpu_tables(schema)
+    let gpu_selected =
+        |s: i64| sel.wants([EventType::Kernel, EventType::Memcpy, EventType::Memset][s as usize]);
+    let gpu_all = gpu_tables(schema);
+    let api_all = api_tables(schema);
+    let flows = sel.wants(EventType::CudaApi)
+        && gpu_all
+            .iter()
+            .any(|(s, t)| gpu_selected(*s) && gpu_flows(schema, t))
+        && api_all.iter().any(|(_, t)| api_flows(schema, t));
+    let project = project
+        && gpu_all.iter().any(|(_, t)| gpu_projects(schema, t))
+        && api_all.iter().any(|(_, t)| api_projects(schema, t));
+    // (table, src, whether its rows may link, whether they take part in the projection)
+    let gpu: Vec<_> = gpu_all
         .into_iter()
-        .filter(|(s, _)| {
-            sel.wants([EventType::Kernel, EventType::Memcpy, EventType::Memset][*s as usize])
+        .map(|(s, t)| {
+            let f = flows && gpu_selected(s) && gpu_flows(schema, t);
+            (s, t, f, project && gpu_projects(schema, t))
         })
+        .filter(|g| g.2 || g.3)
         .collect();
-    let api = if sel.wants(EventType::CudaApi) {
-        api_tables(schema)
-    } else {
-        Vec::new()
-    };
+    let api: Vec<_> = api_all
+        .into_iter()
+        .map(|(s, t)| {
+            (
+                s,
+                t,
+                flows && api_flows(schema, t),
+                project && api_projects(schema, t),
+            )
+        })
+        .filter(|a| a.2 || a.3)
+        .collect();
     if gpu.is_empty() || api.is_empty() {
-        return Ok(None);
+        return Ok((None, None));
     }
     let mut spill = Spill::default();
+    let mut unsupported = false;
+    // The projection reads every row; the links only selected ones, so their filter is a
+    // column then rather than the WHERE clause.
+    let query = |t: &str, alias: &str, cols: &str, filter: String| {
+        if project {
+            format!(
+                "SELECT {}, {cols}, ({filter}) FROM \"{t}\" {alias}",
+                schema.rowid_of(t, alias)
+            )
+        } else {
+            format!(
+                "SELECT {}, {cols}, 1 FROM \"{t}\" {alias} WHERE {filter}",
+                schema.rowid_of(t, alias)
+            )
+        }
+    };
 
-    // [process, correlation id, position in `api`, rowid, start]
-    let mut calls = Sorter::<5>::default();
-    for (order, (_, t)) in api.iter().enumerate() {
-        let sql = format!(
-            "SELECT {}, t.globalTid, t.correlationId, t.start, t.\"end\" FROM \"{t}\" t WHERE {}",
-            schema.rowid_of(t, "t"),
-            sel.sql("t", true, Some("globalTid"), None)
+    // [process, correlation id, position in `api`, rowid, start, thread, flags]
+    let mut calls = Sorter::<[i64; 7]>::default();
+    for (order, (_, t, t_flows, t_projects)) in api.iter().enumerate() {
+        let sql = query(
+            t,
+            "t",
+            &format!(
+                "t.globalTid, t.correlationId, t.start, {}",
+                schema.col_of(t, "t", "end")
+            ),
+            sel.sql("t", true, Some("globalTid"), None),
         );
         let mut stmt = conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
+            let rid = int_at(r, 0);
+            let mut flags = 0;
+            let mut key_start = None;
             // The thread must be one the API reader can place.
-            let placed = nsys::tid_at(r, 1).is_some();
-            if let (true, Some(start), Some((pkey, corr)), Some(rid)) =
-                (placed, converted_times(r, 3, 4), key(r, 1, 2), int_at(r, 0))
+            if *t_flows
+                && int_at(r, 5) == Some(1)
+                && nsys::tid_at(r, 1).is_some()
+                && let (Some(start), Some(k), Some(_)) =
+                    (converted_times(r, 3, 4), key(r, 1, 2), rid)
             {
-                calls.push([pkey, corr, order as i64, rid, start], &mut spill)?;
+                flags |= FLOWS;
+                key_start = Some((k, start));
+            }
+            if *t_projects && !unsupported {
+                match (int_or_null(r, 1), int_or_null(r, 2), int_or_null(r, 3)) {
+                    (Ok(Some(tid)), Ok(Some(corr)), Ok(Some(start))) => {
+                        flags |= PROJECTS;
+                        key_start.get_or_insert(((tid >> 24, corr), start));
+                    }
+                    (Ok(_), Ok(_), Ok(_)) => {}
+                    _ => unsupported = true,
+                }
+            }
+            if let (Some(((pkey, corr), start)), Some(rid)) = (key_start, rid)
+                && flags != 0
+            {
+                let tid = int_at(r, 1).unwrap_or(0);
+                calls.push(
+                    [pkey, corr, order as i64, rid, start, tid, flags],
+                    &mut spill,
+                )?;
             }
         }
     }
     let calls = calls.finish(&mut spill)?;
 
-    // [process, correlation id, table, rowid, start]
-    let mut work = Sorter::<5>::default();
-    for (src, t) in &gpu {
-        let sql = format!(
-            "SELECT {}, g.globalPid, g.correlationId, g.start, g.\"end\", g.deviceId, g.streamId \
-             FROM \"{t}\" g WHERE {}",
-            schema.rowid_of(t, "g"),
+    // [process, correlation id, table, rowid, start, end, device, flags]
+    let mut work = Sorter::<[i64; 8]>::default();
+    for (src, t, t_flows, t_projects) in &gpu {
+        let sql = query(
+            t,
+            "g",
+            &format!(
+                "g.globalPid, g.correlationId, g.start, g.\"end\", g.deviceId, {}",
+                schema.col_of(t, "g", "streamId")
+            ),
             sel.sql(
                 "g",
                 true,
                 Some("globalPid"),
-                schema.has_column(t, "deviceId").then_some("deviceId")
-            )
+                schema.has_column(t, "deviceId").then_some("deviceId"),
+            ),
         );
         let mut stmt = conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
+            let Some(rid) = int_at(r, 0) else { continue };
+            let mut flags = 0;
+            let mut rec = None;
             // The ids the GPU reader needs to place the row.
-            let placed = nsys::device_at(r, 5).is_some() && int_at(r, 6).is_some();
-            if let (true, Some(start), Some((pkey, corr)), Some(rid)) =
-                (placed, converted_times(r, 3, 4), key(r, 1, 2), int_at(r, 0))
+            if *t_flows
+                && int_at(r, 7) == Some(1)
+                && nsys::device_at(r, 5).is_some()
+                && int_at(r, 6).is_some()
+                && let (Some(start), Some((pkey, corr))) = (converted_times(r, 3, 4), key(r, 1, 2))
             {
-                work.push([pkey, corr, *src, rid, start], &mut spill)?;
+                flags |= FLOWS;
+                let (end, device) = (int_at(r, 4).unwrap_or(start), int_at(r, 5).unwrap_or(0));
+                rec = Some([pkey, corr, *src, rid, start, end, device]);
+            }
+            if *t_projects && !unsupported {
+                let ids = [1, 2, 3, 4, 5].map(|i| int_or_null(r, i));
+                if ids.iter().any(Result::is_err) {
+                    unsupported = true;
+                } else if let [
+                    Ok(Some(gpid)),
+                    Ok(Some(corr)),
+                    Ok(Some(start)),
+                    Ok(Some(end)),
+                    Ok(Some(device)),
+                ] = ids
+                    && end >= start
+                {
+                    flags |= PROJECTS;
+                    rec.get_or_insert([gpid >> 24, corr, *src, rid, start, end, device]);
+                }
+            }
+            if let Some([pkey, corr, src, rid, start, end, device]) = rec
+                && flags != 0
+            {
+                work.push(
+                    [pkey, corr, src, rid, start, end, device, flags],
+                    &mut spill,
+                )?;
             }
         }
     }
     let work = work.finish(&mut spill)?;
 
     // The merge join.
-    let mut api_links: Vec<(i64, Sorter<3>)> =
-        api.iter().map(|(s, _)| (*s, Sorter::default())).collect();
-    let mut launches: Vec<(i64, Sorter<2>)> =
-        gpu.iter().map(|(s, _)| (*s, Sorter::default())).collect();
+    let mut api_links: Vec<(i64, Sorter<[i64; 3]>)> = api
+        .iter()
+        .filter(|a| a.2)
+        .map(|a| (a.0, Sorter::default()))
+        .collect();
+    let mut launches: Vec<(i64, Sorter<[i64; 2]>)> = gpu
+        .iter()
+        .filter(|g| g.2)
+        .map(|g| (g.0, Sorter::default()))
+        .collect();
+    let mut projected = Sorter::<[i64; 7]>::default();
+    let mut projected_spill = Spill::default();
     let (mut calls_it, mut work_it) = (calls.iter()?, work.iter()?);
     let mut call = calls_it.next_record()?;
-    // The launching call of the current key: (key, position in `api`, rowid, start).
-    let mut launch: Option<([i64; 2], usize, i64, i64)> = None;
-    while let Some([pkey, corr, src, rid, start]) = work_it.next_record()? {
+    // The key of the calls read last, and its launching calls: the first row of the key that
+    // links, (position in `api`, rowid, start), and the first the projection counts, (thread,
+    // start). Sorted by (key, position, rowid): the first row of a key launches.
+    let mut current: Option<[i64; 2]> = None;
+    let mut flow_launch: Option<(usize, i64, i64)> = None;
+    let mut proj_launch: Option<(i64, i64)> = None;
+    while let Some([pkey, corr, src, rid, start, end, device, flags]) = work_it.next_record()? {
         let k = [pkey, corr];
         while let Some(c) = call.filter(|c| [c[0], c[1]] <= k) {
-            if launch.is_none_or(|l| l.0 != [c[0], c[1]]) {
-                // Sorted by (key, position, rowid): the first row of a key launches.
-                launch = Some(([c[0], c[1]], c[2] as usize, c[3], c[4]));
+            if current != Some([c[0], c[1]]) {
+                current = Some([c[0], c[1]]);
+                (flow_launch, proj_launch) = (None, None);
+            }
+            if c[6] & FLOWS != 0 && flow_launch.is_none() {
+                flow_launch = Some((c[2] as usize, c[3], c[4]));
+            }
+            if c[6] & PROJECTS != 0 && proj_launch.is_none() {
+                proj_launch = Some((c[5], c[4]));
             }
             call = calls_it.next_record()?;
         }
-        let Some((_, order, arid, astart)) = launch.filter(|l| l.0 == k) else {
+        if current != Some(k) {
             continue;
-        };
-        let slot = gpu
-            .iter()
-            .position(|(s, _)| *s == src)
-            .expect("a linked table");
-        launches[slot].1.push([rid, astart], &mut spill)?;
-        if links(start, Some(astart)) {
-            api_links[order].1.push([arid, src, rid], &mut spill)?;
+        }
+        if flags & FLOWS != 0
+            && let Some((order, arid, astart)) = flow_launch
+        {
+            let slot = launches
+                .iter()
+                .position(|(s, _)| *s == src)
+                .expect("a linked table");
+            launches[slot].1.push([rid, astart], &mut spill)?;
+            if links(start, Some(astart)) {
+                let slot = api_links
+                    .iter()
+                    .position(|(s, _)| *s == api[order].0)
+                    .expect("a linked table");
+                api_links[slot].1.push([arid, src, rid], &mut spill)?;
+            }
+        }
+        if flags & PROJECTS != 0
+            && !unsupported
+            && let Some((tid, astart)) = proj_launch
+        {
+            projected.push(
+                [astart, tid, src, rid, device, start, end],
+                &mut projected_spill,
+            )?;
         }
     }
     drop((calls_it, work_it));
-    let api_links = api_links
-        .into_iter()
-        .map(|(s, l)| Ok((s, l.finish(&mut spill)?)))
-        .collect::<Result<_>>()?;
-    let launches = launches
-        .into_iter()
-        .map(|(s, l)| Ok((s, l.finish(&mut spill)?)))
-        .collect::<Result<_>>()?;
-    Ok(Some(FlowDb {
-        api_links,
-        launches,
-        _spill: spill,
-    }))
+    let flow_db = if flows {
+        let api_links = api_links
+            .into_iter()
+            .map(|(s, l)| Ok((s, l.finish(&mut spill)?)))
+            .collect::<Result<_>>()?;
+        let launches = launches
+            .into_iter()
+            .map(|(s, l)| Ok((s, l.finish(&mut spill)?)))
+            .collect::<Result<_>>()?;
+        Some(FlowDb {
+            api_links,
+            launches,
+            _spill: spill,
+        })
+    } else {
+        None
+    };
+    let launches = if project {
+        Some(Launches {
+            sorted: projected.finish(&mut projected_spill)?,
+            unsupported,
+            _spill: projected_spill,
+        })
+    } else {
+        None
+    };
+    Ok((flow_db, launches))
 }

@@ -5,7 +5,8 @@ use super::{KERNEL, MEMCPY, MEMSET, REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
-use crate::nsys::projection::{KERNEL_NVTX, PROJ_DB};
+use crate::nsys::projection::Projected;
+use crate::nsys::runs::{Lookup, Named};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -91,7 +92,7 @@ struct Row {
     rowid: i64,
     extra: [Option<i64>; EXTRA],
     /// Enclosing NVTX ranges of the launch, outermost first.
-    nvtx: Option<String>,
+    nvtx: Option<std::sync::Arc<[u8]>>,
 }
 
 fn extra_cols(kind: Kind) -> &'static [&'static str] {
@@ -106,8 +107,8 @@ fn extra_cols(kind: Kind) -> &'static [&'static str] {
 pub struct GpuQuery<'a> {
     /// The flow links (each row's launching call), when API calls are converted too.
     pub flows: Option<&'a FlowDb>,
-    /// Attach each row's enclosing NVTX ranges (the projection tables are attached).
-    pub with_nvtx: bool,
+    /// The NVTX projection: each row lists the push/pop ranges around its launch.
+    pub projected: Option<&'a Projected>,
     pub selection: &'a Selection,
     pub info: &'a ProfileInfo,
 }
@@ -121,16 +122,6 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
     cols.push("NULL".into());
     cols.push(rowid.clone());
     cols.extend(extra_cols(kind).iter().map(|c| schema.col_of(t, "t", c)));
-    let mut join = String::new();
-    if q.with_nvtx {
-        cols.push("k.ranges".into());
-        join += &format!(
-            " LEFT JOIN {PROJ_DB}.{KERNEL_NVTX} k ON k.src = {} AND k.rid = {rowid}",
-            kind.src()
-        );
-    } else {
-        cols.push("NULL".into());
-    }
     let filter = q.selection.sql(
         "t",
         true,
@@ -138,7 +129,7 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
         schema.has_column(t, "deviceId").then_some("deviceId"),
     );
     format!(
-        "SELECT {} FROM main.\"{t}\" t{join} WHERE {filter} ORDER BY {rowid}",
+        "SELECT {} FROM main.\"{t}\" t WHERE {filter} ORDER BY {rowid}",
         cols.join(", ")
     )
 }
@@ -150,7 +141,7 @@ fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
         launch_start: int_at(r, 7),
         rowid: int_at(r, 8).unwrap_or(0),
         extra: [None; EXTRA],
-        nvtx: super::text_at(r, 9 + extra_cols(kind).len()).map(|s| s.into_owned()),
+        nvtx: None,
     };
     for (i, c) in row.common.iter_mut().enumerate() {
         *c = match i {
@@ -187,10 +178,15 @@ pub fn read<S: EventSink>(
             Some(f) => f.launches(k.src())?,
             None => None,
         };
+        let nvtx = match q.projected {
+            Some(p) => Some(p.kernel_names(k.src())?),
+            None => None,
+        };
         cursors.push(Cursor {
             kind: *k,
             rows: stmt.query([])?,
             launches,
+            nvtx,
         });
     }
     let mut heads: Vec<Option<Row>> = Vec::with_capacity(cursors.len());
@@ -236,7 +232,9 @@ struct Cursor<'s> {
     kind: Kind,
     rows: rusqlite::Rows<'s>,
     /// `[gpu rowid, launch start]` of the rows whose launching call was found.
-    launches: Option<crate::nsys::runs::Lookup<'s, 2>>,
+    launches: Option<Lookup<'s, [i64; 2]>>,
+    /// `[gpu rowid]` with the names of the push/pop ranges around the row's launch.
+    nvtx: Option<Lookup<'s, Named<1>>>,
 }
 
 impl Cursor<'_> {
@@ -247,6 +245,9 @@ impl Cursor<'_> {
         let mut row = decode(self.kind, r);
         if let Some(launches) = self.launches.as_mut() {
             launches.matching(row.rowid, |[_, start]| row.launch_start = Some(start))?;
+        }
+        if let Some(nvtx) = self.nvtx.as_mut() {
+            nvtx.matching(row.rowid, |names| row.nvtx = Some(names.text))?;
         }
         Ok(Some(row))
     }
@@ -386,7 +387,8 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
             (Name::Static("Memset"), Category::Memset)
         }
     };
-    if let Some(n) = &row.nvtx {
+    let nvtx = row.nvtx.as_deref().map(super::utf8);
+    if let Some(n) = &nvtx {
         args.push("nvtx_ranges", ArgValue::Label(n));
     }
     args.int("device", Some(device));

@@ -348,11 +348,23 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
 /// Read an integer column that may be NULL or (in damaged rows) of another type.
 #[inline]
 pub fn int_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
-    match row.get_ref(idx) {
-        Ok(rusqlite::types::ValueRef::Integer(v)) => Some(v),
-        Ok(rusqlite::types::ValueRef::Real(v)) => Some(v as i64),
+    row.get_ref(idx).ok().and_then(int_of)
+}
+
+/// [`int_at`] of a value already fetched.
+#[inline]
+pub fn int_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
+    match v {
+        rusqlite::types::ValueRef::Integer(v) => Some(v),
+        rusqlite::types::ValueRef::Real(v) => Some(v as i64),
         _ => None,
     }
+}
+
+/// [`time_at`] of a value already fetched.
+#[inline]
+pub fn time_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
+    int_of(v).filter(|t| (-MAX_TIME..=MAX_TIME).contains(t))
 }
 
 /// The latest timestamp a trace can hold: 2^62 ns (146 years). Perfetto encodes timestamps as
@@ -396,11 +408,22 @@ pub fn real_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<f64> {
 /// Read a text column lossily: exports can hold bytes that are not valid UTF-8.
 #[inline]
 pub fn text_at<'r>(row: &'r rusqlite::Row<'_>, idx: usize) -> Option<std::borrow::Cow<'r, str>> {
-    match row.get_ref(idx) {
-        Ok(rusqlite::types::ValueRef::Text(b)) | Ok(rusqlite::types::ValueRef::Blob(b)) => {
-            Some(String::from_utf8_lossy(b))
-        }
+    row.get_ref(idx).ok().and_then(text_of)
+}
+
+/// [`text_at`] of a value already fetched.
+pub fn text_of(v: rusqlite::types::ValueRef<'_>) -> Option<std::borrow::Cow<'_, str>> {
+    match v {
+        rusqlite::types::ValueRef::Text(b) | rusqlite::types::ValueRef::Blob(b) => Some(utf8(b)),
         _ => None,
+    }
+}
+
+/// Bytes as text: borrowed when valid UTF-8 (the fast check), else with replacement characters.
+pub fn utf8(b: &[u8]) -> std::borrow::Cow<'_, str> {
+    match std::str::from_utf8(b) {
+        Ok(s) => std::borrow::Cow::Borrowed(s),
+        Err(_) => String::from_utf8_lossy(b),
     }
 }
 

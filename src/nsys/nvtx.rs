@@ -7,7 +7,7 @@ use crate::model::EventSink;
 use crate::model::{
     ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, tid_of,
 };
-use crate::nsys::projection::{NVTX_GPU, PROJ_DB};
+use crate::nsys::projection::{Feed, Projected, RangeColumns, RangeValues};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -40,17 +40,20 @@ const COLS: [&str; 18] = [
     "jsonText",
 ];
 
+/// Convert the NVTX table; `feed`, when given, is fed every row (it needs them all, selected
+/// or not) and marked complete once the table is read.
 pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
     selection: &Selection,
     info: &ProfileInfo,
     sink: &mut S,
+    mut feed: Option<&mut Feed<'_, '_>>,
 ) -> Result<()> {
     if !schema.has_columns(NVTX, &["start", "eventType"]) || !selection.wants(EventType::Nvtx) {
         return Ok(());
     }
-    let cols: Vec<String> = COLS.iter().map(|c| schema.col_of(NVTX, "t", c)).collect();
+    let mut cols: Vec<String> = COLS.iter().map(|c| schema.col_of(NVTX, "t", c)).collect();
     // Naming rows always pass (they are counted); events are filtered by the selection.
     let filter = selection.sql(
         "t",
@@ -60,17 +63,37 @@ pub fn read<S: EventSink>(
     );
     // Rows stream in storage order, which nsys writes by start; layout copes with stragglers.
     let rowid = schema.rowid_of(NVTX, "t");
-    let sql = format!(
-        "SELECT {} FROM {NVTX} t WHERE t.eventType NOT IN ({MARK}, {PUSH_POP}, {START_END}) OR ({filter}) \
-         ORDER BY {rowid}",
-        cols.join(", ")
-    );
+    // Whether an event row is selected: the WHERE clause, or a column when the feed needs every
+    // row.
+    let sql = if feed.is_some() {
+        cols.push(rowid.clone());
+        cols.push(format!(
+            "t.eventType NOT IN ({MARK}, {PUSH_POP}, {START_END}) OR ({filter})"
+        ));
+        format!("SELECT {} FROM {NVTX} t ORDER BY {rowid}", cols.join(", "))
+    } else {
+        format!(
+            "SELECT {}, NULL, 1 FROM {NVTX} t WHERE t.eventType NOT IN ({MARK}, {PUSH_POP}, {START_END}) OR ({filter}) \
+             ORDER BY {rowid}",
+            cols.join(", ")
+        )
+    };
+    let selected = COLS.len() + 1;
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
     let mut colors: HashMap<i64, String> = HashMap::new();
     let mut categories: HashMap<(i64, i64, i64), String> = HashMap::new();
+    let range_columns = range_columns();
     while let Some(r) = rows.next()? {
-        let Some(ty) = int_at(r, 2) else {
+        // Fetched once for the feed and this reader.
+        let v = RangeValues::of(r, &range_columns)?;
+        if let Some(f) = feed.as_deref_mut() {
+            f.row(&v)?;
+            if int_at(r, selected) != Some(1) {
+                continue;
+            }
+        }
+        let Some(ty) = super::int_of(v.event_type) else {
             sink.skip(NVTX, "no event type");
             continue;
         };
@@ -82,11 +105,11 @@ pub fn read<S: EventSink>(
             sink.skip(NVTX, "unsupported NVTX event type");
             continue;
         }
-        let Some(start) = super::time_at(r, 0) else {
+        let Some(start) = super::time_of(v.start) else {
             sink.skip(NVTX, "no start timestamp");
             continue;
         };
-        let end = super::time_at(r, 1);
+        let end = super::time_of(v.end);
         let end = match (ty, end) {
             (MARK, _) => None,
             (_, None) => {
@@ -99,11 +122,13 @@ pub fn read<S: EventSink>(
             }
             (_, Some(e)) => Some(e),
         };
-        let Some(global_tid) = super::tid_at(r, 3) else {
+        let Some(global_tid) =
+            super::int_of(v.global_tid).filter(|t| (0..super::MAX_GLOBAL_ID).contains(t))
+        else {
             sink.skip(NVTX, "no thread id");
             continue;
         };
-        let domain = int_at(r, 5).unwrap_or(0);
+        let domain = super::int_of(v.domain).unwrap_or(0);
         let gpid = global_pid_of(global_tid);
         let mut color = int_at(r, 7);
         if let Some(c) = color {
@@ -120,9 +145,9 @@ pub fn read<S: EventSink>(
                     .unwrap_or_else(|| c.to_string())
             });
         }
-        let text = text_at(r, 8);
+        let text = super::text_of(v.text);
         let json_text = text_at(r, 17);
-        let name = match (&text, int_at(r, 9)) {
+        let name = match (&text, super::int_of(v.text_id)) {
             (Some(t), _) => Name::Text(t),
             (None, Some(id)) => Name::Str(id),
             (None, None) => Name::Static("(unnamed range)"),
@@ -201,7 +226,24 @@ pub fn read<S: EventSink>(
         };
         sink.event(key, &ev)?;
     }
+    if let Some(f) = feed {
+        f.complete();
+    }
     Ok(())
+}
+
+/// Where [`read`]'s query puts the columns the projection's feed reads.
+pub fn range_columns() -> RangeColumns {
+    RangeColumns {
+        rowid: COLS.len(),
+        event_type: 2,
+        global_tid: 3,
+        start: 0,
+        end: 1,
+        domain: 5,
+        text: 8,
+        text_id: 9,
+    }
 }
 
 /// The text of a name, for matching against `--nvtx-filter`.
@@ -215,49 +257,31 @@ fn name_text<'a>(info: &'a ProfileInfo, name: Name<'a>) -> std::borrow::Cow<'a, 
 }
 
 /// NVTX ranges projected onto the GPU (`nvtx-gpu`): each range becomes a slice spanning the GPU
-/// work it launched, on a per-GPU track of its thread. Reads [`crate::nsys::projection`]'s tables,
-/// which must be attached to `conn`.
+/// work it launched, on a per-GPU track of its thread. The spans come in start order, the
+/// longer first at equal starts, so projected ranges nest like the CPU ones.
 pub fn read_projection<S: EventSink>(
-    conn: &Connection,
+    projected: &Projected,
     selection: &Selection,
     info: &ProfileInfo,
     sink: &mut S,
 ) -> Result<()> {
-    let mut conds = Vec::new();
-    if let Some(t) = selection.time {
-        if let Some(s) = t.start {
-            conds.push(format!("gpu_end >= {s}"));
+    let (from, to) = selection.time.map_or((None, None), |t| (t.start, t.end));
+    for span in projected.spans()? {
+        let span = span?;
+        // The selection, as the other readers' SQL has it: spans overlapping the window, of
+        // the chosen processes and devices.
+        if from.is_some_and(|s| span.gpu_end < s)
+            || to.is_some_and(|e| span.gpu_start > e)
+            || (!selection.pids.is_empty()
+                && !selection
+                    .pids
+                    .contains(&((span.global_tid >> 24) & 0xFF_FFFF)))
+            || (!selection.devices.is_empty() && !selection.devices.contains(&span.device))
+        {
+            continue;
         }
-        if let Some(e) = t.end {
-            conds.push(format!("gpu_start <= {e}"));
-        }
-    }
-    if !selection.pids.is_empty() {
-        let l: Vec<_> = selection.pids.iter().map(|p| p.to_string()).collect();
-        conds.push(format!(
-            "((global_tid >> 24) & 16777215) IN ({})",
-            l.join(",")
-        ));
-    }
-    if !selection.devices.is_empty() {
-        let l: Vec<_> = selection.devices.iter().map(|d| d.to_string()).collect();
-        conds.push(format!("device IN ({})", l.join(",")));
-    }
-    let filter = if conds.is_empty() {
-        "1".to_string()
-    } else {
-        conds.join(" AND ")
-    };
-    let sql = format!(
-        "SELECT gpu_start, gpu_end, global_tid, device, gpu_rows, name_text, name_id, event_type \
-         FROM {PROJ_DB}.{NVTX_GPU} WHERE {filter} ORDER BY gpu_start"
-    );
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
-    // Equal starts: the longer (enclosing) range first, so projected ranges nest like the CPU ones.
-    let mut window = super::Reorder::new(super::REORDER_WINDOW);
-    let emit = |row: ProjectedRow, sink: &mut S| -> Result<()> {
-        let name = match (&row.text, row.name_id) {
+        let text = span.text.as_deref().map(super::utf8);
+        let name = match (&text, span.name_id) {
             (Some(t), _) => Name::Text(t),
             (None, Some(id)) => Name::Str(id),
             (None, None) => Name::Static("(unnamed range)"),
@@ -265,17 +289,17 @@ pub fn read_projection<S: EventSink>(
         if let Some(f) = &selection.nvtx_filter
             && !f.matches(&name_text(info, name))
         {
-            return Ok(());
+            continue;
         }
         let mut args = ArgList::new();
-        args.int("gpu_rows", Some(row.gpu_rows));
-        args.int("tid", Some(tid_of(row.global_tid)));
-        if row.event_type == START_END {
+        args.int("gpu_rows", Some(span.gpu_rows));
+        args.int("tid", Some(tid_of(span.global_tid)));
+        if span.event_type == START_END {
             args.label("range_kind", Some("start/end"));
         }
         let ev = Event {
-            start: row.start,
-            end: Some(row.end),
+            start: span.gpu_start,
+            end: Some(span.gpu_end),
             name,
             category: Category::NvtxGpu,
             args: args.as_slice(),
@@ -283,45 +307,11 @@ pub fn read_projection<S: EventSink>(
         };
         sink.event(
             GroupKey::GpuNvtx {
-                device: row.device,
-                global_tid: row.global_tid,
+                device: span.device,
+                global_tid: span.global_tid,
             },
             &ev,
-        )
-    };
-    while let Some(r) = rows.next()? {
-        let (Some(start), Some(end), Some(global_tid), Some(device)) =
-            (int_at(r, 0), int_at(r, 1), int_at(r, 2), int_at(r, 3))
-        else {
-            continue;
-        };
-        let row = ProjectedRow {
-            start,
-            end,
-            global_tid,
-            device,
-            gpu_rows: int_at(r, 4).unwrap_or(0),
-            text: text_at(r, 5).map(|s| s.into_owned()),
-            name_id: int_at(r, 6),
-            event_type: int_at(r, 7).unwrap_or(PUSH_POP),
-        };
-        if let Some(row) = window.push_keyed(start, -end, row) {
-            emit(row, sink)?;
-        }
-    }
-    while let Some(row) = window.pop() {
-        emit(row, sink)?;
+        )?;
     }
     Ok(())
-}
-
-struct ProjectedRow {
-    start: i64,
-    end: i64,
-    global_tid: i64,
-    device: i64,
-    gpu_rows: i64,
-    text: Option<String>,
-    name_id: Option<i64>,
-    event_type: i64,
 }

@@ -5,9 +5,19 @@
 //! shares its `correlationId` within one process. That call runs on a CPU thread at some time; an
 //! NVTX range on the same thread whose interval contains the call's start encloses the launch.
 //!
-//! The tables are written into a scratch database attached read-only to the source (like
-//! [`crate::nsys::flows`]), so memory stays bounded however long the profile. Readers attach the
-//! result with [`Projection::attach`] and query two tables under the schema [`PROJ_DB`]:
+//! The result ([`Projected`]) is two sorted streams, kept with bounded memory by
+//! [`crate::nsys::runs`] (runs spill to a scratch directory past a few MB):
+//!
+//! - **spans**: one record per (NVTX range, GPU device) for ranges that launched GPU work there,
+//!   in `(gpu_start, gpu_end descending, nvtx rowid, device)` order, which is the order the
+//!   NVTX-on-GPU tracks are written in (a parent's span contains its children's: the slices nest
+//!   like the CPU ranges);
+//! - **kernels**: per GPU table, in rowid order, each row launched inside at least one push/pop
+//!   range with the names of those ranges on the launching thread, outermost first, joined with
+//!   `" > "`. The GPU reader merges it with its own rowid-ordered scan.
+//!
+//! The workflows (`stats`, `extract`) and the tests read the same result as SQLite tables
+//! ([`Projection`], attached under the schema [`PROJ_DB`]):
 //!
 //! `proj.nvtx_gpu`: one row per (NVTX range, GPU device) for ranges that launched GPU work there.
 //!
@@ -24,9 +34,7 @@
 //! | `name_text`  | the range's `text` (NULL for registered strings) |
 //! | `name_id`    | the range's `textId` into `StringIds` (used when `name_text` is NULL) |
 //!
-//! Indexed by `gpu_start`, so `SELECT ... FROM proj.nvtx_gpu ORDER BY gpu_start` streams.
-//! Because a push/pop range encloses every call its children enclose, a child's GPU span lies
-//! within its parent's on each device: the slices nest like the CPU ranges.
+//! Indexed by `gpu_start` and `nvtx_rid`; the rowid packs `(nvtx_rid, device)`.
 //!
 //! `proj.kernel_nvtx`: one row per GPU row launched inside at least one push/pop range.
 //!
@@ -36,42 +44,44 @@
 //! | `rid`    | `rowid` of the GPU row in its table |
 //! | `ranges` | names of the push/pop ranges on the launching thread that contain the launching call's start, outermost first, joined with `" > "` |
 //!
-//! Keyed by `(src, rid)`: readers `LEFT JOIN proj.kernel_nvtx k ON k.src = 0 AND k.rid = t.rowid`.
-//!
-//! Rules: ranges need an `end` no earlier than their `start` and a `globalTid`; GPU rows need
-//! `start`, `end >= start`, `deviceId`, `globalPid` and `correlationId`; a call encloses when
+//! Rules (the definition, which `project_sql` states as SQL joins): ranges need an `end` no
+//! earlier than their `start` and a `globalTid`; GPU rows need `start`, `end >= start`,
+//! `deviceId`, `globalPid` and `correlationId`; a call encloses when
 //! `range.start <= call.start <= range.end`. Should an export repeat a (process, correlation id)
-//! among its API calls, the first row (runtime before driver) is the launch, as for flow arrows.
+//! among its API calls, the first row (runtime before driver, then by rowid) is the launch, as
+//! for flow arrows.
 //!
 //! # How
 //!
-//! SQLite links each GPU row to its launching call (`api_first`, keyed by process and
-//! correlation id). Then one sweep in time order over two streams, the NVTX ranges by start and
-//! the linked GPU rows by their launch's start, keeps per thread the ranges open at the current
-//! time (at equal times ranges open first, as `range.start <= call.start`). A GPU row's launch is
-//! inside exactly the open ranges of its thread: each takes the row into its span on the row's
-//! device, and the push/pop ones, in `(start, end DESC, rowid)` order, name the row in
-//! `kernel_nvtx`. A range is closed, and its `nvtx_gpu` rows written, once the sweep passes its
-//! end. Nothing assumes that ranges nest: an open range is just an interval, so start/end
-//! ranges and push/pop ranges that end after their parent are handled alike. Each launch costs
-//! the number of ranges open on its thread (the nesting depth), each range one insertion per
-//! device; memory holds the open ranges and bounded reordering buffers.
+//! [`crate::nsys::flows::prepare`] links each GPU row to its launching call in the same
+//! sort-merge join as the flow arrows, and hands over the links sorted by the call's start
+//! ([`Launches`]). Then one sweep in time order over two streams, the NVTX ranges by start and
+//! the launches by start, keeps per thread the ranges open at the current time (at equal times
+//! ranges open first, as `range.start <= call.start`). A launch is inside exactly the open
+//! ranges of its thread: each takes the GPU row into its span on the row's device, and the
+//! push/pop ones, in `(start, end DESC, rowid)` order, name the row. A range is closed, and its
+//! spans written, once the sweep passes its end. Nothing assumes that ranges nest: an open range
+//! is just an interval, so start/end ranges and push/pop ranges that end after their parent are
+//! handled alike. Each launch costs the number of ranges open on its thread (the nesting depth),
+//! each range one record per device; memory holds the open ranges and the sorters' chunks.
 //!
-//! Both streams are read in the tables' own order, which is start order in real exports (GPU
-//! rows are in GPU start order, close to their launches' order), through reordering windows; a
-//! stream further out of order is read again sorted by SQLite. Values the sweep does not handle
-//! (times that are not integers, a NVTX rowid or device beyond the `nvtx_gpu` rowid encoding,
-//! names that are not text) send the whole computation to `project_sql`, the definition in
-//! SQL joins (exact too, but each launch is visited once per enclosing range, then grouped).
+//! NVTX ranges are read in the table's own order, which is start order in real exports, through
+//! a reordering window; a table further out of order is read again sorted by SQLite. Values the
+//! sweep does not handle (ids and times that are not integers, names that are not text, a rowid
+//! or device beyond the `nvtx_gpu` rowid encoding) send the whole computation to `project_sql`,
+//! the definition in SQL joins (exact too, but each launch is visited once per enclosing range,
+//! then grouped), whose tables are then read into the same streams.
 
-use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
+use crate::nsys::flows::Launches;
+use crate::nsys::runs::{Lookup, Named, Sorted, Sorter, Spill};
+use crate::nsys::{self, DRIVER, NVTX, RUNTIME, Schema};
 use anyhow::Result;
+use rusqlite::Connection;
 use rusqlite::types::{ToSqlOutput, ValueRef};
-use rusqlite::{Connection, ToSql};
 use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
-use std::rc::Rc;
+use std::sync::Arc;
 
 /// The schema name [`Projection::attach`] attaches the scratch database under.
 pub const PROJ_DB: &str = "proj";
@@ -87,7 +97,205 @@ pub const SRC_KERNEL: i64 = 0;
 pub const SRC_MEMCPY: i64 = 1;
 pub const SRC_MEMSET: i64 = 2;
 
-/// The projection tables of one export, in a scratch database deleted on drop.
+/// The counts a projection reports.
+#[derive(Default, Debug, Clone, Copy)]
+pub struct Counts {
+    /// Rows of `nvtx_gpu` (span records).
+    pub range_device_rows: u64,
+    /// Distinct NVTX ranges with at least one span.
+    pub ranges_with_gpu_work: u64,
+    /// Rows of `kernel_nvtx` (GPU rows with names).
+    pub annotated_gpu_rows: u64,
+}
+
+/// One range's span on one device, as [`Projected::spans`] yields it.
+pub struct Span {
+    pub gpu_start: i64,
+    pub gpu_end: i64,
+    pub nvtx_rid: i64,
+    pub device: i64,
+    pub gpu_rows: i64,
+    pub global_tid: i64,
+    pub event_type: i64,
+    pub domain: i64,
+    /// The range's `text` (`None` when NULL).
+    pub text: Option<Arc<[u8]>>,
+    /// The range's `textId` (`None` when NULL).
+    pub name_id: Option<i64>,
+}
+
+/// Span record fields: `[gpu_start, -gpu_end, nvtx rowid, device, gpu_end, gpu rows, thread,
+/// event type, domain, name id, flags]` (the sort key first), the text as the record's string.
+type SpanRecord = Named<11>;
+const HAS_TEXT: i64 = 1;
+const HAS_NAME_ID: i64 = 2;
+
+impl Span {
+    fn record(&self) -> SpanRecord {
+        let flags = if self.text.is_some() { HAS_TEXT } else { 0 }
+            | if self.name_id.is_some() {
+                HAS_NAME_ID
+            } else {
+                0
+            };
+        Named {
+            fields: [
+                self.gpu_start,
+                -self.gpu_end,
+                self.nvtx_rid,
+                self.device,
+                self.gpu_end,
+                self.gpu_rows,
+                self.global_tid,
+                self.event_type,
+                self.domain,
+                self.name_id.unwrap_or(0),
+                flags,
+            ],
+            text: self.text.clone().unwrap_or_else(|| Arc::from(&b""[..])),
+        }
+    }
+
+    fn of(r: SpanRecord) -> Span {
+        let f = r.fields;
+        Span {
+            gpu_start: f[0],
+            gpu_end: f[4],
+            nvtx_rid: f[2],
+            device: f[3],
+            gpu_rows: f[5],
+            global_tid: f[6],
+            event_type: f[7],
+            domain: f[8],
+            name_id: (f[10] & HAS_NAME_ID != 0).then_some(f[9]),
+            text: (f[10] & HAS_TEXT != 0).then_some(r.text),
+        }
+    }
+}
+
+/// The projection of one export as sorted streams (see the module's documentation).
+pub struct Projected {
+    spans: Sorted<SpanRecord>,
+    /// Per GPU table number: `[rowid]` with the enclosing push/pop ranges' names.
+    kernels: [Sorted<Named<1>>; 3],
+    pub counts: Counts,
+    _spill: Spill,
+}
+
+impl Projected {
+    /// Compute the projection from the launches [`crate::nsys::flows::prepare`] found, or
+    /// `None` when the export lacks NVTX ranges (or there are no launches).
+    pub fn build(
+        conn: &Connection,
+        schema: &Schema,
+        launches: &Launches,
+    ) -> Result<Option<Projected>> {
+        if !nvtx_usable(schema) {
+            return Ok(None);
+        }
+        if !launches.unsupported
+            && let Some(p) = sweep_all(conn, schema, &launches.sorted)
+                .map_err(|e| anyhow::anyhow!("cannot project NVTX onto the GPU: {e}"))?
+        {
+            return Ok(Some(p));
+        }
+        // Values the sweep does not handle: the SQL definition, read back into streams.
+        let tables = SqlTables::build(schema)?;
+        Projected::from_tables(&tables).map(Some)
+    }
+
+    /// The spans in `(gpu_start, gpu_end descending, nvtx rowid, device)` order.
+    pub fn spans(&self) -> Result<impl Iterator<Item = Result<Span>> + '_> {
+        let mut merge = self.spans.iter()?;
+        Ok(std::iter::from_fn(move || {
+            merge.next_record().transpose().map(|r| r.map(Span::of))
+        }))
+    }
+
+    /// The names of the push/pop ranges around the launches of GPU table `src`, by rowid: for
+    /// each rowid in increasing order, [`Lookup::matching`] gives its record.
+    pub fn kernel_names(&self, src: i64) -> Result<Lookup<'_, Named<1>>> {
+        Ok(Lookup::new(self.kernels[src as usize].iter()?))
+    }
+
+    /// Read tables made by `project_sql` into streams.
+    fn from_tables(t: &SqlTables) -> Result<Projected> {
+        let conn = Connection::open_with_flags(
+            &t.path,
+            rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        let mut spill = Spill::default();
+        let mut spans = Sorter::<SpanRecord>::default();
+        let mut st = conn.prepare(&format!(
+            "SELECT gpu_start, gpu_end, nvtx_rid, device, gpu_rows, global_tid, event_type, \
+             domain, name_text, name_id FROM {NVTX_GPU}"
+        ))?;
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            let i = |k| nsys::int_at(r, k);
+            let (Some(gpu_start), Some(gpu_end), Some(global_tid), Some(device)) =
+                (i(0), i(1), i(5), i(3))
+            else {
+                continue;
+            };
+            let text = match r.get_ref(8)? {
+                ValueRef::Text(b) | ValueRef::Blob(b) => Some(Arc::from(b)),
+                _ => None,
+            };
+            let span = Span {
+                gpu_start,
+                gpu_end,
+                nvtx_rid: i(2).unwrap_or(0),
+                device,
+                gpu_rows: i(4).unwrap_or(0),
+                global_tid,
+                event_type: i(6).unwrap_or(PUSH_POP),
+                domain: i(7).unwrap_or(0),
+                text,
+                name_id: i(9),
+            };
+            spans.push(span.record(), &mut spill)?;
+        }
+        let mut kernels: [Sorter<Named<1>>; 3] = Default::default();
+        let mut st = conn.prepare(&format!("SELECT src, rid, ranges FROM {KERNEL_NVTX}"))?;
+        let mut rows = st.query([])?;
+        while let Some(r) = rows.next()? {
+            let (Some(src), Some(rid)) = (nsys::int_at(r, 0), nsys::int_at(r, 1)) else {
+                continue;
+            };
+            if let (Some(k), ValueRef::Text(b) | ValueRef::Blob(b)) =
+                (kernels.get_mut(src as usize), r.get_ref(2)?)
+            {
+                k.push(
+                    Named {
+                        fields: [rid],
+                        text: Arc::from(b),
+                    },
+                    &mut spill,
+                )?;
+            }
+        }
+        let [k0, k1, k2] = kernels;
+        Ok(Projected {
+            spans: spans.finish(&mut spill)?,
+            kernels: [
+                k0.finish(&mut spill)?,
+                k1.finish(&mut spill)?,
+                k2.finish(&mut spill)?,
+            ],
+            counts: t.counts,
+            _spill: spill,
+        })
+    }
+}
+
+fn nvtx_usable(schema: &Schema) -> bool {
+    schema.has_columns(NVTX, &["start", "end", "eventType", "globalTid"])
+        && schema.rowid(NVTX) == Some("rowid")
+}
+
+/// The projection as SQLite tables in a scratch database deleted on drop (see the module's
+/// documentation), for the workflows' SQL.
 pub struct Projection {
     _dir: tempfile::TempDir,
     path: PathBuf,
@@ -110,79 +318,99 @@ impl std::fmt::Debug for Projection {
     }
 }
 
-fn gpu_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
-    [
-        (SRC_KERNEL, KERNEL),
-        (SRC_MEMCPY, MEMCPY),
-        (SRC_MEMSET, MEMSET),
-    ]
-    .into_iter()
-    .filter(|(_, t)| {
-        schema.has_columns(
-            t,
-            &["start", "end", "correlationId", "globalPid", "deviceId"],
-        ) && schema.rowid(t) == Some("rowid")
-    })
-    .collect()
+/// The tables `project_sql` (or [`Projection::build`]) fills, in a scratch database.
+struct SqlTables {
+    dir: tempfile::TempDir,
+    path: PathBuf,
+    counts: Counts,
 }
 
-fn api_tables(schema: &Schema) -> Vec<&'static str> {
-    [RUNTIME, DRIVER]
-        .into_iter()
-        .filter(|t| schema.has_columns(t, &["start", "correlationId", "globalTid"]))
-        .filter(|t| schema.rowid(t) == Some("rowid"))
-        .collect()
-}
+impl SqlTables {
+    /// Empty tables with the declared types of the original `CREATE TABLE AS` over the join
+    /// (readers and `SELECT *` see the same table whichever way it is filled).
+    fn create(conn: &Connection, cols: &RangeCols) -> rusqlite::Result<()> {
+        conn.execute_batch(&format!(
+            "CREATE TABLE {NVTX_GPU} AS SELECT r.rowid AS nvtx_rid, r.eventType AS event_type, \
+               r.globalTid AS global_tid, coalesce({}, 0) AS domain, CAST(NULL AS INTEGER) AS device, \
+               NULL AS gpu_start, NULL AS gpu_end, NULL AS gpu_rows, {} AS name_text, {} AS name_id \
+               FROM src.NVTX_EVENTS r LIMIT 0;
+             CREATE TABLE {KERNEL_NVTX}(src INTEGER NOT NULL, rid INTEGER NOT NULL, ranges TEXT NOT NULL, \
+               PRIMARY KEY (src, rid)) WITHOUT ROWID;",
+            cols.domain, cols.text, cols.text_id
+        ))
+    }
 
-impl Projection {
-    /// Compute the tables, or `None` when the export lacks NVTX ranges, GPU rows or API calls.
-    pub fn build(schema: &Schema) -> Result<Option<Projection>> {
-        let gpu = gpu_tables(schema);
-        let api = api_tables(schema);
-        if gpu.is_empty()
-            || api.is_empty()
-            || !schema.has_columns(NVTX, &["start", "end", "eventType", "globalTid"])
-            || schema.rowid(NVTX) != Some("rowid")
-        {
-            return Ok(None);
-        }
+    /// The tables by the SQL definition.
+    fn build(schema: &Schema) -> Result<SqlTables> {
+        let gpu: Vec<(i64, &'static str)> = crate::nsys::flows::gpu_tables(schema)
+            .into_iter()
+            .filter(|(_, t)| {
+                schema.has_columns(
+                    t,
+                    &["start", "end", "correlationId", "globalPid", "deviceId"],
+                ) && schema.rowid(t) == Some("rowid")
+            })
+            .collect();
         let (dir, path, conn) =
             nsys::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
-        // Larger pages: fewer page splits and writes for the tables appended row by row.
-        conn.execute_batch("PRAGMA page_size = 16384;")?;
-
-        // One transaction: the sweep inserts row by row. (No journal: nothing is rolled back;
-        // a sweep that gives up drops its tables instead.)
-        // Declared INTEGER columns: the SQL fallback's time-range joins must be able to use
-        // the indexes.
         let mut sql = String::from(
             "BEGIN;
              CREATE TABLE api_first(pkey INTEGER, corr INTEGER, tid INTEGER, start INTEGER, \
                PRIMARY KEY (pkey, corr)) WITHOUT ROWID;\n",
         );
-        // The launching call of each (process, correlation id); should an export repeat one, the
-        // first row wins, as for flow arrows.
-        for t in &api {
-            sql += &format!(
-                "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, globalTid, start \
-                 FROM src.\"{t}\" WHERE correlationId IS NOT NULL AND globalTid IS NOT NULL \
-                 AND start IS NOT NULL;\n"
-            );
+        // The launching call of each (process, correlation id); should an export repeat one,
+        // the first row wins, as for flow arrows.
+        for t in [RUNTIME, DRIVER] {
+            if schema.has_columns(t, &["start", "correlationId", "globalTid"])
+                && schema.rowid(t) == Some("rowid")
+            {
+                sql += &format!(
+                    "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, \
+                     globalTid, start FROM src.\"{t}\" WHERE correlationId IS NOT NULL \
+                     AND globalTid IS NOT NULL AND start IS NOT NULL;\n"
+                );
+            }
         }
-        let t0 = std::time::Instant::now();
-        conn.execute_batch(&sql)
-            .map_err(|e| anyhow::anyhow!("cannot project NVTX onto the GPU: {e}"))?;
-        crate::nsys::source::timing("projection: api_first", t0);
-        let counts = project(&conn, schema, &gpu)
-            .map_err(|e| anyhow::anyhow!("cannot project NVTX onto the GPU: {e}"))?;
+        let counts = (|| {
+            conn.execute_batch(&sql)?;
+            project_sql(&conn, &RangeCols::new(schema), &gpu)
+        })()
+        .map_err(|e| anyhow::anyhow!("cannot project NVTX onto the GPU: {e}"))?;
         conn.execute_batch("DROP TABLE api_first; COMMIT; DETACH DATABASE src;")?;
-        drop(conn);
+        Ok(SqlTables { dir, path, counts })
+    }
+}
+
+impl Projection {
+    /// Compute the tables, or `None` when the export lacks NVTX ranges, GPU rows or API calls.
+    pub fn build(schema: &Schema) -> Result<Option<Projection>> {
+        if !nvtx_usable(schema) {
+            return Ok(None);
+        }
+        let conn = nsys::open_readonly(&schema.path)?;
+        let nothing = crate::select::Selection {
+            types: Default::default(),
+            ..Default::default()
+        };
+        let Some(launches) = crate::nsys::flows::prepare(&conn, schema, &nothing, true)?.1 else {
+            return Ok(None);
+        };
+        let projected = if launches.unsupported {
+            None
+        } else {
+            sweep_all(&conn, schema, &launches.sorted)
+                .map_err(|e| anyhow::anyhow!("cannot project NVTX onto the GPU: {e}"))?
+        };
+        let tables = match projected {
+            Some(p) => p.into_tables(schema)?,
+            None => SqlTables::build(schema)?,
+        };
         Ok(Some(Projection {
-            _dir: dir,
-            path,
-            range_device_rows: counts.range_device_rows,
-            ranges_with_gpu_work: counts.ranges_with_gpu_work,
-            annotated_gpu_rows: counts.annotated_gpu_rows,
+            _dir: tables.dir,
+            path: tables.path,
+            range_device_rows: tables.counts.range_device_rows,
+            ranges_with_gpu_work: tables.counts.ranges_with_gpu_work,
+            annotated_gpu_rows: tables.counts.annotated_gpu_rows,
         }))
     }
 
@@ -199,12 +427,51 @@ impl Projection {
     }
 }
 
-/// The counts [`Projection`] reports.
-#[derive(Default)]
-struct Counts {
-    range_device_rows: u64,
-    ranges_with_gpu_work: u64,
-    annotated_gpu_rows: u64,
+impl Projected {
+    /// Write the streams as the tables.
+    fn into_tables(self, schema: &Schema) -> Result<SqlTables> {
+        let (dir, path, conn) =
+            nsys::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
+        conn.execute_batch("PRAGMA page_size = 16384;")?;
+        SqlTables::create(&conn, &RangeCols::new(schema))?;
+        conn.execute_batch("DETACH DATABASE src; BEGIN;")?;
+        {
+            let mut ranges = Inserter::<Span>::new(
+                &conn,
+                &format!(
+                    "INSERT INTO {NVTX_GPU}(rowid, nvtx_rid, event_type, global_tid, domain, \
+                     device, gpu_start, gpu_end, gpu_rows, name_text, name_id) VALUES "
+                ),
+                "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            )?;
+            for span in self.spans()? {
+                ranges.push(span?)?;
+            }
+            ranges.finish()?;
+            let mut kernels = Inserter::<(i64, Named<1>)>::new(
+                &conn,
+                &format!("INSERT INTO {KERNEL_NVTX}(src, rid, ranges) VALUES "),
+                "(?, ?, ?)",
+            )?;
+            for src in [SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET] {
+                let mut it = self.kernels[src as usize].iter()?;
+                while let Some(k) = it.next_record()? {
+                    kernels.push((src, k))?;
+                }
+            }
+            kernels.finish()?;
+        }
+        conn.execute_batch(&format!(
+            "CREATE INDEX nvtx_gpu_start ON {NVTX_GPU}(gpu_start);
+             CREATE INDEX nvtx_gpu_rid ON {NVTX_GPU}(nvtx_rid);
+             COMMIT;"
+        ))?;
+        Ok(SqlTables {
+            dir,
+            path,
+            counts: self.counts,
+        })
+    }
 }
 
 /// The schema-dependent SQL expressions for the range columns.
@@ -228,78 +495,55 @@ impl RangeCols {
     }
 }
 
-/// Why a sweep gave up; the tables are then computed another way.
+/// Why a sweep gave up.
 enum Abort {
-    /// `NVTX_EVENTS` in rowid order is not in start order (beyond the reorder window).
+    /// `NVTX_EVENTS` in rowid order is not in start order (beyond the reorder window): read it
+    /// again sorted.
     NvtxDisorder,
-    /// The linked GPU rows in rowid order are not in their launches' start order.
-    LaunchDisorder,
     /// A value the sweep does not handle (a time or id that is not an integer, a rowid or
-    /// device beyond the `nvtx_gpu` rowid encoding, a push/pop range's name that is not text,
-    /// `StringIds.id` not unique): the SQL fallback defines the result.
+    /// device beyond the `nvtx_gpu` rowid encoding, a name that is not text, `StringIds.id`
+    /// not unique): the SQL definition defines the result.
     Unsupported,
 }
 
 enum Stop {
     Abort(Abort),
-    Sql(rusqlite::Error),
+    Fail(anyhow::Error),
 }
 
 impl From<rusqlite::Error> for Stop {
     fn from(e: rusqlite::Error) -> Stop {
-        Stop::Sql(e)
+        Stop::Fail(e.into())
     }
 }
 
-/// Fill the two tables: by a sweep, else (data the sweep does not handle) by plain SQL.
-fn project(
+impl From<anyhow::Error> for Stop {
+    fn from(e: anyhow::Error) -> Stop {
+        Stop::Fail(e)
+    }
+}
+
+/// The sweep, reading the NVTX table sorted by SQLite when it is too far out of order; `None`
+/// when the data needs the SQL definition.
+fn sweep_all(
     conn: &Connection,
     schema: &Schema,
-    gpu: &[(i64, &'static str)],
-) -> rusqlite::Result<Counts> {
+    launches: &Sorted<[i64; 7]>,
+) -> Result<Option<Projected>> {
     let cols = RangeCols::new(schema);
-    let (mut nvtx_sorted, mut launches_sorted) = (false, false);
-    loop {
-        conn.execute_batch(&format!(
-            // The declared types of the original `CREATE TABLE AS` over the join (readers and
-            // `SELECT *` see the same table whichever way it is filled).
-            "CREATE TABLE {NVTX_GPU} AS SELECT r.rowid AS nvtx_rid, r.eventType AS event_type, \
-               r.globalTid AS global_tid, coalesce({}, 0) AS domain, CAST(NULL AS INTEGER) AS device, \
-               NULL AS gpu_start, NULL AS gpu_end, NULL AS gpu_rows, {} AS name_text, {} AS name_id \
-               FROM src.NVTX_EVENTS r LIMIT 0;
-             CREATE TABLE {KERNEL_NVTX}(src INTEGER NOT NULL, rid INTEGER NOT NULL, ranges TEXT NOT NULL, \
-               PRIMARY KEY (src, rid)) WITHOUT ROWID;
-             CREATE TABLE kernel_nvtx_memcpy(rid INTEGER PRIMARY KEY, ranges TEXT NOT NULL);
-             CREATE TABLE kernel_nvtx_memset(rid INTEGER PRIMARY KEY, ranges TEXT NOT NULL);",
-            cols.domain, cols.text, cols.text_id
-        ))?;
+    for nvtx_sorted in [false, true] {
         let t0 = std::time::Instant::now();
-        let abort = match sweep(conn, &cols, gpu, nvtx_sorted, launches_sorted) {
-            Ok(counts) => {
+        match sweep(conn, &cols, launches, nvtx_sorted) {
+            Ok(p) => {
                 crate::nsys::source::timing("projection: sweep", t0);
-                conn.execute_batch(&format!(
-                    "INSERT INTO {KERNEL_NVTX} SELECT {SRC_MEMCPY}, rid, ranges FROM kernel_nvtx_memcpy ORDER BY rid;
-                     INSERT INTO {KERNEL_NVTX} SELECT {SRC_MEMSET}, rid, ranges FROM kernel_nvtx_memset ORDER BY rid;
-                     DROP TABLE kernel_nvtx_memcpy; DROP TABLE kernel_nvtx_memset;
-                     CREATE INDEX nvtx_gpu_start ON {NVTX_GPU}(gpu_start);
-                     CREATE INDEX nvtx_gpu_rid ON {NVTX_GPU}(nvtx_rid);"
-                ))?;
-                crate::nsys::source::timing("projection: indexes", t0);
-                return Ok(counts);
+                return Ok(Some(p));
             }
-            Err(Stop::Sql(e)) => return Err(e),
-            Err(Stop::Abort(a)) => a,
-        };
-        conn.execute_batch(&format!(
-            "DROP TABLE {NVTX_GPU}; DROP TABLE {KERNEL_NVTX}; \
-             DROP TABLE kernel_nvtx_memcpy; DROP TABLE kernel_nvtx_memset;"
-        ))?;
-        match abort {
-            Abort::NvtxDisorder if !nvtx_sorted => nvtx_sorted = true,
-            Abort::LaunchDisorder if !launches_sorted => launches_sorted = true,
-            _ => return project_sql(conn, &cols, gpu),
+            Err(Stop::Fail(e)) => return Err(e),
+            Err(Stop::Abort(Abort::NvtxDisorder)) if !nvtx_sorted => continue,
+            Err(Stop::Abort(_)) => return Ok(None),
         }
     }
+    Ok(None)
 }
 
 /// The tables by SQL joins, for data the sweep does not handle: exact, but each launch is
@@ -385,40 +629,7 @@ fn project_sql(
     })
 }
 
-/// A value copied from the export to `nvtx_gpu` unchanged, whatever its type.
-enum Raw {
-    Null,
-    Int(i64),
-    Real(f64),
-    Text(Box<[u8]>),
-    Blob(Box<[u8]>),
-}
-
-impl Raw {
-    fn of(v: ValueRef<'_>) -> Raw {
-        match v {
-            ValueRef::Null => Raw::Null,
-            ValueRef::Integer(i) => Raw::Int(i),
-            ValueRef::Real(f) => Raw::Real(f),
-            ValueRef::Text(t) => Raw::Text(t.into()),
-            ValueRef::Blob(b) => Raw::Blob(b.into()),
-        }
-    }
-}
-
-impl ToSql for Raw {
-    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
-        Ok(ToSqlOutput::Borrowed(match self {
-            Raw::Null => ValueRef::Null,
-            Raw::Int(i) => ValueRef::Integer(*i),
-            Raw::Real(f) => ValueRef::Real(*f),
-            Raw::Text(t) => ValueRef::Text(t),
-            Raw::Blob(b) => ValueRef::Blob(b),
-        }))
-    }
-}
-
-/// An integer the sweep orders or matches by; anything else is left to the SQL fallback.
+/// An integer the sweep orders or matches by; anything else is left to the SQL definition.
 fn int(v: ValueRef<'_>) -> Result<i64, Stop> {
     match v {
         ValueRef::Integer(i) => Ok(i),
@@ -436,15 +647,6 @@ struct DevSpan {
     rows: i64,
 }
 
-/// What `nvtx_gpu` copies from a range's row.
-struct RangeInfo {
-    domain: Raw,
-    text: Raw,
-    text_id: Raw,
-    /// A push/pop range's name when it is not `text` (a registered string, the placeholder).
-    name: Option<Box<[u8]>>,
-}
-
 /// An NVTX range, open while the sweep is within it.
 struct Range {
     rid: i64,
@@ -452,9 +654,58 @@ struct Range {
     tid: i64,
     start: i64,
     end: i64,
-    info: Rc<RangeInfo>,
+    domain: i64,
+    text: Option<Arc<[u8]>>,
+    text_id: Option<i64>,
+    /// A push/pop range's name when it is not `text` (a registered string, the placeholder).
+    name: Option<Arc<[u8]>>,
     /// The GPU rows launched inside the range, per device.
-    devs: Vec<DevSpan>,
+    devs: Devs,
+}
+
+/// Spans per device: nearly always one, kept inline (an allocation per range costs more than
+/// the rest of its handling).
+#[derive(Default)]
+struct Devs {
+    first: Option<DevSpan>,
+    more: Vec<DevSpan>,
+}
+
+impl Devs {
+    fn is_empty(&self) -> bool {
+        self.first.is_none()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &DevSpan> {
+        self.first.iter().chain(&self.more)
+    }
+
+    /// Take a GPU row into the span of its device.
+    fn add(&mut self, device: i64, start: i64, end: i64) {
+        let d = match self.first.as_mut().filter(|d| d.device == device) {
+            Some(d) => Some(d),
+            None => self.more.iter_mut().find(|d| d.device == device),
+        };
+        match d {
+            Some(d) => {
+                d.start = d.start.min(start);
+                d.end = d.end.max(end);
+                d.rows += 1;
+            }
+            None => {
+                let d = DevSpan {
+                    device,
+                    start,
+                    end,
+                    rows: 1,
+                };
+                match self.first {
+                    None => self.first = Some(d),
+                    Some(_) => self.more.push(d),
+                }
+            }
+        }
+    }
 }
 
 impl Range {
@@ -463,70 +714,48 @@ impl Range {
     }
 
     fn name(&self) -> &[u8] {
-        match (&self.info.name, &self.info.text) {
+        match (&self.name, &self.text) {
             (Some(n), _) => n,
-            (None, Raw::Text(t)) => t,
-            (None, _) => b"",
+            (None, Some(t)) => t,
+            (None, None) => b"",
         }
     }
 
-    /// The order of `kernel_nvtx` names: by start, the longer first, then by rowid.
+    /// The order of the names around a kernel: by start, the longer first, then by rowid.
     fn key(&self) -> (i64, Reverse<i64>, i64) {
         (self.start, Reverse(self.end), self.rid)
     }
+}
 
-    fn read(r: &rusqlite::Row<'_>) -> Result<Range, Stop> {
-        let event_type = int(r.get_ref(1)?)?;
-        let text = r.get_ref(6)?;
-        // `coalesce(text, registered string, '(unnamed range)')`, as text; other types are
-        // left to the SQL fallback.
-        let name = match (event_type == PUSH_POP, text) {
-            (false, _) | (true, ValueRef::Text(_)) => None,
-            (true, ValueRef::Null) => match r.get_ref(8)? {
-                ValueRef::Text(n) => Some(n.into()),
-                ValueRef::Null => Some(b"(unnamed range)".as_slice().into()),
-                _ => return Err(Stop::Abort(Abort::Unsupported)),
-            },
-            (true, _) => return Err(Stop::Abort(Abort::Unsupported)),
-        };
-        Ok(Range {
-            rid: int(r.get_ref(0)?)?,
-            event_type,
-            tid: int(r.get_ref(2)?)?,
-            start: int(r.get_ref(3)?)?,
-            end: int(r.get_ref(4)?)?,
-            info: Rc::new(RangeInfo {
-                domain: Raw::of(r.get_ref(5)?),
-                text: Raw::of(text),
-                text_id: Raw::of(r.get_ref(7)?),
-                name,
-            }),
-            devs: Vec::new(),
-        })
+/// Range names, shared: a profile repeats a few names over many ranges.
+#[derive(Default)]
+struct Texts(std::collections::HashSet<Arc<[u8]>, crate::model::FastHash>);
+
+impl Texts {
+    /// Distinct names kept at most (then the set starts again: memory stays bounded).
+    const KEPT: usize = 4096;
+
+    fn get(&mut self, t: &[u8]) -> Arc<[u8]> {
+        if let Some(a) = self.0.get(t) {
+            return a.clone();
+        }
+        if self.0.len() >= Texts::KEPT {
+            self.0.clear();
+        }
+        let a: Arc<[u8]> = Arc::from(t);
+        self.0.insert(a.clone());
+        a
     }
 }
 
-/// A linked GPU row with its launching call's thread and start.
+/// A GPU row with its launching call's thread and start.
 struct Launch {
     tid: i64,
-    astart: i64,
+    src: i64,
     rid: i64,
     device: i64,
     start: i64,
     end: i64,
-}
-
-impl Launch {
-    fn read(r: &rusqlite::Row<'_>) -> Result<Launch, Stop> {
-        Ok(Launch {
-            tid: int(r.get_ref(0)?)?,
-            astart: int(r.get_ref(1)?)?,
-            rid: int(r.get_ref(2)?)?,
-            device: int(r.get_ref(3)?)?,
-            start: int(r.get_ref(4)?)?,
-            end: int(r.get_ref(5)?)?,
-        })
-    }
 }
 
 /// The sweep's state for one CPU thread.
@@ -534,75 +763,491 @@ impl Launch {
 struct Thread {
     /// The ranges containing the thread's latest event time, in [`Range::key`] order.
     open: Vec<Range>,
-    /// `kernel_nvtx.ranges` for the open push/pop ranges (`None` when there are none), valid
-    /// while `names_valid`.
-    names: Option<Rc<[u8]>>,
+    /// The names of the open push/pop ranges (`None` when there are none), valid while
+    /// `names_valid`.
+    names: Option<Arc<[u8]>>,
     names_valid: bool,
 }
 
-/// Puts a nearly sorted stream in key order with a bounded buffer, stable for equal keys;
-/// `push` reports an item that arrives after a later key has already left (the stream is
-/// further out of order). In order, each item costs O(1).
-///
-/// The sweep refills every window before each step, and a full window reads only after handing
-/// an item out. So when the sweep hands out the head of one stream, each other stream's unread
-/// rows can only come out after that stream hands out its current head, whose key is at least
-/// the chosen one: a row the sweep should have taken before is reported by its own stream.
-struct Window<T> {
-    buf: VecDeque<(i64, T)>,
-    cap: usize,
-    last: i64,
-    done: bool,
+/// Where the sweep writes.
+struct Out {
+    spans: Sorter<SpanRecord>,
+    kernels: [Sorter<Named<1>>; 3],
+    spill: Spill,
+    counts: Counts,
+    /// Scratch for building the names.
+    names: Vec<u8>,
 }
 
-impl<T> Window<T> {
-    fn new(cap: usize) -> Window<T> {
-        Window {
-            buf: VecDeque::new(),
-            cap,
-            last: i64::MIN,
-            done: false,
+impl Out {
+    /// A range ends: write its spans, one per device.
+    fn close(&mut self, r: Range) -> Result<(), Stop> {
+        if r.devs.is_empty() {
+            return Ok(());
         }
-    }
-
-    /// Whether to read on: the buffer has room and the stream is not exhausted.
-    fn wants(&self) -> bool {
-        !self.done && self.buf.len() < self.cap
-    }
-
-    /// Buffer an item; false when its key is before one already taken.
-    fn push(&mut self, key: i64, item: T) -> bool {
-        if self.buf.back().is_none_or(|b| b.0 <= key) {
-            self.buf.push_back((key, item));
-        } else {
-            let at = self.buf.partition_point(|b| b.0 <= key);
-            self.buf.insert(at, (key, item));
+        // The tables' rowid packs (nvtx rowid, device).
+        if !(0..1 << 31).contains(&r.rid) {
+            return Err(Stop::Abort(Abort::Unsupported));
         }
-        key >= self.last
+        self.counts.ranges_with_gpu_work += 1;
+        for d in r.devs.iter() {
+            if !(0..1 << 32).contains(&d.device) {
+                return Err(Stop::Abort(Abort::Unsupported));
+            }
+            let span = Span {
+                gpu_start: d.start,
+                gpu_end: d.end,
+                nvtx_rid: r.rid,
+                device: d.device,
+                gpu_rows: d.rows,
+                global_tid: r.tid,
+                event_type: r.event_type,
+                domain: r.domain,
+                text: r.text.clone(),
+                name_id: r.text_id,
+            };
+            self.spans.push(span.record(), &mut self.spill)?;
+            self.counts.range_device_rows += 1;
+        }
+        Ok(())
     }
 
-    fn peek(&self) -> Option<i64> {
-        self.buf.front().map(|b| b.0)
+    /// Close the thread's ranges that end before `t`: no later event is inside them.
+    fn prune(&mut self, th: &mut Thread, t: i64) -> Result<(), Stop> {
+        if th.open.iter().all(|r| r.end >= t) {
+            return Ok(());
+        }
+        let mut i = 0;
+        while i < th.open.len() {
+            if th.open[i].end < t {
+                let r = th.open.remove(i);
+                th.names_valid &= !r.push_pop();
+                self.close(r)?;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
     }
 
-    fn pop(&mut self) -> Option<(i64, T)> {
-        let b = self.buf.pop_front()?;
-        self.last = b.0;
-        Some(b)
+    /// A range starts on its thread.
+    fn open(&mut self, threads: &mut Threads, r: Range) -> Result<(), Stop> {
+        let th = threads.entry(r.tid).or_default();
+        self.prune(th, r.start)?;
+        th.names_valid &= !r.push_pop();
+        let key = r.key();
+        let at = th.open.partition_point(|o| o.key() < key);
+        th.open.insert(at, r);
+        Ok(())
+    }
+
+    /// A GPU row's launching call starts at `astart`: the thread's open ranges contain it.
+    fn launch(&mut self, threads: &mut Threads, astart: i64, l: Launch) -> Result<(), Stop> {
+        let Some(th) = threads.get_mut(&l.tid) else {
+            return Ok(());
+        };
+        self.prune(th, astart)?;
+        for r in &mut th.open {
+            r.devs.add(l.device, l.start, l.end);
+        }
+        if !th.names_valid {
+            let names = &mut self.names;
+            names.clear();
+            let mut any = false;
+            for r in th.open.iter().filter(|r| r.push_pop()) {
+                if any {
+                    names.extend_from_slice(RANGE_SEPARATOR.as_bytes());
+                }
+                names.extend_from_slice(r.name());
+                any = true;
+            }
+            th.names = any.then(|| Arc::from(&names[..]));
+            th.names_valid = true;
+        }
+        if let (Some(names), Some(k)) = (&th.names, self.kernels.get_mut(l.src as usize)) {
+            k.push(
+                Named {
+                    fields: [l.rid],
+                    text: names.clone(),
+                },
+                &mut self.spill,
+            )?;
+            self.counts.annotated_gpu_rows += 1;
+        }
+        Ok(())
     }
 }
 
-/// How far the streams may be out of order before the sweep asks SQLite to sort them. NVTX
-/// ranges are in start order in real exports; GPU rows are in GPU start order, close to their
-/// launches' order.
+/// How far NVTX ranges may be out of start order before the sweep asks SQLite to sort them
+/// (they are in start order in real exports).
 const NVTX_WINDOW: usize = 1024;
-const LAUNCH_WINDOW: usize = 1 << 14;
-/// `kernel_nvtx` rows are put in rowid order before insertion (only for speed: the table is
-/// keyed by them, and appending is cheapest).
-const KERNEL_WINDOW: usize = 1024;
-const RANGE_WINDOW: usize = 4096;
-/// Rows per INSERT statement: a statement per row costs more than its row.
-const BATCH: usize = 32;
+
+/// The sweep: NVTX ranges are pushed in the table's order (start order, give or take
+/// [`NVTX_WINDOW`] rows), launches are pulled in start order; both are taken in time order,
+/// keeping per thread the ranges open at the current time. A GPU row's launch is inside exactly
+/// the open ranges of its thread, which take its span; a range's spans are written when the
+/// sweep passes its end. At equal times, ranges open before calls (a call at a range's start is
+/// inside it).
+struct Sweep<'l> {
+    out: Out,
+    launches: crate::nsys::runs::Merge<'l, [i64; 7]>,
+    next_launch: Option<[i64; 7]>,
+    nvtx: Window<Range>,
+    threads: Threads,
+}
+
+impl<'l> Sweep<'l> {
+    fn new(launches: &'l Sorted<[i64; 7]>) -> Result<Sweep<'l>> {
+        let mut launches = launches.iter()?;
+        let next_launch = launches.next_record()?;
+        Ok(Sweep {
+            out: Out {
+                spans: Sorter::default(),
+                kernels: Default::default(),
+                spill: Spill::default(),
+                counts: Counts::default(),
+                names: Vec::new(),
+            },
+            launches,
+            next_launch,
+            nvtx: Window::new(),
+            threads: Threads::default(),
+        })
+    }
+
+    /// Take the launches that start before `t` (all of them for `None`).
+    fn launches_until(&mut self, t: Option<i64>) -> Result<(), Stop> {
+        while let Some([astart, tid, src, rid, device, start, end]) = self.next_launch {
+            if t.is_some_and(|t| astart >= t) {
+                break;
+            }
+            let l = Launch {
+                tid,
+                src,
+                rid,
+                device,
+                start,
+                end,
+            };
+            self.out.launch(&mut self.threads, astart, l)?;
+            self.next_launch = self.launches.next_record()?;
+        }
+        Ok(())
+    }
+
+    /// The next range of the table.
+    fn range(&mut self, r: Range) -> Result<(), Stop> {
+        if !self.nvtx.push(r.start, r) {
+            return Err(Stop::Abort(Abort::NvtxDisorder));
+        }
+        if self.nvtx.buf.len() > NVTX_WINDOW {
+            self.open_next()?;
+        }
+        Ok(())
+    }
+
+    /// Open the earliest buffered range, after the launches before it.
+    fn open_next(&mut self) -> Result<(), Stop> {
+        let (start, r) = self.nvtx.pop().expect("a buffered range");
+        self.launches_until(Some(start))?;
+        self.out.open(&mut self.threads, r)
+    }
+
+    fn finish(mut self) -> Result<Projected, Stop> {
+        while !self.nvtx.buf.is_empty() {
+            self.open_next()?;
+        }
+        self.launches_until(None)?;
+        for th in std::mem::take(&mut self.threads).into_values() {
+            for r in th.open {
+                self.out.close(r)?;
+            }
+        }
+        let Out {
+            spans,
+            kernels,
+            mut spill,
+            counts,
+            ..
+        } = self.out;
+        let [k0, k1, k2] = kernels;
+        Ok(Projected {
+            spans: spans.finish(&mut spill)?,
+            kernels: [
+                k0.finish(&mut spill)?,
+                k1.finish(&mut spill)?,
+                k2.finish(&mut spill)?,
+            ],
+            counts,
+            _spill: spill,
+        })
+    }
+}
+
+/// Where the columns a range needs are in a row of `NVTX_EVENTS`.
+#[derive(Clone, Copy)]
+pub struct RangeColumns {
+    pub rowid: usize,
+    pub event_type: usize,
+    pub global_tid: usize,
+    pub start: usize,
+    pub end: usize,
+    pub domain: usize,
+    pub text: usize,
+    pub text_id: usize,
+}
+
+/// Registered strings (`StringIds.value` by `id`), looked up once per id, up to
+/// [`Registered::CACHED`] of them.
+struct Registered<'c> {
+    stmt: rusqlite::Statement<'c>,
+    cache: HashMap<i64, Option<Arc<[u8]>>>,
+}
+
+impl<'c> Registered<'c> {
+    const CACHED: usize = 4096;
+
+    /// `None` when the export has no usable `StringIds` (then names never come from it);
+    /// `Err(Unsupported)` when `StringIds.id` is not its unique key (the SQL definition's join
+    /// would repeat the range).
+    fn new(conn: &'c Connection, cols: &RangeCols) -> Result<Option<Registered<'c>>, Stop> {
+        if !cols.string_ids {
+            return Ok(None);
+        }
+        let unique: bool = conn.query_row(
+            "SELECT count(*) = 1 AND max(name = 'id') FROM pragma_table_info('StringIds', 'main') \
+             WHERE pk > 0",
+            [],
+            |r| r.get(0),
+        )?;
+        if !unique {
+            return Err(Stop::Abort(Abort::Unsupported));
+        }
+        Ok(Some(Registered {
+            stmt: conn.prepare("SELECT value FROM main.StringIds WHERE id = ?1")?,
+            cache: HashMap::new(),
+        }))
+    }
+
+    /// The registered string of `id` (`None`: no row, or NULL); a value that is not text is
+    /// left to the SQL definition.
+    fn get(&mut self, id: i64) -> Result<Option<Arc<[u8]>>, Stop> {
+        if let Some(v) = self.cache.get(&id) {
+            return Ok(v.clone());
+        }
+        let mut rows = self.stmt.query([id])?;
+        let v = match rows.next()? {
+            None => None,
+            Some(r) => match r.get_ref(0)? {
+                ValueRef::Text(t) => Some(Arc::from(t)),
+                ValueRef::Null => None,
+                _ => return Err(Stop::Abort(Abort::Unsupported)),
+            },
+        };
+        if self.cache.len() >= Registered::CACHED {
+            self.cache.clear();
+        }
+        self.cache.insert(id, v.clone());
+        Ok(v)
+    }
+}
+
+/// The values of a row of `NVTX_EVENTS` the projection reads (fetched once for its reader and
+/// the projection).
+pub struct RangeValues<'a> {
+    pub rowid: ValueRef<'a>,
+    pub event_type: ValueRef<'a>,
+    pub global_tid: ValueRef<'a>,
+    pub start: ValueRef<'a>,
+    pub end: ValueRef<'a>,
+    pub domain: ValueRef<'a>,
+    pub text: ValueRef<'a>,
+    pub text_id: ValueRef<'a>,
+}
+
+impl<'a> RangeValues<'a> {
+    pub fn of(r: &'a rusqlite::Row<'_>, c: &RangeColumns) -> rusqlite::Result<RangeValues<'a>> {
+        Ok(RangeValues {
+            rowid: r.get_ref(c.rowid)?,
+            event_type: r.get_ref(c.event_type)?,
+            global_tid: r.get_ref(c.global_tid)?,
+            start: r.get_ref(c.start)?,
+            end: r.get_ref(c.end)?,
+            domain: r.get_ref(c.domain)?,
+            text: r.get_ref(c.text)?,
+            text_id: r.get_ref(c.text_id)?,
+        })
+    }
+}
+
+/// What a row of `NVTX_EVENTS` is to the projection.
+fn range_of(
+    v: &RangeValues<'_>,
+    texts: &mut Texts,
+    registered: &mut Option<Registered<'_>>,
+) -> Result<Option<Range>, Stop> {
+    // `eventType IN (59, 60) AND end >= start AND globalTid IS NOT NULL`, with integers; other
+    // types are left to the SQL definition.
+    let int_or_null = |v: ValueRef<'_>| -> Result<Option<i64>, Stop> {
+        match v {
+            ValueRef::Integer(v) => Ok(Some(v)),
+            ValueRef::Null => Ok(None),
+            _ => Err(Stop::Abort(Abort::Unsupported)),
+        }
+    };
+    let Some(event_type) = int_or_null(v.event_type)?.filter(|t| *t == 59 || *t == 60) else {
+        return Ok(None);
+    };
+    let (Some(start), Some(end), Some(tid)) = (
+        int_or_null(v.start)?,
+        int_or_null(v.end)?,
+        int_or_null(v.global_tid)?,
+    ) else {
+        return Ok(None);
+    };
+    if end < start {
+        return Ok(None);
+    }
+    let text = match v.text {
+        ValueRef::Text(t) => Some(texts.get(t)),
+        ValueRef::Null => None,
+        _ => return Err(Stop::Abort(Abort::Unsupported)),
+    };
+    let text_id = int_or_null(v.text_id)?;
+    // `coalesce(text, registered string, '(unnamed range)')`.
+    let name = match (event_type == PUSH_POP, &text, text_id, registered.as_mut()) {
+        (true, None, Some(id), Some(reg)) => Some(reg.get(id)?),
+        (true, None, _, _) => Some(None),
+        _ => None,
+    }
+    .map(|n| n.unwrap_or_else(|| Arc::from(&b"(unnamed range)"[..])));
+    let domain = match v.domain {
+        ValueRef::Integer(v) => v,
+        ValueRef::Null => 0,
+        _ => return Err(Stop::Abort(Abort::Unsupported)),
+    };
+    Ok(Some(Range {
+        rid: int(v.rowid)?,
+        event_type,
+        tid,
+        start,
+        end,
+        domain,
+        text,
+        text_id,
+        name,
+        devs: Devs::default(),
+    }))
+}
+
+/// The projection fed by a reader of `NVTX_EVENTS` (the NVTX reader: one read of the table
+/// serves both). [`Feed::finish`] gives the result, or `None` when the rows did not suit the
+/// sweep (far out of order, values it does not handle) or the reader did not read them all:
+/// [`Projected::build`] then computes it on its own.
+pub struct Feed<'l, 'c> {
+    sweep: Option<Sweep<'l>>,
+    texts: Texts,
+    registered: Option<Registered<'c>>,
+    complete: bool,
+}
+
+impl<'l, 'c> Feed<'l, 'c> {
+    /// `None` when the projection cannot be fed (its launches need the SQL definition, or the
+    /// export's NVTX table or strings do not suit the sweep).
+    pub fn new(
+        conn: &'c Connection,
+        schema: &Schema,
+        launches: &'l Launches,
+    ) -> Result<Option<Feed<'l, 'c>>> {
+        if launches.unsupported || !nvtx_usable(schema) {
+            return Ok(None);
+        }
+        let registered = match Registered::new(conn, &RangeCols::new(schema)) {
+            Ok(r) => r,
+            Err(Stop::Fail(e)) => return Err(e),
+            Err(Stop::Abort(_)) => return Ok(None),
+        };
+        Ok(Some(Feed {
+            sweep: Some(Sweep::new(&launches.sorted)?),
+            texts: Texts::default(),
+            registered,
+            complete: false,
+        }))
+    }
+
+    /// The next row of the table, in rowid order.
+    pub fn row(&mut self, v: &RangeValues<'_>) -> Result<()> {
+        let Some(sweep) = self.sweep.as_mut() else {
+            return Ok(());
+        };
+        let fed = range_of(v, &mut self.texts, &mut self.registered)
+            .and_then(|range| range.map_or(Ok(()), |range| sweep.range(range)));
+        match fed {
+            Ok(()) => Ok(()),
+            Err(Stop::Fail(e)) => Err(e),
+            Err(Stop::Abort(_)) => {
+                self.sweep = None;
+                Ok(())
+            }
+        }
+    }
+
+    /// Every row of the table has been fed.
+    pub fn complete(&mut self) {
+        self.complete = true;
+    }
+
+    pub fn finish(self) -> Result<Option<Projected>> {
+        let Some(sweep) = self.sweep.filter(|_| self.complete) else {
+            return Ok(None);
+        };
+        match sweep.finish() {
+            Ok(p) => Ok(Some(p)),
+            Err(Stop::Fail(e)) => Err(e),
+            Err(Stop::Abort(_)) => Ok(None),
+        }
+    }
+}
+
+/// The sweep over the table read on its own (sorted by SQLite when `nvtx_sorted`).
+fn sweep(
+    conn: &Connection,
+    cols: &RangeCols,
+    launches: &Sorted<[i64; 7]>,
+    nvtx_sorted: bool,
+) -> Result<Projected, Stop> {
+    let RangeCols {
+        text,
+        text_id,
+        domain,
+        ..
+    } = cols;
+    let mut registered = Registered::new(conn, cols)?;
+    let mut stmt = conn.prepare(&format!(
+        "SELECT r.rowid, r.eventType, r.globalTid, r.start, r.\"end\", {domain}, {text}, {text_id} \
+         FROM main.NVTX_EVENTS r{}",
+        if nvtx_sorted { " ORDER BY r.start" } else { "" }
+    ))?;
+    let c = RangeColumns {
+        rowid: 0,
+        event_type: 1,
+        global_tid: 2,
+        start: 3,
+        end: 4,
+        domain: 5,
+        text: 6,
+        text_id: 7,
+    };
+    let mut sweep = Sweep::new(launches)?;
+    let mut texts = Texts::default();
+    let mut rows = stmt.query([])?;
+    while let Some(r) = rows.next()? {
+        if let Some(range) = range_of(&RangeValues::of(r, &c)?, &mut texts, &mut registered)? {
+            sweep.range(range)?;
+        }
+    }
+    sweep.finish()
+}
 
 /// A row for an [`Inserter`].
 trait BindRow {
@@ -610,6 +1255,40 @@ trait BindRow {
     /// Bind the row's values to parameters `first..first + COLUMNS`.
     fn bind(&self, st: &mut rusqlite::Statement<'_>, first: usize) -> rusqlite::Result<()>;
 }
+
+/// A text or NULL.
+fn text_or_null(t: &Option<Arc<[u8]>>) -> ToSqlOutput<'_> {
+    ToSqlOutput::Borrowed(t.as_deref().map_or(ValueRef::Null, ValueRef::Text))
+}
+
+impl BindRow for Span {
+    const COLUMNS: usize = 11;
+    fn bind(&self, st: &mut rusqlite::Statement<'_>, i: usize) -> rusqlite::Result<()> {
+        st.raw_bind_parameter(i, self.nvtx_rid << 32 | self.device)?;
+        st.raw_bind_parameter(i + 1, self.nvtx_rid)?;
+        st.raw_bind_parameter(i + 2, self.event_type)?;
+        st.raw_bind_parameter(i + 3, self.global_tid)?;
+        st.raw_bind_parameter(i + 4, self.domain)?;
+        st.raw_bind_parameter(i + 5, self.device)?;
+        st.raw_bind_parameter(i + 6, self.gpu_start)?;
+        st.raw_bind_parameter(i + 7, self.gpu_end)?;
+        st.raw_bind_parameter(i + 8, self.gpu_rows)?;
+        st.raw_bind_parameter(i + 9, text_or_null(&self.text))?;
+        st.raw_bind_parameter(i + 10, self.name_id)
+    }
+}
+
+impl BindRow for (i64, Named<1>) {
+    const COLUMNS: usize = 3;
+    fn bind(&self, st: &mut rusqlite::Statement<'_>, i: usize) -> rusqlite::Result<()> {
+        st.raw_bind_parameter(i, self.0)?;
+        st.raw_bind_parameter(i + 1, self.1.fields[0])?;
+        st.raw_bind_parameter(i + 2, ToSqlOutput::Borrowed(ValueRef::Text(&self.1.text)))
+    }
+}
+
+/// Rows per INSERT statement: a statement per row costs more than its row.
+const BATCH: usize = 32;
 
 /// Inserts rows [`BATCH`] at a time with one multi-row `INSERT`.
 struct Inserter<'c, R: BindRow> {
@@ -650,372 +1329,38 @@ impl<'c, R: BindRow> Inserter<'c, R> {
     }
 }
 
-/// A row of `nvtx_gpu`.
-struct RangeRow {
-    rowid: i64,
-    rid: i64,
-    event_type: i64,
-    tid: i64,
-    span: DevSpan,
-    info: Rc<RangeInfo>,
+/// Puts a nearly sorted stream in key order with a buffer, stable for equal keys; `push`
+/// reports an item that arrives after a later key has already left (the stream is further out
+/// of order than the buffer allows). In order, each item costs O(1).
+struct Window<T> {
+    buf: VecDeque<(i64, T)>,
+    last: i64,
 }
 
-impl BindRow for RangeRow {
-    const COLUMNS: usize = 11;
-    fn bind(&self, st: &mut rusqlite::Statement<'_>, i: usize) -> rusqlite::Result<()> {
-        st.raw_bind_parameter(i, self.rowid)?;
-        st.raw_bind_parameter(i + 1, self.rid)?;
-        st.raw_bind_parameter(i + 2, self.event_type)?;
-        st.raw_bind_parameter(i + 3, self.tid)?;
-        st.raw_bind_parameter(i + 4, &self.info.domain)?;
-        st.raw_bind_parameter(i + 5, self.span.device)?;
-        st.raw_bind_parameter(i + 6, self.span.start)?;
-        st.raw_bind_parameter(i + 7, self.span.end)?;
-        st.raw_bind_parameter(i + 8, self.span.rows)?;
-        st.raw_bind_parameter(i + 9, &self.info.text)?;
-        st.raw_bind_parameter(i + 10, &self.info.text_id)
+impl<T> Window<T> {
+    fn new() -> Window<T> {
+        Window {
+            buf: VecDeque::new(),
+            last: i64::MIN,
+        }
     }
-}
 
-/// A `kernel_nvtx` row of one GPU table.
-struct KernelRow {
-    rid: i64,
-    names: Rc<[u8]>,
-}
+    /// Buffer an item; false when its key is before one already taken.
+    fn push(&mut self, key: i64, item: T) -> bool {
+        if self.buf.back().is_none_or(|b| b.0 <= key) {
+            self.buf.push_back((key, item));
+        } else {
+            let at = self.buf.partition_point(|b| b.0 <= key);
+            self.buf.insert(at, (key, item));
+        }
+        key >= self.last
+    }
 
-impl BindRow for KernelRow {
-    const COLUMNS: usize = 2;
-    fn bind(&self, st: &mut rusqlite::Statement<'_>, i: usize) -> rusqlite::Result<()> {
-        st.raw_bind_parameter(i, self.rid)?;
-        st.raw_bind_parameter(i + 1, ToSqlOutput::Borrowed(ValueRef::Text(&self.names)))
+    fn pop(&mut self) -> Option<(i64, T)> {
+        let b = self.buf.pop_front()?;
+        self.last = b.0;
+        Some(b)
     }
 }
 
-/// Where the sweep writes.
-struct Out<'c> {
-    ranges: Inserter<'c, RangeRow>,
-    /// `nvtx_gpu` rows waiting, by rowid: ranges end after the ranges they contain but are
-    /// numbered before them (only for speed: appending is cheapest).
-    range_rows: Window<RangeRow>,
-    /// Per GPU table, its `kernel_nvtx` rows, by rowid (through `pending`). Kernels go
-    /// straight into `kernel_nvtx` (whose keys start with `src`), the others into a table of
-    /// their own appended after the sweep, so that every insertion appends.
-    kernels: [Inserter<'c, KernelRow>; 3],
-    pending: [Window<Rc<[u8]>>; 3],
-    counts: Counts,
-    /// Scratch for building `kernel_nvtx.ranges`.
-    names: Vec<u8>,
-}
-
-impl Out<'_> {
-    /// A range ends: write its spans, one row per device, in device order. The `nvtx_gpu`
-    /// rowid packs `(nvtx_rid, device)`, so rowid order (which breaks ties in the `gpu_start`
-    /// index) is the order of the SQL definition's `GROUP BY nvtx_rid, device`.
-    fn close(&mut self, r: Range) -> Result<(), Stop> {
-        if r.devs.is_empty() {
-            return Ok(());
-        }
-        if !(0..1 << 31).contains(&r.rid) {
-            return Err(Stop::Abort(Abort::Unsupported));
-        }
-        let Range {
-            rid,
-            event_type,
-            tid,
-            info,
-            mut devs,
-            ..
-        } = r;
-        devs.sort_unstable_by_key(|d| d.device);
-        self.counts.ranges_with_gpu_work += 1;
-        for span in devs {
-            if !(0..1 << 32).contains(&span.device) {
-                return Err(Stop::Abort(Abort::Unsupported));
-            }
-            let rowid = rid << 32 | span.device;
-            self.range_rows.push(
-                rowid,
-                RangeRow {
-                    rowid,
-                    rid,
-                    event_type,
-                    tid,
-                    span,
-                    info: info.clone(),
-                },
-            );
-            if self.range_rows.buf.len() > RANGE_WINDOW {
-                let (_, row) = self.range_rows.pop().expect("full");
-                self.ranges.push(row)?;
-            }
-            self.counts.range_device_rows += 1;
-        }
-        Ok(())
-    }
-
-    fn kernel(&mut self, src: usize, rid: i64, names: Rc<[u8]>) -> rusqlite::Result<()> {
-        self.pending[src].push(rid, names);
-        if self.pending[src].buf.len() > KERNEL_WINDOW {
-            self.flush_kernel(src)?;
-        }
-        Ok(())
-    }
-
-    fn flush_kernel(&mut self, src: usize) -> rusqlite::Result<()> {
-        if let Some((rid, names)) = self.pending[src].pop() {
-            self.kernels[src].push(KernelRow { rid, names })?;
-            self.counts.annotated_gpu_rows += 1;
-        }
-        Ok(())
-    }
-
-    fn finish(&mut self) -> rusqlite::Result<()> {
-        for src in 0..3 {
-            while !self.pending[src].buf.is_empty() {
-                self.flush_kernel(src)?;
-            }
-            self.kernels[src].finish()?;
-        }
-        while let Some((_, row)) = self.range_rows.pop() {
-            self.ranges.push(row)?;
-        }
-        self.ranges.finish()
-    }
-
-    /// Close the thread's ranges that end before `t`: no later event is inside them.
-    fn prune(&mut self, th: &mut Thread, t: i64) -> Result<(), Stop> {
-        if th.open.iter().all(|r| r.end >= t) {
-            return Ok(());
-        }
-        let mut i = 0;
-        while i < th.open.len() {
-            if th.open[i].end < t {
-                let r = th.open.remove(i);
-                th.names_valid &= !r.push_pop();
-                self.close(r)?;
-            } else {
-                i += 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// A range starts on its thread.
-    fn open(&mut self, threads: &mut Threads, r: Range) -> Result<(), Stop> {
-        let th = threads.entry(r.tid).or_default();
-        self.prune(th, r.start)?;
-        th.names_valid &= !r.push_pop();
-        let key = r.key();
-        let at = th.open.partition_point(|o| o.key() < key);
-        th.open.insert(at, r);
-        Ok(())
-    }
-
-    /// A GPU row's launching call starts: the thread's open ranges contain it.
-    fn launch(&mut self, threads: &mut Threads, src: usize, l: Launch) -> Result<(), Stop> {
-        let Some(th) = threads.get_mut(&l.tid) else {
-            return Ok(());
-        };
-        self.prune(th, l.astart)?;
-        for r in &mut th.open {
-            match r.devs.iter_mut().find(|d| d.device == l.device) {
-                Some(d) => {
-                    d.start = d.start.min(l.start);
-                    d.end = d.end.max(l.end);
-                    d.rows += 1;
-                }
-                None => r.devs.push(DevSpan {
-                    device: l.device,
-                    start: l.start,
-                    end: l.end,
-                    rows: 1,
-                }),
-            }
-        }
-        if !th.names_valid {
-            let names = &mut self.names;
-            names.clear();
-            let mut any = false;
-            for r in th.open.iter().filter(|r| r.push_pop()) {
-                if any {
-                    names.extend_from_slice(RANGE_SEPARATOR.as_bytes());
-                }
-                names.extend_from_slice(r.name());
-                any = true;
-            }
-            th.names = any.then(|| Rc::from(&names[..]));
-            th.names_valid = true;
-        }
-        if let Some(names) = &th.names {
-            self.kernel(src, l.rid, names.clone())?;
-        }
-        Ok(())
-    }
-}
-
-/// Thread ids, looked up twice per event: a multiply spreads them well enough.
-#[derive(Default)]
-struct TidHasher(u64);
-
-impl std::hash::Hasher for TidHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_i64(&mut self, v: i64) {
-        self.0 = (v as u64 ^ (v as u64 >> 29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-    }
-}
-
-type Threads = HashMap<i64, Thread, std::hash::BuildHasherDefault<TidHasher>>;
-
-/// Stream the NVTX ranges and the linked GPU rows, each in start order (of the range, of the
-/// launching call), keeping per thread the ranges open at the current time: a GPU row's
-/// launch is inside exactly the open ranges of its thread, which take its span; a range's
-/// `nvtx_gpu` rows are written when the sweep passes its end. At equal times, ranges open
-/// before calls (a call at a range's start is inside it).
-fn sweep(
-    conn: &Connection,
-    cols: &RangeCols,
-    gpu: &[(i64, &'static str)],
-    nvtx_sorted: bool,
-    launches_sorted: bool,
-) -> Result<Counts, Stop> {
-    let RangeCols {
-        text,
-        text_id,
-        domain,
-        string_ids,
-    } = cols;
-    // A push/pop range without text is named by its registered string (one at most: the
-    // sweep needs `StringIds.id` unique, where the SQL definition's join would repeat it).
-    let registered = if *string_ids {
-        let unique: bool = conn.query_row(
-            "SELECT count(*) = 1 AND max(name = 'id') FROM pragma_table_info('StringIds', 'src') \
-             WHERE pk > 0",
-            [],
-            |r| r.get(0),
-        )?;
-        if !unique {
-            return Err(Stop::Abort(Abort::Unsupported));
-        }
-        format!(
-            "CASE WHEN {text} IS NULL AND r.eventType = {PUSH_POP} THEN \
-             (SELECT s.value FROM src.StringIds s WHERE s.id = r.textId) END"
-        )
-    } else {
-        "NULL".to_string()
-    };
-    let mut nvtx_stmt = conn.prepare(&format!(
-        "SELECT r.rowid, r.eventType, r.globalTid, r.start, r.\"end\", coalesce({domain}, 0), \
-         {text}, {text_id}, {registered} \
-         FROM src.NVTX_EVENTS r \
-         WHERE r.eventType IN (59, 60) AND r.\"end\" >= r.start AND r.globalTid IS NOT NULL{}",
-        if nvtx_sorted { " ORDER BY r.start" } else { "" }
-    ))?;
-    let mut launch_stmts =
-        gpu.iter()
-            .map(|(_, t)| {
-                conn.prepare(&format!(
-                "SELECT a.tid, a.start, g.rowid, g.deviceId, g.start, g.\"end\" FROM src.\"{t}\" g \
-                 JOIN api_first a ON a.pkey = g.globalPid >> 24 AND a.corr = g.correlationId \
-                 WHERE g.deviceId IS NOT NULL AND g.\"end\" >= g.start{}",
-                if launches_sorted { " ORDER BY a.start" } else { "" }
-            ))
-            })
-            .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut out = Out {
-        ranges: Inserter::new(
-            conn,
-            &format!(
-                "INSERT INTO {NVTX_GPU}(rowid, nvtx_rid, event_type, global_tid, domain, device, \
-                 gpu_start, gpu_end, gpu_rows, name_text, name_id) VALUES "
-            ),
-            "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-        )?,
-        kernels: [
-            Inserter::new(
-                conn,
-                &format!("INSERT INTO {KERNEL_NVTX}(src, rid, ranges) VALUES "),
-                &format!("({SRC_KERNEL}, ?, ?)"),
-            )?,
-            Inserter::new(
-                conn,
-                "INSERT INTO kernel_nvtx_memcpy(rid, ranges) VALUES ",
-                "(?, ?)",
-            )?,
-            Inserter::new(
-                conn,
-                "INSERT INTO kernel_nvtx_memset(rid, ranges) VALUES ",
-                "(?, ?)",
-            )?,
-        ],
-        pending: std::array::from_fn(|_| Window::new(KERNEL_WINDOW)),
-        range_rows: Window::new(RANGE_WINDOW),
-        counts: Counts::default(),
-        names: Vec::new(),
-    };
-
-    let mut nvtx_rows = nvtx_stmt.query([])?;
-    let mut nvtx: Window<Range> = Window::new(NVTX_WINDOW);
-    let mut launch_rows = launch_stmts
-        .iter_mut()
-        .map(|s| s.query([]))
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let mut launches: Vec<Window<Launch>> =
-        gpu.iter().map(|_| Window::new(LAUNCH_WINDOW)).collect();
-    let mut threads = Threads::default();
-
-    loop {
-        while nvtx.wants() {
-            let Some(r) = nvtx_rows.next()? else {
-                nvtx.done = true;
-                break;
-            };
-            let range = Range::read(r)?;
-            if !nvtx.push(range.start, range) {
-                return Err(Stop::Abort(Abort::NvtxDisorder));
-            }
-        }
-        for (w, rows) in launches.iter_mut().zip(launch_rows.iter_mut()) {
-            while w.wants() {
-                let Some(r) = rows.next()? else {
-                    w.done = true;
-                    break;
-                };
-                let l = Launch::read(r)?;
-                if !w.push(l.astart, l) {
-                    return Err(Stop::Abort(Abort::LaunchDisorder));
-                }
-            }
-        }
-        let next_launch = launches
-            .iter()
-            .enumerate()
-            .filter_map(|(i, w)| Some((w.peek()?, i)))
-            .min();
-        let range_first = match (nvtx.peek(), next_launch) {
-            (None, None) => break,
-            (Some(t), l) => l.is_none_or(|(lt, _)| t <= lt),
-            (None, Some(_)) => false,
-        };
-        if range_first {
-            let (_, r) = nvtx.pop().expect("peeked");
-            out.open(&mut threads, r)?;
-        } else if let Some((_, i)) = next_launch {
-            let (_, l) = launches[i].pop().expect("peeked");
-            out.launch(&mut threads, gpu[i].0 as usize, l)?;
-        }
-    }
-    for th in threads.into_values() {
-        for r in th.open {
-            out.close(r)?;
-        }
-    }
-    out.finish()?;
-    Ok(out.counts)
-}
+type Threads = HashMap<i64, Thread, crate::model::FastHash>;

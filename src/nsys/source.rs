@@ -4,7 +4,7 @@
 
 use super::flows::{self, FlowDb};
 use super::info::ProfileInfo;
-use super::projection::Projection;
+use super::projection::Projected;
 use super::{Schema, open_readonly, open_schema};
 use crate::model::{Description, EventSink};
 use crate::select::{EventType, Selection};
@@ -101,9 +101,10 @@ impl Export {
     /// Run every reader, each on its own thread with its own sink from `make_sink`, and add up
     /// what they converted and skipped. Tables nothing reads are named in the summary's notes.
     ///
-    /// NVTX and the NVTX-on-GPU projection start at once; the CUDA API reader waits for the
-    /// flow links; the GPU reader for the links and the projection (each kernel lists its
-    /// enclosing NVTX ranges).
+    /// The flow links (and the launches the NVTX projection needs) are computed first; then the
+    /// CUDA API reader starts, and the NVTX reader, which feeds the projection as it reads the
+    /// NVTX table and hands it over when done; the GPU reader waits for the projection (each
+    /// kernel lists its enclosing NVTX ranges), and the projected ranges are written meanwhile.
     pub fn read<S, M>(&self, selection: &Selection, make_sink: &M) -> Result<Summary>
     where
         S: EventSink,
@@ -112,18 +113,6 @@ impl Export {
         let schema = &self.schema;
         let info = &self.info;
         std::thread::scope(|s| {
-            let nvtx = s.spawn(move || -> Result<Summary> {
-                let t = Instant::now();
-                let conn = open_readonly(&schema.path)?;
-                let mut sink = make_sink();
-                super::nvtx::read(&conn, schema, selection, info, &mut sink)?;
-                timing("nvtx", t);
-                let t = Instant::now();
-                super::osrt::read(&conn, schema, selection, &mut sink)?;
-                timing("osrt", t);
-                super::sync::read(&conn, schema, selection, info, &mut sink)?;
-                sink.finish()
-            });
             let sched = s.spawn(move || -> Result<Summary> {
                 let t = Instant::now();
                 let conn = open_readonly(&schema.path)?;
@@ -149,25 +138,22 @@ impl Export {
                 timing("other tables", t);
                 sink.finish()
             });
-            type Tables = (Vec<String>, Vec<((String, String), u64)>);
-            let projection = s.spawn(move || -> Result<(Option<Projection>, Tables)> {
-                let unconverted = (
+            let unconverted = s.spawn(move || -> Result<_> {
+                Ok((
                     unconverted_tables(schema)?,
                     incomplete_tables(schema, selection)?,
-                );
-                if !selection.wants(EventType::NvtxGpu) {
-                    return Ok((None, unconverted));
-                }
-                let t = Instant::now();
-                let p = Projection::build(schema).map_err(crate::convert::scratch_error)?;
-                timing("nvtx-gpu projection", t);
-                Ok((p, unconverted))
+                ))
             });
             let t = Instant::now();
-            let flow_db: Arc<Option<FlowDb>> = Arc::new(
-                flows::prepare(&open_readonly(&schema.path)?, schema, selection)
-                    .map_err(crate::convert::scratch_error)?,
-            );
+            let conn = open_readonly(&schema.path)?;
+            let (flow_db, launches) = flows::prepare(
+                &conn,
+                schema,
+                selection,
+                selection.wants(EventType::NvtxGpu),
+            )
+            .map_err(crate::convert::scratch_error)?;
+            let flow_db: Arc<Option<FlowDb>> = Arc::new(flow_db);
             timing("flow links", t);
             let api = {
                 let flow_db = flow_db.clone();
@@ -181,36 +167,68 @@ impl Export {
                     sink.finish()
                 })
             };
-            let (projection, unconverted) = projection
-                .join()
-                .map_err(|_| anyhow!("NVTX projection panicked"))??;
-            let projection: Arc<Option<Projection>> = Arc::new(projection);
+            let (projected_tx, projected_rx) = std::sync::mpsc::channel();
+            let nvtx = s.spawn(move || -> Result<Summary> {
+                let t = Instant::now();
+                let conn = open_readonly(&schema.path)?;
+                let mut sink = make_sink();
+                let mut feed = match &launches {
+                    Some(l) => super::projection::Feed::new(&conn, schema, l)?,
+                    None => None,
+                };
+                super::nvtx::read(&conn, schema, selection, info, &mut sink, feed.as_mut())?;
+                timing("nvtx", t);
+                let t = Instant::now();
+                let projected = match feed {
+                    Some(f) => f.finish().map_err(crate::convert::scratch_error)?,
+                    None => None,
+                };
+                // Not fed (NVTX not converted) or not suited to the feed: on its own.
+                let projected = match (projected, &launches) {
+                    (Some(p), _) => Some(p),
+                    (None, Some(l)) => {
+                        Projected::build(&conn, schema, l).map_err(crate::convert::scratch_error)?
+                    }
+                    (None, None) => None,
+                };
+                timing("nvtx-gpu projection", t);
+                let _ = projected_tx.send(projected);
+                drop(launches);
+                let t = Instant::now();
+                super::osrt::read(&conn, schema, selection, &mut sink)?;
+                timing("osrt", t);
+                super::sync::read(&conn, schema, selection, info, &mut sink)?;
+                sink.finish()
+            });
+            let projected: Arc<Option<Projected>> = match projected_rx.recv() {
+                Ok(p) => Arc::new(p),
+                // The NVTX reader stopped before: its error is the conversion's.
+                Err(_) => {
+                    return Err(match nvtx.join() {
+                        Ok(Err(e)) => anyhow!("{}", sqlite_problem(&e)),
+                        _ => anyhow!("NVTX reader panicked"),
+                    });
+                }
+            };
             let nvtx_gpu = {
-                let projection = projection.clone();
+                let projected = projected.clone();
                 s.spawn(move || -> Result<Summary> {
                     let mut sink = make_sink();
-                    if let Some(p) = projection.as_ref() {
+                    if let Some(p) = projected.as_ref() {
                         let t = Instant::now();
-                        let conn = open_readonly(&schema.path)?;
-                        p.attach(&conn)?;
-                        super::nvtx::read_projection(&conn, selection, info, &mut sink)?;
+                        super::nvtx::read_projection(p, selection, info, &mut sink)?;
                         timing("nvtx-gpu", t);
                     }
                     sink.finish()
                 })
             };
             let flow_db = flow_db.as_ref().as_ref();
-            let projection = projection.as_ref().as_ref();
             let gpu = (|| -> Result<Summary> {
-                let conn = open_readonly(&schema.path)?;
-                if let Some(p) = projection {
-                    p.attach(&conn)?;
-                }
                 let t = Instant::now();
                 let mut sink = make_sink();
                 let q = super::gpu::GpuQuery {
                     flows: flow_db,
-                    with_nvtx: projection.is_some(),
+                    projected: projected.as_ref().as_ref(),
                     selection,
                     info,
                 };
@@ -238,7 +256,9 @@ impl Export {
             if !selection.is_everything() {
                 summary.notes.push(format!("selection: {selection}"));
             }
-            let (unconverted, incomplete) = unconverted;
+            let (unconverted, incomplete) = unconverted
+                .join()
+                .map_err(|_| anyhow!("table listing panicked"))??;
             summary.notes.extend(unconverted);
             for (key, n) in incomplete {
                 *summary.skipped.entry(key).or_default() += n;
