@@ -63,22 +63,24 @@ echo "# $(date -u +%F) $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | c
 src=$shared/bench/ai-profiler-firstOptimization.sqlite
 
 echo
-echo "## Default conversion vs the SQLite floor; --types $types vs the peer"
-printf '%-7s %8s %9s %9s %8s %9s %9s %9s %9s %8s\n' copies input_MB ours_cpu floor_cpu /floor ours_MB typed_cpu peer_cpu peer/ours peer_MB
+echo "## Default conversion vs the SQLite floor and vs the same without NVTX on the GPU (--types=-nvtx-gpu); --types $types vs the peer"
+printf '%-7s %8s %9s %9s %8s %9s %8s %9s %9s %9s %9s %8s\n' copies input_MB ours_cpu floor_cpu /floor no_proj /no_proj ours_MB typed_cpu peer_cpu peer/ours peer_MB
 for c in "${copies[@]}"; do
   in=$work/bench$c.sqlite
   grow "$src" "$c" "$in"
-  reset ours floor typed peer
+  reset ours floor noproj typed peer
   for _ in $(seq "$runs"); do
     measure ours "$bin" -q "$in" -o "$work/out.pftrace"
     measure floor "$floor" "$in"
+    measure noproj "$bin" -q "$in" -o "$work/noproj.pftrace" --types=-nvtx-gpu
     measure typed "$bin" -q "$in" -o "$work/typed.pftrace" --types "$types"
     [ -n "$peer" ] && measure peer "$peer" -t "$peer_types" -o "$work/peer.json" "$in"
   done
   o=$(med ours 1) f=$(med floor 1) t=$(med typed 1)
   p=$([ -n "$peer" ] && med peer 1 || echo 0) pm=$([ -n "$peer" ] && med peer 2 || echo 0)
-  printf '%-7s %8.0f %9s %9s %8s %9s %9s %9s %9s %8s\n' "$c" "$(($(stat -L -c %s "$in") / 1000000))" \
-    "$o" "$f" "$(ratio "$o" "$f")" "$(med ours 2)" "$t" "$p" "$(ratio "$p" "$t")" "$pm"
+  n=$(med noproj 1)
+  printf '%-7s %8.0f %9s %9s %8s %9s %8s %9s %9s %9s %9s %8s\n' "$c" "$(($(stat -L -c %s "$in") / 1000000))" \
+    "$o" "$f" "$(ratio "$o" "$f")" "$n" "$(ratio "$o" "$n")" "$(med ours 2)" "$t" "$p" "$(ratio "$p" "$t")" "$pm"
 done
 
 if [[ $skip != *" nvtx "* ]]; then

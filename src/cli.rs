@@ -252,15 +252,22 @@ pub struct SelectArgs {
     /// allocations and bytes allocated), um (unified memory page faults), cuda-graph, cudnn,
     /// cublas, openacc, openmp, mpi, ucx, cpu-counters, network, video, graphics, diagnostics
     /// (the profiler's messages and markers), overhead (the profiler's own time), or all.
-    /// Default: all but nvtx-gpu, a derived analysis that costs time on big profiles.
-    #[arg(long, value_delimiter = ',', value_name = "TYPES")]
+    /// Default: all. A type written -TYPE is left out: --types=-nvtx-gpu,-cpu-samples writes
+    /// all but those two.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "TYPES",
+        allow_hyphen_values = true
+    )]
     pub types: Vec<String>,
     /// Keep only NVTX ranges and marks whose name starts with TEXT, or matches REGEX when given
     /// as 're:REGEX'. Registered-string names count.
     #[arg(long, value_name = "TEXT|re:REGEX")]
     pub nvtx_filter: Option<String>,
-    /// Also project NVTX ranges onto the GPU work they launched (per-GPU "NVTX" tracks; each
-    /// kernel lists its enclosing ranges): the same as adding nvtx-gpu to --types.
+    /// Project NVTX ranges onto the GPU work they launched (per-GPU "NVTX" tracks; each kernel
+    /// lists its enclosing ranges): the same as adding nvtx-gpu to --types. It is in the
+    /// default types; the flag is kept for scripts and for lists given with --types.
     #[arg(long)]
     pub nvtx_gpu: bool,
     /// Keep events overlapping this window, relative to the capture start: '2s..3.5s',

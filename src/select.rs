@@ -107,22 +107,24 @@ impl EventType {
 }
 
 impl EventType {
-    /// What a plain conversion writes: every event a profile's tables hold. `nvtx-gpu` is a
-    /// derived analysis (an NVTX x launch x GPU-row join, about 0.8 s of CPU per 400k ranges)
-    /// and is asked for explicitly.
+    /// What a plain conversion writes: everything, as Nsight Systems' timeline shows it by
+    /// default (NVTX ranges projected onto the GPU included).
     pub fn defaults() -> BTreeSet<EventType> {
-        EventType::ALL
-            .into_iter()
-            .filter(|t| *t != EventType::NvtxGpu)
-            .collect()
+        EventType::ALL.into_iter().collect()
     }
 
-    /// Parse a `--types` list; `all` means every type, `nvtx-gpu` included.
+    /// Parse a `--types` list; `all` means every type. `-TYPE` leaves a type out, of the
+    /// defaults when the list starts with it (`-nvtx-gpu,-cpu-samples`).
     pub fn parse_list<S: AsRef<str>>(items: &[S]) -> Result<BTreeSet<EventType>> {
         let mut out = BTreeSet::new();
-        for item in items {
+        for (i, item) in items.iter().enumerate() {
             let item = item.as_ref().trim();
-            if item == "all" {
+            if let Some(name) = item.strip_prefix('-') {
+                if i == 0 {
+                    out = EventType::defaults();
+                }
+                out.remove(&name.parse()?);
+            } else if item == "all" {
                 out.extend(EventType::ALL);
             } else if !item.is_empty() {
                 out.insert(item.parse()?);

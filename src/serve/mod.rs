@@ -384,8 +384,12 @@ fn info(state: &State) -> Value {
         "version": env!("CARGO_PKG_VERSION"),
         "max_upload": state.max_upload,
         "perfetto_url": state.perfetto_url,
-        "types": ["kernel", "memcpy", "memset", "cuda-api", "nvtx", "nvtx-gpu", "osrt", "sync", "sched"],
-        "default_types": ["kernel", "memcpy", "memset", "cuda-api", "nvtx", "osrt", "sync", "sched"],
+        // Every type, so that the page's checkboxes convert what the command line does.
+        "types": crate::select::EventType::ALL.iter().map(|t| t.name()).collect::<Vec<_>>(),
+        "default_types": crate::select::EventType::defaults()
+            .iter()
+            .map(|t| t.name())
+            .collect::<Vec<_>>(),
         "formats": {"protobuf": ".pftrace", "json": ".json.gz"},
         "inputs": [".nsys-rep", ".qdrep", ".sqlite"],
     })

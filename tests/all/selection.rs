@@ -55,7 +55,17 @@ fn types_keep_only_what_was_asked_and_flows_only_between_kept_slices() {
         EventType::parse_list(&["all"]).unwrap().len(),
         EventType::ALL.len()
     );
-    assert!(!Selection::default().wants(EventType::NvtxGpu));
+    // NVTX on the GPU is part of the default, as on Nsight Systems' timeline; `-TYPE` leaves a
+    // type out of the defaults.
+    assert!(Selection::default().wants(EventType::NvtxGpu));
+    let without = EventType::parse_list(&["-nvtx-gpu", "-cpu-samples"]).unwrap();
+    assert_eq!(without.len(), EventType::ALL.len() - 2);
+    assert!(!without.contains(&EventType::NvtxGpu) && !without.contains(&EventType::CpuSamples));
+    assert_eq!(
+        EventType::parse_list(&["kernel", "nvtx", "-nvtx"]).unwrap(),
+        BTreeSet::from([EventType::Kernel])
+    );
+    assert!(EventType::parse_list(&["-bogus"]).is_err());
     let cats: BTreeSet<&str> = t.slices.iter().map(|s| &*s.category).collect();
     assert_eq!(cats, BTreeSet::from(["cuda.kernel", "nvtx"]));
     assert!(t.flows.is_empty(), "no API calls written, so no arrows");
@@ -265,8 +275,15 @@ fn nvtx_ranges_projected_onto_the_gpu_nest_and_kernels_list_their_ranges() {
     );
     // Projected ranges nest like the CPU ones: some have depth > 0.
     assert!(projected.iter().any(|p| p.depth > 0));
-    // By default (no nvtx-gpu), neither the tracks nor the kernel arg appear.
-    let (_, t) = run(&input, Selection::default());
+    // By default the same projection is written; left out with `-nvtx-gpu`, neither the tracks
+    // nor the kernel arg appear.
+    let (_, d) = run(&input, Selection::default());
+    assert_eq!(of_category(&d, "nvtx.gpu").len(), projected.len());
+    let sel = Selection {
+        types: EventType::parse_list(&["-nvtx-gpu"]).unwrap(),
+        ..Selection::default()
+    };
+    let (_, t) = run(&input, sel);
     assert!(of_category(&t, "nvtx.gpu").is_empty());
     assert!(t.slices.iter().all(|s| s.arg("nvtx_ranges").is_none()));
 }
