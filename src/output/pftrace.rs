@@ -65,6 +65,7 @@ impl Format for Protobuf {
             desc,
             out: ChunkBuffer::default(),
             seqs: HashMap::default(),
+            interning: Interning::default(),
             event: Vec::with_capacity(256),
             interned: Vec::new(),
             samples: HashMap::new(),
@@ -230,34 +231,210 @@ fn frame(packet: &TracePacket, out: &mut Vec<u8>) {
 }
 
 /// Interning state of one sequence. Ids are per kind of interned data, starting at 1.
+///
+/// A trace can have a sequence per stream (tens of thousands), most of them with a few events:
+/// a sequence's first names and values are a short list in the writer's arena (`Interning`), its
+/// arg keys a block in another; maps of its own only once it has more than [`SMALL`] names or
+/// values. Allocating and freeing a dozen small maps and lists per sequence cost a quarter of
+/// the time of a trace with one stream per kernel.
 #[derive(Default)]
 struct Sequence {
     last_ts: i64,
     /// The sequence's default track, restated when its incremental state is cleared again.
     default_track: u64,
-    names_by_sid: HashMap<i64, u64, FastHash>,
-    names_by_text: HashMap<Box<str>, u64, FastHash>,
-    /// Arg keys are few per sequence (a kernel has a dozen) and static: a short list searched
-    /// by address first beats hashing the key text on every arg of every event.
-    arg_names: Vec<&'static str>,
-    values_by_sid: HashMap<i64, u64, FastHash>,
-    values_by_text: HashMap<Box<str>, u64, FastHash>,
+    /// Where the names and values are once there are more than [`SMALL`] of either.
+    maps: Option<Box<Maps>>,
+    /// Where in `Interning::small` the first [`SMALL`] names are, then the first [`SMALL`]
+    /// values (a block taken on first use).
+    small_at: Option<u32>,
+    /// The arg keys: `keys` of the `keys_cap` slots at `keys_at` in `Interning::arg_keys`.
+    keys_at: u32,
+    keys: u32,
+    keys_cap: u32,
+    /// Names and values interned so far; each one's iid is its position.
+    names: u32,
+    values: u32,
     /// Each category's iid on this sequence (0: not interned yet); fewer than 256 categories.
     categories: [u8; Category::ALL.len()],
-    next_name: u64,
-    next_value: u64,
     next_category: u8,
 }
 
 // Category iids fit a byte (see `Sequence::categories`).
 const _: () = assert!(Category::ALL.len() < 256);
 
+/// Names and values one sequence interns in its short lists, searched in place, before it
+/// takes maps.
+const SMALL: u32 = 8;
+
+/// Interned names and values of a sequence with many.
+#[derive(Default)]
+struct Maps {
+    names_by_sid: HashMap<i64, u32, FastHash>,
+    names_by_text: HashMap<Box<str>, u32, FastHash>,
+    values_by_sid: HashMap<i64, u32, FastHash>,
+    values_by_text: HashMap<Box<str>, u32, FastHash>,
+}
+
+/// A name or value on a short list: a string id, or a text (its length) at `key` in
+/// `Interning::small_text`.
+#[derive(Clone, Copy, Default)]
+struct Small {
+    key: i64,
+    text: Option<u32>,
+}
+
+/// A name or value to intern.
+#[derive(Clone, Copy)]
+enum Key<'a> {
+    Sid(i64),
+    Text(&'a str),
+}
+
+/// The arenas of the sequences' short lists (see [`Sequence`]).
+#[derive(Default)]
+struct Interning {
+    small: Vec<Small>,
+    small_text: String,
+    /// Arg keys are few per sequence (a kernel has a dozen) and static: a short list searched
+    /// by address first beats hashing the key text on every arg of every event.
+    arg_keys: Vec<&'static str>,
+}
+
+impl Interning {
+    /// The iid of a name (`value` false) or value on `seq`, and whether it is new there.
+    fn intern(&mut self, seq: &mut Sequence, value: bool, key: Key<'_>) -> (u32, bool) {
+        let count = if value { seq.values } else { seq.names };
+        if seq.maps.is_none() {
+            let block = match seq.small_at {
+                Some(at) => at,
+                None => {
+                    let at = u32::try_from(self.small.len()).expect("short lists fit u32");
+                    self.small
+                        .resize(self.small.len() + 2 * SMALL as usize, Small::default());
+                    *seq.small_at.insert(at)
+                }
+            };
+            let at = (block + if value { SMALL } else { 0 }) as usize;
+            let list = &self.small[at..at + count as usize];
+            let text = self.small_text.as_bytes();
+            let found = list.iter().position(|e| match (key, e.text) {
+                (Key::Sid(sid), None) => e.key == sid,
+                (Key::Text(t), Some(len)) => {
+                    len as usize == t.len() && &text[e.key as usize..][..t.len()] == t.as_bytes()
+                }
+                _ => false,
+            });
+            if let Some(i) = found {
+                return (i as u32 + 1, false);
+            }
+            if count < SMALL {
+                self.small[at + count as usize] = match key {
+                    Key::Sid(sid) => Small {
+                        key: sid,
+                        text: None,
+                    },
+                    Key::Text(t) => {
+                        self.small_text.push_str(t);
+                        Small {
+                            key: (self.small_text.len() - t.len()) as i64,
+                            text: Some(t.len() as u32),
+                        }
+                    }
+                };
+                return (seq.next(value), true);
+            }
+            seq.maps = Some(self.promote(seq));
+        }
+        let maps = seq.maps.as_mut().expect("promoted above");
+        let (by_sid, by_text) = if value {
+            (&mut maps.values_by_sid, &mut maps.values_by_text)
+        } else {
+            (&mut maps.names_by_sid, &mut maps.names_by_text)
+        };
+        match key {
+            Key::Sid(sid) => {
+                if let Some(&iid) = by_sid.get(&sid) {
+                    return (iid, false);
+                }
+                by_sid.insert(sid, count + 1);
+            }
+            Key::Text(t) => {
+                if let Some(&iid) = by_text.get(t) {
+                    return (iid, false);
+                }
+                by_text.insert(t.into(), count + 1);
+            }
+        }
+        (seq.next(value), true)
+    }
+
+    /// Maps holding what the sequence's short lists hold.
+    fn promote(&self, seq: &Sequence) -> Box<Maps> {
+        let mut maps = Box::<Maps>::default();
+        let mut fill = |from: u32, count: u32, value: bool| {
+            let (by_sid, by_text) = if value {
+                (&mut maps.values_by_sid, &mut maps.values_by_text)
+            } else {
+                (&mut maps.names_by_sid, &mut maps.names_by_text)
+            };
+            let at = from as usize;
+            for (i, e) in self.small[at..at + count as usize].iter().enumerate() {
+                let iid = i as u32 + 1;
+                match e.text {
+                    None => by_sid.insert(e.key, iid),
+                    Some(len) => {
+                        let t = &self.small_text[e.key as usize..][..len as usize];
+                        by_text.insert(t.into(), iid)
+                    }
+                };
+            }
+        };
+        let at = seq.small_at.expect("short lists before maps");
+        fill(at, seq.names, false);
+        fill(at + SMALL, seq.values, true);
+        maps
+    }
+
+    /// The iid of an arg key on `seq`, and whether it is new there.
+    fn arg_key(&mut self, seq: &mut Sequence, key: &'static str) -> (u64, bool) {
+        let at = seq.keys_at as usize;
+        if let Some(iid) = arg_iid(&self.arg_keys[at..at + seq.keys as usize], key) {
+            return (iid, false);
+        }
+        if seq.keys == seq.keys_cap {
+            // A block twice as large at the end (16 at first: room for an event's keys); the
+            // old one stays unused, smaller than the new.
+            let cap = (seq.keys_cap * 2).max(16);
+            let to = self.arg_keys.len();
+            self.arg_keys.extend_from_within(at..at + seq.keys as usize);
+            self.arg_keys.resize(to + cap as usize, "");
+            seq.keys_at = u32::try_from(to).expect("arg keys fit u32 indices");
+            seq.keys_cap = cap;
+        }
+        self.arg_keys[(seq.keys_at + seq.keys) as usize] = key;
+        seq.keys += 1;
+        (u64::from(seq.keys), true)
+    }
+}
+
+impl Sequence {
+    /// Count a new name or value; its iid.
+    fn next(&mut self, value: bool) -> u32 {
+        let n = if value {
+            &mut self.values
+        } else {
+            &mut self.names
+        };
+        *n += 1;
+        *n
+    }
+}
+
 pub struct ProtoWriter {
     desc: Arc<Description>,
     out: ChunkBuffer,
-    // Boxed: a sequence is ~450 bytes, and a trace can have one per stream (tens of thousands),
-    // which the map would move on every growth.
-    seqs: HashMap<u32, Box<Sequence>, FastHash>,
+    seqs: HashMap<u32, Sequence, FastHash>,
+    interning: Interning,
     /// The TrackEvent being encoded (its fields, without tag and length).
     event: Vec<u8>,
     /// What the event interns (InternedData fields), empty when it interns nothing.
@@ -377,14 +554,25 @@ impl ProtoWriter {
             ..Default::default()
         };
         frame(&packet, &mut self.out.data);
-        self.seqs.insert(
-            group,
-            Box::new(Sequence {
-                last_ts: first_ts.max(0),
-                default_track: lane0_uuid,
-                ..Default::default()
-            }),
-        );
+        let seq = self.seqs.entry(group).or_default();
+        let mut maps = seq.maps.take();
+        if let Some(m) = &mut maps {
+            // A sequence that needed maps will again: they keep their room.
+            m.names_by_sid.clear();
+            m.names_by_text.clear();
+            m.values_by_sid.clear();
+            m.values_by_text.clear();
+        }
+        // Its arena blocks are kept, empty.
+        *seq = Sequence {
+            last_ts: first_ts.max(0),
+            default_track: lane0_uuid,
+            maps,
+            small_at: seq.small_at,
+            keys_at: seq.keys_at,
+            keys_cap: seq.keys_cap,
+            ..Default::default()
+        };
     }
 
     /// Interning stays bounded: past [`MAX_INTERNED`] names and values on one sequence, its
@@ -394,11 +582,7 @@ impl ProtoWriter {
         let Some(seq) = self.seqs.get(&group) else {
             return;
         };
-        let interned = seq.names_by_sid.len()
-            + seq.names_by_text.len()
-            + seq.values_by_sid.len()
-            + seq.values_by_text.len();
-        if interned >= MAX_INTERNED {
+        if (seq.names + seq.values) as usize >= MAX_INTERNED {
             let (track, ts) = (seq.default_track, seq.last_ts);
             self.clear_state(group, track, ts, false);
         }
@@ -448,6 +632,7 @@ impl ProtoWriter {
     ) {
         let info = &*self.desc;
         let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
+        let interning = &mut self.interning;
         let interned = &mut self.interned;
         let e = &mut self.event;
 
@@ -465,31 +650,23 @@ impl ProtoWriter {
         put_field(e, tag::CATEGORY_IIDS, u64::from(seq.categories[ci]));
 
         for arg in ev.args {
-            let key_iid = match arg_iid(&seq.arg_names, arg.key) {
-                Some(iid) => iid,
-                None => {
-                    if seq.arg_names.capacity() == 0 {
-                        // One allocation for an event's keys, not one per doubling.
-                        seq.arg_names.reserve(16);
-                    }
-                    seq.arg_names.push(arg.key);
-                    let iid = seq.arg_names.len() as u64;
-                    put_entry(
-                        interned,
-                        tag::DEBUG_ANNOTATION_NAMES,
-                        iid,
-                        arg.key.as_bytes(),
-                    );
-                    iid
-                }
-            };
+            let (key_iid, new) = interning.arg_key(seq, arg.key);
+            if new {
+                put_entry(
+                    interned,
+                    tag::DEBUG_ANNOTATION_NAMES,
+                    key_iid,
+                    arg.key.as_bytes(),
+                );
+            }
             let name_len = 1 + varint_len(key_iid);
-            match arg.value {
+            let value = match arg.value {
                 ArgValue::Int(v) => {
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
                     put_varint(e, (name_len + 1 + varint_len(v as u64)) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_field(e, tag::INT_VALUE, v as u64);
+                    continue;
                 }
                 ArgValue::Double(v) => {
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
@@ -497,12 +674,14 @@ impl ProtoWriter {
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_varint(e, tag::DOUBLE_VALUE);
                     e.extend_from_slice(&v.to_le_bytes());
+                    continue;
                 }
                 ArgValue::Bool(v) => {
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
                     put_varint(e, (name_len + 2) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_field(e, tag::BOOL_VALUE, v as u64);
+                    continue;
                 }
                 ArgValue::Str(s) => {
                     let n = s.len();
@@ -510,75 +689,42 @@ impl ProtoWriter {
                     put_varint(e, (name_len + 1 + varint_len(n as u64) + n) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_bytes(e, tag::STRING_VALUE, s.as_bytes());
+                    continue;
                 }
-                ArgValue::Label(s) => {
-                    let iid = match seq.values_by_text.get(s) {
-                        Some(&iid) => iid,
-                        None => {
-                            seq.next_value += 1;
-                            let iid = seq.next_value;
-                            seq.values_by_text.insert(s.into(), iid);
-                            put_entry(
-                                interned,
-                                tag::DEBUG_ANNOTATION_STRING_VALUES,
-                                iid,
-                                s.as_bytes(),
-                            );
-                            iid
-                        }
-                    };
-                    put_iid_annotation(e, key_iid, iid);
-                }
-                ArgValue::StrId(sid) => {
-                    let iid = match seq.values_by_sid.get(&sid) {
-                        Some(&iid) => iid,
-                        None => {
-                            seq.next_value += 1;
-                            let iid = seq.next_value;
-                            seq.values_by_sid.insert(sid, iid);
-                            put_entry(
-                                interned,
-                                tag::DEBUG_ANNOTATION_STRING_VALUES,
-                                iid,
-                                info.string_or_id(sid).as_bytes(),
-                            );
-                            iid
-                        }
-                    };
-                    put_iid_annotation(e, key_iid, iid);
-                }
+                ArgValue::Label(s) => Key::Text(s),
+                ArgValue::StrId(sid) => Key::Sid(sid),
+            };
+            let (iid, new) = interning.intern(seq, true, value);
+            if new {
+                let text = match value {
+                    Key::Text(s) => s.into(),
+                    Key::Sid(sid) => info.string_or_id(sid),
+                };
+                put_entry(
+                    interned,
+                    tag::DEBUG_ANNOTATION_STRING_VALUES,
+                    u64::from(iid),
+                    text.as_bytes(),
+                );
             }
+            put_iid_annotation(e, key_iid, u64::from(iid));
         }
 
         put_field(e, tag::TYPE, kind as u64);
 
-        let name_iid = match ev.name {
-            Name::Str(sid) => match seq.names_by_sid.get(&sid) {
-                Some(&iid) => iid,
-                None => {
-                    seq.next_name += 1;
-                    let iid = seq.next_name;
-                    seq.names_by_sid.insert(sid, iid);
-                    put_entry(
-                        interned,
-                        tag::EVENT_NAMES,
-                        iid,
-                        info.string_or_id(sid).as_bytes(),
-                    );
-                    iid
-                }
-            },
-            Name::Text(t) | Name::Static(t) => match seq.names_by_text.get(t) {
-                Some(&iid) => iid,
-                None => {
-                    seq.next_name += 1;
-                    let iid = seq.next_name;
-                    seq.names_by_text.insert(t.into(), iid);
-                    put_entry(interned, tag::EVENT_NAMES, iid, t.as_bytes());
-                    iid
-                }
-            },
+        let name = match ev.name {
+            Name::Str(sid) => Key::Sid(sid),
+            Name::Text(t) | Name::Static(t) => Key::Text(t),
         };
+        let (name_iid, new) = interning.intern(seq, false, name);
+        let name_iid = u64::from(name_iid);
+        if new {
+            let text = match name {
+                Key::Text(t) => t.into(),
+                Key::Sid(sid) => info.string_or_id(sid),
+            };
+            put_entry(interned, tag::EVENT_NAMES, name_iid, text.as_bytes());
+        }
         put_field(e, tag::NAME_IID, name_iid);
         if !lane0 {
             put_field(e, tag::TRACK_UUID, lane);
