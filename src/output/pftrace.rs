@@ -16,9 +16,8 @@ use crate::model::{
     source_of, without_source,
 };
 use crate::proto::{
-    ClockSnapshot, ProcessDescriptor, ThreadDescriptor, TracePacket, TracePacketDefaults,
-    TrackDescriptor, TrackEvent, TrackEventDefaults, clock_snapshot, trace_packet,
-    track_descriptor, track_event,
+    ClockSnapshot, ProcessDescriptor, ThreadDescriptor, TracePacket, TrackDescriptor, TrackEvent,
+    clock_snapshot, trace_packet, track_descriptor, track_event,
 };
 use prost::Message;
 use std::collections::HashMap;
@@ -452,8 +451,21 @@ pub struct ProtoWriter {
 // Tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited).
 mod tag {
     // TracePacket
+    pub const PACKET_CLOCK_SNAPSHOT: u64 = 6 << 3 | 2;
     pub const PACKET_TIMESTAMP: u64 = 8 << 3;
     pub const PACKET_SEQUENCE_ID: u64 = 10 << 3;
+    pub const PACKET_SEQUENCE_FLAGS: u64 = 13 << 3;
+    pub const PACKET_DEFAULTS: u64 = 59 << 3 | 2;
+    pub const PACKET_FIRST_ON_SEQUENCE: u64 = 87 << 3;
+    // ClockSnapshot, its Clock
+    pub const SNAPSHOT_CLOCKS: u64 = 1 << 3 | 2;
+    pub const CLOCK_ID: u64 = 1 << 3;
+    pub const CLOCK_TIMESTAMP: u64 = 2 << 3;
+    pub const CLOCK_IS_INCREMENTAL: u64 = 3 << 3;
+    // TracePacketDefaults, its TrackEventDefaults
+    pub const DEFAULTS_TRACK_EVENT: u64 = 11 << 3 | 2;
+    pub const DEFAULTS_CLOCK_ID: u64 = 58 << 3;
+    pub const DEFAULT_TRACK_UUID: u64 = 11 << 3;
     pub const PACKET_TRACK_EVENT: u64 = 11 << 3 | 2;
     pub const PACKET_INTERNED_DATA: u64 = 12 << 3 | 2;
     // TrackEvent
@@ -508,6 +520,81 @@ fn put_bytes(out: &mut Vec<u8>, tag: u64, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// Bytes of a varint field.
+fn field_len(tag: u64, v: u64) -> usize {
+    varint_len(tag) + varint_len(v)
+}
+
+/// Bytes of a length-delimited field of `len` bytes.
+fn bytes_len(tag: u64, len: usize) -> usize {
+    varint_len(tag) + varint_len(len as u64) + len
+}
+
+/// The packet that clears a sequence's incremental state: a snapshot that starts its
+/// incremental clock at `ts`, and its defaults (that clock, its first track). Written by hand
+/// (one per sequence, and a trace can have one per stream), byte for byte as prost writes the
+/// `TracePacket` (see the test): fields in tag order, the `data` oneof first.
+fn put_clear_packet(out: &mut Vec<u8>, group: u32, lane0_uuid: u64, ts: i64, first: bool) {
+    let ts = ts.max(0) as u64;
+    let clocks = [(BOOTTIME, false), (INCREMENTAL_CLOCK, true)];
+    let clock_len = |(id, incremental): (u32, bool)| {
+        field_len(tag::CLOCK_ID, id.into())
+            + field_len(tag::CLOCK_TIMESTAMP, ts)
+            + if incremental {
+                field_len(tag::CLOCK_IS_INCREMENTAL, 1)
+            } else {
+                0
+            }
+    };
+    let snapshot: usize = clocks
+        .iter()
+        .map(|&c| bytes_len(tag::SNAPSHOT_CLOCKS, clock_len(c)))
+        .sum();
+    let event_defaults = field_len(tag::DEFAULT_TRACK_UUID, lane0_uuid);
+    let defaults = bytes_len(tag::DEFAULTS_TRACK_EVENT, event_defaults)
+        + field_len(tag::DEFAULTS_CLOCK_ID, INCREMENTAL_CLOCK.into());
+    let len = bytes_len(tag::PACKET_CLOCK_SNAPSHOT, snapshot)
+        + field_len(tag::PACKET_SEQUENCE_ID, group.into())
+        + field_len(
+            tag::PACKET_SEQUENCE_FLAGS,
+            SEQ_INCREMENTAL_STATE_CLEARED.into(),
+        )
+        + bytes_len(tag::PACKET_DEFAULTS, defaults)
+        + if first {
+            field_len(tag::PACKET_FIRST_ON_SEQUENCE, 1)
+        } else {
+            0
+        };
+    out.push(0x0A); // Trace.packet
+    put_varint(out, len as u64);
+    put_varint(out, tag::PACKET_CLOCK_SNAPSHOT);
+    put_varint(out, snapshot as u64);
+    for c in clocks {
+        put_varint(out, tag::SNAPSHOT_CLOCKS);
+        put_varint(out, clock_len(c) as u64);
+        put_field(out, tag::CLOCK_ID, c.0.into());
+        put_field(out, tag::CLOCK_TIMESTAMP, ts);
+        if c.1 {
+            put_field(out, tag::CLOCK_IS_INCREMENTAL, 1);
+        }
+    }
+    put_field(out, tag::PACKET_SEQUENCE_ID, group.into());
+    put_field(
+        out,
+        tag::PACKET_SEQUENCE_FLAGS,
+        SEQ_INCREMENTAL_STATE_CLEARED.into(),
+    );
+    put_varint(out, tag::PACKET_DEFAULTS);
+    put_varint(out, defaults as u64);
+    put_varint(out, tag::DEFAULTS_TRACK_EVENT);
+    put_varint(out, event_defaults as u64);
+    put_field(out, tag::DEFAULT_TRACK_UUID, lane0_uuid);
+    put_field(out, tag::DEFAULTS_CLOCK_ID, INCREMENTAL_CLOCK.into());
+    if first {
+        put_field(out, tag::PACKET_FIRST_ON_SEQUENCE, 1);
+    }
+}
+
 /// An interned entry `{iid, name}` under `tag` of InternedData.
 fn put_entry(out: &mut Vec<u8>, tag: u64, iid: u64, name: &[u8]) {
     let len = 1 + varint_len(iid) + 1 + varint_len(name.len() as u64) + name.len();
@@ -522,38 +609,7 @@ impl ProtoWriter {
     /// incremental clock (at `ts`, where the sequence is).
     fn clear_state(&mut self, group: u32, lane0_uuid: u64, ts: i64, first: bool) {
         let first_ts = ts;
-        let packet = TracePacket {
-            optional_trusted_packet_sequence_id: Some(
-                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(group),
-            ),
-            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
-            first_packet_on_sequence: first.then_some(true),
-            trace_packet_defaults: Some(TracePacketDefaults {
-                timestamp_clock_id: Some(INCREMENTAL_CLOCK),
-                track_event_defaults: Some(TrackEventDefaults {
-                    track_uuid: Some(lane0_uuid),
-                    ..Default::default()
-                }),
-            }),
-            data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
-                clocks: vec![
-                    clock_snapshot::Clock {
-                        clock_id: Some(BOOTTIME),
-                        timestamp: Some(first_ts.max(0) as u64),
-                        ..Default::default()
-                    },
-                    clock_snapshot::Clock {
-                        clock_id: Some(INCREMENTAL_CLOCK),
-                        timestamp: Some(first_ts.max(0) as u64),
-                        is_incremental: Some(true),
-                        ..Default::default()
-                    },
-                ],
-                ..Default::default()
-            })),
-            ..Default::default()
-        };
-        frame(&packet, &mut self.out.data);
+        put_clear_packet(&mut self.out.data, group, lane0_uuid, first_ts, first);
         let seq = self.seqs.entry(group).or_default();
         let mut maps = seq.maps.take();
         if let Some(m) = &mut maps {
@@ -840,5 +896,58 @@ impl EventWriter for ProtoWriter {
 
     fn take_chunk(&mut self) -> Option<Chunk> {
         self.out.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{TracePacketDefaults, TrackEventDefaults};
+
+    /// The hand-written clear packet is what prost writes for the same `TracePacket`.
+    #[test]
+    fn clear_packet_matches_prost() {
+        for (group, uuid, ts, first) in [
+            (2, 1, 0, true),
+            (3, 300, -5, false),
+            (0x7FFF_FFFF, u64::MAX, i64::MAX, true),
+            (130, 1 << 40, 1_700_000_000_000_000_000, false),
+        ] {
+            let packet = TracePacket {
+                optional_trusted_packet_sequence_id: Some(
+                    trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(group),
+                ),
+                sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+                first_packet_on_sequence: first.then_some(true),
+                trace_packet_defaults: Some(TracePacketDefaults {
+                    timestamp_clock_id: Some(INCREMENTAL_CLOCK),
+                    track_event_defaults: Some(TrackEventDefaults {
+                        track_uuid: Some(uuid),
+                        ..Default::default()
+                    }),
+                }),
+                data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
+                    clocks: vec![
+                        clock_snapshot::Clock {
+                            clock_id: Some(BOOTTIME),
+                            timestamp: Some(ts.max(0) as u64),
+                            ..Default::default()
+                        },
+                        clock_snapshot::Clock {
+                            clock_id: Some(INCREMENTAL_CLOCK),
+                            timestamp: Some(ts.max(0) as u64),
+                            is_incremental: Some(true),
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            frame(&packet, &mut want);
+            put_clear_packet(&mut got, group, uuid, ts, first);
+            assert_eq!(got, want, "group {group} uuid {uuid} ts {ts} first {first}");
+        }
     }
 }
