@@ -63,7 +63,7 @@ impl Format for Protobuf {
         ProtoWriter {
             desc,
             out: ChunkBuffer::default(),
-            seqs: HashMap::default(),
+            seqs: Sequences::default(),
             interning: Interning::default(),
             event: Vec::with_capacity(256),
             interned: Vec::new(),
@@ -282,6 +282,41 @@ struct Small {
     text: Option<u32>,
 }
 
+/// The writer's sequences by id.
+#[derive(Default)]
+struct Sequences {
+    /// Each sequence's index in `list`.
+    index: HashMap<u32, u32, FastHash>,
+    /// In a list, not in the map: a new sequence is written where the last one was, not in a
+    /// cold slot of a large table (a trace can have one per stream).
+    list: Vec<Sequence>,
+}
+
+impl Sequences {
+    fn get(&self, id: u32) -> Option<&Sequence> {
+        let &i = self.index.get(&id)?;
+        Some(&self.list[i as usize])
+    }
+
+    fn get_mut(&mut self, id: u32) -> Option<&mut Sequence> {
+        let &i = self.index.get(&id)?;
+        Some(&mut self.list[i as usize])
+    }
+
+    /// The sequence `id`, added if new.
+    fn open(&mut self, id: u32) -> &mut Sequence {
+        let n = self.list.len();
+        let i = *self
+            .index
+            .entry(id)
+            .or_insert_with(|| u32::try_from(n).expect("fewer than 2^32 sequences"));
+        if i as usize == n {
+            self.list.push(Sequence::default());
+        }
+        &mut self.list[i as usize]
+    }
+}
+
 /// A name or value to intern.
 #[derive(Clone, Copy)]
 enum Key<'a> {
@@ -432,7 +467,7 @@ impl Sequence {
 pub struct ProtoWriter {
     desc: Arc<Description>,
     out: ChunkBuffer,
-    seqs: HashMap<u32, Sequence, FastHash>,
+    seqs: Sequences,
     interning: Interning,
     /// The TrackEvent being encoded (its fields, without tag and length).
     event: Vec<u8>,
@@ -610,7 +645,7 @@ impl ProtoWriter {
     fn clear_state(&mut self, group: u32, lane0_uuid: u64, ts: i64, first: bool) {
         let first_ts = ts;
         put_clear_packet(&mut self.out.data, group, lane0_uuid, first_ts, first);
-        let seq = self.seqs.entry(group).or_default();
+        let seq = self.seqs.open(group);
         let mut maps = seq.maps.take();
         if let Some(m) = &mut maps {
             // A sequence that needed maps will again: they keep their room.
@@ -635,7 +670,7 @@ impl ProtoWriter {
     /// incremental state is cleared and interning starts over (Perfetto's way to let a
     /// long-running writer forget), so memory does not grow with distinct names.
     fn bound_interning(&mut self, group: u32) {
-        let Some(seq) = self.seqs.get(&group) else {
+        let Some(seq) = self.seqs.get(group) else {
             return;
         };
         if (seq.names + seq.values) as usize >= MAX_INTERNED {
@@ -646,7 +681,7 @@ impl ProtoWriter {
 
     /// Frame `self.event` (and `self.interned`) as one packet of the sequence at `ts`.
     fn write_event(&mut self, seq_id: u32, ts: i64) {
-        let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
+        let seq = self.seqs.get_mut(seq_id).expect("group opened before use");
         debug_assert!(
             ts >= seq.last_ts,
             "layout keeps each sequence in time order"
@@ -687,7 +722,7 @@ impl ProtoWriter {
         ev: &Event<'_>,
     ) {
         let info = &*self.desc;
-        let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
+        let seq = self.seqs.get_mut(seq_id).expect("group opened before use");
         let interning = &mut self.interning;
         let interned = &mut self.interned;
         let e = &mut self.event;
