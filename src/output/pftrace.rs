@@ -405,7 +405,7 @@ impl Interning {
     /// Maps holding what the sequence's short lists hold.
     fn promote(&self, seq: &Sequence) -> Box<Maps> {
         let mut maps = Box::<Maps>::default();
-        let mut fill = |from: u32, count: u32, value: bool| {
+        let mut add = |from: u32, count: u32, value: bool| {
             let (by_sid, by_text) = if value {
                 (&mut maps.values_by_sid, &mut maps.values_by_text)
             } else {
@@ -424,8 +424,8 @@ impl Interning {
             }
         };
         let at = seq.small_at.expect("short lists before maps");
-        fill(at, seq.names, false);
-        fill(at + SMALL, seq.values, true);
+        add(at, seq.names, false);
+        add(at + SMALL, seq.values, true);
         maps
     }
 
@@ -489,6 +489,8 @@ mod tag {
     pub const PACKET_CLOCK_SNAPSHOT: u64 = 6 << 3 | 2;
     pub const PACKET_TIMESTAMP: u64 = 8 << 3;
     pub const PACKET_SEQUENCE_ID: u64 = 10 << 3;
+    pub const PACKET_TRACK_EVENT: u64 = 11 << 3 | 2;
+    pub const PACKET_INTERNED_DATA: u64 = 12 << 3 | 2;
     pub const PACKET_SEQUENCE_FLAGS: u64 = 13 << 3;
     pub const PACKET_DEFAULTS: u64 = 59 << 3 | 2;
     pub const PACKET_FIRST_ON_SEQUENCE: u64 = 87 << 3;
@@ -501,8 +503,6 @@ mod tag {
     pub const DEFAULTS_TRACK_EVENT: u64 = 11 << 3 | 2;
     pub const DEFAULTS_CLOCK_ID: u64 = 58 << 3;
     pub const DEFAULT_TRACK_UUID: u64 = 11 << 3;
-    pub const PACKET_TRACK_EVENT: u64 = 11 << 3 | 2;
-    pub const PACKET_INTERNED_DATA: u64 = 12 << 3 | 2;
     // TrackEvent
     pub const CATEGORY_IIDS: u64 = 3 << 3;
     pub const DEBUG_ANNOTATIONS: u64 = 4 << 3 | 2;
@@ -984,5 +984,94 @@ mod tests {
             put_clear_packet(&mut got, group, uuid, ts, first);
             assert_eq!(got, want, "group {group} uuid {uuid} ts {ts} first {first}");
         }
+    }
+
+    /// Names and values keep their iids when a sequence outgrows its short lists: every event
+    /// resolves to its own name and values, and no iid is interned twice.
+    #[test]
+    fn short_lists_then_maps_resolve_every_event() {
+        use crate::model::{Arg, Flows};
+        use crate::proto::{Trace, debug_annotation};
+        const TEXTS: [&str; 11] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"];
+        let mut w = Protobuf::default().writer(Arc::new(Description::default()));
+        let mut want = Vec::new();
+        w.open_group(2, 7, 0);
+        for i in 0..60usize {
+            let name = if i % 3 == 0 {
+                Name::Str(i as i64 % 13)
+            } else {
+                Name::Text(TEXTS[i % 11])
+            };
+            let args = [
+                Arg {
+                    key: "label",
+                    value: ArgValue::Label(TEXTS[i % 9]),
+                },
+                Arg {
+                    key: "sid",
+                    value: ArgValue::StrId(100 + i as i64 % 10),
+                },
+            ];
+            let ev = Event {
+                start: 10 * i as i64,
+                end: Some(10 * i as i64 + 5),
+                name,
+                category: Category::Kernel,
+                args: &args,
+                flows: Flows {
+                    out: &[],
+                    terminating: None,
+                },
+            };
+            w.begin(2, 7, true, &ev);
+            w.end(2, 7, true, ev.start + 5);
+            let text = |n: Name<'_>| match n {
+                Name::Str(sid) => format!("(string {sid})"),
+                Name::Text(t) | Name::Static(t) => t.to_string(),
+            };
+            want.push(vec![
+                text(name),
+                format!("label={}", TEXTS[i % 9]),
+                format!("sid=(string {})", 100 + i % 10),
+            ]);
+        }
+        let bytes = w.take_chunk().unwrap().data;
+        let mut names = HashMap::new();
+        let mut values = HashMap::new();
+        let mut keys = HashMap::new();
+        let mut got = Vec::new();
+        for p in Trace::decode(&bytes[..]).unwrap().packet {
+            if let Some(d) = p.interned_data {
+                for e in d.event_names {
+                    assert!(names.insert(e.iid(), e.name().to_string()).is_none());
+                }
+                for e in d.debug_annotation_string_values {
+                    let s = String::from_utf8(e.str().to_vec()).unwrap();
+                    assert!(values.insert(e.iid(), s).is_none());
+                }
+                for e in d.debug_annotation_names {
+                    assert!(keys.insert(e.iid(), e.name().to_string()).is_none());
+                }
+            }
+            let Some(trace_packet::Data::TrackEvent(ev)) = p.data else {
+                continue;
+            };
+            let Some(track_event::NameField::NameIid(iid)) = ev.name_field else {
+                continue;
+            };
+            let mut row = vec![names[&iid].clone()];
+            for a in ev.debug_annotations {
+                let Some(debug_annotation::NameField::NameIid(k)) = a.name_field else {
+                    panic!("arg key not interned");
+                };
+                let Some(debug_annotation::Value::StringValueIid(v)) = a.value else {
+                    panic!("arg value not interned");
+                };
+                row.push(format!("{}={}", keys[&k], values[&v]));
+            }
+            got.push(row);
+        }
+        assert_eq!(got, want);
+        assert!(names.len() > SMALL as usize && values.len() > SMALL as usize);
     }
 }
