@@ -72,9 +72,13 @@ pub struct Router<'a, W: EventWriter> {
     /// Flow ids of the event being placed, tagged with the source.
     flow_scratch: Vec<u64>,
     tx: SyncSender<Chunk>,
-    /// Each key's group. A row that arrives later than its group's written time (a table not in
-    /// start order) waits in `late` and goes to a further group, on lanes of their own.
-    groups: HashMap<GroupKey, Group, crate::model::FastHash>,
+    /// Each key's group, at its index in `groups`. A row that arrives later than its group's
+    /// written time (a table not in start order) waits in `late` and goes to a further group,
+    /// on lanes of their own.
+    group_of: HashMap<GroupKey, u32, crate::model::FastHash>,
+    /// The groups in a list, not in the map: a trace can have tens of thousands (one stream per
+    /// kernel), which the map would move on every growth and the sort at the end again.
+    groups: Vec<Group>,
     late: Vec<LateRow>,
     /// (device, stream) -> (process, context) of the first GPU stream group of that id directly
     /// under its GPU, to name apart a stream id that another process or context also uses there.
@@ -114,7 +118,8 @@ impl<'a, W: EventWriter> Router<'a, W> {
             placement,
             flow_scratch: Vec::new(),
             tx,
-            groups: HashMap::default(),
+            group_of: HashMap::default(),
+            groups: Vec::new(),
             late: Vec::new(),
             streams: Default::default(),
             gpu_tracks: Default::default(),
@@ -147,16 +152,23 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
     /// An event in the trace's terms (ids and times already placed).
     fn place(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
-        if !self.groups.contains_key(&key) {
-            let g = self.new_group(key, ev.start);
-            self.groups.insert(key, g);
-        }
+        let i = match self.group_of.get(&key) {
+            Some(&i) => i as usize,
+            None => {
+                let g = self.new_group(key, ev.start);
+                self.groups.push(g);
+                let i = self.groups.len() - 1;
+                self.group_of
+                    .insert(key, u32::try_from(i).expect("fewer than 2^32 groups"));
+                i
+            }
+        };
         self.summary.count(ev.category);
         self.tick();
         if ev.flows.terminating.is_some() {
             self.summary.flows += 1;
         }
-        let group = self.groups.get_mut(&key).expect("group exists");
+        let group = &mut self.groups[i];
         if ev.start < group.emitted_ts {
             self.summary.late_rows += 1;
             self.late.push(LateRow::new(key, ev));
@@ -208,10 +220,12 @@ impl<'a, W: EventWriter> Router<'a, W> {
             self.flush_late()?;
         }
         self.writer.finish();
-        let mut groups: Vec<_> = self.groups.drain().collect();
-        groups.sort_by_key(|(k, _)| *k);
-        for (_, mut g) in groups {
-            self.summary.trace_events += flush_ends(&mut self.writer, &mut g, i64::MAX);
+        // In key order (keys are distinct: the order is total).
+        let mut order: Vec<_> = self.group_of.drain().collect();
+        order.sort_unstable();
+        for (_, i) in order {
+            let g = &mut self.groups[i as usize];
+            self.summary.trace_events += flush_ends(&mut self.writer, g, i64::MAX);
             self.summary.tracks += g.lanes.len() as u64;
         }
         self.maybe_send(true)?;
@@ -370,7 +384,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
     /// A further group for rows that arrived after their group had moved past them: its own
     /// sequence and its own lane track beside the group's first one.
     fn late_group(&mut self, key: GroupKey, first_ts: i64) -> Group {
-        let first = &self.groups[&key];
+        let first = &self.groups[self.group_of[&key] as usize];
         let (parent, name, rank, nests) = if first.lanes_under_lane0 {
             (
                 Some(first.lanes[0].uuid),

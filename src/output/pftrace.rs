@@ -16,9 +16,8 @@ use crate::model::{
     source_of, without_source,
 };
 use crate::proto::{
-    ClockSnapshot, ProcessDescriptor, ThreadDescriptor, TracePacket, TracePacketDefaults,
-    TrackDescriptor, TrackEvent, TrackEventDefaults, clock_snapshot, trace_packet,
-    track_descriptor, track_event,
+    ClockSnapshot, ProcessDescriptor, ThreadDescriptor, TracePacket, TrackDescriptor, TrackEvent,
+    clock_snapshot, trace_packet, track_descriptor, track_event,
 };
 use prost::Message;
 use std::collections::HashMap;
@@ -64,7 +63,8 @@ impl Format for Protobuf {
         ProtoWriter {
             desc,
             out: ChunkBuffer::default(),
-            seqs: HashMap::default(),
+            seqs: Sequences::default(),
+            interning: Interning::default(),
             event: Vec::with_capacity(256),
             interned: Vec::new(),
             samples: HashMap::new(),
@@ -230,34 +230,245 @@ fn frame(packet: &TracePacket, out: &mut Vec<u8>) {
 }
 
 /// Interning state of one sequence. Ids are per kind of interned data, starting at 1.
+///
+/// A trace can have a sequence per stream (tens of thousands), most of them with a few events:
+/// a sequence's first names and values are a short list in the writer's arena (`Interning`), its
+/// arg keys a block in another; maps of its own only once it has more than [`SMALL`] names or
+/// values. Allocating and freeing a dozen small maps and lists per sequence cost a quarter of
+/// the time of a trace with one stream per kernel.
 #[derive(Default)]
 struct Sequence {
     last_ts: i64,
     /// The sequence's default track, restated when its incremental state is cleared again.
     default_track: u64,
-    names_by_sid: HashMap<i64, u64, FastHash>,
-    names_by_text: HashMap<Box<str>, u64, FastHash>,
-    /// Arg keys are few per sequence (a kernel has a dozen) and static: a short list searched
-    /// by address first beats hashing the key text on every arg of every event.
-    arg_names: Vec<&'static str>,
-    values_by_sid: HashMap<i64, u64, FastHash>,
-    values_by_text: HashMap<Box<str>, u64, FastHash>,
+    /// Where the names and values are once there are more than [`SMALL`] of either.
+    maps: Option<Box<Maps>>,
+    /// Where in `Interning::small` the first [`SMALL`] names are, then the first [`SMALL`]
+    /// values (a block taken on first use).
+    small_at: Option<u32>,
+    /// The arg keys: `keys` of the `keys_cap` slots at `keys_at` in `Interning::arg_keys`.
+    keys_at: u32,
+    keys: u32,
+    keys_cap: u32,
+    /// Names and values interned so far; each one's iid is its position.
+    names: u32,
+    values: u32,
     /// Each category's iid on this sequence (0: not interned yet); fewer than 256 categories.
     categories: [u8; Category::ALL.len()],
-    next_name: u64,
-    next_value: u64,
     next_category: u8,
 }
 
 // Category iids fit a byte (see `Sequence::categories`).
 const _: () = assert!(Category::ALL.len() < 256);
 
+/// Names and values one sequence interns in its short lists, searched in place, before it
+/// takes maps.
+const SMALL: u32 = 8;
+
+/// Interned names and values of a sequence with many.
+#[derive(Default)]
+struct Maps {
+    names_by_sid: HashMap<i64, u32, FastHash>,
+    names_by_text: HashMap<Box<str>, u32, FastHash>,
+    values_by_sid: HashMap<i64, u32, FastHash>,
+    values_by_text: HashMap<Box<str>, u32, FastHash>,
+}
+
+/// A name or value on a short list: a string id, or a text (its length) at `key` in
+/// `Interning::small_text`.
+#[derive(Clone, Copy, Default)]
+struct Small {
+    key: i64,
+    text: Option<u32>,
+}
+
+/// The writer's sequences by id.
+#[derive(Default)]
+struct Sequences {
+    /// Each sequence's index in `list`.
+    index: HashMap<u32, u32, FastHash>,
+    /// In a list, not in the map: a new sequence is written where the last one was, not in a
+    /// cold slot of a large table (a trace can have one per stream).
+    list: Vec<Sequence>,
+}
+
+impl Sequences {
+    fn get(&self, id: u32) -> Option<&Sequence> {
+        let &i = self.index.get(&id)?;
+        Some(&self.list[i as usize])
+    }
+
+    fn get_mut(&mut self, id: u32) -> Option<&mut Sequence> {
+        let &i = self.index.get(&id)?;
+        Some(&mut self.list[i as usize])
+    }
+
+    /// The sequence `id`, added if new.
+    fn open(&mut self, id: u32) -> &mut Sequence {
+        let n = self.list.len();
+        let i = *self
+            .index
+            .entry(id)
+            .or_insert_with(|| u32::try_from(n).expect("fewer than 2^32 sequences"));
+        if i as usize == n {
+            self.list.push(Sequence::default());
+        }
+        &mut self.list[i as usize]
+    }
+}
+
+/// A name or value to intern.
+#[derive(Clone, Copy)]
+enum Key<'a> {
+    Sid(i64),
+    Text(&'a str),
+}
+
+/// The arenas of the sequences' short lists (see [`Sequence`]).
+#[derive(Default)]
+struct Interning {
+    small: Vec<Small>,
+    small_text: String,
+    /// Arg keys are few per sequence (a kernel has a dozen) and static: a short list searched
+    /// by address first beats hashing the key text on every arg of every event.
+    arg_keys: Vec<&'static str>,
+}
+
+impl Interning {
+    /// The iid of a name (`value` false) or value on `seq`, and whether it is new there.
+    fn intern(&mut self, seq: &mut Sequence, value: bool, key: Key<'_>) -> (u32, bool) {
+        let count = if value { seq.values } else { seq.names };
+        if seq.maps.is_none() {
+            let block = match seq.small_at {
+                Some(at) => at,
+                None => {
+                    let at = u32::try_from(self.small.len()).expect("short lists fit u32");
+                    self.small
+                        .resize(self.small.len() + 2 * SMALL as usize, Small::default());
+                    *seq.small_at.insert(at)
+                }
+            };
+            let at = (block + if value { SMALL } else { 0 }) as usize;
+            let list = &self.small[at..at + count as usize];
+            let text = self.small_text.as_bytes();
+            let found = list.iter().position(|e| match (key, e.text) {
+                (Key::Sid(sid), None) => e.key == sid,
+                (Key::Text(t), Some(len)) => {
+                    len as usize == t.len() && &text[e.key as usize..][..t.len()] == t.as_bytes()
+                }
+                _ => false,
+            });
+            if let Some(i) = found {
+                return (i as u32 + 1, false);
+            }
+            if count < SMALL {
+                self.small[at + count as usize] = match key {
+                    Key::Sid(sid) => Small {
+                        key: sid,
+                        text: None,
+                    },
+                    Key::Text(t) => {
+                        self.small_text.push_str(t);
+                        Small {
+                            key: (self.small_text.len() - t.len()) as i64,
+                            text: Some(t.len() as u32),
+                        }
+                    }
+                };
+                return (seq.next(value), true);
+            }
+            seq.maps = Some(self.promote(seq));
+        }
+        let maps = seq.maps.as_mut().expect("promoted above");
+        let (by_sid, by_text) = if value {
+            (&mut maps.values_by_sid, &mut maps.values_by_text)
+        } else {
+            (&mut maps.names_by_sid, &mut maps.names_by_text)
+        };
+        match key {
+            Key::Sid(sid) => {
+                if let Some(&iid) = by_sid.get(&sid) {
+                    return (iid, false);
+                }
+                by_sid.insert(sid, count + 1);
+            }
+            Key::Text(t) => {
+                if let Some(&iid) = by_text.get(t) {
+                    return (iid, false);
+                }
+                by_text.insert(t.into(), count + 1);
+            }
+        }
+        (seq.next(value), true)
+    }
+
+    /// Maps holding what the sequence's short lists hold.
+    fn promote(&self, seq: &Sequence) -> Box<Maps> {
+        let mut maps = Box::<Maps>::default();
+        let mut add = |from: u32, count: u32, value: bool| {
+            let (by_sid, by_text) = if value {
+                (&mut maps.values_by_sid, &mut maps.values_by_text)
+            } else {
+                (&mut maps.names_by_sid, &mut maps.names_by_text)
+            };
+            let at = from as usize;
+            for (i, e) in self.small[at..at + count as usize].iter().enumerate() {
+                let iid = i as u32 + 1;
+                match e.text {
+                    None => by_sid.insert(e.key, iid),
+                    Some(len) => {
+                        let t = &self.small_text[e.key as usize..][..len as usize];
+                        by_text.insert(t.into(), iid)
+                    }
+                };
+            }
+        };
+        let at = seq.small_at.expect("short lists before maps");
+        add(at, seq.names, false);
+        add(at + SMALL, seq.values, true);
+        maps
+    }
+
+    /// The iid of an arg key on `seq`, and whether it is new there.
+    fn arg_key(&mut self, seq: &mut Sequence, key: &'static str) -> (u64, bool) {
+        let at = seq.keys_at as usize;
+        if let Some(iid) = arg_iid(&self.arg_keys[at..at + seq.keys as usize], key) {
+            return (iid, false);
+        }
+        if seq.keys == seq.keys_cap {
+            // A block twice as large at the end (16 at first: room for an event's keys); the
+            // old one stays unused, smaller than the new.
+            let cap = (seq.keys_cap * 2).max(16);
+            let to = self.arg_keys.len();
+            self.arg_keys.extend_from_within(at..at + seq.keys as usize);
+            self.arg_keys.resize(to + cap as usize, "");
+            seq.keys_at = u32::try_from(to).expect("arg keys fit u32 indices");
+            seq.keys_cap = cap;
+        }
+        self.arg_keys[(seq.keys_at + seq.keys) as usize] = key;
+        seq.keys += 1;
+        (u64::from(seq.keys), true)
+    }
+}
+
+impl Sequence {
+    /// Count a new name or value; its iid.
+    fn next(&mut self, value: bool) -> u32 {
+        let n = if value {
+            &mut self.values
+        } else {
+            &mut self.names
+        };
+        *n += 1;
+        *n
+    }
+}
+
 pub struct ProtoWriter {
     desc: Arc<Description>,
     out: ChunkBuffer,
-    // Boxed: a sequence is ~450 bytes, and a trace can have one per stream (tens of thousands),
-    // which the map would move on every growth.
-    seqs: HashMap<u32, Box<Sequence>, FastHash>,
+    seqs: Sequences,
+    interning: Interning,
     /// The TrackEvent being encoded (its fields, without tag and length).
     event: Vec<u8>,
     /// What the event interns (InternedData fields), empty when it interns nothing.
@@ -275,10 +486,23 @@ pub struct ProtoWriter {
 // Tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited).
 mod tag {
     // TracePacket
+    pub const PACKET_CLOCK_SNAPSHOT: u64 = 6 << 3 | 2;
     pub const PACKET_TIMESTAMP: u64 = 8 << 3;
     pub const PACKET_SEQUENCE_ID: u64 = 10 << 3;
     pub const PACKET_TRACK_EVENT: u64 = 11 << 3 | 2;
     pub const PACKET_INTERNED_DATA: u64 = 12 << 3 | 2;
+    pub const PACKET_SEQUENCE_FLAGS: u64 = 13 << 3;
+    pub const PACKET_DEFAULTS: u64 = 59 << 3 | 2;
+    pub const PACKET_FIRST_ON_SEQUENCE: u64 = 87 << 3;
+    // ClockSnapshot, its Clock
+    pub const SNAPSHOT_CLOCKS: u64 = 1 << 3 | 2;
+    pub const CLOCK_ID: u64 = 1 << 3;
+    pub const CLOCK_TIMESTAMP: u64 = 2 << 3;
+    pub const CLOCK_IS_INCREMENTAL: u64 = 3 << 3;
+    // TracePacketDefaults, its TrackEventDefaults
+    pub const DEFAULTS_TRACK_EVENT: u64 = 11 << 3 | 2;
+    pub const DEFAULTS_CLOCK_ID: u64 = 58 << 3;
+    pub const DEFAULT_TRACK_UUID: u64 = 11 << 3;
     // TrackEvent
     pub const CATEGORY_IIDS: u64 = 3 << 3;
     pub const DEBUG_ANNOTATIONS: u64 = 4 << 3 | 2;
@@ -331,6 +555,81 @@ fn put_bytes(out: &mut Vec<u8>, tag: u64, bytes: &[u8]) {
     out.extend_from_slice(bytes);
 }
 
+/// Bytes of a varint field.
+fn field_len(tag: u64, v: u64) -> usize {
+    varint_len(tag) + varint_len(v)
+}
+
+/// Bytes of a length-delimited field of `len` bytes.
+fn bytes_len(tag: u64, len: usize) -> usize {
+    varint_len(tag) + varint_len(len as u64) + len
+}
+
+/// The packet that clears a sequence's incremental state: a snapshot that starts its
+/// incremental clock at `ts`, and its defaults (that clock, its first track). Written by hand
+/// (one per sequence, and a trace can have one per stream), byte for byte as prost writes the
+/// `TracePacket` (see the test): fields in tag order, the `data` oneof first.
+fn put_clear_packet(out: &mut Vec<u8>, group: u32, lane0_uuid: u64, ts: i64, first: bool) {
+    let ts = ts.max(0) as u64;
+    let clocks = [(BOOTTIME, false), (INCREMENTAL_CLOCK, true)];
+    let clock_len = |(id, incremental): (u32, bool)| {
+        field_len(tag::CLOCK_ID, id.into())
+            + field_len(tag::CLOCK_TIMESTAMP, ts)
+            + if incremental {
+                field_len(tag::CLOCK_IS_INCREMENTAL, 1)
+            } else {
+                0
+            }
+    };
+    let snapshot: usize = clocks
+        .iter()
+        .map(|&c| bytes_len(tag::SNAPSHOT_CLOCKS, clock_len(c)))
+        .sum();
+    let event_defaults = field_len(tag::DEFAULT_TRACK_UUID, lane0_uuid);
+    let defaults = bytes_len(tag::DEFAULTS_TRACK_EVENT, event_defaults)
+        + field_len(tag::DEFAULTS_CLOCK_ID, INCREMENTAL_CLOCK.into());
+    let len = bytes_len(tag::PACKET_CLOCK_SNAPSHOT, snapshot)
+        + field_len(tag::PACKET_SEQUENCE_ID, group.into())
+        + field_len(
+            tag::PACKET_SEQUENCE_FLAGS,
+            SEQ_INCREMENTAL_STATE_CLEARED.into(),
+        )
+        + bytes_len(tag::PACKET_DEFAULTS, defaults)
+        + if first {
+            field_len(tag::PACKET_FIRST_ON_SEQUENCE, 1)
+        } else {
+            0
+        };
+    out.push(0x0A); // Trace.packet
+    put_varint(out, len as u64);
+    put_varint(out, tag::PACKET_CLOCK_SNAPSHOT);
+    put_varint(out, snapshot as u64);
+    for c in clocks {
+        put_varint(out, tag::SNAPSHOT_CLOCKS);
+        put_varint(out, clock_len(c) as u64);
+        put_field(out, tag::CLOCK_ID, c.0.into());
+        put_field(out, tag::CLOCK_TIMESTAMP, ts);
+        if c.1 {
+            put_field(out, tag::CLOCK_IS_INCREMENTAL, 1);
+        }
+    }
+    put_field(out, tag::PACKET_SEQUENCE_ID, group.into());
+    put_field(
+        out,
+        tag::PACKET_SEQUENCE_FLAGS,
+        SEQ_INCREMENTAL_STATE_CLEARED.into(),
+    );
+    put_varint(out, tag::PACKET_DEFAULTS);
+    put_varint(out, defaults as u64);
+    put_varint(out, tag::DEFAULTS_TRACK_EVENT);
+    put_varint(out, event_defaults as u64);
+    put_field(out, tag::DEFAULT_TRACK_UUID, lane0_uuid);
+    put_field(out, tag::DEFAULTS_CLOCK_ID, INCREMENTAL_CLOCK.into());
+    if first {
+        put_field(out, tag::PACKET_FIRST_ON_SEQUENCE, 1);
+    }
+}
+
 /// An interned entry `{iid, name}` under `tag` of InternedData.
 fn put_entry(out: &mut Vec<u8>, tag: u64, iid: u64, name: &[u8]) {
     let len = 1 + varint_len(iid) + 1 + varint_len(name.len() as u64) + name.len();
@@ -345,60 +644,36 @@ impl ProtoWriter {
     /// incremental clock (at `ts`, where the sequence is).
     fn clear_state(&mut self, group: u32, lane0_uuid: u64, ts: i64, first: bool) {
         let first_ts = ts;
-        let packet = TracePacket {
-            optional_trusted_packet_sequence_id: Some(
-                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(group),
-            ),
-            sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
-            first_packet_on_sequence: first.then_some(true),
-            trace_packet_defaults: Some(TracePacketDefaults {
-                timestamp_clock_id: Some(INCREMENTAL_CLOCK),
-                track_event_defaults: Some(TrackEventDefaults {
-                    track_uuid: Some(lane0_uuid),
-                    ..Default::default()
-                }),
-            }),
-            data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
-                clocks: vec![
-                    clock_snapshot::Clock {
-                        clock_id: Some(BOOTTIME),
-                        timestamp: Some(first_ts.max(0) as u64),
-                        ..Default::default()
-                    },
-                    clock_snapshot::Clock {
-                        clock_id: Some(INCREMENTAL_CLOCK),
-                        timestamp: Some(first_ts.max(0) as u64),
-                        is_incremental: Some(true),
-                        ..Default::default()
-                    },
-                ],
-                ..Default::default()
-            })),
+        put_clear_packet(&mut self.out.data, group, lane0_uuid, first_ts, first);
+        let seq = self.seqs.open(group);
+        let mut maps = seq.maps.take();
+        if let Some(m) = &mut maps {
+            // A sequence that needed maps will again: they keep their room.
+            m.names_by_sid.clear();
+            m.names_by_text.clear();
+            m.values_by_sid.clear();
+            m.values_by_text.clear();
+        }
+        // Its arena blocks are kept, empty.
+        *seq = Sequence {
+            last_ts: first_ts.max(0),
+            default_track: lane0_uuid,
+            maps,
+            small_at: seq.small_at,
+            keys_at: seq.keys_at,
+            keys_cap: seq.keys_cap,
             ..Default::default()
         };
-        frame(&packet, &mut self.out.data);
-        self.seqs.insert(
-            group,
-            Box::new(Sequence {
-                last_ts: first_ts.max(0),
-                default_track: lane0_uuid,
-                ..Default::default()
-            }),
-        );
     }
 
     /// Interning stays bounded: past [`MAX_INTERNED`] names and values on one sequence, its
     /// incremental state is cleared and interning starts over (Perfetto's way to let a
     /// long-running writer forget), so memory does not grow with distinct names.
     fn bound_interning(&mut self, group: u32) {
-        let Some(seq) = self.seqs.get(&group) else {
+        let Some(seq) = self.seqs.get(group) else {
             return;
         };
-        let interned = seq.names_by_sid.len()
-            + seq.names_by_text.len()
-            + seq.values_by_sid.len()
-            + seq.values_by_text.len();
-        if interned >= MAX_INTERNED {
+        if (seq.names + seq.values) as usize >= MAX_INTERNED {
             let (track, ts) = (seq.default_track, seq.last_ts);
             self.clear_state(group, track, ts, false);
         }
@@ -406,7 +681,7 @@ impl ProtoWriter {
 
     /// Frame `self.event` (and `self.interned`) as one packet of the sequence at `ts`.
     fn write_event(&mut self, seq_id: u32, ts: i64) {
-        let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
+        let seq = self.seqs.get_mut(seq_id).expect("group opened before use");
         debug_assert!(
             ts >= seq.last_ts,
             "layout keeps each sequence in time order"
@@ -447,7 +722,8 @@ impl ProtoWriter {
         ev: &Event<'_>,
     ) {
         let info = &*self.desc;
-        let seq = self.seqs.get_mut(&seq_id).expect("group opened before use");
+        let seq = self.seqs.get_mut(seq_id).expect("group opened before use");
+        let interning = &mut self.interning;
         let interned = &mut self.interned;
         let e = &mut self.event;
 
@@ -465,31 +741,23 @@ impl ProtoWriter {
         put_field(e, tag::CATEGORY_IIDS, u64::from(seq.categories[ci]));
 
         for arg in ev.args {
-            let key_iid = match arg_iid(&seq.arg_names, arg.key) {
-                Some(iid) => iid,
-                None => {
-                    if seq.arg_names.capacity() == 0 {
-                        // One allocation for an event's keys, not one per doubling.
-                        seq.arg_names.reserve(16);
-                    }
-                    seq.arg_names.push(arg.key);
-                    let iid = seq.arg_names.len() as u64;
-                    put_entry(
-                        interned,
-                        tag::DEBUG_ANNOTATION_NAMES,
-                        iid,
-                        arg.key.as_bytes(),
-                    );
-                    iid
-                }
-            };
+            let (key_iid, new) = interning.arg_key(seq, arg.key);
+            if new {
+                put_entry(
+                    interned,
+                    tag::DEBUG_ANNOTATION_NAMES,
+                    key_iid,
+                    arg.key.as_bytes(),
+                );
+            }
             let name_len = 1 + varint_len(key_iid);
-            match arg.value {
+            let value = match arg.value {
                 ArgValue::Int(v) => {
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
                     put_varint(e, (name_len + 1 + varint_len(v as u64)) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_field(e, tag::INT_VALUE, v as u64);
+                    continue;
                 }
                 ArgValue::Double(v) => {
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
@@ -497,12 +765,14 @@ impl ProtoWriter {
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_varint(e, tag::DOUBLE_VALUE);
                     e.extend_from_slice(&v.to_le_bytes());
+                    continue;
                 }
                 ArgValue::Bool(v) => {
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
                     put_varint(e, (name_len + 2) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_field(e, tag::BOOL_VALUE, v as u64);
+                    continue;
                 }
                 ArgValue::Str(s) => {
                     let n = s.len();
@@ -510,75 +780,42 @@ impl ProtoWriter {
                     put_varint(e, (name_len + 1 + varint_len(n as u64) + n) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_bytes(e, tag::STRING_VALUE, s.as_bytes());
+                    continue;
                 }
-                ArgValue::Label(s) => {
-                    let iid = match seq.values_by_text.get(s) {
-                        Some(&iid) => iid,
-                        None => {
-                            seq.next_value += 1;
-                            let iid = seq.next_value;
-                            seq.values_by_text.insert(s.into(), iid);
-                            put_entry(
-                                interned,
-                                tag::DEBUG_ANNOTATION_STRING_VALUES,
-                                iid,
-                                s.as_bytes(),
-                            );
-                            iid
-                        }
-                    };
-                    put_iid_annotation(e, key_iid, iid);
-                }
-                ArgValue::StrId(sid) => {
-                    let iid = match seq.values_by_sid.get(&sid) {
-                        Some(&iid) => iid,
-                        None => {
-                            seq.next_value += 1;
-                            let iid = seq.next_value;
-                            seq.values_by_sid.insert(sid, iid);
-                            put_entry(
-                                interned,
-                                tag::DEBUG_ANNOTATION_STRING_VALUES,
-                                iid,
-                                info.string_or_id(sid).as_bytes(),
-                            );
-                            iid
-                        }
-                    };
-                    put_iid_annotation(e, key_iid, iid);
-                }
+                ArgValue::Label(s) => Key::Text(s),
+                ArgValue::StrId(sid) => Key::Sid(sid),
+            };
+            let (iid, new) = interning.intern(seq, true, value);
+            if new {
+                let text = match value {
+                    Key::Text(s) => s.into(),
+                    Key::Sid(sid) => info.string_or_id(sid),
+                };
+                put_entry(
+                    interned,
+                    tag::DEBUG_ANNOTATION_STRING_VALUES,
+                    u64::from(iid),
+                    text.as_bytes(),
+                );
             }
+            put_iid_annotation(e, key_iid, u64::from(iid));
         }
 
         put_field(e, tag::TYPE, kind as u64);
 
-        let name_iid = match ev.name {
-            Name::Str(sid) => match seq.names_by_sid.get(&sid) {
-                Some(&iid) => iid,
-                None => {
-                    seq.next_name += 1;
-                    let iid = seq.next_name;
-                    seq.names_by_sid.insert(sid, iid);
-                    put_entry(
-                        interned,
-                        tag::EVENT_NAMES,
-                        iid,
-                        info.string_or_id(sid).as_bytes(),
-                    );
-                    iid
-                }
-            },
-            Name::Text(t) | Name::Static(t) => match seq.names_by_text.get(t) {
-                Some(&iid) => iid,
-                None => {
-                    seq.next_name += 1;
-                    let iid = seq.next_name;
-                    seq.names_by_text.insert(t.into(), iid);
-                    put_entry(interned, tag::EVENT_NAMES, iid, t.as_bytes());
-                    iid
-                }
-            },
+        let name = match ev.name {
+            Name::Str(sid) => Key::Sid(sid),
+            Name::Text(t) | Name::Static(t) => Key::Text(t),
         };
+        let (name_iid, new) = interning.intern(seq, false, name);
+        let name_iid = u64::from(name_iid);
+        if new {
+            let text = match name {
+                Key::Text(t) => t.into(),
+                Key::Sid(sid) => info.string_or_id(sid),
+            };
+            put_entry(interned, tag::EVENT_NAMES, name_iid, text.as_bytes());
+        }
         put_field(e, tag::NAME_IID, name_iid);
         if !lane0 {
             put_field(e, tag::TRACK_UUID, lane);
@@ -694,5 +931,147 @@ impl EventWriter for ProtoWriter {
 
     fn take_chunk(&mut self) -> Option<Chunk> {
         self.out.take()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::proto::{TracePacketDefaults, TrackEventDefaults};
+
+    /// The hand-written clear packet is what prost writes for the same `TracePacket`.
+    #[test]
+    fn clear_packet_matches_prost() {
+        for (group, uuid, ts, first) in [
+            (2, 1, 0, true),
+            (3, 300, -5, false),
+            (0x7FFF_FFFF, u64::MAX, i64::MAX, true),
+            (130, 1 << 40, 1_700_000_000_000_000_000, false),
+        ] {
+            let packet = TracePacket {
+                optional_trusted_packet_sequence_id: Some(
+                    trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(group),
+                ),
+                sequence_flags: Some(SEQ_INCREMENTAL_STATE_CLEARED),
+                first_packet_on_sequence: first.then_some(true),
+                trace_packet_defaults: Some(TracePacketDefaults {
+                    timestamp_clock_id: Some(INCREMENTAL_CLOCK),
+                    track_event_defaults: Some(TrackEventDefaults {
+                        track_uuid: Some(uuid),
+                        ..Default::default()
+                    }),
+                }),
+                data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
+                    clocks: vec![
+                        clock_snapshot::Clock {
+                            clock_id: Some(BOOTTIME),
+                            timestamp: Some(ts.max(0) as u64),
+                            ..Default::default()
+                        },
+                        clock_snapshot::Clock {
+                            clock_id: Some(INCREMENTAL_CLOCK),
+                            timestamp: Some(ts.max(0) as u64),
+                            is_incremental: Some(true),
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            let (mut want, mut got) = (Vec::new(), Vec::new());
+            frame(&packet, &mut want);
+            put_clear_packet(&mut got, group, uuid, ts, first);
+            assert_eq!(got, want, "group {group} uuid {uuid} ts {ts} first {first}");
+        }
+    }
+
+    /// Names and values keep their iids when a sequence outgrows its short lists: every event
+    /// resolves to its own name and values, and no iid is interned twice.
+    #[test]
+    fn short_lists_then_maps_resolve_every_event() {
+        use crate::model::{Arg, Flows};
+        use crate::proto::{Trace, debug_annotation};
+        const TEXTS: [&str; 11] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"];
+        let mut w = Protobuf::default().writer(Arc::new(Description::default()));
+        let mut want = Vec::new();
+        w.open_group(2, 7, 0);
+        for i in 0..60usize {
+            let name = if i % 3 == 0 {
+                Name::Str(i as i64 % 13)
+            } else {
+                Name::Text(TEXTS[i % 11])
+            };
+            let args = [
+                Arg {
+                    key: "label",
+                    value: ArgValue::Label(TEXTS[i % 9]),
+                },
+                Arg {
+                    key: "sid",
+                    value: ArgValue::StrId(100 + i as i64 % 10),
+                },
+            ];
+            let ev = Event {
+                start: 10 * i as i64,
+                end: Some(10 * i as i64 + 5),
+                name,
+                category: Category::Kernel,
+                args: &args,
+                flows: Flows {
+                    out: &[],
+                    terminating: None,
+                },
+            };
+            w.begin(2, 7, true, &ev);
+            w.end(2, 7, true, ev.start + 5);
+            let text = |n: Name<'_>| match n {
+                Name::Str(sid) => format!("(string {sid})"),
+                Name::Text(t) | Name::Static(t) => t.to_string(),
+            };
+            want.push(vec![
+                text(name),
+                format!("label={}", TEXTS[i % 9]),
+                format!("sid=(string {})", 100 + i % 10),
+            ]);
+        }
+        let bytes = w.take_chunk().unwrap().data;
+        let mut names = HashMap::new();
+        let mut values = HashMap::new();
+        let mut keys = HashMap::new();
+        let mut got = Vec::new();
+        for p in Trace::decode(&bytes[..]).unwrap().packet {
+            if let Some(d) = p.interned_data {
+                for e in d.event_names {
+                    assert!(names.insert(e.iid(), e.name().to_string()).is_none());
+                }
+                for e in d.debug_annotation_string_values {
+                    let s = String::from_utf8(e.str().to_vec()).unwrap();
+                    assert!(values.insert(e.iid(), s).is_none());
+                }
+                for e in d.debug_annotation_names {
+                    assert!(keys.insert(e.iid(), e.name().to_string()).is_none());
+                }
+            }
+            let Some(trace_packet::Data::TrackEvent(ev)) = p.data else {
+                continue;
+            };
+            let Some(track_event::NameField::NameIid(iid)) = ev.name_field else {
+                continue;
+            };
+            let mut row = vec![names[&iid].clone()];
+            for a in ev.debug_annotations {
+                let Some(debug_annotation::NameField::NameIid(k)) = a.name_field else {
+                    panic!("arg key not interned");
+                };
+                let Some(debug_annotation::Value::StringValueIid(v)) = a.value else {
+                    panic!("arg value not interned");
+                };
+                row.push(format!("{}={}", keys[&k], values[&v]));
+            }
+            got.push(row);
+        }
+        assert_eq!(got, want);
+        assert!(names.len() > SMALL as usize && values.len() > SMALL as usize);
     }
 }

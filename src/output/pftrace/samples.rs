@@ -120,7 +120,7 @@ impl ProtoWriter {
     }
 
     pub(super) fn write_counter(&mut self, group: u32, ts: i64, value: CounterValue) {
-        let seq = self.seqs.get_mut(&group).expect("group opened before use");
+        let seq = self.seqs.get_mut(group).expect("group opened before use");
         debug_assert!(
             ts >= seq.last_ts,
             "layout keeps each counter sequence in order"
