@@ -1344,12 +1344,15 @@ fn serve_page_in_a_real_browser() {
     wait_until(Duration::from_secs(20), "the page's options", || {
         d.js("return document.querySelectorAll('#types input').length")
             .as_u64()
-            .filter(|&n| n == 9)
+            .filter(|&n| n == nsys_perfetto::select::EventType::ALL.len() as u64)
     });
-    // Event types: only NVTX and OS runtime (one reader thread: a deterministic output to compare
-    // byte for byte with the CLI's); JSON output.
-    for t in ["kernel", "memcpy", "memset", "cuda-api", "sync", "sched"] {
-        d.click(&format!("#type-{t}"));
+    // Every type is offered, checked as the command line's defaults (all). Keep only NVTX and OS
+    // runtime (one reader thread: a deterministic output to compare byte for byte with the
+    // CLI's); JSON output.
+    for t in nsys_perfetto::select::EventType::ALL {
+        if !matches!(t.name(), "nvtx" | "osrt") {
+            d.click(&format!("#type-{}", t.name()));
+        }
     }
     d.click("input[name=format][value=json]");
     let input = d.element("#file");
