@@ -100,7 +100,7 @@ fn gpu_flows(schema: &Schema, t: &str) -> bool {
 }
 
 /// Whether a GPU table's rows take part in the NVTX projection (its definition).
-fn gpu_projects(schema: &Schema, t: &str) -> bool {
+pub fn gpu_projects(schema: &Schema, t: &str) -> bool {
     schema.has_columns(
         t,
         &["start", "end", "correlationId", "globalPid", "deviceId"],
@@ -124,7 +124,8 @@ fn api_flows(schema: &Schema, t: &str) -> bool {
         && schema.rowid(t).is_some()
 }
 
-fn api_projects(schema: &Schema, t: &str) -> bool {
+/// Whether an API table's calls take part in the NVTX projection (its definition).
+pub fn api_projects(schema: &Schema, t: &str) -> bool {
     schema.has_columns(t, &["start", "correlationId", "globalTid"])
         && schema.rowid(t) == Some("rowid")
 }

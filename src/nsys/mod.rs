@@ -385,7 +385,13 @@ pub const MAX_GLOBAL_ID: i64 = 1 << 56;
 /// Read a global thread id: [`int_at`] within `0..MAX_GLOBAL_ID`, else `None`.
 #[inline]
 pub fn tid_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
-    int_at(row, idx).filter(|t| (0..MAX_GLOBAL_ID).contains(t))
+    row.get_ref(idx).ok().and_then(global_tid_of)
+}
+
+/// [`tid_at`] of a value already fetched.
+#[inline]
+pub fn global_tid_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
+    int_of(v).filter(|t| (0..MAX_GLOBAL_ID).contains(t))
 }
 
 /// Read a CUDA device number: [`int_at`] within `0..2^32` (a GPU's track is named by it), else

@@ -122,9 +122,7 @@ pub fn read<S: EventSink>(
             }
             (_, Some(e)) => Some(e),
         };
-        let Some(global_tid) =
-            super::int_of(v.global_tid).filter(|t| (0..super::MAX_GLOBAL_ID).contains(t))
-        else {
+        let Some(global_tid) = super::global_tid_of(v.global_tid) else {
             sink.skip(NVTX, "no thread id");
             continue;
         };

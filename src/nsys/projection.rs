@@ -218,6 +218,26 @@ impl Projected {
         Ok(Lookup::new(self.kernels[src as usize].iter()?))
     }
 
+    /// The result from its collected records.
+    fn sorted(
+        spans: Sorter<SpanRecord>,
+        kernels: [Sorter<Named<1>>; 3],
+        counts: Counts,
+        mut spill: Spill,
+    ) -> Result<Projected> {
+        let [k0, k1, k2] = kernels;
+        Ok(Projected {
+            spans: spans.finish(&mut spill)?,
+            kernels: [
+                k0.finish(&mut spill)?,
+                k1.finish(&mut spill)?,
+                k2.finish(&mut spill)?,
+            ],
+            counts,
+            _spill: spill,
+        })
+    }
+
     /// Read tables made by `project_sql` into streams.
     fn from_tables(t: &SqlTables) -> Result<Projected> {
         let conn = Connection::open_with_flags(
@@ -275,17 +295,7 @@ impl Projected {
                 )?;
             }
         }
-        let [k0, k1, k2] = kernels;
-        Ok(Projected {
-            spans: spans.finish(&mut spill)?,
-            kernels: [
-                k0.finish(&mut spill)?,
-                k1.finish(&mut spill)?,
-                k2.finish(&mut spill)?,
-            ],
-            counts: t.counts,
-            _spill: spill,
-        })
+        Projected::sorted(spans, kernels, t.counts, spill)
     }
 }
 
@@ -344,12 +354,7 @@ impl SqlTables {
     fn build(schema: &Schema) -> Result<SqlTables> {
         let gpu: Vec<(i64, &'static str)> = crate::nsys::flows::gpu_tables(schema)
             .into_iter()
-            .filter(|(_, t)| {
-                schema.has_columns(
-                    t,
-                    &["start", "end", "correlationId", "globalPid", "deviceId"],
-                ) && schema.rowid(t) == Some("rowid")
-            })
+            .filter(|(_, t)| crate::nsys::flows::gpu_projects(schema, t))
             .collect();
         let (dir, path, conn) =
             nsys::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
@@ -361,9 +366,7 @@ impl SqlTables {
         // The launching call of each (process, correlation id); should an export repeat one,
         // the first row wins, as for flow arrows.
         for t in [RUNTIME, DRIVER] {
-            if schema.has_columns(t, &["start", "correlationId", "globalTid"])
-                && schema.rowid(t) == Some("rowid")
-            {
+            if crate::nsys::flows::api_projects(schema, t) {
                 sql += &format!(
                     "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, \
                      globalTid, start FROM src.\"{t}\" WHERE correlationId IS NOT NULL \
@@ -966,21 +969,11 @@ impl<'l> Sweep<'l> {
         let Out {
             spans,
             kernels,
-            mut spill,
+            spill,
             counts,
             ..
         } = self.out;
-        let [k0, k1, k2] = kernels;
-        Ok(Projected {
-            spans: spans.finish(&mut spill)?,
-            kernels: [
-                k0.finish(&mut spill)?,
-                k1.finish(&mut spill)?,
-                k2.finish(&mut spill)?,
-            ],
-            counts,
-            _spill: spill,
-        })
+        Ok(Projected::sorted(spans, kernels, counts, spill)?)
     }
 }
 
