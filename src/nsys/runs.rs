@@ -9,10 +9,8 @@
 //! ([`Named`]).
 
 use anyhow::{Context, Result};
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -32,36 +30,110 @@ pub trait Record: Ord + Clone {
     /// What reading a run keeps between records.
     type ReadState: Default;
     /// The next record, `None` at the end of the run.
-    fn read_from(r: &mut impl Read, state: &mut Self::ReadState) -> std::io::Result<Option<Self>>;
+    fn read_from(
+        r: &mut impl BufRead,
+        state: &mut Self::ReadState,
+    ) -> std::io::Result<Option<Self>>;
 }
 
-/// Fill `buf`; `Ok(false)` at a clean end of file (nothing read).
-fn read_all(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<bool> {
-    let mut got = 0;
-    while got < buf.len() {
-        match r.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
+// Run files hold each field as the zigzag varint of its difference from the same field of
+// the record before (sorted neighbours differ little: a few bytes a field instead of eight),
+// which keeps the scratch files, and the system time spent writing them, small.
+
+fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+fn unzigzag(u: u64) -> i64 {
+    ((u >> 1) as i64) ^ -((u & 1) as i64)
+}
+
+fn write_varint(mut v: u64, w: &mut impl Write) -> std::io::Result<()> {
+    let mut buf = [0u8; 10];
+    let mut n = 0;
+    while v >= 0x80 {
+        buf[n] = v as u8 | 0x80;
+        v >>= 7;
+        n += 1;
+    }
+    buf[n] = v as u8;
+    w.write_all(&buf[..=n])
+}
+
+fn bad_run() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidData, "damaged scratch run")
+}
+
+/// A varint from `b` at `pos`; `None` when `b` ends first.
+fn varint_in(b: &[u8], pos: &mut usize) -> Option<std::io::Result<u64>> {
+    let mut v = 0u64;
+    for shift in (0..64).step_by(7) {
+        let byte = *b.get(*pos)?;
+        *pos += 1;
+        v |= u64::from(byte & 0x7f) << shift;
+        if byte < 0x80 {
+            return Some(Ok(v));
         }
     }
-    Ok(true)
+    Some(Err(bad_run()))
 }
 
-/// `N` little-endian integers in one read; `None` at a clean end of file.
-fn read_fields<const N: usize>(r: &mut impl Read) -> std::io::Result<Option<[i64; N]>> {
-    // 64 fields at most, far more than any record here has.
-    let mut buf = [0u8; 512];
-    let buf = &mut buf[..N * 8];
-    if !read_all(r, buf)? {
+fn read_varint(r: &mut impl BufRead) -> std::io::Result<u64> {
+    let mut b = [0u8; 10];
+    for n in 0..10 {
+        r.read_exact(&mut b[n..=n])?;
+        if b[n] < 0x80 {
+            let mut pos = 0;
+            return varint_in(&b[..=n], &mut pos).expect("a whole varint");
+        }
+    }
+    Err(bad_run())
+}
+
+/// The fields of the record read last (zeros before the first).
+pub struct Prev<const N: usize>([i64; N]);
+
+impl<const N: usize> Default for Prev<N> {
+    fn default() -> Self {
+        Prev([0; N])
+    }
+}
+
+fn write_fields<const N: usize>(
+    fields: &[i64; N],
+    prev: Option<&[i64; N]>,
+    w: &mut impl Write,
+) -> std::io::Result<()> {
+    for (i, v) in fields.iter().enumerate() {
+        write_varint(zigzag(v.wrapping_sub(prev.map_or(0, |p| p[i]))), w)?;
+    }
+    Ok(())
+}
+
+/// The next record's fields; `None` at a clean end of the run. Decoded straight from the
+/// reader's buffer unless the record straddles its end.
+fn read_fields<const N: usize>(
+    r: &mut impl BufRead,
+    prev: &mut Prev<N>,
+) -> std::io::Result<Option<[i64; N]>> {
+    let buf = r.fill_buf()?;
+    if buf.is_empty() {
         return Ok(None);
     }
-    let mut rec = [0i64; N];
-    for (v, b) in rec.iter_mut().zip(buf.chunks_exact(8)) {
-        *v = i64::from_le_bytes(b.try_into().expect("8 bytes"));
+    let mut rec = prev.0;
+    if buf.len() >= N * 10 {
+        let mut pos = 0;
+        for v in rec.iter_mut() {
+            let d = varint_in(buf, &mut pos).expect("room for a varint")?;
+            *v = v.wrapping_add(unzigzag(d));
+        }
+        r.consume(pos);
+    } else {
+        for v in rec.iter_mut() {
+            *v = v.wrapping_add(unzigzag(read_varint(r)?));
+        }
     }
+    prev.0 = rec;
     Ok(Some(rec))
 }
 
@@ -72,16 +144,12 @@ impl<const N: usize> Record for [i64; N] {
     fn size(&self, _: Option<&Self>) -> usize {
         N * 8
     }
-    fn write_to(&self, _: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
-        let mut buf = [0u8; 512];
-        for (v, b) in self.iter().zip(buf.chunks_exact_mut(8)) {
-            b.copy_from_slice(&v.to_le_bytes());
-        }
-        w.write_all(&buf[..N * 8])
+    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
+        write_fields(self, prev, w)
     }
-    type ReadState = ();
-    fn read_from(r: &mut impl Read, _: &mut ()) -> std::io::Result<Option<Self>> {
-        read_fields(r)
+    type ReadState = Prev<N>;
+    fn read_from(r: &mut impl BufRead, prev: &mut Prev<N>) -> std::io::Result<Option<Self>> {
+        read_fields(r, prev)
     }
 }
 
@@ -93,8 +161,9 @@ pub struct Named<const N: usize> {
     pub text: Arc<[u8]>,
 }
 
-/// The length written for a string equal to the previous record's.
-const SAME_TEXT: u64 = u64::MAX;
+/// The length written for a string equal to the previous record's (others are written as
+/// their length plus one).
+const SAME_TEXT: u64 = 0;
 
 impl<const N: usize> Record for Named<N> {
     fn key(&self) -> i64 {
@@ -106,41 +175,61 @@ impl<const N: usize> Record for Named<N> {
     }
     /// A string equal to the previous record's is written as [`SAME_TEXT`] alone.
     fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
-        self.fields.write_to(None, w)?;
+        write_fields(&self.fields, prev.map(|p| &p.fields), w)?;
         if prev.is_some_and(|p| Arc::ptr_eq(&p.text, &self.text) || p.text == self.text) {
-            return w.write_all(&SAME_TEXT.to_le_bytes());
+            return write_varint(SAME_TEXT, w);
         }
-        w.write_all(&(self.text.len() as u64).to_le_bytes())?;
+        write_varint(self.text.len() as u64 + 1, w)?;
         w.write_all(&self.text)
     }
-    /// The previous record's string and a buffer: neighbours in a run often carry the same
-    /// string (kernels launched in the same ranges), which is then shared, not allocated again.
-    type ReadState = (Option<Arc<[u8]>>, Vec<u8>);
+    /// The previous fields, the strings read last and a buffer: neighbours in a run often
+    /// carry the same string (kernels launched in the same ranges, nested ranges' spans),
+    /// which is then shared, not allocated again.
+    type ReadState = (Prev<N>, Recent, Vec<u8>);
     fn read_from(
-        r: &mut impl Read,
-        (last, buf): &mut Self::ReadState,
+        r: &mut impl BufRead,
+        (prev, recent, buf): &mut Self::ReadState,
     ) -> std::io::Result<Option<Self>> {
-        let Some(fields) = read_fields::<N>(r)? else {
+        let Some(fields) = read_fields::<N>(r, prev)? else {
             return Ok(None);
         };
-        let mut len = [0u8; 8];
-        r.read_exact(&mut len)?;
-        let len = u64::from_le_bytes(len);
-        if len == SAME_TEXT
-            && let Some(l) = last
-        {
-            return Ok(Some(Named {
-                fields,
-                text: l.clone(),
-            }));
+        let len = read_varint(r)?;
+        if len == SAME_TEXT {
+            let text = recent.last().ok_or_else(bad_run)?;
+            return Ok(Some(Named { fields, text }));
         }
-        buf.resize(len as usize, 0);
+        let len = usize::try_from(len - 1).map_err(|_| bad_run())?;
+        buf.resize(len, 0);
         r.read_exact(buf)?;
-        let text = match last {
-            Some(l) if l[..] == buf[..] => l.clone(),
-            _ => last.insert(Arc::from(&buf[..])).clone(),
+        Ok(Some(Named {
+            fields,
+            text: recent.get(buf),
+        }))
+    }
+}
+
+/// The last few distinct strings a run read, most recent first.
+#[derive(Default)]
+pub struct Recent(Vec<Arc<[u8]>>);
+
+impl Recent {
+    const KEPT: usize = 8;
+
+    fn last(&self) -> Option<Arc<[u8]>> {
+        self.0.first().cloned()
+    }
+
+    /// `t`, shared with a recent string equal to it.
+    fn get(&mut self, t: &[u8]) -> Arc<[u8]> {
+        let a = match self.0.iter().position(|a| a[..] == *t) {
+            Some(i) => self.0.remove(i),
+            None => {
+                self.0.truncate(Recent::KEPT - 1);
+                Arc::from(t)
+            }
         };
-        Ok(Some(Named { fields, text }))
+        self.0.insert(0, a.clone());
+        a
     }
 }
 
@@ -212,11 +301,27 @@ impl<R: Record> Sorter<R> {
     }
 
     fn write_run(&mut self, spill: &mut Spill) -> Result<()> {
-        self.chunk.sort_unstable();
+        // Large records are not moved to sort them: their (first field, place) pairs are, and
+        // the records are written in that order.
+        let order: Vec<u32> = if std::mem::size_of::<R>() > 32 {
+            let chunk = &self.chunk;
+            let mut keyed: Vec<(i64, u32)> = (0..chunk.len())
+                .map(|i| (chunk[i].key(), i as u32))
+                .collect();
+            keyed.sort_unstable_by(|a, b| {
+                a.0.cmp(&b.0)
+                    .then_with(|| chunk[a.1 as usize].cmp(&chunk[b.1 as usize]))
+            });
+            keyed.into_iter().map(|(_, i)| i).collect()
+        } else {
+            self.chunk.sort_unstable();
+            (0..self.chunk.len() as u32).collect()
+        };
         let (path, file) = spill.file()?;
         let mut w = BufWriter::with_capacity(1 << 16, file);
         let mut prev = None;
-        for rec in &self.chunk {
+        for &i in &order {
+            let rec = &self.chunk[i as usize];
             rec.write_to(prev, &mut w)
                 .with_context(|| format!("cannot write scratch file {}", path.display()))?;
             prev = Some(rec);
@@ -273,12 +378,18 @@ impl<R: Record> Sorted<R> {
         let mut m = Merge {
             memory: self.memory.iter(),
             readers,
-            heap: BinaryHeap::new(),
+            heads: Vec::new(),
+            heap: Vec::new(),
         };
         for i in 0..m.readers.len() {
-            if let Some(rec) = m.read(i)? {
-                m.heap.push(Reverse((rec, i)));
+            let head = m.read(i)?;
+            if head.is_some() {
+                m.heap.push(i);
             }
+            m.heads.push(head);
+        }
+        for i in (0..m.heap.len() / 2).rev() {
+            m.sift_down(i);
         }
         Ok(m)
     }
@@ -297,7 +408,11 @@ impl<R: Record> Drop for Sorted<R> {
 pub struct Merge<'a, R: Record> {
     memory: std::slice::Iter<'a, R>,
     readers: Vec<(BufReader<File>, R::ReadState)>,
-    heap: BinaryHeap<Reverse<(R, usize)>>,
+    /// The next record of each run.
+    heads: Vec<Option<R>>,
+    /// The runs that have a next record, a binary min-heap by (record, run): records stay
+    /// where they are, only run numbers move; equal records leave in run order.
+    heap: Vec<usize>,
 }
 
 impl<R: Record> Merge<'_, R> {
@@ -306,17 +421,48 @@ impl<R: Record> Merge<'_, R> {
         R::read_from(r, state).context("cannot read a scratch file back")
     }
 
+    fn less(&self, a: usize, b: usize) -> bool {
+        (self.heads[a].as_ref(), a) < (self.heads[b].as_ref(), b)
+    }
+
+    fn sift_down(&mut self, mut at: usize) {
+        loop {
+            let left = 2 * at + 1;
+            if left >= self.heap.len() {
+                return;
+            }
+            let right = left + 1;
+            let child = if right < self.heap.len() && self.less(self.heap[right], self.heap[left]) {
+                right
+            } else {
+                left
+            };
+            if !self.less(self.heap[child], self.heap[at]) {
+                return;
+            }
+            self.heap.swap(child, at);
+            at = child;
+        }
+    }
+
     pub fn next_record(&mut self) -> Result<Option<R>> {
         if self.readers.is_empty() {
             return Ok(self.memory.next().cloned());
         }
-        let Some(Reverse((rec, i))) = self.heap.pop() else {
+        let Some(&i) = self.heap.first() else {
             return Ok(None);
         };
-        if let Some(n) = self.read(i)? {
-            self.heap.push(Reverse((n, i)));
+        let rec = self.heads[i].take();
+        self.heads[i] = self.read(i)?;
+        if self.heads[i].is_none() {
+            let last = self.heap.pop().expect("not empty");
+            if self.heap.is_empty() {
+                return Ok(rec);
+            }
+            self.heap[0] = last;
         }
-        Ok(Some(rec))
+        self.sift_down(0);
+        Ok(rec)
     }
 }
 
@@ -390,6 +536,37 @@ mod tests {
             want.sort_unstable();
             assert_eq!(sorted_of(&recs), want, "{n} records");
         }
+    }
+
+    #[test]
+    fn extreme_values_survive_the_delta_encoding() {
+        let edges = [i64::MIN, i64::MIN + 1, -1, 0, 1, i64::MAX - 1, i64::MAX];
+        let mut recs = Vec::new();
+        for (i, a) in edges.iter().enumerate() {
+            for b in edges {
+                recs.push([*a, b, b.wrapping_mul(i as i64)]);
+            }
+        }
+        // Enough copies to spill several runs.
+        let recs: Vec<[i64; 3]> = recs
+            .iter()
+            .cycle()
+            .take(3 * RUN_RECORDS + 5)
+            .copied()
+            .collect();
+        let mut spill = Spill::default();
+        let mut s = Sorter::<[i64; 3]>::default();
+        for r in &recs {
+            s.push(*r, &mut spill).unwrap();
+        }
+        let sorted = s.finish(&mut spill).unwrap();
+        let mut want = recs.clone();
+        want.sort_unstable();
+        let mut it = sorted.iter().unwrap();
+        for w in &want {
+            assert_eq!(it.next_record().unwrap().as_ref(), Some(w));
+        }
+        assert!(it.next_record().unwrap().is_none());
     }
 
     #[test]
