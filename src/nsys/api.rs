@@ -3,7 +3,7 @@
 use super::info::ProfileInfo;
 use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at};
 use crate::model::EventSink;
-use crate::model::{ArgList, Category, Event, Flows, GroupKey, Name};
+use crate::model::{ArgList, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
 use crate::nsys::runs::Lookup;
 use crate::select::{EventType, Selection};
@@ -111,7 +111,7 @@ pub fn read<S: EventSink>(
         return Ok(());
     }
     // Shown names per string id, computed once.
-    let mut names: HashMap<i64, Option<String>> = HashMap::new();
+    let mut names: HashMap<i64, Option<String>, FastHash> = HashMap::default();
     let tables: Vec<(&'static str, i64)> = [(RUNTIME, SRC_RUNTIME), (DRIVER, SRC_DRIVER)]
         .into_iter()
         .filter(|(t, _)| schema.has_columns(t, &["start", "end"]))
@@ -173,7 +173,7 @@ pub fn display_name(symbol: &str) -> Option<&str> {
 fn emit<S: EventSink>(
     row: &Row,
     info: &ProfileInfo,
-    names: &mut HashMap<i64, Option<String>>,
+    names: &mut HashMap<i64, Option<String>, FastHash>,
     sink: &mut S,
 ) -> Result<()> {
     let Some((start, end)) = sink.interval(row.table, row.start, row.end) else {

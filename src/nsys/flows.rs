@@ -23,10 +23,11 @@
 //! the same join did: a third of a whole conversion's CPU time went there.)
 
 use crate::nsys::runs::{Lookup, Sorted, Sorter, Spill};
-use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema, int_at};
+use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema, int_of};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
+use rusqlite::types::ValueRef;
 
 /// The computed links; shared read-only by the API and GPU readers.
 pub struct FlowDb {
@@ -139,30 +140,39 @@ pub fn links(gpu_start: i64, launch_start: Option<i64>) -> bool {
 /// The time pair of a row its reader converts (rather than counts as skipped): integer (or
 /// real) times, end not before start nor beyond [`nsys::MAX_TIME`]. Only such rows link: an
 /// arrow to a row that is not written would dangle.
-fn converted_times(r: &rusqlite::Row<'_>, start: usize, end: usize) -> Option<i64> {
-    let (s, e) = (int_at(r, start)?, int_at(r, end)?);
+fn converted_times(start: ValueRef<'_>, end: ValueRef<'_>) -> Option<i64> {
+    let (s, e) = (int_of(start)?, int_of(end)?);
     (e >= s && e <= nsys::MAX_TIME).then_some(s)
 }
 
 /// The process key (`globalPid >> 24`, the same for a process's `globalTid`s) and correlation
 /// id of a row. A correlation id that is not an integer links nothing.
-fn key(r: &rusqlite::Row<'_>, global_id: usize, corr: usize) -> Option<(i64, i64)> {
-    let corr = match r.get_ref(corr).ok()? {
-        rusqlite::types::ValueRef::Integer(v) => v,
-        rusqlite::types::ValueRef::Real(v) if v.fract() == 0.0 => v as i64,
+fn key(global_id: ValueRef<'_>, corr: ValueRef<'_>) -> Option<(i64, i64)> {
+    let corr = match corr {
+        ValueRef::Integer(v) => v,
+        ValueRef::Real(v) if v.fract() == 0.0 => v as i64,
         _ => return None,
     };
-    Some((int_at(r, global_id)? >> 24, corr))
+    Some((int_of(global_id)? >> 24, corr))
 }
 
 /// An integer, or `None` for NULL; `Err` for any other value (the projection's sweep then
 /// gives way to its SQL definition, which has SQLite's own rules for those).
-fn int_or_null(r: &rusqlite::Row<'_>, i: usize) -> Result<Option<i64>, ()> {
-    match r.get_ref(i) {
-        Ok(rusqlite::types::ValueRef::Integer(v)) => Ok(Some(v)),
-        Ok(rusqlite::types::ValueRef::Null) => Ok(None),
+fn int_or_null(v: ValueRef<'_>) -> Result<Option<i64>, ()> {
+    match v {
+        ValueRef::Integer(v) => Ok(Some(v)),
+        ValueRef::Null => Ok(None),
         _ => Err(()),
     }
+}
+
+/// The row's first `N` values, each fetched once.
+fn values<'r, const N: usize>(r: &'r rusqlite::Row<'_>) -> rusqlite::Result<[ValueRef<'r>; N]> {
+    let mut v = [ValueRef::Null; N];
+    for (i, v) in v.iter_mut().enumerate() {
+        *v = r.get_ref(i)?;
+    }
+    Ok(v)
 }
 
 /// Flags of a sorted row: whether it takes part in the flow links, in the projection.
@@ -248,21 +258,23 @@ pub fn prepare(
         let mut stmt = conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            let rid = int_at(r, 0);
+            // Each value fetched once: `[rowid, thread, correlation id, start, end, selected]`.
+            let v = values::<6>(r)?;
+            let rid = int_of(v[0]);
             let mut flags = 0;
             let mut key_start = None;
             // The thread must be one the API reader can place.
             if *t_flows
-                && int_at(r, 5) == Some(1)
-                && nsys::tid_at(r, 1).is_some()
+                && int_of(v[5]) == Some(1)
+                && nsys::global_tid_of(v[1]).is_some()
                 && let (Some(start), Some(k), Some(_)) =
-                    (converted_times(r, 3, 4), key(r, 1, 2), rid)
+                    (converted_times(v[3], v[4]), key(v[1], v[2]), rid)
             {
                 flags |= FLOWS;
                 key_start = Some((k, start));
             }
             if *t_projects && !unsupported {
-                match (int_or_null(r, 1), int_or_null(r, 2), int_or_null(r, 3)) {
+                match (int_or_null(v[1]), int_or_null(v[2]), int_or_null(v[3])) {
                     (Ok(Some(tid)), Ok(Some(corr)), Ok(Some(start))) => {
                         flags |= PROJECTS;
                         key_start.get_or_insert(((tid >> 24, corr), start));
@@ -274,7 +286,7 @@ pub fn prepare(
             if let (Some(((pkey, corr), start)), Some(rid)) = (key_start, rid)
                 && flags != 0
             {
-                let tid = int_at(r, 1).unwrap_or(0);
+                let tid = int_of(v[1]).unwrap_or(0);
                 calls.push(
                     [pkey, corr, order as i64, rid, start, tid, flags],
                     &mut spill,
@@ -304,35 +316,39 @@ pub fn prepare(
         let mut stmt = conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            let Some(rid) = int_at(r, 0) else { continue };
+            // `[rowid, process, correlation id, start, end, device, stream, selected]`.
+            let v = values::<8>(r)?;
+            let Some(rid) = int_of(v[0]) else { continue };
             let mut flags = 0;
             let mut rec = None;
             // The ids the GPU reader needs to place the row.
             if *t_flows
-                && int_at(r, 7) == Some(1)
-                && nsys::device_at(r, 5).is_some()
-                && int_at(r, 6).is_some()
-                && let (Some(start), Some((pkey, corr))) = (converted_times(r, 3, 4), key(r, 1, 2))
+                && int_of(v[7]) == Some(1)
+                && int_of(v[5]).is_some_and(|d| (0..1 << 32).contains(&d))
+                && int_of(v[6]).is_some()
+                && let (Some(start), Some((pkey, corr))) =
+                    (converted_times(v[3], v[4]), key(v[1], v[2]))
             {
                 flags |= FLOWS;
-                let (end, device) = (int_at(r, 4).unwrap_or(start), int_at(r, 5).unwrap_or(0));
+                let (end, device) = (int_of(v[4]).unwrap_or(start), int_of(v[5]).unwrap_or(0));
                 rec = Some([pkey, corr, *src, rid, start, end, device]);
             }
             if *t_projects && !unsupported {
-                let ids = [1, 2, 3, 4, 5].map(|i| int_or_null(r, i));
-                if ids.iter().any(Result::is_err) {
-                    unsupported = true;
-                } else if let [
-                    Ok(Some(gpid)),
-                    Ok(Some(corr)),
-                    Ok(Some(start)),
-                    Ok(Some(end)),
-                    Ok(Some(device)),
-                ] = ids
-                    && end >= start
-                {
-                    flags |= PROJECTS;
-                    rec.get_or_insert([gpid >> 24, corr, *src, rid, start, end, device]);
+                match [1, 2, 3, 4, 5].map(|i| int_or_null(v[i])) {
+                    [
+                        Ok(Some(gpid)),
+                        Ok(Some(corr)),
+                        Ok(Some(start)),
+                        Ok(Some(end)),
+                        Ok(Some(device)),
+                    ] => {
+                        if end >= start {
+                            flags |= PROJECTS;
+                            rec.get_or_insert([gpid >> 24, corr, *src, rid, start, end, device]);
+                        }
+                    }
+                    ids if ids.iter().any(Result::is_err) => unsupported = true,
+                    _ => {}
                 }
             }
             if let Some([pkey, corr, src, rid, start, end, device]) = rec

@@ -3,7 +3,7 @@
 use super::info::ProfileInfo;
 use super::{KERNEL, MEMCPY, MEMSET, REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
-use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
+use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
 use crate::nsys::projection::Projected;
 use crate::nsys::runs::{Lookup, Named};
@@ -259,7 +259,7 @@ struct Formatter {
     grid: String,
     block: String,
     /// (slot, value) -> label; slots: 0 launch type, 1 copy kind, 2 memory kind, 3 memcpy name.
-    labels: HashMap<(u8, i64), String>,
+    labels: HashMap<(u8, i64), String, FastHash>,
 }
 
 impl Formatter {
@@ -275,7 +275,7 @@ impl Formatter {
     }
 }
 
-fn label(labels: &HashMap<(u8, i64), String>, slot: u8, v: Option<i64>) -> Option<&str> {
+fn label(labels: &HashMap<(u8, i64), String, FastHash>, slot: u8, v: Option<i64>) -> Option<&str> {
     v.and_then(|v| labels.get(&(slot, v)).map(String::as_str))
 }
 

@@ -489,7 +489,7 @@ pub fn scratch_db(
 /// of the table itself).
 pub struct Callchains<'c> {
     stmt: Option<rusqlite::Statement<'c>>,
-    cache: HashMap<i64, Option<std::rc::Rc<str>>>,
+    cache: HashMap<i64, Option<std::rc::Rc<str>>, crate::model::FastHash>,
 }
 
 impl<'c> Callchains<'c> {
@@ -524,7 +524,7 @@ impl<'c> Callchains<'c> {
         };
         Ok(Callchains {
             stmt,
-            cache: HashMap::new(),
+            cache: HashMap::default(),
         })
     }
 

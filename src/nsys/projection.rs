@@ -124,33 +124,31 @@ pub struct Span {
     pub name_id: Option<i64>,
 }
 
-/// Span record fields: `[gpu_start, -gpu_end, nvtx rowid, device, gpu_end, gpu rows, thread,
-/// event type, domain, name id, flags]` (the sort key first), the text as the record's string.
-type SpanRecord = Named<11>;
+/// Span record fields: `[gpu_start, -gpu_end, nvtx rowid, device, gpu rows, thread, domain,
+/// name id, flags]` (the sort key first), the text as the record's string.
+type SpanRecord = Named<9>;
 const HAS_TEXT: i64 = 1;
 const HAS_NAME_ID: i64 = 2;
+/// Flag: a start/end range (else push/pop; the sweep and the SQL definition take no others).
+const IS_START_END: i64 = 4;
 
 impl Span {
     fn record(&self) -> SpanRecord {
-        let flags = if self.text.is_some() { HAS_TEXT } else { 0 }
-            | if self.name_id.is_some() {
-                HAS_NAME_ID
-            } else {
-                0
-            };
+        let flag = |on: bool, f: i64| if on { f } else { 0 };
         Named {
             fields: [
                 self.gpu_start,
-                -self.gpu_end,
+                // Wrapping: a bijection, so `of` gives back any value.
+                self.gpu_end.wrapping_neg(),
                 self.nvtx_rid,
                 self.device,
-                self.gpu_end,
                 self.gpu_rows,
                 self.global_tid,
-                self.event_type,
                 self.domain,
                 self.name_id.unwrap_or(0),
-                flags,
+                flag(self.text.is_some(), HAS_TEXT)
+                    | flag(self.name_id.is_some(), HAS_NAME_ID)
+                    | flag(self.event_type == START_END, IS_START_END),
             ],
             text: self.text.clone().unwrap_or_else(|| Arc::from(&b""[..])),
         }
@@ -160,15 +158,19 @@ impl Span {
         let f = r.fields;
         Span {
             gpu_start: f[0],
-            gpu_end: f[4],
+            gpu_end: f[1].wrapping_neg(),
             nvtx_rid: f[2],
             device: f[3],
-            gpu_rows: f[5],
-            global_tid: f[6],
-            event_type: f[7],
-            domain: f[8],
-            name_id: (f[10] & HAS_NAME_ID != 0).then_some(f[9]),
-            text: (f[10] & HAS_TEXT != 0).then_some(r.text),
+            gpu_rows: f[4],
+            global_tid: f[5],
+            event_type: if f[8] & IS_START_END != 0 {
+                START_END
+            } else {
+                PUSH_POP
+            },
+            domain: f[6],
+            name_id: (f[8] & HAS_NAME_ID != 0).then_some(f[7]),
+            text: (f[8] & HAS_TEXT != 0).then_some(r.text),
         }
     }
 }
@@ -641,6 +643,7 @@ fn int(v: ValueRef<'_>) -> Result<i64, Stop> {
 }
 
 const PUSH_POP: i64 = 59;
+const START_END: i64 = 60;
 
 /// The span of the GPU rows an open range has taken on one device.
 struct DevSpan {
@@ -764,27 +767,68 @@ struct Launch {
 /// The sweep's state for one CPU thread.
 #[derive(Default)]
 struct Thread {
-    /// The ranges containing the thread's latest event time, in [`Range::key`] order.
-    open: Vec<Range>,
+    /// The ranges containing the thread's latest event time (their places in [`Slab`]), in
+    /// [`Range::key`] order.
+    open: Vec<u32>,
     /// The names of the open push/pop ranges (`None` when there are none), valid while
     /// `names_valid`.
     names: Option<Arc<[u8]>>,
     names_valid: bool,
 }
 
+/// The ranges the sweep holds (buffered or open), in place: the window and the threads move
+/// their numbers, not the ranges.
+#[derive(Default)]
+struct Slab {
+    ranges: Vec<Option<Range>>,
+    free: Vec<u32>,
+}
+
+impl Slab {
+    fn put(&mut self, r: Range) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.ranges[i as usize] = Some(r);
+                i
+            }
+            None => {
+                self.ranges.push(Some(r));
+                u32::try_from(self.ranges.len() - 1).expect("fewer than 2^32 ranges held")
+            }
+        }
+    }
+
+    fn get(&self, i: u32) -> &Range {
+        self.ranges[i as usize].as_ref().expect("a held range")
+    }
+
+    fn get_mut(&mut self, i: u32) -> &mut Range {
+        self.ranges[i as usize].as_mut().expect("a held range")
+    }
+
+    fn take(&mut self, i: u32) -> Range {
+        self.free.push(i);
+        self.ranges[i as usize].take().expect("a held range")
+    }
+}
+
 /// Where the sweep writes.
 struct Out {
+    ranges: Slab,
     spans: Sorter<SpanRecord>,
     kernels: [Sorter<Named<1>>; 3],
     spill: Spill,
     counts: Counts,
     /// Scratch for building the names.
     names: Vec<u8>,
+    /// The names built, shared: a thread enters the same ranges again and again.
+    name_lists: Texts,
 }
 
 impl Out {
     /// A range ends: write its spans, one per device.
-    fn close(&mut self, r: Range) -> Result<(), Stop> {
+    fn close(&mut self, id: u32) -> Result<(), Stop> {
+        let r = self.ranges.take(id);
         if r.devs.is_empty() {
             return Ok(());
         }
@@ -817,15 +861,15 @@ impl Out {
 
     /// Close the thread's ranges that end before `t`: no later event is inside them.
     fn prune(&mut self, th: &mut Thread, t: i64) -> Result<(), Stop> {
-        if th.open.iter().all(|r| r.end >= t) {
+        if th.open.iter().all(|&id| self.ranges.get(id).end >= t) {
             return Ok(());
         }
         let mut i = 0;
         while i < th.open.len() {
-            if th.open[i].end < t {
-                let r = th.open.remove(i);
-                th.names_valid &= !r.push_pop();
-                self.close(r)?;
+            if self.ranges.get(th.open[i]).end < t {
+                let id = th.open.remove(i);
+                th.names_valid &= !self.ranges.get(id).push_pop();
+                self.close(id)?;
             } else {
                 i += 1;
             }
@@ -834,13 +878,14 @@ impl Out {
     }
 
     /// A range starts on its thread.
-    fn open(&mut self, threads: &mut Threads, r: Range) -> Result<(), Stop> {
-        let th = threads.entry(r.tid).or_default();
-        self.prune(th, r.start)?;
-        th.names_valid &= !r.push_pop();
-        let key = r.key();
-        let at = th.open.partition_point(|o| o.key() < key);
-        th.open.insert(at, r);
+    fn open(&mut self, threads: &mut Threads, id: u32) -> Result<(), Stop> {
+        let r = self.ranges.get(id);
+        let (tid, start, push_pop, key) = (r.tid, r.start, r.push_pop(), r.key());
+        let th = threads.entry(tid).or_default();
+        self.prune(th, start)?;
+        th.names_valid &= !push_pop;
+        let at = th.open.partition_point(|&o| self.ranges.get(o).key() < key);
+        th.open.insert(at, id);
         Ok(())
     }
 
@@ -850,21 +895,22 @@ impl Out {
             return Ok(());
         };
         self.prune(th, astart)?;
-        for r in &mut th.open {
-            r.devs.add(l.device, l.start, l.end);
+        for &id in &th.open {
+            self.ranges.get_mut(id).devs.add(l.device, l.start, l.end);
         }
         if !th.names_valid {
             let names = &mut self.names;
             names.clear();
             let mut any = false;
-            for r in th.open.iter().filter(|r| r.push_pop()) {
+            let open = th.open.iter().map(|&id| self.ranges.get(id));
+            for r in open.filter(|r| r.push_pop()) {
                 if any {
                     names.extend_from_slice(RANGE_SEPARATOR.as_bytes());
                 }
                 names.extend_from_slice(r.name());
                 any = true;
             }
-            th.names = any.then(|| Arc::from(&names[..]));
+            th.names = any.then(|| self.name_lists.get(names));
             th.names_valid = true;
         }
         if let (Some(names), Some(k)) = (&th.names, self.kernels.get_mut(l.src as usize)) {
@@ -895,7 +941,8 @@ struct Sweep<'l> {
     out: Out,
     launches: crate::nsys::runs::Merge<'l, [i64; 7]>,
     next_launch: Option<[i64; 7]>,
-    nvtx: Window<Range>,
+    /// The buffered ranges, by start.
+    nvtx: Window<u32>,
     threads: Threads,
 }
 
@@ -905,11 +952,13 @@ impl<'l> Sweep<'l> {
         let next_launch = launches.next_record()?;
         Ok(Sweep {
             out: Out {
+                ranges: Slab::default(),
                 spans: Sorter::default(),
                 kernels: Default::default(),
                 spill: Spill::default(),
                 counts: Counts::default(),
                 names: Vec::new(),
+                name_lists: Texts::default(),
             },
             launches,
             next_launch,
@@ -940,7 +989,8 @@ impl<'l> Sweep<'l> {
 
     /// The next range of the table.
     fn range(&mut self, r: Range) -> Result<(), Stop> {
-        if !self.nvtx.push(r.start, r) {
+        let start = r.start;
+        if !self.nvtx.push(start, self.out.ranges.put(r)) {
             return Err(Stop::Abort(Abort::NvtxDisorder));
         }
         if self.nvtx.buf.len() > NVTX_WINDOW {
@@ -951,9 +1001,9 @@ impl<'l> Sweep<'l> {
 
     /// Open the earliest buffered range, after the launches before it.
     fn open_next(&mut self) -> Result<(), Stop> {
-        let (start, r) = self.nvtx.pop().expect("a buffered range");
+        let (start, id) = self.nvtx.pop().expect("a buffered range");
         self.launches_until(Some(start))?;
-        self.out.open(&mut self.threads, r)
+        self.out.open(&mut self.threads, id)
     }
 
     fn finish(mut self) -> Result<Projected, Stop> {
@@ -962,8 +1012,8 @@ impl<'l> Sweep<'l> {
         }
         self.launches_until(None)?;
         for th in std::mem::take(&mut self.threads).into_values() {
-            for r in th.open {
-                self.out.close(r)?;
+            for id in th.open {
+                self.out.close(id)?;
             }
         }
         let Out {

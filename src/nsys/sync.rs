@@ -4,7 +4,7 @@
 use super::info::ProfileInfo;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
-use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
+use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -51,7 +51,7 @@ pub fn read<S: EventSink>(
     let mut stmt = conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
     let mut window = Reorder::new(REORDER_WINDOW);
-    let mut labels: HashMap<i64, String> = HashMap::new();
+    let mut labels: HashMap<i64, String, FastHash> = HashMap::default();
     while let Some(r) = rows.next()? {
         let row: [Option<i64>; 9] = std::array::from_fn(|i| match i {
             0 | 1 => super::time_at(r, i),
@@ -72,7 +72,7 @@ fn emit<S: EventSink>(
     row: &[Option<i64>; 9],
     selection: &Selection,
     sink: &mut S,
-    labels: &mut HashMap<i64, String>,
+    labels: &mut HashMap<i64, String, FastHash>,
     info: &ProfileInfo,
 ) -> Result<()> {
     let [

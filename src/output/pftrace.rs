@@ -67,7 +67,7 @@ impl Format for Protobuf {
             interning: Interning::default(),
             event: Vec::with_capacity(256),
             interned: Vec::new(),
-            samples: HashMap::new(),
+            samples: HashMap::default(),
             sched: Default::default(),
             state_codes: sched::StateCodes::for_kernel(self.kernel.as_ref().map(|k| k.1)),
         }
@@ -474,7 +474,7 @@ pub struct ProtoWriter {
     /// What the event interns (InternedData fields), empty when it interns nothing.
     interned: Vec<u8>,
     /// Interning state of CPU sample sequences (see `samples`).
-    samples: HashMap<u32, samples::SampleSeq>,
+    samples: HashMap<u32, samples::SampleSeq, FastHash>,
     /// Context switches not yet written, per CPU (see `sched`).
     sched: sched::SchedState,
     /// How `prev_state` is written for the trace's kernel.
