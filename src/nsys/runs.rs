@@ -36,105 +36,57 @@ pub trait Record: Ord + Clone {
     ) -> std::io::Result<Option<Self>>;
 }
 
-// Run files hold each field as the zigzag varint of its difference from the same field of
-// the record before (sorted neighbours differ little: a few bytes a field instead of eight),
-// which keeps the scratch files, and the system time spent writing them, small.
-
-fn zigzag(v: i64) -> u64 {
-    ((v << 1) ^ (v >> 63)) as u64
-}
-
-fn unzigzag(u: u64) -> i64 {
-    ((u >> 1) as i64) ^ -((u & 1) as i64)
-}
-
-fn write_varint(mut v: u64, w: &mut impl Write) -> std::io::Result<()> {
-    let mut buf = [0u8; 10];
-    let mut n = 0;
-    while v >= 0x80 {
-        buf[n] = v as u8 | 0x80;
-        v >>= 7;
-        n += 1;
+/// Fill `buf`; `Ok(false)` at a clean end of file (nothing read).
+fn read_all(r: &mut impl BufRead, buf: &mut [u8]) -> std::io::Result<bool> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) if got == 0 => return Ok(false),
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
     }
-    buf[n] = v as u8;
-    w.write_all(&buf[..=n])
+    Ok(true)
 }
 
 fn bad_run() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, "damaged scratch run")
 }
 
-/// A varint from `b` at `pos`; `None` when `b` ends first.
-fn varint_in(b: &[u8], pos: &mut usize) -> Option<std::io::Result<u64>> {
-    let mut v = 0u64;
-    for shift in (0..64).step_by(7) {
-        let byte = *b.get(*pos)?;
-        *pos += 1;
-        v |= u64::from(byte & 0x7f) << shift;
-        if byte < 0x80 {
-            return Some(Ok(v));
+/// `N` little-endian integers; `None` at a clean end of file. Read straight from the reader's
+/// buffer unless the record straddles its end. (Fixed width: varint deltas made the files a
+/// quarter of the size but cost more CPU to encode and decode than the system time they saved.)
+fn read_fields<const N: usize>(r: &mut impl BufRead) -> std::io::Result<Option<[i64; N]>> {
+    let mut rec = [0i64; N];
+    let buf = r.fill_buf()?;
+    if buf.len() >= N * 8 {
+        for (v, b) in rec.iter_mut().zip(buf.chunks_exact(8)) {
+            *v = i64::from_le_bytes(b.try_into().expect("8 bytes"));
         }
+        r.consume(N * 8);
+        return Ok(Some(rec));
     }
-    Some(Err(bad_run()))
-}
-
-fn read_varint(r: &mut impl BufRead) -> std::io::Result<u64> {
-    let mut b = [0u8; 10];
-    for n in 0..10 {
-        r.read_exact(&mut b[n..=n])?;
-        if b[n] < 0x80 {
-            let mut pos = 0;
-            return varint_in(&b[..=n], &mut pos).expect("a whole varint");
+    for (i, v) in rec.iter_mut().enumerate() {
+        let mut b = [0u8; 8];
+        if !read_all(r, &mut b)? {
+            return if i == 0 {
+                Ok(None)
+            } else {
+                Err(std::io::ErrorKind::UnexpectedEof.into())
+            };
         }
+        *v = i64::from_le_bytes(b);
     }
-    Err(bad_run())
+    Ok(Some(rec))
 }
 
-/// The fields of the record read last (zeros before the first).
-pub struct Prev<const N: usize>([i64; N]);
-
-impl<const N: usize> Default for Prev<N> {
-    fn default() -> Self {
-        Prev([0; N])
-    }
-}
-
-fn write_fields<const N: usize>(
-    fields: &[i64; N],
-    prev: Option<&[i64; N]>,
-    w: &mut impl Write,
-) -> std::io::Result<()> {
-    for (i, v) in fields.iter().enumerate() {
-        write_varint(zigzag(v.wrapping_sub(prev.map_or(0, |p| p[i]))), w)?;
+fn write_fields(fields: &[i64], w: &mut impl Write) -> std::io::Result<()> {
+    for v in fields {
+        w.write_all(&v.to_le_bytes())?;
     }
     Ok(())
-}
-
-/// The next record's fields; `None` at a clean end of the run. Decoded straight from the
-/// reader's buffer unless the record straddles its end.
-fn read_fields<const N: usize>(
-    r: &mut impl BufRead,
-    prev: &mut Prev<N>,
-) -> std::io::Result<Option<[i64; N]>> {
-    let buf = r.fill_buf()?;
-    if buf.is_empty() {
-        return Ok(None);
-    }
-    let mut rec = prev.0;
-    if buf.len() >= N * 10 {
-        let mut pos = 0;
-        for v in rec.iter_mut() {
-            let d = varint_in(buf, &mut pos).expect("room for a varint")?;
-            *v = v.wrapping_add(unzigzag(d));
-        }
-        r.consume(pos);
-    } else {
-        for v in rec.iter_mut() {
-            *v = v.wrapping_add(unzigzag(read_varint(r)?));
-        }
-    }
-    prev.0 = rec;
-    Ok(Some(rec))
 }
 
 impl<const N: usize> Record for [i64; N] {
@@ -144,12 +96,12 @@ impl<const N: usize> Record for [i64; N] {
     fn size(&self, _: Option<&Self>) -> usize {
         N * 8
     }
-    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
-        write_fields(self, prev, w)
+    fn write_to(&self, _: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
+        write_fields(self, w)
     }
-    type ReadState = Prev<N>;
-    fn read_from(r: &mut impl BufRead, prev: &mut Prev<N>) -> std::io::Result<Option<Self>> {
-        read_fields(r, prev)
+    type ReadState = ();
+    fn read_from(r: &mut impl BufRead, _: &mut ()) -> std::io::Result<Option<Self>> {
+        read_fields(r)
     }
 }
 
@@ -161,9 +113,8 @@ pub struct Named<const N: usize> {
     pub text: Arc<[u8]>,
 }
 
-/// The length written for a string equal to the previous record's (others are written as
-/// their length plus one).
-const SAME_TEXT: u64 = 0;
+/// The length written for a string equal to the previous record's.
+const SAME_TEXT: u64 = u64::MAX;
 
 impl<const N: usize> Record for Named<N> {
     fn key(&self) -> i64 {
@@ -175,30 +126,32 @@ impl<const N: usize> Record for Named<N> {
     }
     /// A string equal to the previous record's is written as [`SAME_TEXT`] alone.
     fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
-        write_fields(&self.fields, prev.map(|p| &p.fields), w)?;
+        write_fields(&self.fields, w)?;
         if prev.is_some_and(|p| Arc::ptr_eq(&p.text, &self.text) || p.text == self.text) {
-            return write_varint(SAME_TEXT, w);
+            return w.write_all(&SAME_TEXT.to_le_bytes());
         }
-        write_varint(self.text.len() as u64 + 1, w)?;
+        w.write_all(&(self.text.len() as u64).to_le_bytes())?;
         w.write_all(&self.text)
     }
-    /// The previous fields, the strings read last and a buffer: neighbours in a run often
-    /// carry the same string (kernels launched in the same ranges, nested ranges' spans),
-    /// which is then shared, not allocated again.
-    type ReadState = (Prev<N>, Recent, Vec<u8>);
+    /// The strings read last and a buffer: neighbours in a run often carry the same string
+    /// (kernels launched in the same ranges, nested ranges' spans), which is then shared, not
+    /// allocated again.
+    type ReadState = (Recent, Vec<u8>);
     fn read_from(
         r: &mut impl BufRead,
-        (prev, recent, buf): &mut Self::ReadState,
+        (recent, buf): &mut Self::ReadState,
     ) -> std::io::Result<Option<Self>> {
-        let Some(fields) = read_fields::<N>(r, prev)? else {
+        let Some(fields) = read_fields::<N>(r)? else {
             return Ok(None);
         };
-        let len = read_varint(r)?;
+        let mut len = [0u8; 8];
+        r.read_exact(&mut len)?;
+        let len = u64::from_le_bytes(len);
         if len == SAME_TEXT {
             let text = recent.last().ok_or_else(bad_run)?;
             return Ok(Some(Named { fields, text }));
         }
-        let len = usize::try_from(len - 1).map_err(|_| bad_run())?;
+        let len = usize::try_from(len).map_err(|_| bad_run())?;
         buf.resize(len, 0);
         r.read_exact(buf)?;
         Ok(Some(Named {
