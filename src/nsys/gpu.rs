@@ -6,7 +6,7 @@ use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
 use crate::nsys::projection::Projected;
-use crate::nsys::runs::{Lookup, Named};
+use crate::nsys::runs::Lookup;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -234,7 +234,7 @@ struct Cursor<'s> {
     /// `[gpu rowid, launch start]` of the rows whose launching call was found.
     launches: Option<Lookup<'s, [i64; 2]>>,
     /// `[gpu rowid]` with the names of the push/pop ranges around the row's launch.
-    nvtx: Option<Lookup<'s, Named<1>>>,
+    nvtx: Option<crate::nsys::projection::KernelNames<'s>>,
 }
 
 impl Cursor<'_> {
@@ -247,7 +247,7 @@ impl Cursor<'_> {
             launches.matching(row.rowid, |[_, start]| row.launch_start = Some(start))?;
         }
         if let Some(nvtx) = self.nvtx.as_mut() {
-            nvtx.matching(row.rowid, |names| row.nvtx = Some(names.text))?;
+            row.nvtx = nvtx.of(row.rowid)?;
         }
         Ok(Some(row))
     }

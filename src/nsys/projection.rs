@@ -125,15 +125,17 @@ pub struct Span {
 }
 
 /// Span record fields: `[gpu_start, -gpu_end, nvtx rowid, device, gpu rows, thread, domain,
-/// name id, flags]` (the sort key first), the text as the record's string.
-type SpanRecord = Named<9>;
+/// name id, flags, text number]` (the sort key first); the text is its number in [`Names`], or
+/// the record's string when it has none (-1).
+type SpanRecord = Named<10>;
 const HAS_TEXT: i64 = 1;
 const HAS_NAME_ID: i64 = 2;
 /// Flag: a start/end range (else push/pop; the sweep and the SQL definition take no others).
 const IS_START_END: i64 = 4;
 
 impl Span {
-    fn record(&self) -> SpanRecord {
+    /// The record, the text given by its number in [`Names`] when it has one.
+    fn record(&self, text_no: Option<u32>) -> SpanRecord {
         let flag = |on: bool, f: i64| if on { f } else { 0 };
         Named {
             fields: [
@@ -149,13 +151,21 @@ impl Span {
                 flag(self.text.is_some(), HAS_TEXT)
                     | flag(self.name_id.is_some(), HAS_NAME_ID)
                     | flag(self.event_type == START_END, IS_START_END),
+                text_no.map_or(-1, i64::from),
             ],
-            text: self.text.clone().unwrap_or_else(|| Arc::from(&b""[..])),
+            text: match (text_no, &self.text) {
+                (None, Some(t)) => t.clone(),
+                _ => no_text(),
+            },
         }
     }
 
-    fn of(r: SpanRecord) -> Span {
+    fn of(r: SpanRecord, names: &[Arc<[u8]>]) -> Span {
         let f = r.fields;
+        let text = match usize::try_from(f[9]) {
+            Ok(no) => names[no].clone(),
+            Err(_) => r.text,
+        };
         Span {
             gpu_start: f[0],
             gpu_end: f[1].wrapping_neg(),
@@ -170,16 +180,84 @@ impl Span {
             },
             domain: f[6],
             name_id: (f[8] & HAS_NAME_ID != 0).then_some(f[7]),
-            text: (f[8] & HAS_TEXT != 0).then_some(r.text),
+            text: (f[8] & HAS_TEXT != 0).then_some(text),
         }
+    }
+}
+
+/// The string of records whose string is numbered: one, shared.
+fn no_text() -> Arc<[u8]> {
+    static EMPTY: std::sync::OnceLock<Arc<[u8]>> = std::sync::OnceLock::new();
+    EMPTY.get_or_init(|| Arc::from(&b""[..])).clone()
+}
+
+/// Strings by number, so that sorted records carry a number rather than the string (a profile
+/// repeats a few thousand range names and lists of names over hundreds of thousands of spans
+/// and kernels). Bounded: past [`Names::KEPT`] strings or [`Names::BYTES`] bytes, new strings
+/// get no number and records carry them.
+#[derive(Default)]
+struct Names {
+    list: Vec<Arc<[u8]>>,
+    index: HashMap<Arc<[u8]>, u32, crate::model::FastHash>,
+    bytes: usize,
+}
+
+impl Names {
+    const KEPT: usize = 1 << 16;
+    const BYTES: usize = 16 << 20;
+
+    /// `t`, shared, with its number when it has one.
+    fn get(&mut self, t: &[u8]) -> (Arc<[u8]>, Option<u32>) {
+        if let Some((a, &no)) = self.index.get_key_value(t) {
+            return (a.clone(), Some(no));
+        }
+        let a: Arc<[u8]> = Arc::from(t);
+        if self.list.len() >= Names::KEPT || self.bytes + t.len() > Names::BYTES {
+            return (a, None);
+        }
+        let no = self.list.len() as u32;
+        self.list.push(a.clone());
+        self.index.insert(a.clone(), no);
+        self.bytes += t.len();
+        (a, Some(no))
+    }
+}
+
+/// Kernel record: `[rowid, number of the names in Names, or -1]`, the names as the string when
+/// they have no number.
+type KernelRecord = Named<2>;
+
+/// The names of the push/pop ranges around each GPU row of one table, read beside its
+/// rowid-ordered scan (see [`Projected::kernel_names`]).
+pub struct KernelNames<'a> {
+    lookup: Lookup<'a, KernelRecord>,
+    lists: &'a [Arc<[u8]>],
+}
+
+impl KernelNames<'_> {
+    /// The names around the launch of GPU row `rowid` (rowids in increasing order).
+    pub fn of(&mut self, rowid: i64) -> Result<Option<Arc<[u8]>>> {
+        let mut found = None;
+        let lists = self.lists;
+        self.lookup.matching(rowid, |r| {
+            found = Some(match usize::try_from(r.fields[1]) {
+                Ok(no) => lists[no].clone(),
+                Err(_) => r.text,
+            });
+        })?;
+        Ok(found)
     }
 }
 
 /// The projection of one export as sorted streams (see the module's documentation).
 pub struct Projected {
     spans: Sorted<SpanRecord>,
-    /// Per GPU table number: `[rowid]` with the enclosing push/pop ranges' names.
-    kernels: [Sorted<Named<1>>; 3],
+    /// The numbered range names of the spans.
+    texts: Vec<Arc<[u8]>>,
+    /// Per GPU table number: the enclosing push/pop ranges' names by rowid.
+    kernels: [Sorted<KernelRecord>; 3],
+    /// The numbered lists of names of the kernels.
+    name_lists: Vec<Arc<[u8]>>,
     pub counts: Counts,
     _spill: Spill,
 }
@@ -210,26 +288,35 @@ impl Projected {
     pub fn spans(&self) -> Result<impl Iterator<Item = Result<Span>> + '_> {
         let mut merge = self.spans.iter()?;
         Ok(std::iter::from_fn(move || {
-            merge.next_record().transpose().map(|r| r.map(Span::of))
+            merge
+                .next_record()
+                .transpose()
+                .map(|r| r.map(|r| Span::of(r, &self.texts)))
         }))
     }
 
-    /// The names of the push/pop ranges around the launches of GPU table `src`, by rowid: for
-    /// each rowid in increasing order, [`Lookup::matching`] gives its record.
-    pub fn kernel_names(&self, src: i64) -> Result<Lookup<'_, Named<1>>> {
-        Ok(Lookup::new(self.kernels[src as usize].iter()?))
+    /// The names of the push/pop ranges around the launches of GPU table `src`, by rowid.
+    pub fn kernel_names(&self, src: i64) -> Result<KernelNames<'_>> {
+        Ok(KernelNames {
+            lookup: Lookup::new(self.kernels[src as usize].iter()?),
+            lists: &self.name_lists,
+        })
     }
 
     /// The result from its collected records.
     fn sorted(
         spans: Sorter<SpanRecord>,
-        kernels: [Sorter<Named<1>>; 3],
+        texts: Names,
+        kernels: [Sorter<KernelRecord>; 3],
+        name_lists: Names,
         counts: Counts,
         mut spill: Spill,
     ) -> Result<Projected> {
         let [k0, k1, k2] = kernels;
         Ok(Projected {
             spans: spans.finish(&mut spill)?,
+            texts: texts.list,
+            name_lists: name_lists.list,
             kernels: [
                 k0.finish(&mut spill)?,
                 k1.finish(&mut spill)?,
@@ -276,9 +363,9 @@ impl Projected {
                 text,
                 name_id: i(9),
             };
-            spans.push(span.record(), &mut spill)?;
+            spans.push(span.record(None), &mut spill)?;
         }
-        let mut kernels: [Sorter<Named<1>>; 3] = Default::default();
+        let mut kernels: [Sorter<KernelRecord>; 3] = Default::default();
         let mut st = conn.prepare(&format!("SELECT src, rid, ranges FROM {KERNEL_NVTX}"))?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
@@ -290,14 +377,15 @@ impl Projected {
             {
                 k.push(
                     Named {
-                        fields: [rid],
+                        fields: [rid, -1],
                         text: Arc::from(b),
                     },
                     &mut spill,
                 )?;
             }
         }
-        Projected::sorted(spans, kernels, t.counts, spill)
+        let none = Names::default;
+        Projected::sorted(spans, none(), kernels, none(), t.counts, spill)
     }
 }
 
@@ -461,7 +549,17 @@ impl Projected {
             for src in [SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET] {
                 let mut it = self.kernels[src as usize].iter()?;
                 while let Some(k) = it.next_record()? {
-                    kernels.push((src, k))?;
+                    let text = match usize::try_from(k.fields[1]) {
+                        Ok(no) => self.name_lists[no].clone(),
+                        Err(_) => k.text,
+                    };
+                    kernels.push((
+                        src,
+                        Named {
+                            fields: [k.fields[0]],
+                            text,
+                        },
+                    ))?;
                 }
             }
             kernels.finish()?;
@@ -662,6 +760,8 @@ struct Range {
     end: i64,
     domain: i64,
     text: Option<Arc<[u8]>>,
+    /// The number of `text` in the sweep's [`Names`].
+    text_no: Option<u32>,
     text_id: Option<i64>,
     /// A push/pop range's name when it is not `text` (a registered string, the placeholder).
     name: Option<Arc<[u8]>>,
@@ -733,27 +833,6 @@ impl Range {
     }
 }
 
-/// Range names, shared: a profile repeats a few names over many ranges.
-#[derive(Default)]
-struct Texts(std::collections::HashSet<Arc<[u8]>, crate::model::FastHash>);
-
-impl Texts {
-    /// Distinct names kept at most (then the set starts again: memory stays bounded).
-    const KEPT: usize = 4096;
-
-    fn get(&mut self, t: &[u8]) -> Arc<[u8]> {
-        if let Some(a) = self.0.get(t) {
-            return a.clone();
-        }
-        if self.0.len() >= Texts::KEPT {
-            self.0.clear();
-        }
-        let a: Arc<[u8]> = Arc::from(t);
-        self.0.insert(a.clone());
-        a
-    }
-}
-
 /// A GPU row with its launching call's thread and start.
 struct Launch {
     tid: i64,
@@ -772,7 +851,7 @@ struct Thread {
     open: Vec<u32>,
     /// The names of the open push/pop ranges (`None` when there are none), valid while
     /// `names_valid`.
-    names: Option<Arc<[u8]>>,
+    names: Option<(Arc<[u8]>, Option<u32>)>,
     names_valid: bool,
 }
 
@@ -816,13 +895,13 @@ impl Slab {
 struct Out {
     ranges: Slab,
     spans: Sorter<SpanRecord>,
-    kernels: [Sorter<Named<1>>; 3],
+    kernels: [Sorter<KernelRecord>; 3],
     spill: Spill,
     counts: Counts,
     /// Scratch for building the names.
     names: Vec<u8>,
-    /// The names built, shared: a thread enters the same ranges again and again.
-    name_lists: Texts,
+    /// The lists of names built, numbered: a thread enters the same ranges again and again.
+    name_lists: Names,
 }
 
 impl Out {
@@ -853,7 +932,7 @@ impl Out {
                 text: r.text.clone(),
                 name_id: r.text_id,
             };
-            self.spans.push(span.record(), &mut self.spill)?;
+            self.spans.push(span.record(r.text_no), &mut self.spill)?;
             self.counts.range_device_rows += 1;
         }
         Ok(())
@@ -913,11 +992,15 @@ impl Out {
             th.names = any.then(|| self.name_lists.get(names));
             th.names_valid = true;
         }
-        if let (Some(names), Some(k)) = (&th.names, self.kernels.get_mut(l.src as usize)) {
+        if let (Some((names, no)), Some(k)) = (&th.names, self.kernels.get_mut(l.src as usize)) {
             k.push(
                 Named {
-                    fields: [l.rid],
-                    text: names.clone(),
+                    fields: [l.rid, no.map_or(-1, i64::from)],
+                    text: if no.is_some() {
+                        no_text()
+                    } else {
+                        names.clone()
+                    },
                 },
                 &mut self.spill,
             )?;
@@ -944,6 +1027,8 @@ struct Sweep<'l> {
     /// The buffered ranges, by start.
     nvtx: Window<u32>,
     threads: Threads,
+    /// The range names, numbered.
+    texts: Names,
 }
 
 impl<'l> Sweep<'l> {
@@ -958,12 +1043,13 @@ impl<'l> Sweep<'l> {
                 spill: Spill::default(),
                 counts: Counts::default(),
                 names: Vec::new(),
-                name_lists: Texts::default(),
+                name_lists: Names::default(),
             },
             launches,
             next_launch,
             nvtx: Window::new(),
             threads: Threads::default(),
+            texts: Names::default(),
         })
     }
 
@@ -1021,9 +1107,12 @@ impl<'l> Sweep<'l> {
             kernels,
             spill,
             counts,
+            name_lists,
             ..
         } = self.out;
-        Ok(Projected::sorted(spans, kernels, counts, spill)?)
+        Ok(Projected::sorted(
+            spans, self.texts, kernels, name_lists, counts, spill,
+        )?)
     }
 }
 
@@ -1126,7 +1215,7 @@ impl<'a> RangeValues<'a> {
 /// What a row of `NVTX_EVENTS` is to the projection.
 fn range_of(
     v: &RangeValues<'_>,
-    texts: &mut Texts,
+    texts: &mut Names,
     registered: &mut Option<Registered<'_>>,
 ) -> Result<Option<Range>, Stop> {
     // `eventType IN (59, 60) AND end >= start AND globalTid IS NOT NULL`, with integers; other
@@ -1151,9 +1240,12 @@ fn range_of(
     if end < start {
         return Ok(None);
     }
-    let text = match v.text {
-        ValueRef::Text(t) => Some(texts.get(t)),
-        ValueRef::Null => None,
+    let (text, text_no) = match v.text {
+        ValueRef::Text(t) => {
+            let (t, no) = texts.get(t);
+            (Some(t), no)
+        }
+        ValueRef::Null => (None, None),
         _ => return Err(Stop::Abort(Abort::Unsupported)),
     };
     let text_id = int_or_null(v.text_id)?;
@@ -1177,6 +1269,7 @@ fn range_of(
         end,
         domain,
         text,
+        text_no,
         text_id,
         name,
         devs: Devs::default(),
@@ -1189,7 +1282,6 @@ fn range_of(
 /// [`Projected::build`] then computes it on its own.
 pub struct Feed<'l, 'c> {
     sweep: Option<Sweep<'l>>,
-    texts: Texts,
     registered: Option<Registered<'c>>,
     complete: bool,
 }
@@ -1212,7 +1304,6 @@ impl<'l, 'c> Feed<'l, 'c> {
         };
         Ok(Some(Feed {
             sweep: Some(Sweep::new(&launches.sorted)?),
-            texts: Texts::default(),
             registered,
             complete: false,
         }))
@@ -1223,7 +1314,7 @@ impl<'l, 'c> Feed<'l, 'c> {
         let Some(sweep) = self.sweep.as_mut() else {
             return Ok(());
         };
-        let fed = range_of(v, &mut self.texts, &mut self.registered)
+        let fed = range_of(v, &mut sweep.texts, &mut self.registered)
             .and_then(|range| range.map_or(Ok(()), |range| sweep.range(range)));
         match fed {
             Ok(()) => Ok(()),
@@ -1282,10 +1373,10 @@ fn sweep(
         text_id: 7,
     };
     let mut sweep = Sweep::new(launches)?;
-    let mut texts = Texts::default();
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        if let Some(range) = range_of(&RangeValues::of(r, &c)?, &mut texts, &mut registered)? {
+        let range = range_of(&RangeValues::of(r, &c)?, &mut sweep.texts, &mut registered)?;
+        if let Some(range) = range {
             sweep.range(range)?;
         }
     }
