@@ -341,11 +341,9 @@ pub fn prepare(
                         Ok(Some(start)),
                         Ok(Some(end)),
                         Ok(Some(device)),
-                    ] => {
-                        if end >= start {
-                            flags |= PROJECTS;
-                            rec.get_or_insert([gpid >> 24, corr, *src, rid, start, end, device]);
-                        }
+                    ] if end >= start => {
+                        flags |= PROJECTS;
+                        rec.get_or_insert([gpid >> 24, corr, *src, rid, start, end, device]);
                     }
                     ids if ids.iter().any(Result::is_err) => unsupported = true,
                     _ => {}
