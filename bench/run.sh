@@ -51,6 +51,12 @@ measure() {
   }
   awk '{printf "%.3f %.1f\n", $1+$2, $3/1024}' "$work/time.txt" >>"$work/$name.samples"
 }
+# after_peer: the peer writes a JSON of up to GBs; drop it and let the kernel write back its
+# pages before the next program runs, so that no one is timed while that happens
+after_peer() {
+  rm -f "$work/peer.json"
+  sync
+}
 # med NAME COLUMN: median of a column of the samples
 med() {
   awk -v c="$2" '{print $c}' "$work/$1.samples" | sort -g |
@@ -74,7 +80,7 @@ for c in "${copies[@]}"; do
     measure floor "$floor" "$in"
     measure noproj "$bin" -q "$in" -o "$work/noproj.pftrace" --types=-nvtx-gpu
     measure typed "$bin" -q "$in" -o "$work/typed.pftrace" --types "$types"
-    [ -n "$peer" ] && measure peer "$peer" -t "$peer_types" -o "$work/peer.json" "$in"
+    [ -n "$peer" ] && measure peer "$peer" -t "$peer_types" -o "$work/peer.json" "$in" && after_peer
   done
   o=$(med ours 1) f=$(med floor 1) t=$(med typed 1)
   p=$([ -n "$peer" ] && med peer 1 || echo 0) pm=$([ -n "$peer" ] && med peer 2 || echo 0)
@@ -91,7 +97,7 @@ if [[ $skip != *" nvtx "* ]]; then
   reset ours peer
   for _ in $(seq "$runs"); do
     measure ours "$bin" -q "$in" -o "$work/nvtx.pftrace" --types "$types"
-    [ -n "$peer" ] && measure peer "$peer" -t "$peer_types" -o "$work/peer.json" "$in"
+    [ -n "$peer" ] && measure peer "$peer" -t "$peer_types" -o "$work/peer.json" "$in" && after_peer
   done
   printf '%-12s %8s %8s\n' program cpu_s peak_MB
   printf '%-12s %8s %8s\n' ours "$(med ours 1)" "$(med ours 2)"
