@@ -849,6 +849,8 @@ struct Thread {
     /// The ranges containing the thread's latest event time (their places in [`Slab`]), in
     /// [`Range::key`] order.
     open: Vec<u32>,
+    /// The earliest end of the open ranges (when there are any): nothing closes before it.
+    min_end: i64,
     /// The names of the open push/pop ranges (`None` when there are none), valid while
     /// `names_valid`.
     names: Option<(Arc<[u8]>, Option<u32>)>,
@@ -940,16 +942,19 @@ impl Out {
 
     /// Close the thread's ranges that end before `t`: no later event is inside them.
     fn prune(&mut self, th: &mut Thread, t: i64) -> Result<(), Stop> {
-        if th.open.iter().all(|&id| self.ranges.get(id).end >= t) {
+        if th.open.is_empty() || th.min_end >= t {
             return Ok(());
         }
         let mut i = 0;
+        th.min_end = i64::MAX;
         while i < th.open.len() {
-            if self.ranges.get(th.open[i]).end < t {
+            let end = self.ranges.get(th.open[i]).end;
+            if end < t {
                 let id = th.open.remove(i);
                 th.names_valid &= !self.ranges.get(id).push_pop();
                 self.close(id)?;
             } else {
+                th.min_end = th.min_end.min(end);
                 i += 1;
             }
         }
@@ -959,11 +964,16 @@ impl Out {
     /// A range starts on its thread.
     fn open(&mut self, threads: &mut Threads, id: u32) -> Result<(), Stop> {
         let r = self.ranges.get(id);
-        let (tid, start, push_pop, key) = (r.tid, r.start, r.push_pop(), r.key());
+        let (tid, start, end, push_pop, key) = (r.tid, r.start, r.end, r.push_pop(), r.key());
         let th = threads.entry(tid).or_default();
         self.prune(th, start)?;
         th.names_valid &= !push_pop;
         let at = th.open.partition_point(|&o| self.ranges.get(o).key() < key);
+        th.min_end = if th.open.is_empty() {
+            end
+        } else {
+            th.min_end.min(end)
+        };
         th.open.insert(at, id);
         Ok(())
     }
