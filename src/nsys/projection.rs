@@ -137,6 +137,10 @@ impl Span {
     /// The record, the text given by its number in [`Names`] when it has one.
     fn record(&self, text_no: Option<u32>) -> SpanRecord {
         let flag = |on: bool, f: i64| if on { f } else { 0 };
+        let carried = self
+            .text
+            .as_ref()
+            .map_or((-1, no_text()), |t| carry(text_no, t));
         Named {
             fields: [
                 self.gpu_start,
@@ -151,21 +155,15 @@ impl Span {
                 flag(self.text.is_some(), HAS_TEXT)
                     | flag(self.name_id.is_some(), HAS_NAME_ID)
                     | flag(self.event_type == START_END, IS_START_END),
-                text_no.map_or(-1, i64::from),
+                carried.0,
             ],
-            text: match (text_no, &self.text) {
-                (None, Some(t)) => t.clone(),
-                _ => no_text(),
-            },
+            text: carried.1,
         }
     }
 
     fn of(r: SpanRecord, names: &[Arc<[u8]>]) -> Span {
         let f = r.fields;
-        let text = match usize::try_from(f[9]) {
-            Ok(no) => names[no].clone(),
-            Err(_) => r.text,
-        };
+        let text = carried_text(f[9], r.text, names);
         Span {
             gpu_start: f[0],
             gpu_end: f[1].wrapping_neg(),
@@ -189,6 +187,20 @@ impl Span {
 fn no_text() -> Arc<[u8]> {
     static EMPTY: std::sync::OnceLock<Arc<[u8]>> = std::sync::OnceLock::new();
     EMPTY.get_or_init(|| Arc::from(&b""[..])).clone()
+}
+
+/// How a record carries a string of [`Names`]: its number and [`no_text`] when it has a
+/// number, else -1 and the string itself.
+fn carry(no: Option<u32>, text: &Arc<[u8]>) -> (i64, Arc<[u8]>) {
+    match no {
+        Some(no) => (i64::from(no), no_text()),
+        None => (-1, text.clone()),
+    }
+}
+
+/// The string a record carries (see [`carry`]), its number looked up in `list`.
+fn carried_text(no: i64, text: Arc<[u8]>, list: &[Arc<[u8]>]) -> Arc<[u8]> {
+    usize::try_from(no).map_or(text, |no| list[no].clone())
 }
 
 /// Strings by number, so that sorted records carry a number rather than the string (a profile
@@ -240,10 +252,7 @@ impl KernelNames<'_> {
         let mut found = None;
         let lists = self.lists;
         self.lookup.matching(rowid, |r| {
-            found = Some(match usize::try_from(r.fields[1]) {
-                Ok(no) => lists[no].clone(),
-                Err(_) => r.text,
-            });
+            found = Some(carried_text(r.fields[1], r.text, lists));
         })?;
         Ok(found)
     }
@@ -549,10 +558,7 @@ impl Projected {
             for src in [SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET] {
                 let mut it = self.kernels[src as usize].iter()?;
                 while let Some(k) = it.next_record()? {
-                    let text = match usize::try_from(k.fields[1]) {
-                        Ok(no) => self.name_lists[no].clone(),
-                        Err(_) => k.text,
-                    };
+                    let text = carried_text(k.fields[1], k.text, &self.name_lists);
                     kernels.push((
                         src,
                         Named {
@@ -846,9 +852,8 @@ struct Launch {
 /// The sweep's state for one CPU thread.
 #[derive(Default)]
 struct Thread {
-    /// The ranges containing the thread's latest event time (their places in [`Slab`]), in
-    /// [`Range::key`] order.
-    open: Vec<u32>,
+    /// The ranges containing the thread's latest event time, in [`Range::key`] order.
+    open: Vec<Range>,
     /// The earliest end of the open ranges (when there are any): nothing closes before it.
     min_end: i64,
     /// The names of the open push/pop ranges (`None` when there are none), valid while
@@ -857,45 +862,8 @@ struct Thread {
     names_valid: bool,
 }
 
-/// The ranges the sweep holds (buffered or open), in place: the window and the threads move
-/// their numbers, not the ranges.
-#[derive(Default)]
-struct Slab {
-    ranges: Vec<Option<Range>>,
-    free: Vec<u32>,
-}
-
-impl Slab {
-    fn put(&mut self, r: Range) -> u32 {
-        match self.free.pop() {
-            Some(i) => {
-                self.ranges[i as usize] = Some(r);
-                i
-            }
-            None => {
-                self.ranges.push(Some(r));
-                u32::try_from(self.ranges.len() - 1).expect("fewer than 2^32 ranges held")
-            }
-        }
-    }
-
-    fn get(&self, i: u32) -> &Range {
-        self.ranges[i as usize].as_ref().expect("a held range")
-    }
-
-    fn get_mut(&mut self, i: u32) -> &mut Range {
-        self.ranges[i as usize].as_mut().expect("a held range")
-    }
-
-    fn take(&mut self, i: u32) -> Range {
-        self.free.push(i);
-        self.ranges[i as usize].take().expect("a held range")
-    }
-}
-
 /// Where the sweep writes.
 struct Out {
-    ranges: Slab,
     spans: Sorter<SpanRecord>,
     kernels: [Sorter<KernelRecord>; 3],
     spill: Spill,
@@ -908,8 +876,7 @@ struct Out {
 
 impl Out {
     /// A range ends: write its spans, one per device.
-    fn close(&mut self, id: u32) -> Result<(), Stop> {
-        let r = self.ranges.take(id);
+    fn close(&mut self, r: Range) -> Result<(), Stop> {
         if r.devs.is_empty() {
             return Ok(());
         }
@@ -948,11 +915,11 @@ impl Out {
         let mut i = 0;
         th.min_end = i64::MAX;
         while i < th.open.len() {
-            let end = self.ranges.get(th.open[i]).end;
+            let end = th.open[i].end;
             if end < t {
-                let id = th.open.remove(i);
-                th.names_valid &= !self.ranges.get(id).push_pop();
-                self.close(id)?;
+                let r = th.open.remove(i);
+                th.names_valid &= !r.push_pop();
+                self.close(r)?;
             } else {
                 th.min_end = th.min_end.min(end);
                 i += 1;
@@ -962,19 +929,18 @@ impl Out {
     }
 
     /// A range starts on its thread.
-    fn open(&mut self, threads: &mut Threads, id: u32) -> Result<(), Stop> {
-        let r = self.ranges.get(id);
-        let (tid, start, end, push_pop, key) = (r.tid, r.start, r.end, r.push_pop(), r.key());
-        let th = threads.entry(tid).or_default();
-        self.prune(th, start)?;
-        th.names_valid &= !push_pop;
-        let at = th.open.partition_point(|&o| self.ranges.get(o).key() < key);
+    fn open(&mut self, threads: &mut Threads, r: Range) -> Result<(), Stop> {
+        let th = threads.entry(r.tid).or_default();
+        self.prune(th, r.start)?;
+        th.names_valid &= !r.push_pop();
         th.min_end = if th.open.is_empty() {
-            end
+            r.end
         } else {
-            th.min_end.min(end)
+            th.min_end.min(r.end)
         };
-        th.open.insert(at, id);
+        let key = r.key();
+        let at = th.open.partition_point(|o| o.key() < key);
+        th.open.insert(at, r);
         Ok(())
     }
 
@@ -984,15 +950,14 @@ impl Out {
             return Ok(());
         };
         self.prune(th, astart)?;
-        for &id in &th.open {
-            self.ranges.get_mut(id).devs.add(l.device, l.start, l.end);
+        for r in &mut th.open {
+            r.devs.add(l.device, l.start, l.end);
         }
         if !th.names_valid {
             let names = &mut self.names;
             names.clear();
             let mut any = false;
-            let open = th.open.iter().map(|&id| self.ranges.get(id));
-            for r in open.filter(|r| r.push_pop()) {
+            for r in th.open.iter().filter(|r| r.push_pop()) {
                 if any {
                     names.extend_from_slice(RANGE_SEPARATOR.as_bytes());
                 }
@@ -1003,14 +968,11 @@ impl Out {
             th.names_valid = true;
         }
         if let (Some((names, no)), Some(k)) = (&th.names, self.kernels.get_mut(l.src as usize)) {
+            let (no, text) = carry(*no, names);
             k.push(
                 Named {
-                    fields: [l.rid, no.map_or(-1, i64::from)],
-                    text: if no.is_some() {
-                        no_text()
-                    } else {
-                        names.clone()
-                    },
+                    fields: [l.rid, no],
+                    text,
                 },
                 &mut self.spill,
             )?;
@@ -1034,8 +996,7 @@ struct Sweep<'l> {
     out: Out,
     launches: crate::nsys::runs::Merge<'l, [i64; 7]>,
     next_launch: Option<[i64; 7]>,
-    /// The buffered ranges, by start.
-    nvtx: Window<u32>,
+    nvtx: Window<Range>,
     threads: Threads,
     /// The range names, numbered.
     texts: Names,
@@ -1047,7 +1008,6 @@ impl<'l> Sweep<'l> {
         let next_launch = launches.next_record()?;
         Ok(Sweep {
             out: Out {
-                ranges: Slab::default(),
                 spans: Sorter::default(),
                 kernels: Default::default(),
                 spill: Spill::default(),
@@ -1085,8 +1045,7 @@ impl<'l> Sweep<'l> {
 
     /// The next range of the table.
     fn range(&mut self, r: Range) -> Result<(), Stop> {
-        let start = r.start;
-        if !self.nvtx.push(start, self.out.ranges.put(r)) {
+        if !self.nvtx.push(r.start, r) {
             return Err(Stop::Abort(Abort::NvtxDisorder));
         }
         if self.nvtx.buf.len() > NVTX_WINDOW {
@@ -1097,9 +1056,9 @@ impl<'l> Sweep<'l> {
 
     /// Open the earliest buffered range, after the launches before it.
     fn open_next(&mut self) -> Result<(), Stop> {
-        let (start, id) = self.nvtx.pop().expect("a buffered range");
+        let (start, r) = self.nvtx.pop().expect("a buffered range");
         self.launches_until(Some(start))?;
-        self.out.open(&mut self.threads, id)
+        self.out.open(&mut self.threads, r)
     }
 
     fn finish(mut self) -> Result<Projected, Stop> {
@@ -1108,8 +1067,8 @@ impl<'l> Sweep<'l> {
         }
         self.launches_until(None)?;
         for th in std::mem::take(&mut self.threads).into_values() {
-            for id in th.open {
-                self.out.close(id)?;
+            for r in th.open {
+                self.out.close(r)?;
             }
         }
         let Out {
