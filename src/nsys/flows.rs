@@ -324,7 +324,7 @@ pub fn prepare(
             // The ids the GPU reader needs to place the row.
             if *t_flows
                 && int_of(v[7]) == Some(1)
-                && int_of(v[5]).is_some_and(|d| (0..1 << 32).contains(&d))
+                && nsys::device_of(v[5]).is_some()
                 && int_of(v[6]).is_some()
                 && let (Some(start), Some((pkey, corr))) =
                     (converted_times(v[3], v[4]), key(v[1], v[2]))

@@ -5,7 +5,7 @@ use super::{KERNEL, MEMCPY, MEMSET, REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
-use crate::nsys::projection::Projected;
+use crate::nsys::projection::{KernelNames, Projected};
 use crate::nsys::runs::Lookup;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
@@ -233,8 +233,8 @@ struct Cursor<'s> {
     rows: rusqlite::Rows<'s>,
     /// `[gpu rowid, launch start]` of the rows whose launching call was found.
     launches: Option<Lookup<'s, [i64; 2]>>,
-    /// `[gpu rowid]` with the names of the push/pop ranges around the row's launch.
-    nvtx: Option<crate::nsys::projection::KernelNames<'s>>,
+    /// The names of the push/pop ranges around each row's launch, by rowid.
+    nvtx: Option<KernelNames<'s>>,
 }
 
 impl Cursor<'_> {

@@ -398,7 +398,13 @@ pub fn global_tid_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
 /// `None`.
 #[inline]
 pub fn device_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
-    int_at(row, idx).filter(|d| (0..1 << 32).contains(d))
+    row.get_ref(idx).ok().and_then(device_of)
+}
+
+/// [`device_at`] of a value already fetched.
+#[inline]
+pub fn device_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
+    int_of(v).filter(|d| (0..1 << 32).contains(d))
 }
 
 /// Read a float column that may be stored as integer or NULL.

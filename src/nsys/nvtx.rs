@@ -5,7 +5,7 @@ use super::info::ProfileInfo;
 use super::{NVTX, Schema, int_at, real_at, text_at};
 use crate::model::EventSink;
 use crate::model::{
-    ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, tid_of,
+    ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, pid_of, tid_of,
 };
 use crate::nsys::projection::{Feed, Projected, RangeColumns, RangeValues};
 use crate::select::{EventType, Selection};
@@ -270,10 +270,7 @@ pub fn read_projection<S: EventSink>(
         // the chosen processes and devices.
         if from.is_some_and(|s| span.gpu_end < s)
             || to.is_some_and(|e| span.gpu_start > e)
-            || (!selection.pids.is_empty()
-                && !selection
-                    .pids
-                    .contains(&((span.global_tid >> 24) & 0xFF_FFFF)))
+            || (!selection.pids.is_empty() && !selection.pids.contains(&pid_of(span.global_tid)))
             || (!selection.devices.is_empty() && !selection.devices.contains(&span.device))
         {
             continue;

@@ -36,21 +36,6 @@ pub trait Record: Ord + Clone {
     ) -> std::io::Result<Option<Self>>;
 }
 
-/// Fill `buf`; `Ok(false)` at a clean end of file (nothing read).
-fn read_all(r: &mut impl BufRead, buf: &mut [u8]) -> std::io::Result<bool> {
-    let mut got = 0;
-    while got < buf.len() {
-        match r.read(&mut buf[got..]) {
-            Ok(0) if got == 0 => return Ok(false),
-            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(true)
-}
-
 fn bad_run() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, "damaged scratch run")
 }
@@ -61,6 +46,9 @@ fn bad_run() -> std::io::Error {
 fn read_fields<const N: usize>(r: &mut impl BufRead) -> std::io::Result<Option<[i64; N]>> {
     let mut rec = [0i64; N];
     let buf = r.fill_buf()?;
+    if buf.is_empty() {
+        return Ok(None);
+    }
     if buf.len() >= N * 8 {
         for (v, b) in rec.iter_mut().zip(buf.chunks_exact(8)) {
             *v = i64::from_le_bytes(b.try_into().expect("8 bytes"));
@@ -68,15 +56,9 @@ fn read_fields<const N: usize>(r: &mut impl BufRead) -> std::io::Result<Option<[
         r.consume(N * 8);
         return Ok(Some(rec));
     }
-    for (i, v) in rec.iter_mut().enumerate() {
+    for v in rec.iter_mut() {
         let mut b = [0u8; 8];
-        if !read_all(r, &mut b)? {
-            return if i == 0 {
-                Ok(None)
-            } else {
-                Err(std::io::ErrorKind::UnexpectedEof.into())
-            };
-        }
+        r.read_exact(&mut b)?;
         *v = i64::from_le_bytes(b);
     }
     Ok(Some(rec))

@@ -274,6 +274,22 @@ struct Maps {
     values_by_text: HashMap<Box<str>, u32, FastHash>,
 }
 
+type ByKey<'a> = (
+    &'a mut HashMap<i64, u32, FastHash>,
+    &'a mut HashMap<Box<str>, u32, FastHash>,
+);
+
+impl Maps {
+    /// The maps by string id and by text of the values (`value`) or the names.
+    fn of(&mut self, value: bool) -> ByKey<'_> {
+        if value {
+            (&mut self.values_by_sid, &mut self.values_by_text)
+        } else {
+            (&mut self.names_by_sid, &mut self.names_by_text)
+        }
+    }
+}
+
 /// A name or value on a short list: a string id, or a text (its length) at `key` in
 /// `Interning::small_text`.
 #[derive(Clone, Copy, Default)]
@@ -379,12 +395,7 @@ impl Interning {
             }
             seq.maps = Some(self.promote(seq));
         }
-        let maps = seq.maps.as_mut().expect("promoted above");
-        let (by_sid, by_text) = if value {
-            (&mut maps.values_by_sid, &mut maps.values_by_text)
-        } else {
-            (&mut maps.names_by_sid, &mut maps.names_by_text)
-        };
+        let (by_sid, by_text) = seq.maps.as_mut().expect("promoted above").of(value);
         match key {
             Key::Sid(sid) => {
                 if let Some(&iid) = by_sid.get(&sid) {
@@ -406,11 +417,7 @@ impl Interning {
     fn promote(&self, seq: &Sequence) -> Box<Maps> {
         let mut maps = Box::<Maps>::default();
         let mut add = |from: u32, count: u32, value: bool| {
-            let (by_sid, by_text) = if value {
-                (&mut maps.values_by_sid, &mut maps.values_by_text)
-            } else {
-                (&mut maps.names_by_sid, &mut maps.names_by_text)
-            };
+            let (by_sid, by_text) = maps.of(value);
             let at = from as usize;
             for (i, e) in self.small[at..at + count as usize].iter().enumerate() {
                 let iid = i as u32 + 1;
