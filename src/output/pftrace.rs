@@ -436,10 +436,20 @@ impl Interning {
         maps
     }
 
-    /// The iid of an arg key on `seq`, and whether it is new there.
-    fn arg_key(&mut self, seq: &mut Sequence, key: &'static str) -> (u64, bool) {
+    /// The iid of an arg key on `seq`, and whether it is new there. `hint` is the iid of the
+    /// event's previous arg key (0 before the first): events of one kind list their args in one
+    /// order, which is the order their keys were first seen, so the key after it is nearly
+    /// always the one asked for.
+    fn arg_key(&mut self, seq: &mut Sequence, key: &'static str, hint: u64) -> (u64, bool) {
         let at = seq.keys_at as usize;
-        if let Some(iid) = arg_iid(&self.arg_keys[at..at + seq.keys as usize], key) {
+        let keys = &self.arg_keys[at..at + seq.keys as usize];
+        if keys
+            .get(hint as usize)
+            .is_some_and(|k| std::ptr::eq(*k, key))
+        {
+            return (hint + 1, false);
+        }
+        if let Some(iid) = arg_iid(keys, key) {
             return (iid, false);
         }
         if seq.keys == seq.keys_cap {
@@ -747,8 +757,10 @@ impl ProtoWriter {
         }
         put_field(e, tag::CATEGORY_IIDS, u64::from(seq.categories[ci]));
 
+        let mut key_iid = 0;
         for arg in ev.args {
-            let (key_iid, new) = interning.arg_key(seq, arg.key);
+            let new;
+            (key_iid, new) = interning.arg_key(seq, arg.key, key_iid);
             if new {
                 put_entry(
                     interned,
