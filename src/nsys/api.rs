@@ -52,7 +52,7 @@ fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
 
 fn decode(
     table: &'static str,
-    r: &rusqlite::Row<'_>,
+    r: &impl super::Fetch,
     chains: &mut super::Callchains<'_>,
 ) -> Result<Row> {
     Ok(Row {
@@ -73,7 +73,7 @@ fn decode(
 /// call carries the flow ids of the GPU rows it launched.
 struct Cursor<'s> {
     table: &'static str,
-    rows: rusqlite::Rows<'s>,
+    rows: super::Query<'s>,
     chains: super::Callchains<'s>,
     /// `[api rowid, gpu table, gpu rowid]` of the GPU rows each call launched.
     links: Option<Lookup<'s, [i64; 3]>>,
@@ -86,7 +86,7 @@ impl Cursor<'_> {
         let Some(r) = self.rows.next()? else {
             return Ok(None);
         };
-        let mut row = decode(self.table, r, &mut self.chains)?;
+        let mut row = decode(self.table, &r, &mut self.chains)?;
         if let Some(last) = self.last.as_mut() {
             super::check_rowid_order(self.table, last, row.rowid)?;
         }
@@ -116,18 +116,14 @@ pub fn read<S: EventSink>(
         .into_iter()
         .filter(|(t, _)| schema.has_columns(t, &["start", "end"]))
         .collect();
-    let mut stmts = Vec::new();
-    for &(t, src) in &tables {
-        stmts.push((t, src, conn.prepare(&query(schema, t, selection))?));
-    }
     let mut cursors = Vec::new();
-    for (t, src, stmt) in stmts.iter_mut() {
+    for &(t, src) in &tables {
         cursors.push(Cursor {
             table: t,
-            rows: stmt.query([])?,
+            rows: super::Query::new(conn, &query(schema, t, selection))?,
             chains: super::Callchains::new(conn, schema, t, "CUDA_CALLCHAINS")?,
             links: match flows {
-                Some(f) => f.api_links(*src)?,
+                Some(f) => f.api_links(src)?,
                 None => None,
             },
             last: schema.rowid(t).map(|_| None),

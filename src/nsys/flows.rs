@@ -167,10 +167,10 @@ fn int_or_null(v: ValueRef<'_>) -> Result<Option<i64>, ()> {
 }
 
 /// The row's first `N` values, each fetched once.
-fn values<'r, const N: usize>(r: &'r rusqlite::Row<'_>) -> rusqlite::Result<[ValueRef<'r>; N]> {
+fn values<'r, const N: usize>(r: &'r impl nsys::Fetch) -> rusqlite::Result<[ValueRef<'r>; N]> {
     let mut v = [ValueRef::Null; N];
     for (i, v) in v.iter_mut().enumerate() {
-        *v = r.get_ref(i)?;
+        *v = r.fetch(i);
     }
     Ok(v)
 }
@@ -255,9 +255,9 @@ pub fn prepare(
             ),
             sel.sql("t", true, Some("globalTid"), None),
         );
-        let mut stmt = conn.prepare(&sql)?;
-        let mut rows = stmt.query([])?;
+        let mut rows = nsys::Query::new(conn, &sql)?;
         while let Some(r) = rows.next()? {
+            let r = &r;
             // Each value fetched once: `[rowid, thread, correlation id, start, end, selected]`.
             let v = values::<6>(r)?;
             let rid = int_of(v[0]);
@@ -313,9 +313,9 @@ pub fn prepare(
                 schema.has_column(t, "deviceId").then_some("deviceId"),
             ),
         );
-        let mut stmt = conn.prepare(&sql)?;
-        let mut rows = stmt.query([])?;
+        let mut rows = nsys::Query::new(conn, &sql)?;
         while let Some(r) = rows.next()? {
+            let r = &r;
             // `[rowid, process, correlation id, start, end, device, stream, selected]`.
             let v = values::<8>(r)?;
             let Some(rid) = int_of(v[0]) else { continue };

@@ -1,7 +1,7 @@
 //! GPU activity: kernels, memcpys and memsets, merged in start order into per-stream groups.
 
 use super::info::ProfileInfo;
-use super::{KERNEL, MEMCPY, MEMSET, REORDER_WINDOW, Reorder, Schema, int_at};
+use super::{Fetch, KERNEL, MEMCPY, MEMSET, Query, REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
@@ -134,7 +134,7 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
     )
 }
 
-fn decode(kind: Kind, r: &rusqlite::Row<'_>) -> Row {
+fn decode(kind: Kind, r: &impl Fetch) -> Row {
     let mut row = Row {
         kind,
         common: [None; 7],
@@ -168,12 +168,8 @@ pub fn read<S: EventSink>(
         .filter(|k| schema.has_columns(k.table(), &["start", "end"]))
         .filter(|k| q.selection.wants(k.event_type()))
         .collect();
-    let mut stmts = Vec::new();
-    for &k in &kinds {
-        stmts.push((k, conn.prepare(&query(schema, k, q))?));
-    }
     let mut cursors = Vec::new();
-    for (k, stmt) in stmts.iter_mut() {
+    for &k in &kinds {
         let launches = match q.flows {
             Some(f) => f.launches(k.src())?,
             None => None,
@@ -183,8 +179,8 @@ pub fn read<S: EventSink>(
             None => None,
         };
         cursors.push(Cursor {
-            kind: *k,
-            rows: stmt.query([])?,
+            kind: k,
+            rows: Query::new(conn, &query(schema, k, q))?,
             launches,
             nvtx,
         });
@@ -230,7 +226,7 @@ pub fn read<S: EventSink>(
 /// One GPU table in rowid order, merged with its rows' launches (also in rowid order).
 struct Cursor<'s> {
     kind: Kind,
-    rows: rusqlite::Rows<'s>,
+    rows: Query<'s>,
     /// `[gpu rowid, launch start]` of the rows whose launching call was found.
     launches: Option<Lookup<'s, [i64; 2]>>,
     /// The names of the push/pop ranges around each row's launch, by rowid.
@@ -242,7 +238,7 @@ impl Cursor<'_> {
         let Some(r) = self.rows.next()? else {
             return Ok(None);
         };
-        let mut row = decode(self.kind, r);
+        let mut row = decode(self.kind, &r);
         if let Some(launches) = self.launches.as_mut() {
             launches.matching(row.rowid, |[_, start]| row.launch_start = Some(start))?;
         }

@@ -14,6 +14,7 @@ pub mod metrics;
 pub mod nvtx;
 pub mod osrt;
 pub mod projection;
+pub mod query;
 pub mod runs;
 pub mod samples;
 pub mod sched;
@@ -22,6 +23,7 @@ pub mod sync;
 pub mod tables;
 
 use anyhow::{Context, Result, bail};
+pub use query::{Fetch, Query};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -347,8 +349,8 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
 
 /// Read an integer column that may be NULL or (in damaged rows) of another type.
 #[inline]
-pub fn int_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
-    row.get_ref(idx).ok().and_then(int_of)
+pub fn int_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
+    int_of(row.fetch(idx))
 }
 
 /// [`int_at`] of a value already fetched.
@@ -374,7 +376,7 @@ pub const MAX_TIME: i64 = 1 << 62;
 
 /// Read a timestamp column like [`int_at`], `None` beyond [`MAX_TIME`] (or below -MAX_TIME).
 #[inline]
-pub fn time_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
+pub fn time_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
     int_at(row, idx).filter(|t| (-MAX_TIME..=MAX_TIME).contains(t))
 }
 
@@ -384,8 +386,8 @@ pub const MAX_GLOBAL_ID: i64 = 1 << 56;
 
 /// Read a global thread id: [`int_at`] within `0..MAX_GLOBAL_ID`, else `None`.
 #[inline]
-pub fn tid_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
-    row.get_ref(idx).ok().and_then(global_tid_of)
+pub fn tid_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
+    global_tid_of(row.fetch(idx))
 }
 
 /// [`tid_at`] of a value already fetched.
@@ -397,8 +399,8 @@ pub fn global_tid_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
 /// Read a CUDA device number: [`int_at`] within `0..2^32` (a GPU's track is named by it), else
 /// `None`.
 #[inline]
-pub fn device_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<i64> {
-    row.get_ref(idx).ok().and_then(device_of)
+pub fn device_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
+    device_of(row.fetch(idx))
 }
 
 /// [`device_at`] of a value already fetched.
@@ -409,18 +411,18 @@ pub fn device_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
 
 /// Read a float column that may be stored as integer or NULL.
 #[inline]
-pub fn real_at(row: &rusqlite::Row<'_>, idx: usize) -> Option<f64> {
-    match row.get_ref(idx) {
-        Ok(rusqlite::types::ValueRef::Real(v)) => Some(v),
-        Ok(rusqlite::types::ValueRef::Integer(v)) => Some(v as f64),
+pub fn real_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<f64> {
+    match row.fetch(idx) {
+        rusqlite::types::ValueRef::Real(v) => Some(v),
+        rusqlite::types::ValueRef::Integer(v) => Some(v as f64),
         _ => None,
     }
 }
 
 /// Read a text column lossily: exports can hold bytes that are not valid UTF-8.
 #[inline]
-pub fn text_at<'r>(row: &'r rusqlite::Row<'_>, idx: usize) -> Option<std::borrow::Cow<'r, str>> {
-    row.get_ref(idx).ok().and_then(text_of)
+pub fn text_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<std::borrow::Cow<'_, str>> {
+    text_of(row.fetch(idx))
 }
 
 /// [`text_at`] of a value already fetched.
@@ -535,7 +537,11 @@ impl<'c> Callchains<'c> {
     }
 
     /// The stack of the row whose [`Callchains::column`] is column `idx` of `r`.
-    pub fn get(&mut self, r: &rusqlite::Row<'_>, idx: usize) -> Result<Option<std::rc::Rc<str>>> {
+    pub fn get(
+        &mut self,
+        r: &(impl Fetch + ?Sized),
+        idx: usize,
+    ) -> Result<Option<std::rc::Rc<str>>> {
         let Some(stmt) = self.stmt.as_mut() else {
             return Ok(None);
         };
@@ -544,7 +550,7 @@ impl<'c> Callchains<'c> {
                 Ok(text_at(row, 0).map(|t| std::rc::Rc::<str>::from(t.as_ref())))
             })
         };
-        match r.get_ref(idx)? {
+        match r.fetch(idx) {
             rusqlite::types::ValueRef::Null => Ok(None),
             rusqlite::types::ValueRef::Integer(id) => {
                 if let Some(c) = self.cache.get(&id) {

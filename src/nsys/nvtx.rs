@@ -79,12 +79,12 @@ pub fn read<S: EventSink>(
         )
     };
     let selected = COLS.len() + 1;
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
+    let mut rows = super::Query::new(conn, &sql)?;
     let mut colors: HashMap<i64, String> = HashMap::new();
     let mut categories: HashMap<(i64, i64, i64), String> = HashMap::new();
     let range_columns = range_columns();
     while let Some(r) = rows.next()? {
+        let r = &r;
         // Fetched once for the feed and this reader.
         let v = RangeValues::of(r, &range_columns)?;
         if let Some(f) = feed.as_deref_mut() {

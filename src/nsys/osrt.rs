@@ -49,11 +49,11 @@ pub fn read<S: EventSink>(
         c("returnValue"),
     );
     let mut chains = super::Callchains::new(conn, schema, OSRT, "OSRT_CALLCHAINS")?;
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
+    let mut rows = super::Query::new(conn, &sql)?;
     let markers = super::tables::marker_ids(conn, schema)?;
     let mut window = Reorder::new(REORDER_WINDOW);
     while let Some(r) = rows.next()? {
+        let r = &r;
         let row = Row {
             start: super::time_at(r, 0),
             end: super::time_at(r, 1),

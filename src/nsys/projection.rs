@@ -1167,16 +1167,19 @@ pub struct RangeValues<'a> {
 }
 
 impl<'a> RangeValues<'a> {
-    pub fn of(r: &'a rusqlite::Row<'_>, c: &RangeColumns) -> rusqlite::Result<RangeValues<'a>> {
+    pub fn of(
+        r: &'a impl crate::nsys::Fetch,
+        c: &RangeColumns,
+    ) -> rusqlite::Result<RangeValues<'a>> {
         Ok(RangeValues {
-            rowid: r.get_ref(c.rowid)?,
-            event_type: r.get_ref(c.event_type)?,
-            global_tid: r.get_ref(c.global_tid)?,
-            start: r.get_ref(c.start)?,
-            end: r.get_ref(c.end)?,
-            domain: r.get_ref(c.domain)?,
-            text: r.get_ref(c.text)?,
-            text_id: r.get_ref(c.text_id)?,
+            rowid: r.fetch(c.rowid),
+            event_type: r.fetch(c.event_type),
+            global_tid: r.fetch(c.global_tid),
+            start: r.fetch(c.start),
+            end: r.fetch(c.end),
+            domain: r.fetch(c.domain),
+            text: r.fetch(c.text),
+            text_id: r.fetch(c.text_id),
         })
     }
 }

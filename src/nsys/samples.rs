@@ -34,20 +34,16 @@ pub fn read<S: EventSink>(
         schema.col_of(COMPOSITE, "t", "cpu"),
         schema.col_of(COMPOSITE, "t", "threadState"),
     );
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
+    let mut rows = super::Query::new(conn, &sql)?;
 
     let has_chains = schema.has_columns(CALLCHAINS, &["id", "symbol", "module", "stackDepth"]);
-    let mut chain_stmt = if has_chains {
-        Some(conn.prepare(&format!(
-            "SELECT id, symbol, module FROM {CALLCHAINS} ORDER BY id, stackDepth"
-        ))?)
+    let mut chains = if has_chains {
+        Some(super::Query::new(
+            conn,
+            &format!("SELECT id, symbol, module FROM {CALLCHAINS} ORDER BY id, stackDepth"),
+        )?)
     } else {
         None
-    };
-    let mut chains = match chain_stmt.as_mut() {
-        Some(s) => Some(s.query([])?),
-        None => None,
     };
     // The next frame row not yet used: (id, frame).
     let mut pending: Option<(i64, Frame)> = None;
@@ -62,6 +58,7 @@ pub fn read<S: EventSink>(
         };
         match rows.next()? {
             Some(r) => {
+                let r = &r;
                 *pending = Some((
                     int_at(r, 0).unwrap_or(i64::MIN),
                     Frame {
@@ -78,6 +75,7 @@ pub fn read<S: EventSink>(
 
     let mut frames: Vec<Frame> = Vec::new();
     while let Some(r) = rows.next()? {
+        let r = &r;
         let id = int_at(r, 0);
         let (Some(id), Some(ts), Some(gtid)) = (id, int_at(r, 1), int_at(r, 2)) else {
             sink.skip(COMPOSITE, "no id, time or thread");

@@ -180,10 +180,10 @@ pub fn read<S: EventSink>(
             off_by_block,
         ),
     };
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
+    let mut rows = super::Query::new(conn, &sql)?;
     let mut window = Reorder::new(REORDER_WINDOW);
     while let Some(r) = rows.next()? {
+        let r = &r;
         let row: [Option<i64>; 6] = [
             super::time_at(r, 0),
             int_at(r, 1),

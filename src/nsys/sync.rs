@@ -48,11 +48,11 @@ pub fn read<S: EventSink>(
         "SELECT {} FROM {SYNC} t WHERE {filter} ORDER BY {rowid}",
         cols.join(", ")
     );
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
+    let mut rows = super::Query::new(conn, &sql)?;
     let mut window = Reorder::new(REORDER_WINDOW);
     let mut labels: HashMap<i64, String, FastHash> = HashMap::default();
     while let Some(r) = rows.next()? {
+        let r = &r;
         let row: [Option<i64>; 9] = std::array::from_fn(|i| match i {
             0 | 1 => super::time_at(r, i),
             2 => super::device_at(r, i),

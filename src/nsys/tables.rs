@@ -1091,15 +1091,14 @@ pub fn read<S: EventSink>(
     }
     let markers = marker_ids(conn, schema)?;
     let mut plans = Vec::new();
-    let mut stmts = Vec::new();
+    let mut cursors = Vec::new();
     for (spec, time) in tables {
         let (plan, columns) = plan(conn, schema, spec, time);
-        stmts.push(conn.prepare(&query(schema, selection, &plan, &columns, time))?);
+        cursors.push(super::Query::new(
+            conn,
+            &query(schema, selection, &plan, &columns, time),
+        )?);
         plans.push((plan, columns.len()));
-    }
-    let mut cursors = Vec::new();
-    for stmt in stmts.iter_mut() {
-        cursors.push(stmt.query([])?);
     }
     let mut heads: Vec<Option<Row>> = Vec::with_capacity(cursors.len());
     for (i, c) in cursors.iter_mut().enumerate() {
@@ -1161,16 +1160,17 @@ fn query(
     )
 }
 
-fn next_row(rows: &mut rusqlite::Rows<'_>, plan: usize, n: usize) -> Result<Option<Row>> {
+fn next_row(rows: &mut super::Query<'_>, plan: usize, n: usize) -> Result<Option<Row>> {
     let Some(r) = rows.next()? else {
         return Ok(None);
     };
+    let r = &r;
     Ok(Some(Row {
         plan,
         start: super::int_at(r, 0),
         end: super::int_at(r, 1),
         vals: (0..n)
-            .map(|i| r.get::<_, Value>(i + 2).unwrap_or(Value::Null))
+            .map(|i| Value::try_from(super::Fetch::fetch(r, i + 2)).unwrap_or(Value::Null))
             .collect(),
     }))
 }
