@@ -134,13 +134,15 @@ const HAS_NAME_ID: i64 = 2;
 const IS_START_END: i64 = 4;
 
 impl Span {
-    /// The record, the text given by its number in [`Names`] when it has one.
-    fn record(&self, text_no: Option<u32>) -> SpanRecord {
+    /// The record, with the span's own text.
+    fn record(&self) -> SpanRecord {
+        self.record_with(self.text.clone().map(Text::Own).as_ref())
+    }
+
+    /// The record, the text carried as `text` says (the span's own `text` is not read).
+    fn record_with(&self, text: Option<&Text>) -> SpanRecord {
         let flag = |on: bool, f: i64| if on { f } else { 0 };
-        let carried = self
-            .text
-            .as_ref()
-            .map_or((-1, no_text()), |t| carry(text_no, t));
+        let carried = text.map_or((-1, no_text()), carry);
         Named {
             fields: [
                 self.gpu_start,
@@ -152,7 +154,7 @@ impl Span {
                 self.global_tid,
                 self.domain,
                 self.name_id.unwrap_or(0),
-                flag(self.text.is_some(), HAS_TEXT)
+                flag(text.is_some(), HAS_TEXT)
                     | flag(self.name_id.is_some(), HAS_NAME_ID)
                     | flag(self.event_type == START_END, IS_START_END),
                 carried.0,
@@ -191,10 +193,10 @@ fn no_text() -> Arc<[u8]> {
 
 /// How a record carries a string of [`Names`]: its number and [`no_text`] when it has a
 /// number, else -1 and the string itself.
-fn carry(no: Option<u32>, text: &Arc<[u8]>) -> (i64, Arc<[u8]>) {
-    match no {
-        Some(no) => (i64::from(no), no_text()),
-        None => (-1, text.clone()),
+fn carry(text: &Text) -> (i64, Arc<[u8]>) {
+    match text {
+        Text::No(no) => (i64::from(*no), no_text()),
+        Text::Own(t) => (-1, t.clone()),
     }
 }
 
@@ -214,24 +216,39 @@ struct Names {
     bytes: usize,
 }
 
+/// A string of a [`Names`]: its number, or the string itself once the dictionary is full.
+#[derive(Clone)]
+enum Text {
+    No(u32),
+    Own(Arc<[u8]>),
+}
+
 impl Names {
     const KEPT: usize = 1 << 16;
     const BYTES: usize = 16 << 20;
 
-    /// `t`, shared, with its number when it has one.
-    fn get(&mut self, t: &[u8]) -> (Arc<[u8]>, Option<u32>) {
-        if let Some((a, &no)) = self.index.get_key_value(t) {
-            return (a.clone(), Some(no));
+    /// `t`, numbered when it has or can get a number.
+    fn text(&mut self, t: &[u8]) -> Text {
+        if let Some(&no) = self.index.get(t) {
+            return Text::No(no);
         }
         let a: Arc<[u8]> = Arc::from(t);
         if self.list.len() >= Names::KEPT || self.bytes + t.len() > Names::BYTES {
-            return (a, None);
+            return Text::Own(a);
         }
         let no = self.list.len() as u32;
         self.list.push(a.clone());
-        self.index.insert(a.clone(), no);
+        self.index.insert(a, no);
         self.bytes += t.len();
-        (a, Some(no))
+        Text::No(no)
+    }
+
+    /// The bytes of a [`Text`] of this dictionary.
+    fn bytes<'a>(&'a self, t: &'a Text) -> &'a [u8] {
+        match t {
+            Text::No(no) => &self.list[*no as usize],
+            Text::Own(t) => t,
+        }
     }
 }
 
@@ -372,7 +389,7 @@ impl Projected {
                 text,
                 name_id: i(9),
             };
-            spans.push(span.record(None), &mut spill)?;
+            spans.push(span.record(), &mut spill)?;
         }
         let mut kernels: [Sorter<KernelRecord>; 3] = Default::default();
         let mut st = conn.prepare(&format!("SELECT src, rid, ranges FROM {KERNEL_NVTX}"))?;
@@ -757,7 +774,9 @@ struct DevSpan {
     rows: i64,
 }
 
-/// An NVTX range, open while the sweep is within it.
+/// An NVTX range, open while the sweep is within it. Boxed where the sweep keeps it: it is
+/// large, and moving it between the window, a thread's open list and `close` cost more in
+/// copies than one allocation.
 struct Range {
     rid: i64,
     event_type: i64,
@@ -765,12 +784,12 @@ struct Range {
     start: i64,
     end: i64,
     domain: i64,
-    text: Option<Arc<[u8]>>,
-    /// The number of `text` in the sweep's [`Names`].
-    text_no: Option<u32>,
+    /// `text`, in the sweep's range names ([`Out::texts`]).
+    text: Option<Text>,
     text_id: Option<i64>,
-    /// A push/pop range's name when it is not `text` (a registered string, the placeholder).
-    name: Option<Arc<[u8]>>,
+    /// A push/pop range's name when it is not `text` (a registered string, the placeholder),
+    /// in the same names.
+    name: Option<Text>,
     /// The GPU rows launched inside the range, per device.
     devs: Devs,
 }
@@ -825,12 +844,9 @@ impl Range {
         self.event_type == PUSH_POP
     }
 
-    fn name(&self) -> &[u8] {
-        match (&self.name, &self.text) {
-            (Some(n), _) => n,
-            (None, Some(t)) => t,
-            (None, None) => b"",
-        }
+    /// The name a push/pop range gives the GPU work launched inside it.
+    fn name(&self) -> Option<&Text> {
+        self.name.as_ref().or(self.text.as_ref())
     }
 
     /// The order of the names around a kernel: by start, the longer first, then by rowid.
@@ -853,12 +869,13 @@ struct Launch {
 #[derive(Default)]
 struct Thread {
     /// The ranges containing the thread's latest event time, in [`Range::key`] order.
-    open: Vec<Range>,
+    #[allow(clippy::vec_box)] // moved as the list changes: see `Range`
+    open: Vec<Box<Range>>,
     /// The earliest end of the open ranges (when there are any): nothing closes before it.
     min_end: i64,
     /// The names of the open push/pop ranges (`None` when there are none), valid while
     /// `names_valid`.
-    names: Option<(Arc<[u8]>, Option<u32>)>,
+    names: Option<Text>,
     names_valid: bool,
 }
 
@@ -868,15 +885,22 @@ struct Out {
     kernels: [Sorter<KernelRecord>; 3],
     spill: Spill,
     counts: Counts,
+    /// The range names, numbered.
+    texts: Names,
     /// Scratch for building the names.
     names: Vec<u8>,
     /// The lists of names built, numbered: a thread enters the same ranges again and again.
     name_lists: Names,
+    /// The number of each list of names by the numbers of its names (when they all have one):
+    /// found again without building and hashing the string. At most [`Names::KEPT`].
+    list_numbers: HashMap<Box<[u32]>, u32, crate::model::FastHash>,
+    /// Scratch for the key of `list_numbers`.
+    list_key: Vec<u32>,
 }
 
 impl Out {
     /// A range ends: write its spans, one per device.
-    fn close(&mut self, r: Range) -> Result<(), Stop> {
+    fn close(&mut self, r: &Range) -> Result<(), Stop> {
         if r.devs.is_empty() {
             return Ok(());
         }
@@ -898,10 +922,11 @@ impl Out {
                 global_tid: r.tid,
                 event_type: r.event_type,
                 domain: r.domain,
-                text: r.text.clone(),
+                text: None,
                 name_id: r.text_id,
             };
-            self.spans.push(span.record(r.text_no), &mut self.spill)?;
+            let record = span.record_with(r.text.as_ref());
+            self.spans.push(record, &mut self.spill)?;
             self.counts.range_device_rows += 1;
         }
         Ok(())
@@ -919,7 +944,7 @@ impl Out {
             if end < t {
                 let r = th.open.remove(i);
                 th.names_valid &= !r.push_pop();
-                self.close(r)?;
+                self.close(&r)?;
             } else {
                 th.min_end = th.min_end.min(end);
                 i += 1;
@@ -929,7 +954,7 @@ impl Out {
     }
 
     /// A range starts on its thread.
-    fn open(&mut self, threads: &mut Threads, r: Range) -> Result<(), Stop> {
+    fn open(&mut self, threads: &mut Threads, r: Box<Range>) -> Result<(), Stop> {
         let th = threads.entry(r.tid).or_default();
         self.prune(th, r.start)?;
         th.names_valid &= !r.push_pop();
@@ -954,21 +979,11 @@ impl Out {
             r.devs.add(l.device, l.start, l.end);
         }
         if !th.names_valid {
-            let names = &mut self.names;
-            names.clear();
-            let mut any = false;
-            for r in th.open.iter().filter(|r| r.push_pop()) {
-                if any {
-                    names.extend_from_slice(RANGE_SEPARATOR.as_bytes());
-                }
-                names.extend_from_slice(r.name());
-                any = true;
-            }
-            th.names = any.then(|| self.name_lists.get(names));
+            th.names = self.names_of(&th.open);
             th.names_valid = true;
         }
-        if let (Some((names, no)), Some(k)) = (&th.names, self.kernels.get_mut(l.src as usize)) {
-            let (no, text) = carry(*no, names);
+        if let (Some(names), Some(k)) = (&th.names, self.kernels.get_mut(l.src as usize)) {
+            let (no, text) = carry(names);
             k.push(
                 Named {
                     fields: [l.rid, no],
@@ -979,6 +994,48 @@ impl Out {
             self.counts.annotated_gpu_rows += 1;
         }
         Ok(())
+    }
+
+    /// The names of the open push/pop ranges `open`, outermost first, joined with
+    /// [`RANGE_SEPARATOR`]; `None` when there are none.
+    fn names_of(&mut self, open: &[Box<Range>]) -> Option<Text> {
+        let key = &mut self.list_key;
+        key.clear();
+        let mut numbered = true;
+        for r in open.iter().filter(|r| r.push_pop()) {
+            match r.name() {
+                Some(Text::No(no)) => key.push(*no),
+                _ => numbered = false,
+            }
+        }
+        if numbered {
+            if key.is_empty() {
+                return None;
+            }
+            if let Some(&no) = self.list_numbers.get(&key[..]) {
+                return Some(Text::No(no));
+            }
+        }
+        let names = &mut self.names;
+        names.clear();
+        let mut any = false;
+        for r in open.iter().filter(|r| r.push_pop()) {
+            if any {
+                names.extend_from_slice(RANGE_SEPARATOR.as_bytes());
+            }
+            names.extend_from_slice(r.name().map_or(&b""[..], |t| self.texts.bytes(t)));
+            any = true;
+        }
+        if !any {
+            return None;
+        }
+        let list = self.name_lists.text(names);
+        if let (true, Text::No(no)) = (numbered, &list)
+            && self.list_numbers.len() < Names::KEPT
+        {
+            self.list_numbers.insert(key[..].into(), *no);
+        }
+        Some(list)
     }
 }
 
@@ -996,10 +1053,8 @@ struct Sweep<'l> {
     out: Out,
     launches: crate::nsys::runs::Merge<'l, [i64; 7]>,
     next_launch: Option<[i64; 7]>,
-    nvtx: Window<Range>,
+    nvtx: Window<Box<Range>>,
     threads: Threads,
-    /// The range names, numbered.
-    texts: Names,
 }
 
 impl<'l> Sweep<'l> {
@@ -1012,14 +1067,16 @@ impl<'l> Sweep<'l> {
                 kernels: Default::default(),
                 spill: Spill::default(),
                 counts: Counts::default(),
+                texts: Names::default(),
                 names: Vec::new(),
                 name_lists: Names::default(),
+                list_numbers: HashMap::default(),
+                list_key: Vec::new(),
             },
             launches,
             next_launch,
             nvtx: Window::new(),
             threads: Threads::default(),
-            texts: Names::default(),
         })
     }
 
@@ -1044,7 +1101,7 @@ impl<'l> Sweep<'l> {
     }
 
     /// The next range of the table.
-    fn range(&mut self, r: Range) -> Result<(), Stop> {
+    fn range(&mut self, r: Box<Range>) -> Result<(), Stop> {
         if !self.nvtx.push(r.start, r) {
             return Err(Stop::Abort(Abort::NvtxDisorder));
         }
@@ -1068,7 +1125,7 @@ impl<'l> Sweep<'l> {
         self.launches_until(None)?;
         for th in std::mem::take(&mut self.threads).into_values() {
             for r in th.open {
-                self.out.close(r)?;
+                self.out.close(&r)?;
             }
         }
         let Out {
@@ -1076,11 +1133,12 @@ impl<'l> Sweep<'l> {
             kernels,
             spill,
             counts,
+            texts,
             name_lists,
             ..
         } = self.out;
         Ok(Projected::sorted(
-            spans, self.texts, kernels, name_lists, counts, spill,
+            spans, texts, kernels, name_lists, counts, spill,
         )?)
     }
 }
@@ -1102,7 +1160,7 @@ pub struct RangeColumns {
 /// [`Registered::CACHED`] of them.
 struct Registered<'c> {
     stmt: rusqlite::Statement<'c>,
-    cache: HashMap<i64, Option<Arc<[u8]>>>,
+    cache: HashMap<i64, Option<Text>>,
 }
 
 impl<'c> Registered<'c> {
@@ -1130,9 +1188,9 @@ impl<'c> Registered<'c> {
         }))
     }
 
-    /// The registered string of `id` (`None`: no row, or NULL); a value that is not text is
-    /// left to the SQL definition.
-    fn get(&mut self, id: i64) -> Result<Option<Arc<[u8]>>, Stop> {
+    /// The registered string of `id` (`None`: no row, or NULL) in `texts`; a value that is not
+    /// text is left to the SQL definition.
+    fn get(&mut self, id: i64, texts: &mut Names) -> Result<Option<Text>, Stop> {
         if let Some(v) = self.cache.get(&id) {
             return Ok(v.clone());
         }
@@ -1140,7 +1198,7 @@ impl<'c> Registered<'c> {
         let v = match rows.next()? {
             None => None,
             Some(r) => match r.get_ref(0)? {
-                ValueRef::Text(t) => Some(Arc::from(t)),
+                ValueRef::Text(t) => Some(texts.text(t)),
                 ValueRef::Null => None,
                 _ => return Err(Stop::Abort(Abort::Unsupported)),
             },
@@ -1189,7 +1247,7 @@ fn range_of(
     v: &RangeValues<'_>,
     texts: &mut Names,
     registered: &mut Option<Registered<'_>>,
-) -> Result<Option<Range>, Stop> {
+) -> Result<Option<Box<Range>>, Stop> {
     // `eventType IN (59, 60) AND end >= start AND globalTid IS NOT NULL`, with integers; other
     // types are left to the SQL definition.
     let int_or_null = |v: ValueRef<'_>| -> Result<Option<i64>, Stop> {
@@ -1212,28 +1270,25 @@ fn range_of(
     if end < start {
         return Ok(None);
     }
-    let (text, text_no) = match v.text {
-        ValueRef::Text(t) => {
-            let (t, no) = texts.get(t);
-            (Some(t), no)
-        }
-        ValueRef::Null => (None, None),
+    let text = match v.text {
+        ValueRef::Text(t) => Some(texts.text(t)),
+        ValueRef::Null => None,
         _ => return Err(Stop::Abort(Abort::Unsupported)),
     };
     let text_id = int_or_null(v.text_id)?;
     // `coalesce(text, registered string, '(unnamed range)')`.
     let name = match (event_type == PUSH_POP, &text, text_id, registered.as_mut()) {
-        (true, None, Some(id), Some(reg)) => Some(reg.get(id)?),
+        (true, None, Some(id), Some(reg)) => Some(reg.get(id, texts)?),
         (true, None, _, _) => Some(None),
         _ => None,
     }
-    .map(|n| n.unwrap_or_else(|| Arc::from(&b"(unnamed range)"[..])));
+    .map(|n| n.unwrap_or_else(|| texts.text(b"(unnamed range)")));
     let domain = match v.domain {
         ValueRef::Integer(v) => v,
         ValueRef::Null => 0,
         _ => return Err(Stop::Abort(Abort::Unsupported)),
     };
-    Ok(Some(Range {
+    Ok(Some(Box::new(Range {
         rid: int(v.rowid)?,
         event_type,
         tid,
@@ -1241,11 +1296,10 @@ fn range_of(
         end,
         domain,
         text,
-        text_no,
         text_id,
         name,
         devs: Devs::default(),
-    }))
+    })))
 }
 
 /// The projection fed by a reader of `NVTX_EVENTS` (the NVTX reader: one read of the table
@@ -1286,7 +1340,7 @@ impl<'l, 'c> Feed<'l, 'c> {
         let Some(sweep) = self.sweep.as_mut() else {
             return Ok(());
         };
-        let fed = range_of(v, &mut sweep.texts, &mut self.registered)
+        let fed = range_of(v, &mut sweep.out.texts, &mut self.registered)
             .and_then(|range| range.map_or(Ok(()), |range| sweep.range(range)));
         match fed {
             Ok(()) => Ok(()),
@@ -1347,7 +1401,11 @@ fn sweep(
     let mut sweep = Sweep::new(launches)?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let range = range_of(&RangeValues::of(r, &c)?, &mut sweep.texts, &mut registered)?;
+        let range = range_of(
+            &RangeValues::of(r, &c)?,
+            &mut sweep.out.texts,
+            &mut registered,
+        )?;
         if let Some(range) = range {
             sweep.range(range)?;
         }
