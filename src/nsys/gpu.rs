@@ -11,7 +11,6 @@ use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -271,6 +270,39 @@ impl Formatter {
     }
 }
 
+/// `buf` becomes `"(x, y, z)"` (a missing value reads 0). By hand: `write!` cost more than the
+/// rest of a kernel's args together (two per kernel).
+fn dims(buf: &mut String, xyz: [Option<i64>; 3]) {
+    buf.clear();
+    buf.push('(');
+    for (i, v) in xyz.into_iter().enumerate() {
+        if i > 0 {
+            buf.push_str(", ");
+        }
+        push_int(buf, v.unwrap_or(0));
+    }
+    buf.push(')');
+}
+
+/// Append the decimal digits of `v`.
+fn push_int(buf: &mut String, v: i64) {
+    if v < 0 {
+        buf.push('-');
+    }
+    let mut n = v.unsigned_abs();
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    buf.extend(digits[at..].iter().map(|&d| char::from(d)));
+}
+
 fn label(labels: &HashMap<(u8, i64), String, FastHash>, slot: u8, v: Option<i64>) -> Option<&str> {
     v.and_then(|v| labels.get(&(slot, v)).map(String::as_str))
 }
@@ -309,22 +341,8 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
         match row.kind {
             Kind::Kernel => {
                 f.prepare(0, x[11], enums);
-                f.grid.clear();
-                let _ = write!(
-                    f.grid,
-                    "({}, {}, {})",
-                    x[2].unwrap_or(0),
-                    x[3].unwrap_or(0),
-                    x[4].unwrap_or(0)
-                );
-                f.block.clear();
-                let _ = write!(
-                    f.block,
-                    "({}, {}, {})",
-                    x[5].unwrap_or(0),
-                    x[6].unwrap_or(0),
-                    x[7].unwrap_or(0)
-                );
+                dims(&mut f.grid, [x[2], x[3], x[4]]);
+                dims(&mut f.block, [x[5], x[6], x[7]]);
             }
             Kind::Memcpy => {
                 f.prepare(1, x[1], enums);
@@ -404,4 +422,23 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
         flows,
     };
     sink.event(key, &ev)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dims;
+
+    #[test]
+    fn dims_read_as_write_would_print_them() {
+        let mut buf = String::from("stale");
+        for xyz in [
+            [Some(1), Some(2), Some(3)],
+            [Some(0), None, Some(-7)],
+            [Some(i64::MIN), Some(i64::MAX), Some(1_000_000)],
+        ] {
+            dims(&mut buf, xyz);
+            let [x, y, z] = xyz.map(|v| v.unwrap_or(0));
+            assert_eq!(buf, format!("({x}, {y}, {z})"));
+        }
+    }
 }
