@@ -86,12 +86,42 @@ const EXTRA: usize = 14;
 #[derive(Clone)]
 struct Row {
     kind: Kind,
-    common: [Option<i64>; 7],
+    common: Values<7>,
     launch_start: Option<i64>,
     rowid: i64,
-    extra: [Option<i64>; EXTRA],
+    extra: Values<EXTRA>,
     /// Enclosing NVTX ranges of the launch, outermost first.
     nvtx: Option<std::sync::Arc<[u8]>>,
+}
+
+/// Integer columns, some NULL: half the size of `[Option<i64>; N]`, which matters as rows are
+/// moved through the reordering window.
+#[derive(Clone)]
+struct Values<const N: usize> {
+    values: [i64; N],
+    /// Bit `i` set: column `i` is NULL.
+    nulls: u32,
+}
+
+impl<const N: usize> Values<N> {
+    fn new(values: [Option<i64>; N]) -> Values<N> {
+        let mut nulls = 0;
+        for (i, v) in values.iter().enumerate() {
+            nulls |= u32::from(v.is_none()) << i;
+        }
+        Values {
+            values: values.map(|v| v.unwrap_or(0)),
+            nulls,
+        }
+    }
+
+    fn at(&self, i: usize) -> Option<i64> {
+        (self.nulls >> i & 1 == 0).then_some(self.values[i])
+    }
+
+    fn get(&self) -> [Option<i64>; N] {
+        std::array::from_fn(|i| self.at(i))
+    }
 }
 
 fn extra_cols(kind: Kind) -> &'static [&'static str] {
@@ -134,25 +164,27 @@ fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
 }
 
 fn decode(kind: Kind, r: &impl Fetch) -> Row {
-    let mut row = Row {
+    let common = std::array::from_fn(|i| match i {
+        0 | 1 => super::time_at(r, i),
+        2 => super::device_at(r, i),
+        _ => int_at(r, i),
+    });
+    let n = extra_cols(kind).len();
+    let extra = std::array::from_fn(|i| if i < n { int_at(r, 9 + i) } else { None });
+    Row {
         kind,
-        common: [None; 7],
+        common: Values::new(common),
         launch_start: int_at(r, 7),
         rowid: int_at(r, 8).unwrap_or(0),
-        extra: [None; EXTRA],
+        extra: Values::new(extra),
         nvtx: None,
-    };
-    for (i, c) in row.common.iter_mut().enumerate() {
-        *c = match i {
-            0 | 1 => super::time_at(r, i),
-            2 => super::device_at(r, i),
-            _ => int_at(r, i),
-        };
     }
-    for i in 0..extra_cols(kind).len() {
-        row.extra[i] = int_at(r, 9 + i);
+}
+
+impl Row {
+    fn start(&self) -> Option<i64> {
+        self.common.at(0)
     }
-    row
 }
 
 /// Stream all GPU rows in start order into the sink.
@@ -200,7 +232,7 @@ pub fn read<S: EventSink>(
         let mut best: Option<(usize, i64)> = None;
         for (i, h) in heads.iter().enumerate() {
             if let Some(row) = h {
-                let s = row.common[0].unwrap_or(i64::MIN);
+                let s = row.start().unwrap_or(i64::MIN);
                 if best.is_none_or(|(_, b)| s < b) {
                     best = Some((i, s));
                 }
@@ -212,7 +244,7 @@ pub fn read<S: EventSink>(
             super::check_rowid_order(row.kind.table(), l, row.rowid)?;
         }
         heads[i] = cursors[i].next()?;
-        if let Some(row) = window.push(row.common[0].unwrap_or(i64::MIN), row) {
+        if let Some(row) = window.push(row.start().unwrap_or(i64::MIN), row) {
             emit(&row, q, sink, &mut fmt)?;
         }
     }
@@ -309,7 +341,7 @@ fn label(labels: &HashMap<(u8, i64), String, FastHash>, slot: u8, v: Option<i64>
 
 fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatter) -> Result<()> {
     let table = row.kind.table();
-    let [start, end, device, gpid, stream, ctx, corr] = row.common;
+    let [start, end, device, gpid, stream, ctx, corr] = row.common.get();
     let Some((start, end)) = sink.interval(table, start, end) else {
         return Ok(());
     };
@@ -335,7 +367,7 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
         terminating: linked.then(|| crate::nsys::flows::flow_id(row.kind.src(), row.rowid)),
         ..Default::default()
     };
-    let x = &row.extra;
+    let x = &row.extra.get();
     {
         let enums = &q.info.enums;
         match row.kind {
