@@ -91,7 +91,7 @@ struct Row {
     rowid: i64,
     extra: Values<EXTRA>,
     /// Enclosing NVTX ranges of the launch, outermost first.
-    nvtx: Option<std::sync::Arc<[u8]>>,
+    nvtx: Option<std::sync::Arc<str>>,
 }
 
 /// Integer columns, some NULL: half the size of `[Option<i64>; N]`, which matters as rows are
@@ -433,8 +433,7 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
             (Name::Static("Memset"), Category::Memset)
         }
     };
-    let nvtx = row.nvtx.as_deref().map(super::utf8);
-    if let Some(n) = &nvtx {
+    if let Some(n) = row.nvtx.as_deref() {
         args.push("nvtx_ranges", ArgValue::Label(n));
     }
     args.int("device", Some(device));

@@ -275,8 +275,7 @@ pub fn read_projection<S: EventSink>(
         {
             continue;
         }
-        let text = span.text.as_deref().map(super::utf8);
-        let name = match (&text, span.name_id) {
+        let name = match (span.text.as_deref(), span.name_id) {
             (Some(t), _) => Name::Text(t),
             (None, Some(id)) => Name::Str(id),
             (None, None) => Name::Static("(unnamed range)"),

@@ -118,8 +118,9 @@ pub struct Span {
     pub global_tid: i64,
     pub event_type: i64,
     pub domain: i64,
-    /// The range's `text` (`None` when NULL).
-    pub text: Option<Arc<[u8]>>,
+    /// The range's `text` (`None` when NULL), as UTF-8 (bytes that are not read as
+    /// [`String::from_utf8_lossy`] does).
+    pub text: Option<Arc<str>>,
     /// The range's `textId` (`None` when NULL).
     pub name_id: Option<i64>,
 }
@@ -136,7 +137,12 @@ const IS_START_END: i64 = 4;
 impl Span {
     /// The record, with the span's own text.
     fn record(&self) -> SpanRecord {
-        self.record_with(self.text.clone().map(Text::Own).as_ref())
+        self.record_with(
+            self.text
+                .clone()
+                .map(|t| Text::Own(Arc::<[u8]>::from(t)))
+                .as_ref(),
+        )
     }
 
     /// The record, the text carried as `text` says (the span's own `text` is not read).
@@ -163,7 +169,7 @@ impl Span {
         }
     }
 
-    fn of(r: SpanRecord, names: &[Arc<[u8]>]) -> Span {
+    fn of(r: SpanRecord, names: &[Arc<str>]) -> Span {
         let f = r.fields;
         let text = carried_text(f[9], r.text, names);
         Span {
@@ -201,8 +207,17 @@ fn carry(text: &Text) -> (i64, Arc<[u8]>) {
 }
 
 /// The string a record carries (see [`carry`]), its number looked up in `list`.
-fn carried_text(no: i64, text: Arc<[u8]>, list: &[Arc<[u8]>]) -> Arc<[u8]> {
-    usize::try_from(no).map_or(text, |no| list[no].clone())
+fn carried_text(no: i64, text: Arc<[u8]>, list: &[Arc<str>]) -> Arc<str> {
+    usize::try_from(no).map_or_else(|_| lossy(&text), |no| list[no].clone())
+}
+
+/// `t` as UTF-8, as [`String::from_utf8_lossy`] reads it: the numbered strings are converted
+/// once, not each time a record carries them.
+fn lossy(t: &[u8]) -> Arc<str> {
+    match std::str::from_utf8(t) {
+        Ok(s) => Arc::from(s),
+        Err(_) => Arc::from(String::from_utf8_lossy(t).as_ref()),
+    }
 }
 
 /// Strings by number, so that sorted records carry a number rather than the string (a profile
@@ -260,12 +275,12 @@ type KernelRecord = Named<2>;
 /// rowid-ordered scan (see [`Projected::kernel_names`]).
 pub struct KernelNames<'a> {
     lookup: Lookup<'a, KernelRecord>,
-    lists: &'a [Arc<[u8]>],
+    lists: &'a [Arc<str>],
 }
 
 impl KernelNames<'_> {
     /// The names around the launch of GPU row `rowid` (rowids in increasing order).
-    pub fn of(&mut self, rowid: i64) -> Result<Option<Arc<[u8]>>> {
+    pub fn of(&mut self, rowid: i64) -> Result<Option<Arc<str>>> {
         let mut found = None;
         let lists = self.lists;
         self.lookup.matching(rowid, |r| {
@@ -279,11 +294,11 @@ impl KernelNames<'_> {
 pub struct Projected {
     spans: Sorted<SpanRecord>,
     /// The numbered range names of the spans.
-    texts: Vec<Arc<[u8]>>,
+    texts: Vec<Arc<str>>,
     /// Per GPU table number: the enclosing push/pop ranges' names by rowid.
     kernels: [Sorted<KernelRecord>; 3],
     /// The numbered lists of names of the kernels.
-    name_lists: Vec<Arc<[u8]>>,
+    name_lists: Vec<Arc<str>>,
     pub counts: Counts,
     _spill: Spill,
 }
@@ -341,8 +356,8 @@ impl Projected {
         let [k0, k1, k2] = kernels;
         Ok(Projected {
             spans: spans.finish(&mut spill)?,
-            texts: texts.list,
-            name_lists: name_lists.list,
+            texts: texts.list.iter().map(|t| lossy(t)).collect(),
+            name_lists: name_lists.list.iter().map(|t| lossy(t)).collect(),
             kernels: [
                 k0.finish(&mut spill)?,
                 k1.finish(&mut spill)?,
@@ -374,7 +389,7 @@ impl Projected {
                 continue;
             };
             let text = match r.get_ref(8)? {
-                ValueRef::Text(b) | ValueRef::Blob(b) => Some(Arc::from(b)),
+                ValueRef::Text(b) | ValueRef::Blob(b) => Some(lossy(b)),
                 _ => None,
             };
             let span = Span {
@@ -580,7 +595,7 @@ impl Projected {
                         src,
                         Named {
                             fields: [k.fields[0]],
-                            text,
+                            text: Arc::<[u8]>::from(text),
                         },
                     ))?;
                 }
@@ -1421,8 +1436,11 @@ trait BindRow {
 }
 
 /// A text or NULL.
-fn text_or_null(t: &Option<Arc<[u8]>>) -> ToSqlOutput<'_> {
-    ToSqlOutput::Borrowed(t.as_deref().map_or(ValueRef::Null, ValueRef::Text))
+fn text_or_null(t: &Option<Arc<str>>) -> ToSqlOutput<'_> {
+    ToSqlOutput::Borrowed(
+        t.as_deref()
+            .map_or(ValueRef::Null, |t| ValueRef::Text(t.as_bytes())),
+    )
 }
 
 impl BindRow for Span {
