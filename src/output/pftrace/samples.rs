@@ -12,13 +12,14 @@
 //!   tables pass a bound, the sequence clears its incremental state and starts again, so memory
 //!   stays bounded however many distinct frames a profile holds.
 
-use super::{ProtoWriter, frame};
+use super::{ProtoWriter, field_len, frame, put_field, put_varint, tag, varint_len};
 use crate::model::{CounterValue, CpuSample, Frame, trace_pid_of, trace_tid_of};
 use crate::output::CounterTrack;
 use crate::proto::{
     Callstack, CounterDescriptor, InternedData, InternedString, Mapping, PerfSample, TracePacket,
     TrackDescriptor, TrackEvent, counter_descriptor, trace_packet, track_descriptor, track_event,
 };
+use prost::Message;
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
 
@@ -228,24 +229,74 @@ impl ProtoWriter {
         } else {
             SEQ_INCREMENTAL_STATE_CLEARED
         };
-        let packet = TracePacket {
-            timestamp: Some(s.ts.max(0) as u64),
-            optional_trusted_packet_sequence_id: Some(
-                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(group),
-            ),
-            sequence_flags: Some(flags),
-            interned_data: has_interned.then_some(interned),
-            data: Some(trace_packet::Data::PerfSample(PerfSample {
-                cpu: s.cpu.map(|c| c.clamp(0, u32::MAX as i64) as u32),
-                pid: Some(trace_pid_of(s.global_tid) as u32),
-                tid: Some(trace_tid_of(s.global_tid) as u32),
-                callstack_iid,
-            })),
-            ..Default::default()
+        let sample = PerfSample {
+            cpu: s.cpu.map(|c| c.clamp(0, u32::MAX as i64) as u32),
+            pid: Some(trace_pid_of(s.global_tid) as u32),
+            tid: Some(trace_tid_of(s.global_tid) as u32),
+            callstack_iid,
         };
-        frame(&packet, &mut self.out.data);
+        put_sample_packet(
+            &mut self.out.data,
+            s.ts.max(0) as u64,
+            group,
+            flags,
+            has_interned.then_some(&interned),
+            &sample,
+        );
     }
 }
+
+/// A `TracePacket` holding `sample`, written by hand (a sample packet per CPU sample: building
+/// and encoding prost messages cost more than the rest of a sample); the interned data, when a
+/// sample adds some, through prost.
+fn put_sample_packet(
+    out: &mut Vec<u8>,
+    ts: u64,
+    seq: u32,
+    flags: u32,
+    interned: Option<&InternedData>,
+    sample: &PerfSample,
+) {
+    let fields = [
+        (1 << 3, sample.cpu.map(u64::from)),
+        (2 << 3, sample.pid.map(u64::from)),
+        (3 << 3, sample.tid.map(u64::from)),
+        (4 << 3, sample.callstack_iid),
+    ];
+    let sample_len: usize = fields
+        .iter()
+        .filter_map(|&(tag, v)| v.map(|v| field_len(tag, v)))
+        .sum();
+    let interned_len = interned.map(|i| i.encoded_len());
+    let packet_len = field_len(tag::PACKET_TIMESTAMP, ts)
+        + field_len(tag::PACKET_SEQUENCE_ID, u64::from(seq))
+        + field_len(tag::PACKET_SEQUENCE_FLAGS, u64::from(flags))
+        + interned_len.map_or(0, |n| 1 + varint_len(n as u64) + n)
+        + varint_len(PACKET_PERF_SAMPLE)
+        + varint_len(sample_len as u64)
+        + sample_len;
+    out.push(0x0A); // Trace.packet
+    put_varint(out, packet_len as u64);
+    put_field(out, tag::PACKET_TIMESTAMP, ts);
+    put_field(out, tag::PACKET_SEQUENCE_ID, u64::from(seq));
+    if let Some(interned) = interned {
+        put_varint(out, tag::PACKET_INTERNED_DATA);
+        interned
+            .encode_length_delimited(out)
+            .expect("Vec<u8> grows as needed");
+    }
+    put_field(out, tag::PACKET_SEQUENCE_FLAGS, u64::from(flags));
+    put_varint(out, PACKET_PERF_SAMPLE);
+    put_varint(out, sample_len as u64);
+    for (tag, v) in fields {
+        if let Some(v) = v {
+            put_field(out, tag, v);
+        }
+    }
+}
+
+/// `TracePacket.perf_sample` (66), length-delimited.
+const PACKET_PERF_SAMPLE: u64 = 66 << 3 | 2;
 
 /// The iid of a string id in `map`, defining it in `out` on first use.
 fn intern_string(
@@ -264,4 +315,61 @@ fn intern_string(
         str: Some(text().into_bytes()),
     });
     iid
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The hand-written sample packet is the `TracePacket` prost would write: same fields.
+    #[test]
+    fn sample_packet_decodes_as_prost_writes_it() {
+        let interned = InternedData {
+            function_names: vec![InternedString {
+                iid: Some(1),
+                str: Some(b"main".to_vec()),
+            }],
+            callstacks: vec![Callstack {
+                iid: Some(1),
+                frame_ids: vec![1, 2, 3],
+            }],
+            ..Default::default()
+        };
+        for (ts, seq, flags, with_interned, cpu, iid) in [
+            (0, 2, SEQ_INCREMENTAL_STATE_CLEARED, true, Some(0), Some(1)),
+            (1 << 40, 300, SEQ_NEEDS_INCREMENTAL_STATE, false, None, None),
+            (u64::MAX, u32::MAX, 2, true, Some(u32::MAX), Some(u64::MAX)),
+        ] {
+            let sample = PerfSample {
+                cpu,
+                pid: Some(4242),
+                tid: Some(4243),
+                callstack_iid: iid,
+            };
+            let want = TracePacket {
+                timestamp: Some(ts),
+                optional_trusted_packet_sequence_id: Some(
+                    trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(seq),
+                ),
+                sequence_flags: Some(flags),
+                interned_data: with_interned.then(|| interned.clone()),
+                data: Some(trace_packet::Data::PerfSample(sample.clone())),
+                ..Default::default()
+            };
+            let mut got = Vec::new();
+            put_sample_packet(
+                &mut got,
+                ts,
+                seq,
+                flags,
+                with_interned.then_some(&interned),
+                &sample,
+            );
+            let trace = crate::proto::Trace::decode(got.as_slice()).expect("decodes");
+            assert_eq!(trace.packet, vec![want.clone()]);
+            let mut prost_bytes = Vec::new();
+            frame(&want, &mut prost_bytes);
+            assert_eq!(got.len(), prost_bytes.len(), "same size as prost's");
+        }
+    }
 }
