@@ -353,7 +353,7 @@ mod tests {
                 ),
                 sequence_flags: Some(flags),
                 interned_data: with_interned.then(|| interned.clone()),
-                data: Some(trace_packet::Data::PerfSample(sample.clone())),
+                data: Some(trace_packet::Data::PerfSample(sample)),
                 ..Default::default()
             };
             let mut got = Vec::new();
