@@ -4,7 +4,8 @@
 # Builds the inputs (a real PyTorch-on-A100 export grown N-fold with amplify_trace.py, the
 # NVTX-heavy corpus export grown 157-fold, the adversarial orders of bench/adversarial.py),
 # installs the peer (nCompass `nsys-chrome`, ncompass==0.1.15 from PyPI) into bench/.venv,
-# builds the SQLite floor (bench/floor.rs), then runs each program RUNS times interleaved and
+# builds the SQLite floor (bench/floor.rs; "floorq" is the same read through nsys::Query, the
+# converter's own reader), then runs each program RUNS times interleaved and
 # reports medians of CPU time (user+sys: the machine is shared, wall time is noise) and peak RSS.
 # Env: RUNS (3), BENCH_DIR (/tmp/nsys-perfetto-bench), SHARED (../shared),
 #      SKIP="peer nvtx adv tp" (any of them) to leave parts out.
@@ -70,23 +71,24 @@ src=$shared/bench/ai-profiler-firstOptimization.sqlite
 
 echo
 echo "## Default conversion vs the SQLite floor and vs the same without NVTX on the GPU (--types=-nvtx-gpu); --types $types vs the peer"
-printf '%-7s %8s %9s %9s %8s %9s %8s %9s %9s %9s %9s %8s\n' copies input_MB ours_cpu floor_cpu /floor no_proj /no_proj ours_MB typed_cpu peer_cpu peer/ours peer_MB
+printf '%-7s %8s %9s %9s %8s %9s %8s %9s %8s %9s %9s %9s %9s %8s\n' copies input_MB ours_cpu floor_cpu /floor floorq_cpu /floorq no_proj /no_proj ours_MB typed_cpu peer_cpu peer/ours peer_MB
 for c in "${copies[@]}"; do
   in=$work/bench$c.sqlite
   grow "$src" "$c" "$in"
-  reset ours floor noproj typed peer
+  reset ours floor floorq noproj typed peer
   for _ in $(seq "$runs"); do
     measure ours "$bin" -q "$in" -o "$work/out.pftrace"
     measure floor "$floor" "$in"
+    measure floorq env FLOOR_READER=query "$floor" "$in"
     measure noproj "$bin" -q "$in" -o "$work/noproj.pftrace" --types=-nvtx-gpu
     measure typed "$bin" -q "$in" -o "$work/typed.pftrace" --types "$types"
     [ -n "$peer" ] && measure peer "$peer" -t "$peer_types" -o "$work/peer.json" "$in" && after_peer
   done
   o=$(med ours 1) f=$(med floor 1) t=$(med typed 1)
   p=$([ -n "$peer" ] && med peer 1 || echo 0) pm=$([ -n "$peer" ] && med peer 2 || echo 0)
-  n=$(med noproj 1)
-  printf '%-7s %8.0f %9s %9s %8s %9s %8s %9s %9s %9s %9s %8s\n' "$c" "$(($(stat -L -c %s "$in") / 1000000))" \
-    "$o" "$f" "$(ratio "$o" "$f")" "$n" "$(ratio "$o" "$n")" "$(med ours 2)" "$t" "$p" "$(ratio "$p" "$t")" "$pm"
+  n=$(med noproj 1) fq=$(med floorq 1)
+  printf '%-7s %8.0f %9s %9s %8s %9s %8s %9s %8s %9s %9s %9s %9s %8s\n' "$c" "$(($(stat -L -c %s "$in") / 1000000))" \
+    "$o" "$f" "$(ratio "$o" "$f")" "$fq" "$(ratio "$o" "$fq")" "$n" "$(ratio "$o" "$n")" "$(med ours 2)" "$t" "$p" "$(ratio "$p" "$t")" "$pm"
 done
 
 if [[ $skip != *" nvtx "* ]]; then
