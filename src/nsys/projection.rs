@@ -118,7 +118,7 @@ pub struct Span {
     pub global_tid: i64,
     pub event_type: i64,
     pub domain: i64,
-    /// The range's `text` (`None` when NULL), as UTF-8 (bytes that are not read as
+    /// The range's `text` (`None` when NULL), as UTF-8 (invalid bytes replaced, as
     /// [`String::from_utf8_lossy`] does).
     pub text: Option<Arc<str>>,
     /// The range's `textId` (`None` when NULL).
