@@ -10,15 +10,12 @@ use crate::model::{
     Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CpuSample, Description,
     Event, EventSink, Flows, GroupKey, Name, pid_of, with_source,
 };
-use crate::output::{Chunk, CustomTrack, EventWriter, Ids, WellKnown};
+use crate::output::{CHUNK_BYTES, Chunk, CustomTrack, EventWriter, Ids, WellKnown};
 use crate::summary::Summary;
 use anyhow::Result;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::sync::mpsc::SyncSender;
-
-/// Chunks go to the file writer once they reach this size: bounded memory, few channel sends.
-const CHUNK_BYTES: usize = 1 << 20;
 
 /// Rows later than their group's written time (a table far out of time order) are held, sorted
 /// and written on a "late rows" group once this many are held, or at the end: a bounded number

@@ -166,7 +166,11 @@ impl Default for ChunkBuffer {
     }
 }
 
-const CHUNK_CAPACITY: usize = 1 << 20;
+/// Chunks go to the file writer once they reach this size: bounded memory, few channel sends.
+pub const CHUNK_BYTES: usize = 1 << 20;
+/// A chunk's buffer: room for the event that takes it past [`CHUNK_BYTES`] (a buffer of exactly
+/// that size grew, copying the whole megabyte, once per chunk).
+const CHUNK_CAPACITY: usize = CHUNK_BYTES + (256 << 10);
 
 impl ChunkBuffer {
     /// A thread needs its process described too, a GPU context its GPU.
