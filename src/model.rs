@@ -760,16 +760,26 @@ pub struct FxHasher(u64);
 const FX_SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
 
 impl std::hash::Hasher for FxHasher {
+    /// Rotated so that the multiply's well-mixed high bits pick the bucket: hashbrown takes the
+    /// low bits, which a multiply fills only from the input's low bits (as rustc-hash 2 does).
     fn finish(&self) -> u64 {
-        self.0
+        self.0.rotate_left(26)
     }
+    /// Eight bytes per multiply, the last few as one zero-padded word (the length, which `Hash`
+    /// writes first for slices and strings, tells the padding apart).
     fn write(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for c in &mut chunks {
             self.write_u64(u64::from_le_bytes(c.try_into().expect("8 bytes")));
         }
-        for &b in chunks.remainder() {
-            self.write_u64(u64::from(b));
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            // By shifts: a copy of a variable length is a call to memcpy.
+            let word = rest
+                .iter()
+                .enumerate()
+                .fold(0u64, |w, (i, &b)| w | u64::from(b) << (8 * i));
+            self.write_u64(word);
         }
     }
     fn write_u8(&mut self, v: u8) {
