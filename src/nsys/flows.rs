@@ -243,7 +243,9 @@ pub fn prepare(
         }
     };
 
-    // [process, correlation id, position in `api`, rowid, start, thread, flags]
+    // [correlation id, process, position in `api`, rowid, start, thread, flags]: the
+    // correlation id first, as the sort orders large records by their first field (the process
+    // is the same in nearly all of them).
     let mut calls = Sorter::<[i64; 7]>::default();
     for (order, (_, t, t_flows, t_projects)) in api.iter().enumerate() {
         let sql = query(
@@ -288,7 +290,7 @@ pub fn prepare(
             {
                 let tid = int_of(v[1]).unwrap_or(0);
                 calls.push(
-                    [pkey, corr, order as i64, rid, start, tid, flags],
+                    [corr, pkey, order as i64, rid, start, tid, flags],
                     &mut spill,
                 )?;
             }
@@ -296,7 +298,7 @@ pub fn prepare(
     }
     let calls = calls.finish(&mut spill)?;
 
-    // [process, correlation id, table, rowid, start, end, device, flags]
+    // [correlation id, process, table, rowid, start, end, device, flags], ordered as `calls`.
     let mut work = Sorter::<[i64; 8]>::default();
     for (src, t, t_flows, t_projects) in &gpu {
         let sql = query(
@@ -331,7 +333,7 @@ pub fn prepare(
             {
                 flags |= FLOWS;
                 let (end, device) = (int_of(v[4]).unwrap_or(start), int_of(v[5]).unwrap_or(0));
-                rec = Some([pkey, corr, *src, rid, start, end, device]);
+                rec = Some([corr, pkey, *src, rid, start, end, device]);
             }
             if *t_projects && !unsupported {
                 match [1, 2, 3, 4, 5].map(|i| int_or_null(v[i])) {
@@ -343,17 +345,17 @@ pub fn prepare(
                         Ok(Some(device)),
                     ] if end >= start => {
                         flags |= PROJECTS;
-                        rec.get_or_insert([gpid >> 24, corr, *src, rid, start, end, device]);
+                        rec.get_or_insert([corr, gpid >> 24, *src, rid, start, end, device]);
                     }
                     ids if ids.iter().any(Result::is_err) => unsupported = true,
                     _ => {}
                 }
             }
-            if let Some([pkey, corr, src, rid, start, end, device]) = rec
+            if let Some([corr, pkey, src, rid, start, end, device]) = rec
                 && flags != 0
             {
                 work.push(
-                    [pkey, corr, src, rid, start, end, device, flags],
+                    [corr, pkey, src, rid, start, end, device, flags],
                     &mut spill,
                 )?;
             }
@@ -382,8 +384,8 @@ pub fn prepare(
     let mut current: Option<[i64; 2]> = None;
     let mut flow_launch: Option<(usize, i64, i64)> = None;
     let mut proj_launch: Option<(i64, i64)> = None;
-    while let Some([pkey, corr, src, rid, start, end, device, flags]) = work_it.next_record()? {
-        let k = [pkey, corr];
+    while let Some([corr, pkey, src, rid, start, end, device, flags]) = work_it.next_record()? {
+        let k = [corr, pkey];
         while let Some(c) = call.filter(|c| [c[0], c[1]] <= k) {
             if current != Some([c[0], c[1]]) {
                 current = Some([c[0], c[1]]);
