@@ -302,8 +302,8 @@ impl Formatter {
     }
 }
 
-/// `buf` becomes `"(x, y, z)"` (a missing value reads 0). By hand: `write!` cost more than the
-/// rest of a kernel's args together (two per kernel).
+/// `buf` becomes `"(x, y, z)"` (a missing value reads 0). By hand with `itoa`: `write!` cost
+/// more than the rest of a kernel's args together (two per kernel).
 fn dims(buf: &mut String, xyz: [Option<i64>; 3]) {
     buf.clear();
     buf.push('(');
@@ -311,28 +311,9 @@ fn dims(buf: &mut String, xyz: [Option<i64>; 3]) {
         if i > 0 {
             buf.push_str(", ");
         }
-        push_int(buf, v.unwrap_or(0));
+        buf.push_str(itoa::Buffer::new().format(v.unwrap_or(0)));
     }
     buf.push(')');
-}
-
-/// Append the decimal digits of `v`.
-fn push_int(buf: &mut String, v: i64) {
-    if v < 0 {
-        buf.push('-');
-    }
-    let mut n = v.unsigned_abs();
-    let mut digits = [0u8; 20];
-    let mut at = digits.len();
-    loop {
-        at -= 1;
-        digits[at] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            break;
-        }
-    }
-    buf.extend(digits[at..].iter().map(|&d| char::from(d)));
 }
 
 fn label(labels: &HashMap<(u8, i64), String, FastHash>, slot: u8, v: Option<i64>) -> Option<&str> {

@@ -1016,33 +1016,27 @@ impl Out {
     fn names_of(&mut self, open: &[Box<Range>]) -> Option<Text> {
         let key = &mut self.list_key;
         key.clear();
-        let mut numbered = true;
+        let (mut ranges, mut numbered) = (0, true);
         for r in open.iter().filter(|r| r.push_pop()) {
+            ranges += 1;
             match r.name() {
                 Some(Text::No(no)) => key.push(*no),
                 _ => numbered = false,
             }
         }
-        if numbered {
-            if key.is_empty() {
-                return None;
-            }
-            if let Some(&no) = self.list_numbers.get(&key[..]) {
-                return Some(Text::No(no));
-            }
+        if ranges == 0 {
+            return None;
+        }
+        if numbered && let Some(&no) = self.list_numbers.get(&key[..]) {
+            return Some(Text::No(no));
         }
         let names = &mut self.names;
         names.clear();
-        let mut any = false;
-        for r in open.iter().filter(|r| r.push_pop()) {
-            if any {
+        for (i, r) in open.iter().filter(|r| r.push_pop()).enumerate() {
+            if i > 0 {
                 names.extend_from_slice(RANGE_SEPARATOR.as_bytes());
             }
             names.extend_from_slice(r.name().map_or(&b""[..], |t| self.texts.bytes(t)));
-            any = true;
-        }
-        if !any {
-            return None;
         }
         let list = self.name_lists.text(names);
         if let (true, Text::No(no)) = (numbered, &list)

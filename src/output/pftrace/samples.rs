@@ -12,7 +12,7 @@
 //!   tables pass a bound, the sequence clears its incremental state and starts again, so memory
 //!   stays bounded however many distinct frames a profile holds.
 
-use super::{ProtoWriter, field_len, frame, put_field, put_varint, tag, varint_len};
+use super::{ProtoWriter, bytes_len, field_len, frame, put_field, put_varint, tag};
 use crate::model::{CounterValue, CpuSample, Frame, trace_pid_of, trace_tid_of};
 use crate::output::CounterTrack;
 use crate::proto::{
@@ -267,14 +267,11 @@ fn put_sample_packet(
         .iter()
         .filter_map(|&(tag, v)| v.map(|v| field_len(tag, v)))
         .sum();
-    let interned_len = interned.map(|i| i.encoded_len());
     let packet_len = field_len(tag::PACKET_TIMESTAMP, ts)
         + field_len(tag::PACKET_SEQUENCE_ID, u64::from(seq))
         + field_len(tag::PACKET_SEQUENCE_FLAGS, u64::from(flags))
-        + interned_len.map_or(0, |n| 1 + varint_len(n as u64) + n)
-        + varint_len(PACKET_PERF_SAMPLE)
-        + varint_len(sample_len as u64)
-        + sample_len;
+        + interned.map_or(0, |i| bytes_len(tag::PACKET_INTERNED_DATA, i.encoded_len()))
+        + bytes_len(PACKET_PERF_SAMPLE, sample_len);
     out.push(0x0A); // Trace.packet
     put_varint(out, packet_len as u64);
     put_field(out, tag::PACKET_TIMESTAMP, ts);
