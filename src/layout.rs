@@ -8,7 +8,7 @@ mod sched;
 
 use crate::model::{
     Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CpuSample, Description,
-    Event, EventSink, Flows, GroupKey, Name, pid_of, with_source,
+    Event, EventSink, Flows, GroupKey, Name, TextNo, pid_of, with_source,
 };
 use crate::output::{CHUNK_BYTES, Chunk, CustomTrack, EventWriter, Ids, WellKnown};
 use crate::summary::Summary;
@@ -801,6 +801,7 @@ enum LateName {
     Str(i64),
     Text(Box<str>),
     Static(&'static str),
+    Numbered(TextNo, Box<str>),
 }
 
 enum LateValue {
@@ -810,6 +811,7 @@ enum LateValue {
     Str(Box<str>),
     Label(Box<str>),
     StrId(i64),
+    Numbered(TextNo, Box<str>),
 }
 
 impl LateRow {
@@ -822,6 +824,7 @@ impl LateRow {
                 Name::Str(id) => LateName::Str(id),
                 Name::Text(t) => LateName::Text(t.into()),
                 Name::Static(t) => LateName::Static(t),
+                Name::Numbered(no, t) => LateName::Numbered(no, t.into()),
             },
             category: ev.category,
             args: ev
@@ -835,6 +838,7 @@ impl LateRow {
                         ArgValue::Str(v) => LateValue::Str(v.into()),
                         ArgValue::Label(v) => LateValue::Label(v.into()),
                         ArgValue::StrId(v) => LateValue::StrId(v),
+                        ArgValue::Numbered(no, v) => LateValue::Numbered(no, v.into()),
                     };
                     (a.key, v)
                 })
@@ -856,6 +860,7 @@ impl LateRow {
                 LateValue::Str(v) => ArgValue::Str(v),
                 LateValue::Label(v) => ArgValue::Label(v),
                 LateValue::StrId(v) => ArgValue::StrId(*v),
+                LateValue::Numbered(no, v) => ArgValue::Numbered(*no, v),
             },
         }));
         Event {
@@ -865,6 +870,7 @@ impl LateRow {
                 LateName::Str(id) => Name::Str(*id),
                 LateName::Text(t) => Name::Text(t),
                 LateName::Static(t) => Name::Static(t),
+                LateName::Numbered(no, t) => Name::Numbered(*no, t),
             },
             category: self.category,
             args: args.as_slice(),

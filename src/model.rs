@@ -15,12 +15,38 @@ use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 /// Where an event's name comes from. `Str` is an id into the export's `StringIds` table, which
-/// lets writers intern names by id without touching the text on every row.
+/// lets writers intern names by id without touching the text on every row; `Numbered` is a
+/// text a reader has already looked up in a dictionary of its own (see [`TextNo`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Name<'a> {
     Str(i64),
     Text(&'a str),
     Static(&'static str),
+    Numbered(TextNo, &'a str),
+}
+
+/// The number a reader's dictionary gave a text: equal numbers are equal texts, so a writer
+/// interns the text by its number instead of hashing and comparing it again (an NVTX-heavy
+/// profile repeats a few thousand range names over millions of rows). Each dictionary takes a
+/// set of its own from [`TextNo::new_set`], so numbers of two dictionaries never meet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TextNo(u64);
+
+impl TextNo {
+    /// A set no other dictionary in this process has.
+    pub fn new_set() -> u32 {
+        static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    pub fn new(set: u32, no: u32) -> TextNo {
+        TextNo(u64::from(set) << 32 | u64::from(no))
+    }
+
+    /// One integer for the set and the number.
+    pub fn key(self) -> u64 {
+        self.0
+    }
 }
 
 /// Every slice carries one category naming its source, so users can filter in Perfetto.
@@ -172,6 +198,8 @@ pub enum ArgValue<'a> {
     Label(&'a str),
     /// An id into `StringIds`, resolved by the writer (interned where the format allows).
     StrId(i64),
+    /// A repeating value a reader has numbered (see [`TextNo`]).
+    Numbered(TextNo, &'a str),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -3,7 +3,7 @@
 use super::info::ProfileInfo;
 use super::{Fetch, KERNEL, MEMCPY, MEMSET, Query, REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
-use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
+use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name, TextNo};
 use crate::nsys::flows::FlowDb;
 use crate::nsys::projection::{KernelNames, Projected};
 use crate::nsys::runs::Lookup;
@@ -90,8 +90,9 @@ struct Row {
     launch_start: Option<i64>,
     rowid: i64,
     extra: Values<EXTRA>,
-    /// Enclosing NVTX ranges of the launch, outermost first.
-    nvtx: Option<std::sync::Arc<str>>,
+    /// Enclosing NVTX ranges of the launch, outermost first (with their number, where the
+    /// projection numbered them).
+    nvtx: Option<(Option<TextNo>, std::sync::Arc<str>)>,
 }
 
 /// Integer columns, some NULL: half the size of `[Option<i64>; N]`, which matters as rows are
@@ -414,8 +415,10 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
             (Name::Static("Memset"), Category::Memset)
         }
     };
-    if let Some(n) = row.nvtx.as_deref() {
-        args.push("nvtx_ranges", ArgValue::Label(n));
+    match &row.nvtx {
+        Some((Some(no), n)) => args.push("nvtx_ranges", ArgValue::Numbered(*no, n)),
+        Some((None, n)) => args.push("nvtx_ranges", ArgValue::Label(n)),
+        None => {}
     }
     args.int("device", Some(device));
     args.int("context", ctx);

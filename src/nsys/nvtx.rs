@@ -2,7 +2,7 @@
 //! domain. Names come from `text` or, for registered strings, `textId`.
 
 use super::info::ProfileInfo;
-use super::{NVTX, Schema, int_at, real_at, text_at};
+use super::{Fetch, NVTX, Schema, int_at, text_at};
 use crate::model::EventSink;
 use crate::model::{
     ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, pid_of, tid_of,
@@ -11,6 +11,7 @@ use crate::nsys::projection::{Feed, Projected, RangeColumns, RangeValues};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
+use rusqlite::types::ValueRef;
 use std::collections::HashMap;
 
 pub const MARK: i64 = 34;
@@ -19,7 +20,7 @@ pub const START_END: i64 = 60;
 /// Rows that name things rather than being events: categories, thread names, domains.
 const NAMING: [i64; 4] = [33, 39, 75, 76];
 
-const COLS: [&str; 18] = [
+const COLS: [&str; 12] = [
     "start",
     "end",
     "eventType",
@@ -30,14 +31,20 @@ const COLS: [&str; 18] = [
     "color",
     "text",
     "textId",
+    "jsonTextId",
+    "jsonText",
+];
+
+/// The numeric payload columns, in the order a range's payload is taken from them: the query
+/// selects the first that is not NULL (`coalesce`), one column instead of six (nearly every
+/// range has none, and each column costs a fetch per row).
+const NUMERIC_PAYLOADS: [&str; 6] = [
     "uint64Value",
     "int64Value",
     "doubleValue",
     "uint32Value",
     "int32Value",
     "floatValue",
-    "jsonTextId",
-    "jsonText",
 ];
 
 /// Convert the NVTX table; `feed`, when given, is fed every row (it needs them all, selected
@@ -54,6 +61,11 @@ pub fn read<S: EventSink>(
         return Ok(());
     }
     let mut cols: Vec<String> = COLS.iter().map(|c| schema.col_of(NVTX, "t", c)).collect();
+    let numeric: Vec<String> = NUMERIC_PAYLOADS
+        .iter()
+        .map(|c| schema.col_of(NVTX, "t", c))
+        .collect();
+    cols.push(format!("coalesce({})", numeric.join(", ")));
     // Naming rows always pass (they are counted); events are filtered by the selection.
     let filter = selection.sql(
         "t",
@@ -78,7 +90,7 @@ pub fn read<S: EventSink>(
             cols.join(", ")
         )
     };
-    let selected = COLS.len() + 1;
+    let selected = COLS.len() + 2;
     let mut rows = super::Query::new(conn, &sql)?;
     let mut colors: HashMap<i64, String> = HashMap::new();
     let mut categories: HashMap<(i64, i64, i64), String> = HashMap::new();
@@ -87,8 +99,9 @@ pub fn read<S: EventSink>(
         let r = &r;
         // Fetched once for the feed and this reader.
         let v = RangeValues::of(r, &range_columns)?;
+        let mut text_no = None;
         if let Some(f) = feed.as_deref_mut() {
-            f.row(&v)?;
+            text_no = f.row(&v)?;
             if int_at(r, selected) != Some(1) {
                 continue;
             }
@@ -144,9 +157,12 @@ pub fn read<S: EventSink>(
             });
         }
         let text = super::text_of(v.text);
-        let json_text = text_at(r, 17);
+        let json_text = text_at(r, 11);
         let name = match (&text, super::int_of(v.text_id)) {
-            (Some(t), _) => Name::Text(t),
+            (Some(t), _) => match text_no {
+                Some(no) => Name::Numbered(no, t),
+                None => Name::Text(t),
+            },
             (None, Some(id)) => Name::Str(id),
             (None, None) => Name::Static("(unnamed range)"),
         };
@@ -179,22 +195,16 @@ pub fn read<S: EventSink>(
                 .and_then(|c| categories.get(&(gpid, domain, c)))
                 .map(String::as_str),
         );
-        if let Some(v) = int_at(r, 10) {
-            args.push("payload", ArgValue::Int(v));
-        } else if let Some(v) = int_at(r, 11) {
-            args.push("payload", ArgValue::Int(v));
-        } else if let Some(v) = real_at(r, 12) {
-            args.push("payload", ArgValue::Double(v));
-        } else if let Some(v) = int_at(r, 13) {
-            args.push("payload", ArgValue::Int(v));
-        } else if let Some(v) = int_at(r, 14) {
-            args.push("payload", ArgValue::Int(v));
-        } else if let Some(v) = real_at(r, 15) {
-            args.push("payload", ArgValue::Double(v));
-        } else if let Some(id) = int_at(r, 16) {
-            args.push("payload", ArgValue::StrId(id));
-        } else if let Some(j) = &json_text {
-            args.push("payload", ArgValue::Str(j));
+        match r.fetch(NUMERIC_PAYLOAD) {
+            ValueRef::Integer(v) => args.push("payload", ArgValue::Int(v)),
+            ValueRef::Real(v) => args.push("payload", ArgValue::Double(v)),
+            _ => {
+                if let Some(id) = int_at(r, 10) {
+                    args.push("payload", ArgValue::StrId(id));
+                } else if let Some(j) = &json_text {
+                    args.push("payload", ArgValue::Str(j));
+                }
+            }
         }
         let key = if ty == START_END {
             args.int("tid", Some(tid_of(global_tid)));
@@ -230,10 +240,13 @@ pub fn read<S: EventSink>(
     Ok(())
 }
 
+/// Where [`read`]'s query puts the first numeric payload (see [`NUMERIC_PAYLOADS`]).
+const NUMERIC_PAYLOAD: usize = COLS.len();
+
 /// Where [`read`]'s query puts the columns the projection's feed reads.
 pub fn range_columns() -> RangeColumns {
     RangeColumns {
-        rowid: COLS.len(),
+        rowid: COLS.len() + 1,
         event_type: 2,
         global_tid: 3,
         start: 0,
@@ -247,7 +260,7 @@ pub fn range_columns() -> RangeColumns {
 /// The text of a name, for matching against `--nvtx-filter`.
 fn name_text<'a>(info: &'a ProfileInfo, name: Name<'a>) -> std::borrow::Cow<'a, str> {
     match name {
-        Name::Text(t) | Name::Static(t) => std::borrow::Cow::Borrowed(t),
+        Name::Text(t) | Name::Static(t) | Name::Numbered(_, t) => std::borrow::Cow::Borrowed(t),
         Name::Str(id) => {
             std::borrow::Cow::Owned(info.desc.string(id).map(String::from).unwrap_or_default())
         }
@@ -276,7 +289,10 @@ pub fn read_projection<S: EventSink>(
             continue;
         }
         let name = match (span.text.as_deref(), span.name_id) {
-            (Some(t), _) => Name::Text(t),
+            (Some(t), _) => match span.text_no {
+                Some(no) => Name::Numbered(no, t),
+                None => Name::Text(t),
+            },
             (None, Some(id)) => Name::Str(id),
             (None, None) => Name::Static("(unnamed range)"),
         };

@@ -72,6 +72,7 @@
 //! the definition in SQL joins (exact too, but each launch is visited once per enclosing range,
 //! then grouped), whose tables are then read into the same streams.
 
+use crate::model::TextNo;
 use crate::nsys::flows::Launches;
 use crate::nsys::runs::{Lookup, Named, Sorted, Sorter, Spill};
 use crate::nsys::{self, DRIVER, NVTX, RUNTIME, Schema};
@@ -121,6 +122,9 @@ pub struct Span {
     /// The range's `text` (`None` when NULL), as UTF-8 (invalid bytes replaced, as
     /// [`String::from_utf8_lossy`] does).
     pub text: Option<Arc<str>>,
+    /// The text's number, where the projection numbered it: the number the NVTX reader's
+    /// slices of the same range carry (see [`Feed::row`]).
+    pub text_no: Option<TextNo>,
     /// The range's `textId` (`None` when NULL).
     pub name_id: Option<i64>,
 }
@@ -169,9 +173,10 @@ impl Span {
         }
     }
 
-    fn of(r: SpanRecord, names: &[Arc<str>]) -> Span {
+    fn of(r: SpanRecord, names: &[Arc<str>], set: u32) -> Span {
         let f = r.fields;
-        let text = carried_text(f[9], r.text, names);
+        let (text_no, text) = carried_text(f[9], r.text, names, set);
+        let has_text = f[8] & HAS_TEXT != 0;
         Span {
             gpu_start: f[0],
             gpu_end: f[1].wrapping_neg(),
@@ -186,7 +191,8 @@ impl Span {
             },
             domain: f[6],
             name_id: (f[8] & HAS_NAME_ID != 0).then_some(f[7]),
-            text: (f[8] & HAS_TEXT != 0).then_some(text),
+            text: has_text.then_some(text),
+            text_no: text_no.filter(|_| has_text),
         }
     }
 }
@@ -206,9 +212,18 @@ fn carry(text: &Text) -> (i64, Arc<[u8]>) {
     }
 }
 
-/// The string a record carries (see [`carry`]), its number looked up in `list`.
-fn carried_text(no: i64, text: Arc<[u8]>, list: &[Arc<str>]) -> Arc<str> {
-    usize::try_from(no).map_or_else(|_| lossy(&text), |no| list[no].clone())
+/// The string a record carries (see [`carry`]), its number looked up in `list` (numbered in
+/// `set`): with its [`TextNo`] when it has one.
+fn carried_text(
+    no: i64,
+    text: Arc<[u8]>,
+    list: &[Arc<str>],
+    set: u32,
+) -> (Option<TextNo>, Arc<str>) {
+    match u32::try_from(no) {
+        Ok(no) => (Some(TextNo::new(set, no)), list[no as usize].clone()),
+        Err(_) => (None, lossy(&text)),
+    }
 }
 
 /// `t` as UTF-8, as [`String::from_utf8_lossy`] reads it: the numbered strings are converted
@@ -224,11 +239,23 @@ fn lossy(t: &[u8]) -> Arc<str> {
 /// repeats a few thousand range names and lists of names over hundreds of thousands of spans
 /// and kernels). Bounded: past [`Names::KEPT`] strings or [`Names::BYTES`] bytes, new strings
 /// get no number and records carry them.
-#[derive(Default)]
 struct Names {
     list: Vec<Arc<[u8]>>,
     index: HashMap<Arc<[u8]>, u32, crate::model::FastHash>,
     bytes: usize,
+    /// The numbers' set, for the writers (see [`TextNo`]).
+    set: u32,
+}
+
+impl Default for Names {
+    fn default() -> Names {
+        Names {
+            list: Vec::new(),
+            index: HashMap::default(),
+            bytes: 0,
+            set: TextNo::new_set(),
+        }
+    }
 }
 
 /// A string of a [`Names`]: its number, or the string itself once the dictionary is full.
@@ -276,15 +303,17 @@ type KernelRecord = Named<2>;
 pub struct KernelNames<'a> {
     lookup: Lookup<'a, KernelRecord>,
     lists: &'a [Arc<str>],
+    set: u32,
 }
 
 impl KernelNames<'_> {
-    /// The names around the launch of GPU row `rowid` (rowids in increasing order).
-    pub fn of(&mut self, rowid: i64) -> Result<Option<Arc<str>>> {
+    /// The names around the launch of GPU row `rowid` (rowids in increasing order), with their
+    /// number where they have one.
+    pub fn of(&mut self, rowid: i64) -> Result<Option<(Option<TextNo>, Arc<str>)>> {
         let mut found = None;
-        let lists = self.lists;
+        let (lists, set) = (self.lists, self.set);
         self.lookup.matching(rowid, |r| {
-            found = Some(carried_text(r.fields[1], r.text, lists));
+            found = Some(carried_text(r.fields[1], r.text, lists, set));
         })?;
         Ok(found)
     }
@@ -293,12 +322,14 @@ impl KernelNames<'_> {
 /// The projection of one export as sorted streams (see the module's documentation).
 pub struct Projected {
     spans: Sorted<SpanRecord>,
-    /// The numbered range names of the spans.
+    /// The numbered range names of the spans, and their numbers' set.
     texts: Vec<Arc<str>>,
+    texts_set: u32,
     /// Per GPU table number: the enclosing push/pop ranges' names by rowid.
     kernels: [Sorted<KernelRecord>; 3],
-    /// The numbered lists of names of the kernels.
+    /// The numbered lists of names of the kernels, and their numbers' set.
     name_lists: Vec<Arc<str>>,
+    name_lists_set: u32,
     pub counts: Counts,
     _spill: Spill,
 }
@@ -332,7 +363,7 @@ impl Projected {
             merge
                 .next_record()
                 .transpose()
-                .map(|r| r.map(|r| Span::of(r, &self.texts)))
+                .map(|r| r.map(|r| Span::of(r, &self.texts, self.texts_set)))
         }))
     }
 
@@ -341,6 +372,7 @@ impl Projected {
         Ok(KernelNames {
             lookup: Lookup::new(self.kernels[src as usize].iter()?),
             lists: &self.name_lists,
+            set: self.name_lists_set,
         })
     }
 
@@ -357,7 +389,9 @@ impl Projected {
         Ok(Projected {
             spans: spans.finish(&mut spill)?,
             texts: texts.list.iter().map(|t| lossy(t)).collect(),
+            texts_set: texts.set,
             name_lists: name_lists.list.iter().map(|t| lossy(t)).collect(),
+            name_lists_set: name_lists.set,
             kernels: [
                 k0.finish(&mut spill)?,
                 k1.finish(&mut spill)?,
@@ -402,6 +436,7 @@ impl Projected {
                 event_type: i(6).unwrap_or(PUSH_POP),
                 domain: i(7).unwrap_or(0),
                 text,
+                text_no: None,
                 name_id: i(9),
             };
             spans.push(span.record(), &mut spill)?;
@@ -590,7 +625,8 @@ impl Projected {
             for src in [SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET] {
                 let mut it = self.kernels[src as usize].iter()?;
                 while let Some(k) = it.next_record()? {
-                    let text = carried_text(k.fields[1], k.text, &self.name_lists);
+                    let (_, text) =
+                        carried_text(k.fields[1], k.text, &self.name_lists, self.name_lists_set);
                     kernels.push((
                         src,
                         Named {
@@ -938,6 +974,7 @@ impl Out {
                 event_type: r.event_type,
                 domain: r.domain,
                 text: None,
+                text_no: None,
                 name_id: r.text_id,
             };
             let record = span.record_with(r.text.as_ref());
@@ -1344,19 +1381,30 @@ impl<'l, 'c> Feed<'l, 'c> {
         }))
     }
 
-    /// The next row of the table, in rowid order.
-    pub fn row(&mut self, v: &RangeValues<'_>) -> Result<()> {
+    /// The next row of the table, in rowid order; the number its `text` got, when it is a
+    /// range with a numbered text (the reader gives the writer that number: the text is then
+    /// hashed once per row, here, not again by the writer).
+    pub fn row(&mut self, v: &RangeValues<'_>) -> Result<Option<TextNo>> {
         let Some(sweep) = self.sweep.as_mut() else {
-            return Ok(());
+            return Ok(None);
         };
-        let fed = range_of(v, &mut sweep.out.texts, &mut self.registered)
-            .and_then(|range| range.map_or(Ok(()), |range| sweep.range(range)));
+        let set = sweep.out.texts.set;
+        let fed = range_of(v, &mut sweep.out.texts, &mut self.registered).and_then(|range| {
+            let Some(range) = range else {
+                return Ok(None);
+            };
+            let no = match range.text {
+                Some(Text::No(no)) => Some(TextNo::new(set, no)),
+                _ => None,
+            };
+            sweep.range(range).map(|()| no)
+        });
         match fed {
-            Ok(()) => Ok(()),
+            Ok(no) => Ok(no),
             Err(Stop::Fail(e)) => Err(e),
             Err(Stop::Abort(_)) => {
                 self.sweep = None;
-                Ok(())
+                Ok(None)
             }
         }
     }

@@ -324,7 +324,7 @@ impl JsonWriter {
         b.extend_from_slice(b"\",\"name\":");
         match ev.name {
             Name::Str(sid) => push_str(b, cached(&mut self.strings, &self.info, sid)),
-            Name::Text(t) | Name::Static(t) => push_str(b, t),
+            Name::Text(t) | Name::Static(t) | Name::Numbered(_, t) => push_str(b, t),
         }
         push_pid_tid(b, pid, tid);
         b.extend_from_slice(b",\"ts\":");
@@ -363,7 +363,9 @@ impl JsonWriter {
                     }
                     ArgValue::Double(_) => b.extend_from_slice(b"null"),
                     ArgValue::Bool(v) => b.extend_from_slice(if v { b"true" } else { b"false" }),
-                    ArgValue::Str(s) | ArgValue::Label(s) => push_str(b, s),
+                    ArgValue::Str(s) | ArgValue::Label(s) | ArgValue::Numbered(_, s) => {
+                        push_str(b, s)
+                    }
                     ArgValue::StrId(sid) => push_str(b, cached(&mut self.strings, &self.info, sid)),
                 }
             }
@@ -642,7 +644,7 @@ pub fn push_str(b: &mut Vec<u8>, s: &str) {
 /// The NVTX colour of an event, from its `color` arg (`#rrggbb`).
 fn nvtx_color(ev: &Event<'_>) -> Option<u32> {
     ev.args.iter().find_map(|a| match (a.key, a.value) {
-        ("color", ArgValue::Label(s) | ArgValue::Str(s)) => {
+        ("color", ArgValue::Label(s) | ArgValue::Str(s) | ArgValue::Numbered(_, s)) => {
             let hex = s.strip_prefix('#').filter(|h| h.len() == 6)?;
             u32::from_str_radix(hex, 16).ok()
         }

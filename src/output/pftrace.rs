@@ -13,7 +13,7 @@ use super::{
 };
 use crate::model::{
     ArgValue, Category, CounterValue, CpuSample, CpuSlice, Description, Event, FastHash, Name,
-    source_of, without_source,
+    TextNo, source_of, without_source,
 };
 use crate::proto::{
     ClockSnapshot, ProcessDescriptor, ThreadDescriptor, TracePacket, TrackDescriptor, TrackEvent,
@@ -265,37 +265,70 @@ const _: () = assert!(Category::ALL.len() < 256);
 /// takes maps.
 const SMALL: u32 = 8;
 
-/// Interned names and values of a sequence with many.
+/// Interned names or values of a sequence with many.
 #[derive(Default)]
-struct Maps {
-    names_by_sid: HashMap<i64, u32, FastHash>,
-    names_by_text: HashMap<Box<str>, u32, FastHash>,
-    values_by_sid: HashMap<i64, u32, FastHash>,
-    values_by_text: HashMap<Box<str>, u32, FastHash>,
+struct ByKey {
+    sid: HashMap<i64, u32, FastHash>,
+    no: HashMap<u64, u32, FastHash>,
+    text: HashMap<Box<str>, u32, FastHash>,
 }
 
-type ByKey<'a> = (
-    &'a mut HashMap<i64, u32, FastHash>,
-    &'a mut HashMap<Box<str>, u32, FastHash>,
-);
+impl ByKey {
+    fn get(&self, key: Key<'_>) -> Option<u32> {
+        match key {
+            Key::Sid(sid) => self.sid.get(&sid),
+            Key::No(no, _) => self.no.get(&no.key()),
+            Key::Text(t) => self.text.get(t),
+        }
+        .copied()
+    }
+
+    fn clear(&mut self) {
+        self.sid.clear();
+        self.no.clear();
+        self.text.clear();
+    }
+
+    fn insert(&mut self, key: Key<'_>, iid: u32) {
+        match key {
+            Key::Sid(sid) => self.sid.insert(sid, iid),
+            Key::No(no, _) => self.no.insert(no.key(), iid),
+            Key::Text(t) => self.text.insert(t.into(), iid),
+        };
+    }
+}
+
+#[derive(Default)]
+struct Maps {
+    names: ByKey,
+    values: ByKey,
+}
 
 impl Maps {
-    /// The maps by string id and by text of the values (`value`) or the names.
-    fn of(&mut self, value: bool) -> ByKey<'_> {
+    /// The maps of the values (`value`) or the names.
+    fn of(&mut self, value: bool) -> &mut ByKey {
         if value {
-            (&mut self.values_by_sid, &mut self.values_by_text)
+            &mut self.values
         } else {
-            (&mut self.names_by_sid, &mut self.names_by_text)
+            &mut self.names
         }
     }
 }
 
-/// A name or value on a short list: a string id, or a text (its length) at `key` in
-/// `Interning::small_text`.
+/// A name or value on a short list: a string id, a text's number, or a text (its length) at
+/// `key` in `Interning::small_text`.
 #[derive(Clone, Copy, Default)]
 struct Small {
     key: i64,
-    text: Option<u32>,
+    kind: SmallKind,
+}
+
+#[derive(Clone, Copy, Default, PartialEq)]
+enum SmallKind {
+    #[default]
+    Sid,
+    No,
+    Text(u32),
 }
 
 /// The writer's sequences by id.
@@ -337,6 +370,7 @@ impl Sequences {
 #[derive(Clone, Copy)]
 enum Key<'a> {
     Sid(i64),
+    No(TextNo, &'a str),
     Text(&'a str),
 }
 
@@ -367,9 +401,10 @@ impl Interning {
             let at = (block + if value { SMALL } else { 0 }) as usize;
             let list = &self.small[at..at + count as usize];
             let text = self.small_text.as_bytes();
-            let found = list.iter().position(|e| match (key, e.text) {
-                (Key::Sid(sid), None) => e.key == sid,
-                (Key::Text(t), Some(len)) => {
+            let found = list.iter().position(|e| match (key, e.kind) {
+                (Key::Sid(sid), SmallKind::Sid) => e.key == sid,
+                (Key::No(no, _), SmallKind::No) => e.key as u64 == no.key(),
+                (Key::Text(t), SmallKind::Text(len)) => {
                     len as usize == t.len() && &text[e.key as usize..][..t.len()] == t.as_bytes()
                 }
                 _ => false,
@@ -381,13 +416,17 @@ impl Interning {
                 self.small[at + count as usize] = match key {
                     Key::Sid(sid) => Small {
                         key: sid,
-                        text: None,
+                        kind: SmallKind::Sid,
+                    },
+                    Key::No(no, _) => Small {
+                        key: no.key() as i64,
+                        kind: SmallKind::No,
                     },
                     Key::Text(t) => {
                         self.small_text.push_str(t);
                         Small {
                             key: (self.small_text.len() - t.len()) as i64,
-                            text: Some(t.len() as u32),
+                            kind: SmallKind::Text(t.len() as u32),
                         }
                     }
                 };
@@ -395,21 +434,11 @@ impl Interning {
             }
             seq.maps = Some(self.promote(seq));
         }
-        let (by_sid, by_text) = seq.maps.as_mut().expect("promoted above").of(value);
-        match key {
-            Key::Sid(sid) => {
-                if let Some(&iid) = by_sid.get(&sid) {
-                    return (iid, false);
-                }
-                by_sid.insert(sid, count + 1);
-            }
-            Key::Text(t) => {
-                if let Some(&iid) = by_text.get(t) {
-                    return (iid, false);
-                }
-                by_text.insert(t.into(), count + 1);
-            }
+        let by_key = seq.maps.as_mut().expect("promoted above").of(value);
+        if let Some(iid) = by_key.get(key) {
+            return (iid, false);
         }
+        by_key.insert(key, count + 1);
         (seq.next(value), true)
     }
 
@@ -417,15 +446,16 @@ impl Interning {
     fn promote(&self, seq: &Sequence) -> Box<Maps> {
         let mut maps = Box::<Maps>::default();
         let mut add = |from: u32, count: u32, value: bool| {
-            let (by_sid, by_text) = maps.of(value);
+            let by_key = maps.of(value);
             let at = from as usize;
             for (i, e) in self.small[at..at + count as usize].iter().enumerate() {
                 let iid = i as u32 + 1;
-                match e.text {
-                    None => by_sid.insert(e.key, iid),
-                    Some(len) => {
+                match e.kind {
+                    SmallKind::Sid => by_key.sid.insert(e.key, iid),
+                    SmallKind::No => by_key.no.insert(e.key as u64, iid),
+                    SmallKind::Text(len) => {
                         let t = &self.small_text[e.key as usize..][..len as usize];
-                        by_text.insert(t.into(), iid)
+                        by_key.text.insert(t.into(), iid)
                     }
                 };
             }
@@ -666,10 +696,8 @@ impl ProtoWriter {
         let mut maps = seq.maps.take();
         if let Some(m) = &mut maps {
             // A sequence that needed maps will again: they keep their room.
-            m.names_by_sid.clear();
-            m.names_by_text.clear();
-            m.values_by_sid.clear();
-            m.values_by_text.clear();
+            m.names.clear();
+            m.values.clear();
         }
         // Its arena blocks are kept, empty.
         *seq = Sequence {
@@ -803,11 +831,12 @@ impl ProtoWriter {
                 }
                 ArgValue::Label(s) => Key::Text(s),
                 ArgValue::StrId(sid) => Key::Sid(sid),
+                ArgValue::Numbered(no, s) => Key::No(no, s),
             };
             let (iid, new) = interning.intern(seq, true, value);
             if new {
                 let text = match value {
-                    Key::Text(s) => s.into(),
+                    Key::Text(s) | Key::No(_, s) => s.into(),
                     Key::Sid(sid) => info.string_or_id(sid),
                 };
                 put_entry(
@@ -825,12 +854,13 @@ impl ProtoWriter {
         let name = match ev.name {
             Name::Str(sid) => Key::Sid(sid),
             Name::Text(t) | Name::Static(t) => Key::Text(t),
+            Name::Numbered(no, t) => Key::No(no, t),
         };
         let (name_iid, new) = interning.intern(seq, false, name);
         let name_iid = u64::from(name_iid);
         if new {
             let text = match name {
-                Key::Text(t) => t.into(),
+                Key::Text(t) | Key::No(_, t) => t.into(),
                 Key::Sid(sid) => info.string_or_id(sid),
             };
             put_entry(interned, tag::EVENT_NAMES, name_iid, text.as_bytes());
@@ -1012,14 +1042,20 @@ mod tests {
         use crate::model::{Arg, Flows};
         use crate::proto::{Trace, debug_annotation};
         const TEXTS: [&str; 11] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"];
+        // Two dictionaries numbering other texts with the same numbers: a number stands for
+        // its text only within its set.
+        const SET_A: [&str; 7] = ["a0", "a1", "a2", "a3", "a4", "a5", "a6"];
+        const SET_B: [&str; 7] = ["b0", "b1", "b2", "b3", "b4", "b5", "b6"];
+        let (a, b) = (TextNo::new_set(), TextNo::new_set());
         let mut w = Protobuf::default().writer(Arc::new(Description::default()));
         let mut want = Vec::new();
         w.open_group(2, 7, 0);
-        for i in 0..60usize {
-            let name = if i % 3 == 0 {
-                Name::Str(i as i64 % 13)
-            } else {
-                Name::Text(TEXTS[i % 11])
+        for i in 0..80usize {
+            let name = match i % 4 {
+                0 => Name::Str(i as i64 % 13),
+                1 => Name::Text(TEXTS[i % 11]),
+                2 => Name::Numbered(TextNo::new(a, (i % 7) as u32), SET_A[i % 7]),
+                _ => Name::Numbered(TextNo::new(b, (i % 7) as u32), SET_B[i % 7]),
             };
             let args = [
                 Arg {
@@ -1029,6 +1065,10 @@ mod tests {
                 Arg {
                     key: "sid",
                     value: ArgValue::StrId(100 + i as i64 % 10),
+                },
+                Arg {
+                    key: "numbered",
+                    value: ArgValue::Numbered(TextNo::new(b, (i % 5) as u32), SET_B[i % 5]),
                 },
             ];
             let ev = Event {
@@ -1046,12 +1086,13 @@ mod tests {
             w.end(2, 7, true, ev.start + 5);
             let text = |n: Name<'_>| match n {
                 Name::Str(sid) => format!("(string {sid})"),
-                Name::Text(t) | Name::Static(t) => t.to_string(),
+                Name::Text(t) | Name::Static(t) | Name::Numbered(_, t) => t.to_string(),
             };
             want.push(vec![
                 text(name),
                 format!("label={}", TEXTS[i % 9]),
                 format!("sid=(string {})", 100 + i % 10),
+                format!("numbered={}", SET_B[i % 5]),
             ]);
         }
         let bytes = w.take_chunk().unwrap().data;
