@@ -170,7 +170,7 @@ fn load_nvtx_names(
         }
         let sql = format!(
             "SELECT eventType, globalTid, {dom}, {cat}, text, {tid} FROM {NVTX} \
-             WHERE eventType IN (33, 39, 75)",
+             WHERE eventType = 33 OR eventType = 39 OR eventType = 75",
             dom = schema.col(NVTX, "domainId"),
             cat = schema.col(NVTX, "category"),
             tid = schema.col(NVTX, "textId"),

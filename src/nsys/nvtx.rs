@@ -77,16 +77,23 @@ pub fn read<S: EventSink>(
     let rowid = schema.rowid_of(NVTX, "t");
     // Whether an event row is selected: the WHERE clause, or a column when the feed needs every
     // row.
+    // `eventType NOT IN (..)` as comparisons: SQLite looks a constant IN list up in a
+    // temporary b-tree on every row; and no test at all without a selection.
+    let passes = if filter == "1" {
+        filter
+    } else {
+        format!(
+            "(t.eventType <> {MARK} AND t.eventType <> {PUSH_POP} AND t.eventType <> {START_END}) \
+             OR ({filter})"
+        )
+    };
     let sql = if feed.is_some() {
         cols.push(rowid.clone());
-        cols.push(format!(
-            "t.eventType NOT IN ({MARK}, {PUSH_POP}, {START_END}) OR ({filter})"
-        ));
+        cols.push(passes);
         format!("SELECT {} FROM {NVTX} t ORDER BY {rowid}", cols.join(", "))
     } else {
         format!(
-            "SELECT {}, NULL, 1 FROM {NVTX} t WHERE t.eventType NOT IN ({MARK}, {PUSH_POP}, {START_END}) OR ({filter}) \
-             ORDER BY {rowid}",
+            "SELECT {}, NULL, 1 FROM {NVTX} t WHERE {passes} ORDER BY {rowid}",
             cols.join(", ")
         )
     };
