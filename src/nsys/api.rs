@@ -24,8 +24,37 @@ struct Row {
     name_id: Option<i64>,
     ret: Option<i64>,
     rowid: i64,
-    flows: Vec<u64>,
+    flows: Launched,
     callchain: Option<std::rc::Rc<str>>,
+}
+
+/// The flow ids a call starts: none, or nearly always one, kept inline (an allocation per
+/// launch cost more than the rest of its handling).
+enum Launched {
+    None,
+    One([u64; 1]),
+    Many(Vec<u64>),
+}
+
+impl Launched {
+    fn push(&mut self, id: u64) {
+        *self = match std::mem::replace(self, Launched::None) {
+            Launched::None => Launched::One([id]),
+            Launched::One([first]) => Launched::Many(vec![first, id]),
+            Launched::Many(mut ids) => {
+                ids.push(id);
+                Launched::Many(ids)
+            }
+        };
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        match self {
+            Launched::None => &[],
+            Launched::One(id) => id,
+            Launched::Many(ids) => ids,
+        }
+    }
 }
 
 fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
@@ -64,7 +93,7 @@ fn decode(
         name_id: int_at(r, 4),
         ret: int_at(r, 5),
         rowid: int_at(r, 6).unwrap_or(0),
-        flows: Vec::new(),
+        flows: Launched::None,
         callchain: chains.get(r, 7)?,
     })
 }
@@ -202,7 +231,7 @@ fn emit<S: EventSink>(
         args.push("callchain", crate::model::ArgValue::Str(cc));
     }
     let flows = Flows {
-        out: &row.flows,
+        out: row.flows.as_slice(),
         terminating: None,
     };
     let ev = Event {
