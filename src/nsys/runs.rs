@@ -203,11 +203,20 @@ impl Spill {
 }
 
 /// Collects records; [`Sorter::finish`] sorts them.
+///
+/// Most streams arrive already in order (a join walked in key order, rows in their table's
+/// order): a chunk found in order is not sorted, and a chunk that starts at or after the last
+/// record written goes on the end of the last run rather than into a new one, so such a stream
+/// is one run read straight through, with no merge.
 pub struct Sorter<R: Record> {
     chunk: Vec<R>,
     /// What the chunk holds, in bytes.
     bytes: usize,
+    /// Whether the chunk is in order as pushed.
+    in_order: bool,
     runs: Vec<PathBuf>,
+    /// The last record of the last run.
+    last_written: Option<R>,
 }
 
 impl<R: Record> Default for Sorter<R> {
@@ -215,14 +224,18 @@ impl<R: Record> Default for Sorter<R> {
         Sorter {
             chunk: Vec::new(),
             bytes: 0,
+            in_order: true,
             runs: Vec::new(),
+            last_written: None,
         }
     }
 }
 
 impl<R: Record> Sorter<R> {
     pub fn push(&mut self, rec: R, spill: &mut Spill) -> Result<()> {
-        self.bytes += rec.size(self.chunk.last());
+        let last = self.chunk.last();
+        self.in_order &= last.is_none_or(|l| *l <= rec);
+        self.bytes += rec.size(last);
         self.chunk.push(rec);
         if self.chunk.len() >= run_records() || self.bytes >= RUN_BYTES {
             self.write_run(spill)?;
@@ -238,7 +251,9 @@ impl<R: Record> Sorter<R> {
     fn write_run(&mut self, spill: &mut Spill) -> Result<()> {
         // Large records are not moved to sort them: their (first field, place) pairs are, and
         // the records are written in that order.
-        let order: Vec<u32> = if std::mem::size_of::<R>() > 32 {
+        let order: Vec<u32> = if self.in_order {
+            (0..self.chunk.len() as u32).collect()
+        } else if std::mem::size_of::<R>() > 32 {
             let chunk = &self.chunk;
             let mut keyed: Vec<(i64, u32)> = (0..chunk.len())
                 .map(|i| (chunk[i].key(), i as u32))
@@ -252,7 +267,19 @@ impl<R: Record> Sorter<R> {
             self.chunk.sort_unstable();
             (0..self.chunk.len() as u32).collect()
         };
-        let (path, file) = spill.file()?;
+        // After the last run's last record: the chunk continues that run.
+        let first = order.first().map(|&i| &self.chunk[i as usize]);
+        let continues = matches!((&self.last_written, first), (Some(l), Some(f)) if l <= f);
+        let (path, file) = match self.runs.last().filter(|_| continues) {
+            Some(p) => {
+                let f = std::fs::OpenOptions::new()
+                    .append(true)
+                    .open(p)
+                    .with_context(|| format!("cannot write scratch file {}", p.display()))?;
+                (p.clone(), f)
+            }
+            None => spill.file()?,
+        };
         let mut w = BufWriter::with_capacity(1 << 16, file);
         let mut prev = None;
         for &i in &order {
@@ -263,15 +290,23 @@ impl<R: Record> Sorter<R> {
         }
         w.flush()
             .with_context(|| format!("cannot write scratch file {}", path.display()))?;
+        if let Some(&i) = order.last() {
+            self.last_written = Some(self.chunk[i as usize].clone());
+        }
         self.chunk.clear();
         self.bytes = 0;
-        self.runs.push(path);
+        self.in_order = true;
+        if !continues {
+            self.runs.push(path);
+        }
         Ok(())
     }
 
     pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<R>> {
         if self.runs.is_empty() {
-            self.chunk.sort_unstable();
+            if !self.in_order {
+                self.chunk.sort_unstable();
+            }
             self.chunk.shrink_to_fit();
             return Ok(Sorted {
                 memory: self.chunk,
@@ -471,6 +506,28 @@ mod tests {
             want.sort_unstable();
             assert_eq!(sorted_of(&recs), want, "{n} records");
         }
+    }
+
+    #[test]
+    fn streams_in_order_become_one_run_and_disorder_still_sorts() {
+        let n = 3 * RUN_RECORDS as i64 + 17;
+        // In order, with repeats: chunks go on the end of one run.
+        let in_order: Vec<[i64; 2]> = (0..n).map(|i| [i / 3, i % 3]).collect();
+        let mut spill = Spill::default();
+        let mut s = Sorter::<[i64; 2]>::default();
+        for r in &in_order {
+            s.push(*r, &mut spill).unwrap();
+        }
+        assert!(s.runs.len() == 1, "{} runs", s.runs.len());
+        assert_eq!(sorted_of(&in_order), in_order);
+        // In order but for one record in the second chunk, and chunks that restart lower: the
+        // chunks that cannot continue the last run start new runs.
+        let mut mixed = in_order.clone();
+        mixed.swap(RUN_RECORDS + 5, RUN_RECORDS + 9);
+        mixed.extend((0..RUN_RECORDS as i64 + 3).map(|i| [i / 2, 7]));
+        let mut want = mixed.clone();
+        want.sort_unstable();
+        assert_eq!(sorted_of(&mixed), want);
     }
 
     #[test]
