@@ -841,8 +841,14 @@ struct Range {
     /// A push/pop range's name when it is not `text` (a registered string, the placeholder),
     /// in the same names.
     name: Option<Text>,
-    /// The GPU rows launched inside the range, per device.
+    /// The GPU rows launched inside the range, per device: those settled so far (see
+    /// `pending`).
     devs: Devs,
+    /// GPU rows launched while this range was the last of its thread's open list (or handed
+    /// down by the ranges after it as they closed): they count for this range and for every
+    /// range before it in the list. A launch then costs one update, not one per open range;
+    /// a range's rows are `devs` plus the `pending` of itself and of every range after it.
+    pending: Devs,
 }
 
 /// Spans per device: nearly always one, kept inline (an allocation per range costs more than
@@ -864,28 +870,40 @@ impl Devs {
 
     /// Take a GPU row into the span of its device.
     fn add(&mut self, device: i64, start: i64, end: i64) {
-        let d = match self.first.as_mut().filter(|d| d.device == device) {
+        self.add_span(&DevSpan {
+            device,
+            start,
+            end,
+            rows: 1,
+        });
+    }
+
+    /// Take `n`'s rows into the span of its device.
+    fn add_span(&mut self, n: &DevSpan) {
+        let d = match self.first.as_mut().filter(|d| d.device == n.device) {
             Some(d) => Some(d),
-            None => self.more.iter_mut().find(|d| d.device == device),
+            None => self.more.iter_mut().find(|d| d.device == n.device),
         };
         match d {
             Some(d) => {
-                d.start = d.start.min(start);
-                d.end = d.end.max(end);
-                d.rows += 1;
+                d.start = d.start.min(n.start);
+                d.end = d.end.max(n.end);
+                d.rows += n.rows;
             }
             None => {
-                let d = DevSpan {
-                    device,
-                    start,
-                    end,
-                    rows: 1,
-                };
+                let d = DevSpan { ..*n };
                 match self.first {
                     None => self.first = Some(d),
                     Some(_) => self.more.push(d),
                 }
             }
+        }
+    }
+
+    /// Take every span of `other`.
+    fn merge(&mut self, other: &Devs) {
+        for d in other.iter() {
+            self.add_span(d);
         }
     }
 }
@@ -903,6 +921,16 @@ impl Range {
     /// The order of the names around a kernel: by start, the longer first, then by rowid.
     fn key(&self) -> (i64, Reverse<i64>, i64) {
         (self.start, Reverse(self.end), self.rid)
+    }
+}
+
+/// Move every pending row of a thread's open ranges into the `devs` of the ranges it counts
+/// for (see [`Range::pending`]).
+fn settle(open: &mut [Box<Range>]) {
+    let mut after = Devs::default();
+    for r in open.iter_mut().rev() {
+        after.merge(&std::mem::take(&mut r.pending));
+        r.devs.merge(&after);
     }
 }
 
@@ -989,6 +1017,23 @@ impl Out {
         if th.open.is_empty() || th.min_end >= t {
             return Ok(());
         }
+        // The innermost ranges end first (push/pop ranges nest): each hands its pending rows to
+        // the range before it.
+        while let Some(mut r) = th.open.pop_if(|r| r.end < t) {
+            let pending = std::mem::take(&mut r.pending);
+            r.devs.merge(&pending);
+            if let Some(prev) = th.open.last_mut() {
+                prev.pending.merge(&pending);
+            }
+            th.names_valid &= !r.push_pop();
+            self.close(&r)?;
+        }
+        th.min_end = th.open.iter().map(|r| r.end).min().unwrap_or(i64::MAX);
+        if th.min_end >= t {
+            return Ok(());
+        }
+        // Ranges that do not nest end further in: settle every range's rows, then close them.
+        settle(&mut th.open);
         let mut i = 0;
         th.min_end = i64::MAX;
         while i < th.open.len() {
@@ -1017,6 +1062,10 @@ impl Out {
         };
         let key = r.key();
         let at = th.open.partition_point(|o| o.key() < key);
+        if at < th.open.len() {
+            // Not last: the pending rows of the ranges after it are not the new range's.
+            settle(&mut th.open);
+        }
         th.open.insert(at, r);
         Ok(())
     }
@@ -1027,8 +1076,8 @@ impl Out {
             return Ok(());
         };
         self.prune(th, astart)?;
-        for r in &mut th.open {
-            r.devs.add(l.device, l.start, l.end);
+        if let Some(last) = th.open.last_mut() {
+            last.pending.add(l.device, l.start, l.end);
         }
         if !th.names_valid {
             th.names = self.names_of(&th.open);
@@ -1169,7 +1218,8 @@ impl<'l> Sweep<'l> {
             self.open_next()?;
         }
         self.launches_until(None)?;
-        for th in std::mem::take(&mut self.threads).into_values() {
+        for mut th in std::mem::take(&mut self.threads).into_values() {
+            settle(&mut th.open);
             for r in th.open {
                 self.out.close(&r)?;
             }
@@ -1345,6 +1395,7 @@ fn range_of(
         text_id,
         name,
         devs: Devs::default(),
+        pending: Devs::default(),
     })))
 }
 
