@@ -269,18 +269,17 @@ const SMALL: u32 = 8;
 #[derive(Default)]
 struct ByKey {
     sid: HashMap<i64, u32, FastHash>,
-    no: HashMap<u64, u32, FastHash>,
+    no: ByNumber,
     text: HashMap<Box<str>, u32, FastHash>,
 }
 
 impl ByKey {
     fn get(&self, key: Key<'_>) -> Option<u32> {
         match key {
-            Key::Sid(sid) => self.sid.get(&sid),
-            Key::No(no, _) => self.no.get(&no.key()),
-            Key::Text(t) => self.text.get(t),
+            Key::Sid(sid) => self.sid.get(&sid).copied(),
+            Key::No(no, _) => self.no.get(no.key()),
+            Key::Text(t) => self.text.get(t).copied(),
         }
-        .copied()
     }
 
     fn clear(&mut self) {
@@ -291,10 +290,74 @@ impl ByKey {
 
     fn insert(&mut self, key: Key<'_>, iid: u32) {
         match key {
-            Key::Sid(sid) => self.sid.insert(sid, iid),
+            Key::Sid(sid) => {
+                self.sid.insert(sid, iid);
+            }
             Key::No(no, _) => self.no.insert(no.key(), iid),
-            Key::Text(t) => self.text.insert(t.into(), iid),
+            Key::Text(t) => {
+                self.text.insert(t.into(), iid);
+            }
+        }
+    }
+}
+
+/// Interned numbered texts ([`crate::model::TextNo`]: a set in the high half of the key, a
+/// number from 0 in the low half). A reader's dictionary numbers densely, so a table of iids
+/// indexed by number is a fraction of a hash map's size and its lookups stay in cache (an
+/// NVTX-heavy conversion looks one up per range); numbers too far beyond what the sequence
+/// holds (at most 16 slots per entry, so memory stays proportional) go to a map.
+#[derive(Default)]
+struct ByNumber {
+    /// Per set: iids by number, 0 where none.
+    dense: Vec<(u32, Vec<u32>)>,
+    entries: usize,
+    sparse: HashMap<u64, u32, FastHash>,
+}
+
+impl ByNumber {
+    fn split(key: u64) -> (u32, usize) {
+        ((key >> 32) as u32, key as u32 as usize)
+    }
+
+    fn get(&self, key: u64) -> Option<u32> {
+        let (set, no) = ByNumber::split(key);
+        if let Some((_, table)) = self.dense.iter().find(|(s, _)| *s == set)
+            && let Some(&iid) = table.get(no)
+            && iid != 0
+        {
+            return Some(iid);
+        }
+        if self.sparse.is_empty() {
+            return None;
+        }
+        self.sparse.get(&key).copied()
+    }
+
+    fn insert(&mut self, key: u64, iid: u32) {
+        let (set, no) = ByNumber::split(key);
+        self.entries += 1;
+        if no >= 16 * self.entries + 64 {
+            self.sparse.insert(key, iid);
+            return;
+        }
+        let at = match self.dense.iter().position(|(s, _)| *s == set) {
+            Some(at) => at,
+            None => {
+                self.dense.push((set, Vec::new()));
+                self.dense.len() - 1
+            }
         };
+        let table = &mut self.dense[at].1;
+        if table.len() <= no {
+            table.resize((no + 1).max(2 * table.len()).min(16 * self.entries + 64), 0);
+        }
+        table[no] = iid;
+    }
+
+    fn clear(&mut self) {
+        self.dense.clear();
+        self.entries = 0;
+        self.sparse.clear();
     }
 }
 
@@ -451,13 +514,15 @@ impl Interning {
             for (i, e) in self.small[at..at + count as usize].iter().enumerate() {
                 let iid = i as u32 + 1;
                 match e.kind {
-                    SmallKind::Sid => by_key.sid.insert(e.key, iid),
+                    SmallKind::Sid => {
+                        by_key.sid.insert(e.key, iid);
+                    }
                     SmallKind::No => by_key.no.insert(e.key as u64, iid),
                     SmallKind::Text(len) => {
                         let t = &self.small_text[e.key as usize..][..len as usize];
-                        by_key.text.insert(t.into(), iid)
+                        by_key.text.insert(t.into(), iid);
                     }
-                };
+                }
             }
         };
         let at = seq.small_at.expect("short lists before maps");
@@ -1043,7 +1108,7 @@ mod tests {
         use crate::proto::{Trace, debug_annotation};
         const TEXTS: [&str; 11] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"];
         // Two dictionaries numbering other texts with the same numbers: a number stands for
-        // its text only within its set.
+        // its text only within its set (set A's numbers are dense, set B's names far apart).
         const SET_A: [&str; 7] = ["a0", "a1", "a2", "a3", "a4", "a5", "a6"];
         const SET_B: [&str; 7] = ["b0", "b1", "b2", "b3", "b4", "b5", "b6"];
         let (a, b) = (TextNo::new_set(), TextNo::new_set());
@@ -1055,7 +1120,8 @@ mod tests {
                 0 => Name::Str(i as i64 % 13),
                 1 => Name::Text(TEXTS[i % 11]),
                 2 => Name::Numbered(TextNo::new(a, (i % 7) as u32), SET_A[i % 7]),
-                _ => Name::Numbered(TextNo::new(b, (i % 7) as u32), SET_B[i % 7]),
+                // Far apart: past the dense table's bound, these go to the map.
+                _ => Name::Numbered(TextNo::new(b, (i % 7) as u32 * 40_000), SET_B[i % 7]),
             };
             let args = [
                 Arg {
