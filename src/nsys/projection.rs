@@ -239,10 +239,16 @@ fn lossy(t: &[u8]) -> Arc<str> {
 /// repeats a few thousand range names and lists of names over hundreds of thousands of spans
 /// and kernels). Bounded: past [`Names::KEPT`] strings or [`Names::BYTES`] bytes, new strings
 /// get no number and records carry them.
+///
+/// Looked up once per NVTX range, so laid out for few cache misses: the strings end to end in
+/// one buffer, and the index maps a string's hash to its number (16-byte buckets, where a boxed
+/// string key takes 24 and a pointer to follow). Two strings of one hash: the later one gets
+/// no number.
 struct Names {
-    list: Vec<Arc<[u8]>>,
-    index: HashMap<Arc<[u8]>, u32, crate::model::FastHash>,
-    bytes: usize,
+    /// The strings end to end: number `n` is `bytes[ends[n - 1]..ends[n]]` (from 0 for 0).
+    bytes: Vec<u8>,
+    ends: Vec<u32>,
+    index: HashMap<u64, u32, KeyIsHash>,
     /// The numbers' set, for the writers (see [`TextNo`]).
     set: u32,
 }
@@ -250,11 +256,31 @@ struct Names {
 impl Default for Names {
     fn default() -> Names {
         Names {
-            list: Vec::new(),
+            bytes: Vec::new(),
+            ends: Vec::new(),
             index: HashMap::default(),
-            bytes: 0,
             set: TextNo::new_set(),
         }
+    }
+}
+
+/// A map keyed by a hash already computed: the key is its own hash.
+type KeyIsHash = std::hash::BuildHasherDefault<HashIsKey>;
+
+#[derive(Default)]
+struct HashIsKey(u64);
+
+impl std::hash::Hasher for HashIsKey {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
     }
 }
 
@@ -271,24 +297,50 @@ impl Names {
 
     /// `t`, numbered when it has or can get a number.
     fn text(&mut self, t: &[u8]) -> Text {
-        if let Some(&no) = self.index.get(t) {
-            return Text::No(no);
+        let hash = {
+            use std::hash::{Hash, Hasher};
+            let mut h = crate::model::FxHasher::default();
+            t.hash(&mut h);
+            h.finish()
+        };
+        match self.index.entry(hash) {
+            std::collections::hash_map::Entry::Occupied(e) => {
+                let no = *e.get();
+                if self.numbered(no) == t {
+                    return Text::No(no);
+                }
+            }
+            std::collections::hash_map::Entry::Vacant(e) => {
+                if self.ends.len() < Names::KEPT && self.bytes.len() + t.len() <= Names::BYTES {
+                    let no = self.ends.len() as u32;
+                    self.bytes.extend_from_slice(t);
+                    self.ends.push(self.bytes.len() as u32);
+                    e.insert(no);
+                    return Text::No(no);
+                }
+            }
         }
-        let a: Arc<[u8]> = Arc::from(t);
-        if self.list.len() >= Names::KEPT || self.bytes + t.len() > Names::BYTES {
-            return Text::Own(a);
-        }
-        let no = self.list.len() as u32;
-        self.list.push(a.clone());
-        self.index.insert(a, no);
-        self.bytes += t.len();
-        Text::No(no)
+        Text::Own(Arc::from(t))
+    }
+
+    /// String number `no`.
+    fn numbered(&self, no: u32) -> &[u8] {
+        let no = no as usize;
+        let start = if no == 0 { 0 } else { self.ends[no - 1] };
+        &self.bytes[start as usize..self.ends[no] as usize]
+    }
+
+    /// The strings by number, as UTF-8 (see [`lossy`]).
+    fn all_lossy(&self) -> Vec<Arc<str>> {
+        (0..self.ends.len() as u32)
+            .map(|no| lossy(self.numbered(no)))
+            .collect()
     }
 
     /// The bytes of a [`Text`] of this dictionary.
     fn bytes<'a>(&'a self, t: &'a Text) -> &'a [u8] {
         match t {
-            Text::No(no) => &self.list[*no as usize],
+            Text::No(no) => self.numbered(*no),
             Text::Own(t) => t,
         }
     }
@@ -388,9 +440,9 @@ impl Projected {
         let [k0, k1, k2] = kernels;
         Ok(Projected {
             spans: spans.finish(&mut spill)?,
-            texts: texts.list.iter().map(|t| lossy(t)).collect(),
+            texts: texts.all_lossy(),
             texts_set: texts.set,
-            name_lists: name_lists.list.iter().map(|t| lossy(t)).collect(),
+            name_lists: name_lists.all_lossy(),
             name_lists_set: name_lists.set,
             kernels: [
                 k0.finish(&mut spill)?,
@@ -1639,3 +1691,42 @@ impl<T> Window<T> {
 }
 
 type Threads = HashMap<i64, Thread, crate::model::FastHash>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Equal strings get one number and read back as themselves; the dictionary stops
+    /// numbering at its bounds, and the strings it then hands back are the strings given.
+    #[test]
+    fn names_number_once_and_stay_bounded() {
+        let mut names = Names::default();
+        let texts: Vec<Vec<u8>> = (0..1000)
+            .map(|i| format!("aten::op, seq = {i}").into_bytes())
+            .chain([Vec::new(), vec![0xff, 0xfe]])
+            .collect();
+        let first: Vec<Text> = texts.iter().map(|t| names.text(t)).collect();
+        for (t, n) in texts.iter().zip(&first) {
+            let Text::No(no) = n else {
+                panic!("not numbered")
+            };
+            assert!(matches!(names.text(t), Text::No(again) if again == *no));
+            assert_eq!(names.bytes(n), &t[..]);
+        }
+        let lossy = names.all_lossy();
+        assert_eq!(&*lossy[7], "aten::op, seq = 7");
+        assert_eq!(&*lossy[1001], "\u{fffd}\u{fffd}");
+
+        let mut full = Names::default();
+        let big = vec![b'x'; Names::BYTES / 2];
+        assert!(matches!(full.text(&big), Text::No(0)));
+        let mut other = big.clone();
+        other[0] = b'y';
+        assert!(matches!(full.text(&other), Text::No(1)));
+        other[0] = b'z';
+        let over = full.text(&other);
+        assert!(matches!(&over, Text::Own(t) if t[..] == other[..]));
+        assert_eq!(full.bytes(&over), &other[..]);
+        assert!(matches!(full.text(&big), Text::No(0)), "still found");
+    }
+}
