@@ -250,9 +250,10 @@ impl<R: Record> Sorter<R> {
 
     fn write_run(&mut self, spill: &mut Spill) -> Result<()> {
         // Large records are not moved to sort them: their (first field, place) pairs are, and
-        // the records are written in that order.
-        let order: Vec<u32> = if self.in_order {
-            (0..self.chunk.len() as u32).collect()
+        // the records are written in that order. `None`: the chunk's own order (as pushed, or
+        // sorted in place).
+        let order: Option<Vec<u32>> = if self.in_order {
+            None
         } else if std::mem::size_of::<R>() > 32 {
             let chunk = &self.chunk;
             let mut keyed: Vec<(i64, u32)> = (0..chunk.len())
@@ -262,14 +263,18 @@ impl<R: Record> Sorter<R> {
                 a.0.cmp(&b.0)
                     .then_with(|| chunk[a.1 as usize].cmp(&chunk[b.1 as usize]))
             });
-            keyed.into_iter().map(|(_, i)| i).collect()
+            Some(keyed.into_iter().map(|(_, i)| i).collect())
         } else {
             self.chunk.sort_unstable();
-            (0..self.chunk.len() as u32).collect()
+            None
+        };
+        let chunk = &self.chunk;
+        let nth = |k: usize| &chunk[order.as_ref().map_or(k, |o| o[k] as usize)];
+        let Some(last) = chunk.len().checked_sub(1) else {
+            return Ok(());
         };
         // After the last run's last record: the chunk continues that run.
-        let first = order.first().map(|&i| &self.chunk[i as usize]);
-        let continues = matches!((&self.last_written, first), (Some(l), Some(f)) if l <= f);
+        let continues = self.last_written.as_ref().is_some_and(|l| l <= nth(0));
         let (path, file) = match self.runs.last().filter(|_| continues) {
             Some(p) => {
                 let f = std::fs::OpenOptions::new()
@@ -282,23 +287,21 @@ impl<R: Record> Sorter<R> {
         };
         let mut w = BufWriter::with_capacity(1 << 16, file);
         let mut prev = None;
-        for &i in &order {
-            let rec = &self.chunk[i as usize];
+        for k in 0..=last {
+            let rec = nth(k);
             rec.write_to(prev, &mut w)
                 .with_context(|| format!("cannot write scratch file {}", path.display()))?;
             prev = Some(rec);
         }
         w.flush()
             .with_context(|| format!("cannot write scratch file {}", path.display()))?;
-        if let Some(&i) = order.last() {
-            self.last_written = Some(self.chunk[i as usize].clone());
+        self.last_written = Some(nth(last).clone());
+        if !continues {
+            self.runs.push(path);
         }
         self.chunk.clear();
         self.bytes = 0;
         self.in_order = true;
-        if !continues {
-            self.runs.push(path);
-        }
         Ok(())
     }
 
