@@ -47,6 +47,21 @@ impl TextNo {
     pub fn key(self) -> u64 {
         self.0
     }
+
+    /// The number [`TextNo::key`] gave.
+    pub fn of_key(key: u64) -> TextNo {
+        TextNo(key)
+    }
+
+    /// The dictionary's set.
+    pub fn set(self) -> u32 {
+        (self.0 >> 32) as u32
+    }
+
+    /// The text's number in its set.
+    pub fn number(self) -> u32 {
+        self.0 as u32
+    }
 }
 
 /// Every slice carries one category naming its source, so users can filter in Perfetto.

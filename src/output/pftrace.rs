@@ -277,7 +277,7 @@ impl ByKey {
     fn get(&self, key: Key<'_>) -> Option<u32> {
         match key {
             Key::Sid(sid) => self.sid.get(&sid).copied(),
-            Key::No(no, _) => self.no.get(no.key()),
+            Key::No(no, _) => self.no.get(no),
             Key::Text(t) => self.text.get(t).copied(),
         }
     }
@@ -293,7 +293,7 @@ impl ByKey {
             Key::Sid(sid) => {
                 self.sid.insert(sid, iid);
             }
-            Key::No(no, _) => self.no.insert(no.key(), iid),
+            Key::No(no, _) => self.no.insert(no, iid),
             Key::Text(t) => {
                 self.text.insert(t.into(), iid);
             }
@@ -301,8 +301,8 @@ impl ByKey {
     }
 }
 
-/// Interned numbered texts ([`crate::model::TextNo`]: a set in the high half of the key, a
-/// number from 0 in the low half). A reader's dictionary numbers densely, so a table of iids
+/// Interned numbered texts ([`TextNo`]: a set, and a number from 0 in it). A reader's
+/// dictionary numbers densely, so a table of iids
 /// indexed by number is a fraction of a hash map's size and its lookups stay in cache (an
 /// NVTX-heavy conversion looks one up per range); numbers too far beyond what the sequence
 /// holds (at most 16 slots per entry, so memory stays proportional) go to a map.
@@ -315,12 +315,8 @@ struct ByNumber {
 }
 
 impl ByNumber {
-    fn split(key: u64) -> (u32, usize) {
-        ((key >> 32) as u32, key as u32 as usize)
-    }
-
-    fn get(&self, key: u64) -> Option<u32> {
-        let (set, no) = ByNumber::split(key);
+    fn get(&self, key: TextNo) -> Option<u32> {
+        let (set, no) = (key.set(), key.number() as usize);
         if let Some((_, table)) = self.dense.iter().find(|(s, _)| *s == set)
             && let Some(&iid) = table.get(no)
             && iid != 0
@@ -330,14 +326,14 @@ impl ByNumber {
         if self.sparse.is_empty() {
             return None;
         }
-        self.sparse.get(&key).copied()
+        self.sparse.get(&key.key()).copied()
     }
 
-    fn insert(&mut self, key: u64, iid: u32) {
-        let (set, no) = ByNumber::split(key);
+    fn insert(&mut self, key: TextNo, iid: u32) {
+        let (set, no) = (key.set(), key.number() as usize);
         self.entries += 1;
         if no >= 16 * self.entries + 64 {
-            self.sparse.insert(key, iid);
+            self.sparse.insert(key.key(), iid);
             return;
         }
         let at = match self.dense.iter().position(|(s, _)| *s == set) {
@@ -517,7 +513,7 @@ impl Interning {
                     SmallKind::Sid => {
                         by_key.sid.insert(e.key, iid);
                     }
-                    SmallKind::No => by_key.no.insert(e.key as u64, iid),
+                    SmallKind::No => by_key.no.insert(TextNo::of_key(e.key as u64), iid),
                     SmallKind::Text(len) => {
                         let t = &self.small_text[e.key as usize..][..len as usize];
                         by_key.text.insert(t.into(), iid);
