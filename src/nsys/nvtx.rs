@@ -5,7 +5,8 @@ use super::info::ProfileInfo;
 use super::{Fetch, NVTX, Schema, int_at, text_at};
 use crate::model::EventSink;
 use crate::model::{
-    ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, global_pid_of, pid_of, tid_of,
+    ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, TextNo, global_pid_of, pid_of,
+    tid_of,
 };
 use crate::nsys::projection::{Feed, Projected, RangeColumns, RangeValues};
 use crate::select::{EventType, Selection};
@@ -165,14 +166,7 @@ pub fn read<S: EventSink>(
         }
         let text = super::text_of(v.text);
         let json_text = text_at(r, 11);
-        let name = match (&text, super::int_of(v.text_id)) {
-            (Some(t), _) => match text_no {
-                Some(no) => Name::Numbered(no, t),
-                None => Name::Text(t),
-            },
-            (None, Some(id)) => Name::Str(id),
-            (None, None) => Name::Static("(unnamed range)"),
-        };
+        let name = range_name(text.as_deref(), text_no, super::int_of(v.text_id));
         if let Some(f) = &selection.nvtx_filter
             && !f.matches(&name_text(info, name))
         {
@@ -264,6 +258,17 @@ pub fn range_columns() -> RangeColumns {
     }
 }
 
+/// A range's name: its `text` (by the number the projection gave it, where it has one), else
+/// its registered string (`textId`), else a placeholder.
+fn range_name(text: Option<&str>, text_no: Option<TextNo>, text_id: Option<i64>) -> Name<'_> {
+    match (text, text_no, text_id) {
+        (Some(t), Some(no), _) => Name::Numbered(no, t),
+        (Some(t), None, _) => Name::Text(t),
+        (None, _, Some(id)) => Name::Str(id),
+        (None, _, None) => Name::Static("(unnamed range)"),
+    }
+}
+
 /// The text of a name, for matching against `--nvtx-filter`.
 fn name_text<'a>(info: &'a ProfileInfo, name: Name<'a>) -> std::borrow::Cow<'a, str> {
     match name {
@@ -295,14 +300,7 @@ pub fn read_projection<S: EventSink>(
         {
             continue;
         }
-        let name = match (span.text.as_deref(), span.name_id) {
-            (Some(t), _) => match span.text_no {
-                Some(no) => Name::Numbered(no, t),
-                None => Name::Text(t),
-            },
-            (None, Some(id)) => Name::Str(id),
-            (None, None) => Name::Static("(unnamed range)"),
-        };
+        let name = range_name(span.text.as_deref(), span.text_no, span.name_id);
         if let Some(f) = &selection.nvtx_filter
             && !f.matches(&name_text(info, name))
         {
