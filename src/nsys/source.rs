@@ -411,19 +411,14 @@ fn sqlite_problem(e: &anyhow::Error) -> String {
 /// Phase timings on stderr when NSYS_PERFETTO_TIMING is set: for benchmarking, not for users.
 pub fn timing(phase: &str, since: Instant) {
     if std::env::var_os("NSYS_PERFETTO_TIMING").is_some() {
-        // CPU time of this thread (utime + stime, in clock ticks): stable under machine load.
-        let cpu = std::fs::read_to_string("/proc/thread-self/stat")
+        // CPU time of this thread in ns (schedstat's first field): stable under machine load,
+        // and finer than the clock ticks of `stat`.
+        let cpu = std::fs::read_to_string("/proc/thread-self/schedstat")
             .ok()
-            .and_then(|s| {
-                let f: Vec<&str> = s.rsplit(')').next()?.split_whitespace().collect();
-                Some(
-                    (f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?) as f64
-                        / 100.0,
-                )
-            })
-            .unwrap_or(f64::NAN);
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(f64::NAN, |ns| ns as f64 / 1e9);
         crate::say!(
-            "timing: {phase}: {:.3} s wall, thread cpu so far {cpu:.2} s",
+            "timing: {phase}: {:.3} s wall, thread cpu so far {cpu:.3} s",
             since.elapsed().as_secs_f64()
         );
     }
