@@ -3,7 +3,7 @@
 use super::info::ProfileInfo;
 use super::{Fetch, KERNEL, MEMCPY, MEMSET, Query, REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
-use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name, TextNo};
+use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
 use crate::nsys::projection::{KernelNames, Projected};
 use crate::nsys::runs::Lookup;
@@ -92,7 +92,7 @@ struct Row {
     extra: Values<EXTRA>,
     /// Enclosing NVTX ranges of the launch, outermost first (with their number, where the
     /// projection numbered them).
-    nvtx: Option<(Option<TextNo>, std::sync::Arc<str>)>,
+    nvtx: Option<crate::nsys::projection::RangeNames>,
 }
 
 /// Integer columns, some NULL: half the size of `[Option<i64>; N]`, which matters as rows are
@@ -415,8 +415,13 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
             (Name::Static("Memset"), Category::Memset)
         }
     };
-    match &row.nvtx {
-        Some((Some(no), n)) => args.push("nvtx_ranges", ArgValue::Numbered(*no, n)),
+    match row
+        .nvtx
+        .as_ref()
+        .zip(q.projected)
+        .map(|(n, p)| p.range_names(n))
+    {
+        Some((Some(no), n)) => args.push("nvtx_ranges", ArgValue::Numbered(no, n)),
         Some((None, n)) => args.push("nvtx_ranges", ArgValue::Label(n)),
         None => {}
     }

@@ -74,11 +74,12 @@
 
 use crate::model::TextNo;
 use crate::nsys::flows::Launches;
-use crate::nsys::runs::{Lookup, Named, Sorted, Sorter, Spill};
+use crate::nsys::runs::{Lookup, Named, NearlySorted, Sorted, Sorter, Spill};
 use crate::nsys::{self, DRIVER, NVTX, RUNTIME, Schema};
 use anyhow::Result;
 use rusqlite::Connection;
 use rusqlite::types::{ToSqlOutput, ValueRef};
+use std::borrow::Cow;
 use std::cmp::Reverse;
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -110,7 +111,7 @@ pub struct Counts {
 }
 
 /// One range's span on one device, as [`Projected::spans`] yields it.
-pub struct Span {
+pub struct Span<'a> {
     pub gpu_start: i64,
     pub gpu_end: i64,
     pub nvtx_rid: i64,
@@ -121,7 +122,7 @@ pub struct Span {
     pub domain: i64,
     /// The range's `text` (`None` when NULL), as UTF-8 (invalid bytes replaced, as
     /// [`String::from_utf8_lossy`] does).
-    pub text: Option<Arc<str>>,
+    pub text: Option<Cow<'a, str>>,
     /// The text's number, where the projection numbered it: the number the NVTX reader's
     /// slices of the same range carry (see [`Feed::row`]).
     pub text_no: Option<TextNo>,
@@ -138,13 +139,13 @@ const HAS_NAME_ID: i64 = 2;
 /// Flag: a start/end range (else push/pop; the sweep and the SQL definition take no others).
 const IS_START_END: i64 = 4;
 
-impl Span {
+impl Span<'_> {
     /// The record, with the span's own text.
     fn record(&self) -> SpanRecord {
         self.record_with(
             self.text
-                .clone()
-                .map(|t| Text::Own(Arc::<[u8]>::from(t)))
+                .as_ref()
+                .map(|t| Text::Own(Arc::<[u8]>::from(t.as_bytes())))
                 .as_ref(),
         )
     }
@@ -152,7 +153,7 @@ impl Span {
     /// The record, the text carried as `text` says (the span's own `text` is not read).
     fn record_with(&self, text: Option<&Text>) -> SpanRecord {
         let flag = |on: bool, f: i64| if on { f } else { 0 };
-        let carried = text.map_or((-1, no_text()), carry);
+        let carried = text.map_or((-1, None), carry);
         Named {
             fields: [
                 self.gpu_start,
@@ -173,9 +174,9 @@ impl Span {
         }
     }
 
-    fn of(r: SpanRecord, names: &[Arc<str>], set: u32) -> Span {
+    fn of(r: SpanRecord, names: &Strings) -> Span<'_> {
         let f = r.fields;
-        let (text_no, text) = carried_text(f[9], r.text, names, set);
+        let (text_no, text) = carried_text(f[9], r.text.as_deref(), names);
         let has_text = f[8] & HAS_TEXT != 0;
         Span {
             gpu_start: f[0],
@@ -197,41 +198,57 @@ impl Span {
     }
 }
 
-/// The string of records whose string is numbered: one, shared.
-fn no_text() -> Arc<[u8]> {
-    static EMPTY: std::sync::OnceLock<Arc<[u8]>> = std::sync::OnceLock::new();
-    EMPTY.get_or_init(|| Arc::from(&b""[..])).clone()
-}
-
-/// How a record carries a string of [`Names`]: its number and [`no_text`] when it has a
-/// number, else -1 and the string itself.
-fn carry(text: &Text) -> (i64, Arc<[u8]>) {
+/// How a record carries a string of [`Names`]: its number and no string when it has a number,
+/// else -1 and the string itself.
+fn carry(text: &Text) -> (i64, Option<Arc<[u8]>>) {
     match text {
-        Text::No(no) => (i64::from(*no), no_text()),
-        Text::Own(t) => (-1, t.clone()),
+        Text::No(no) => (i64::from(*no), None),
+        Text::Own(t) => (-1, Some(t.clone())),
     }
 }
 
-/// The string a record carries (see [`carry`]), its number looked up in `list` (numbered in
-/// `set`): with its [`TextNo`] when it has one.
-fn carried_text(
+/// The string a record carries (see [`carry`]), its number looked up in `list`: with its
+/// [`TextNo`] when it has one.
+fn carried_text<'a>(
     no: i64,
-    text: Arc<[u8]>,
-    list: &[Arc<str>],
-    set: u32,
-) -> (Option<TextNo>, Arc<str>) {
+    text: Option<&[u8]>,
+    list: &'a Strings,
+) -> (Option<TextNo>, Cow<'a, str>) {
     match u32::try_from(no) {
-        Ok(no) => (Some(TextNo::new(set, no)), list[no as usize].clone()),
-        Err(_) => (None, lossy(&text)),
+        Ok(no) => (Some(TextNo::new(list.set, no)), Cow::Borrowed(list.get(no))),
+        Err(_) => (
+            None,
+            Cow::Owned(String::from_utf8_lossy(text.unwrap_or_default()).into_owned()),
+        ),
     }
 }
 
-/// `t` as UTF-8, as [`String::from_utf8_lossy`] reads it: the numbered strings are converted
-/// once, not each time a record carries them.
+/// `t` as UTF-8, as [`String::from_utf8_lossy`] reads it.
 fn lossy(t: &[u8]) -> Arc<str> {
     match std::str::from_utf8(t) {
         Ok(s) => Arc::from(s),
         Err(_) => Arc::from(String::from_utf8_lossy(t).as_ref()),
+    }
+}
+
+/// The numbered strings of a [`Names`] once the sweep is done, as UTF-8 (invalid bytes
+/// replaced, as [`String::from_utf8_lossy`] does), end to end in one buffer: handing one out
+/// touches nothing but the offsets (a string of its own each would cost a cache miss on its
+/// reference count for every span and GPU row that carries it).
+#[derive(Default)]
+pub struct Strings {
+    text: String,
+    /// String `n` is `text[ends[n - 1]..ends[n]]` (from 0 for 0).
+    ends: Vec<usize>,
+    /// The numbers' set (see [`TextNo`]).
+    set: u32,
+}
+
+impl Strings {
+    fn get(&self, no: u32) -> &str {
+        let no = no as usize;
+        let start = if no == 0 { 0 } else { self.ends[no - 1] };
+        &self.text[start..self.ends[no]]
     }
 }
 
@@ -330,11 +347,18 @@ impl Names {
         &self.bytes[start as usize..self.ends[no] as usize]
     }
 
-    /// The strings by number, as UTF-8 (see [`lossy`]).
-    fn all_lossy(&self) -> Vec<Arc<str>> {
-        (0..self.ends.len() as u32)
-            .map(|no| lossy(self.numbered(no)))
-            .collect()
+    /// The strings by number, as UTF-8.
+    fn into_strings(self) -> Strings {
+        let mut out = Strings {
+            text: String::with_capacity(self.bytes.len()),
+            ends: Vec::with_capacity(self.ends.len()),
+            set: self.set,
+        };
+        for no in 0..self.ends.len() as u32 {
+            out.text += &String::from_utf8_lossy(self.numbered(no));
+            out.ends.push(out.text.len());
+        }
+        out
     }
 
     /// The bytes of a [`Text`] of this dictionary.
@@ -354,18 +378,25 @@ type KernelRecord = Named<2>;
 /// rowid-ordered scan (see [`Projected::kernel_names`]).
 pub struct KernelNames<'a> {
     lookup: Lookup<'a, KernelRecord>,
-    lists: &'a [Arc<str>],
-    set: u32,
+}
+
+/// The names of the push/pop ranges around a GPU row's launch: their number in
+/// [`Projected::range_names`], or the names themselves when they have none.
+#[derive(Clone, Debug)]
+pub enum RangeNames {
+    No(u32),
+    Own(Arc<str>),
 }
 
 impl KernelNames<'_> {
-    /// The names around the launch of GPU row `rowid` (rowids in increasing order), with their
-    /// number where they have one.
-    pub fn of(&mut self, rowid: i64) -> Result<Option<(Option<TextNo>, Arc<str>)>> {
+    /// The names around the launch of GPU row `rowid` (rowids in increasing order).
+    pub fn of(&mut self, rowid: i64) -> Result<Option<RangeNames>> {
         let mut found = None;
-        let (lists, set) = (self.lists, self.set);
         self.lookup.matching(rowid, |r| {
-            found = Some(carried_text(r.fields[1], r.text, lists, set));
+            found = Some(match u32::try_from(r.fields[1]) {
+                Ok(no) => RangeNames::No(no),
+                Err(_) => RangeNames::Own(lossy(r.text.as_deref().unwrap_or_default())),
+            });
         })?;
         Ok(found)
     }
@@ -374,14 +405,12 @@ impl KernelNames<'_> {
 /// The projection of one export as sorted streams (see the module's documentation).
 pub struct Projected {
     spans: Sorted<SpanRecord>,
-    /// The numbered range names of the spans, and their numbers' set.
-    texts: Vec<Arc<str>>,
-    texts_set: u32,
+    /// The numbered range names of the spans.
+    texts: Strings,
     /// Per GPU table number: the enclosing push/pop ranges' names by rowid.
     kernels: [Sorted<KernelRecord>; 3],
-    /// The numbered lists of names of the kernels, and their numbers' set.
-    name_lists: Vec<Arc<str>>,
-    name_lists_set: u32,
+    /// The numbered lists of names of the kernels.
+    name_lists: Strings,
     pub counts: Counts,
     _spill: Spill,
 }
@@ -409,13 +438,13 @@ impl Projected {
     }
 
     /// The spans in `(gpu_start, gpu_end descending, nvtx rowid, device)` order.
-    pub fn spans(&self) -> Result<impl Iterator<Item = Result<Span>> + '_> {
+    pub fn spans(&self) -> Result<impl Iterator<Item = Result<Span<'_>>> + '_> {
         let mut merge = self.spans.iter()?;
         Ok(std::iter::from_fn(move || {
             merge
                 .next_record()
                 .transpose()
-                .map(|r| r.map(|r| Span::of(r, &self.texts, self.texts_set)))
+                .map(|r| r.map(|r| Span::of(r, &self.texts)))
         }))
     }
 
@@ -423,14 +452,23 @@ impl Projected {
     pub fn kernel_names(&self, src: i64) -> Result<KernelNames<'_>> {
         Ok(KernelNames {
             lookup: Lookup::new(self.kernels[src as usize].iter()?),
-            lists: &self.name_lists,
-            set: self.name_lists_set,
         })
+    }
+
+    /// The names `names` of [`KernelNames::of`], with their number when they have one.
+    pub fn range_names<'a>(&'a self, names: &'a RangeNames) -> (Option<TextNo>, &'a str) {
+        match names {
+            RangeNames::No(no) => (
+                Some(TextNo::new(self.name_lists.set, *no)),
+                self.name_lists.get(*no),
+            ),
+            RangeNames::Own(t) => (None, t),
+        }
     }
 
     /// The result from its collected records.
     fn sorted(
-        spans: Sorter<SpanRecord>,
+        spans: NearlySorted<SpanRecord>,
         texts: Names,
         kernels: [Sorter<KernelRecord>; 3],
         name_lists: Names,
@@ -440,10 +478,8 @@ impl Projected {
         let [k0, k1, k2] = kernels;
         Ok(Projected {
             spans: spans.finish(&mut spill)?,
-            texts: texts.all_lossy(),
-            texts_set: texts.set,
-            name_lists: name_lists.all_lossy(),
-            name_lists_set: name_lists.set,
+            texts: texts.into_strings(),
+            name_lists: name_lists.into_strings(),
             kernels: [
                 k0.finish(&mut spill)?,
                 k1.finish(&mut spill)?,
@@ -461,7 +497,7 @@ impl Projected {
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         let mut spill = Spill::default();
-        let mut spans = Sorter::<SpanRecord>::default();
+        let mut spans = NearlySorted::<SpanRecord>::default();
         let mut st = conn.prepare(&format!(
             "SELECT gpu_start, gpu_end, nvtx_rid, device, gpu_rows, global_tid, event_type, \
              domain, name_text, name_id FROM {NVTX_GPU}"
@@ -475,7 +511,7 @@ impl Projected {
                 continue;
             };
             let text = match r.get_ref(8)? {
-                ValueRef::Text(b) | ValueRef::Blob(b) => Some(lossy(b)),
+                ValueRef::Text(b) | ValueRef::Blob(b) => Some(String::from_utf8_lossy(b)),
                 _ => None,
             };
             let span = Span {
@@ -506,7 +542,7 @@ impl Projected {
                 k.push(
                     Named {
                         fields: [rid, -1],
-                        text: Arc::from(b),
+                        text: Some(Arc::from(b)),
                     },
                     &mut spill,
                 )?;
@@ -657,7 +693,7 @@ impl Projected {
         SqlTables::create(&conn, &RangeCols::new(schema))?;
         conn.execute_batch("DETACH DATABASE src; BEGIN;")?;
         {
-            let mut ranges = Inserter::<Span>::new(
+            let mut ranges = Inserter::<Span<'_>>::new(
                 &conn,
                 &format!(
                     "INSERT INTO {NVTX_GPU}(rowid, nvtx_rid, event_type, global_tid, domain, \
@@ -677,13 +713,12 @@ impl Projected {
             for src in [SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET] {
                 let mut it = self.kernels[src as usize].iter()?;
                 while let Some(k) = it.next_record()? {
-                    let (_, text) =
-                        carried_text(k.fields[1], k.text, &self.name_lists, self.name_lists_set);
+                    let (_, text) = carried_text(k.fields[1], k.text.as_deref(), &self.name_lists);
                     kernels.push((
                         src,
                         Named {
                             fields: [k.fields[0]],
-                            text: Arc::<[u8]>::from(text),
+                            text: Some(Arc::<[u8]>::from(text.as_bytes())),
                         },
                     ))?;
                 }
@@ -901,6 +936,10 @@ struct Range {
     /// range before it in the list. A launch then costs one update, not one per open range;
     /// a range's rows are `devs` plus the `pending` of itself and of every range after it.
     pending: Devs,
+    /// A push/pop range's path: the names of the open push/pop ranges up to itself, outermost
+    /// first, in the names lists ([`Out::name_lists`]); `None` until a launch needs it, or
+    /// once the ranges before it change.
+    path: Option<Text>,
 }
 
 /// Spans per device: nearly always one, kept inline (an allocation per range costs more than
@@ -1004,15 +1043,31 @@ struct Thread {
     open: Vec<Box<Range>>,
     /// The earliest end of the open ranges (when there are any): nothing closes before it.
     min_end: i64,
-    /// The names of the open push/pop ranges (`None` when there are none), valid while
-    /// `names_valid`.
-    names: Option<Text>,
-    names_valid: bool,
+    /// Whether some open range ends after the one before it in `open` (start/end ranges, or
+    /// push/pop ranges that outlive their parent). Else the last one ends first, and the
+    /// earliest end is found without visiting every open range.
+    tangled: bool,
+}
+
+impl Thread {
+    /// `min_end` and `tangled` anew from the open ranges.
+    fn survey(&mut self) {
+        self.min_end = i64::MAX;
+        self.tangled = false;
+        let mut before = i64::MAX;
+        for r in &self.open {
+            self.min_end = self.min_end.min(r.end);
+            self.tangled |= r.end > before;
+            before = r.end;
+        }
+    }
 }
 
 /// Where the sweep writes.
 struct Out {
-    spans: Sorter<SpanRecord>,
+    /// Written as ranges end, which is in span order but for the spans of ranges that
+    /// contain others.
+    spans: NearlySorted<SpanRecord>,
     kernels: [Sorter<KernelRecord>; 3],
     spill: Spill,
     counts: Counts,
@@ -1022,11 +1077,14 @@ struct Out {
     names: Vec<u8>,
     /// The lists of names built, numbered: a thread enters the same ranges again and again.
     name_lists: Names,
-    /// The number of each list of names by the numbers of its names (when they all have one):
-    /// found again without building and hashing the string. At most [`Names::KEPT`].
-    list_numbers: HashMap<Box<[u32]>, u32, crate::model::FastHash>,
-    /// Scratch for the key of `list_numbers`.
-    list_key: Vec<u32>,
+    /// The number of each list of names by the numbers of the list without its last name and
+    /// of that name (see [`path_key`]), when both have one: a range's path is found from its
+    /// parent's without building and hashing the string. At most [`Names::KEPT`].
+    paths: HashMap<u64, u32, crate::model::FastHash>,
+    /// Boxes of closed ranges, for the ranges still to come: most ranges launch little, and an
+    /// allocation and a free each cost more than the rest of their handling.
+    #[allow(clippy::vec_box)]
+    spare: Vec<Box<Range>>,
 }
 
 impl Out {
@@ -1077,28 +1135,33 @@ impl Out {
             if let Some(prev) = th.open.last_mut() {
                 prev.pending.merge(&pending);
             }
-            th.names_valid &= !r.push_pop();
             self.close(&r)?;
+            self.spare.push(r);
         }
-        th.min_end = th.open.iter().map(|r| r.end).min().unwrap_or(i64::MAX);
+        if th.tangled {
+            th.survey();
+        } else {
+            th.min_end = th.open.last().map_or(i64::MAX, |r| r.end);
+        }
         if th.min_end >= t {
             return Ok(());
         }
         // Ranges that do not nest end further in: settle every range's rows, then close them.
         settle(&mut th.open);
         let mut i = 0;
-        th.min_end = i64::MAX;
         while i < th.open.len() {
-            let end = th.open[i].end;
-            if end < t {
+            if th.open[i].end < t {
                 let r = th.open.remove(i);
-                th.names_valid &= !r.push_pop();
+                if r.push_pop() {
+                    forget_paths(&mut th.open[i..]);
+                }
                 self.close(&r)?;
+                self.spare.push(r);
             } else {
-                th.min_end = th.min_end.min(end);
                 i += 1;
             }
         }
+        th.survey();
         Ok(())
     }
 
@@ -1106,19 +1169,28 @@ impl Out {
     fn open(&mut self, threads: &mut Threads, r: Box<Range>) -> Result<(), Stop> {
         let th = threads.entry(r.tid).or_default();
         self.prune(th, r.start)?;
-        th.names_valid &= !r.push_pop();
         th.min_end = if th.open.is_empty() {
             r.end
         } else {
             th.min_end.min(r.end)
         };
         let key = r.key();
+        // Nearly always after every open range (they started earlier).
+        let last = th.open.last().map(|o| (o.key(), o.end));
+        if last.is_none_or(|(k, _)| k < key) {
+            th.tangled |= last.is_some_and(|(_, end)| r.end > end);
+            th.open.push(r);
+            return Ok(());
+        }
         let at = th.open.partition_point(|o| o.key() < key);
-        if at < th.open.len() {
-            // Not last: the pending rows of the ranges after it are not the new range's.
-            settle(&mut th.open);
+        // Not last: the pending rows of the ranges after it are not the new range's, and
+        // their paths miss its name.
+        settle(&mut th.open);
+        if r.push_pop() {
+            forget_paths(&mut th.open[at..]);
         }
         th.open.insert(at, r);
+        th.survey();
         Ok(())
     }
 
@@ -1131,12 +1203,10 @@ impl Out {
         if let Some(last) = th.open.last_mut() {
             last.pending.add(l.device, l.start, l.end);
         }
-        if !th.names_valid {
-            th.names = self.names_of(&th.open);
-            th.names_valid = true;
-        }
-        if let (Some(names), Some(k)) = (&th.names, self.kernels.get_mut(l.src as usize)) {
-            let (no, text) = carry(names);
+        if let Some(names) = self.path(&mut th.open)
+            && let Some(k) = self.kernels.get_mut(l.src as usize)
+        {
+            let (no, text) = carry(&names);
             k.push(
                 Named {
                     fields: [l.rid, no],
@@ -1150,45 +1220,77 @@ impl Out {
     }
 
     /// The names of the open push/pop ranges `open`, outermost first, joined with
-    /// [`RANGE_SEPARATOR`]; `None` when there are none.
-    fn names_of(&mut self, open: &[Box<Range>]) -> Option<Text> {
-        let key = &mut self.list_key;
-        key.clear();
-        let (mut ranges, mut numbered) = (0, true);
-        for r in open.iter().filter(|r| r.push_pop()) {
-            ranges += 1;
-            match r.name() {
-                Some(Text::No(no)) => key.push(*no),
-                _ => numbered = false,
+    /// [`RANGE_SEPARATOR`] (the innermost one's path); `None` when there are none. Each range's
+    /// path is built once, from its parent's.
+    fn path(&mut self, open: &mut [Box<Range>]) -> Option<Text> {
+        let last = open.iter().rposition(|r| r.push_pop())?;
+        if let Some(p) = &open[last].path {
+            return Some(p.clone());
+        }
+        // The ranges from the outermost without a path to the innermost.
+        let mut first = last;
+        let mut parent = None;
+        for (i, r) in open[..last].iter().enumerate().rev() {
+            if r.push_pop() {
+                if r.path.is_some() {
+                    parent = r.path.clone();
+                    break;
+                }
+                first = i;
             }
         }
-        if ranges == 0 {
-            return None;
+        for r in open[first..=last].iter_mut().filter(|r| r.push_pop()) {
+            let path = self.extend(parent.as_ref(), r.name());
+            r.path = Some(path.clone());
+            parent = Some(path);
         }
-        if numbered && let Some(&no) = self.list_numbers.get(&key[..]) {
-            return Some(Text::No(no));
+        parent
+    }
+
+    /// The path `parent` (none for the outermost range) followed by `name`.
+    fn extend(&mut self, parent: Option<&Text>, name: Option<&Text>) -> Text {
+        let key = match (parent, name) {
+            (None, Some(Text::No(n))) => Some(path_key(None, *n)),
+            (Some(Text::No(p)), Some(Text::No(n))) => Some(path_key(Some(*p), *n)),
+            _ => None,
+        };
+        if let Some(&no) = key.and_then(|k| self.paths.get(&k)) {
+            return Text::No(no);
         }
         let names = &mut self.names;
         names.clear();
-        for (i, r) in open.iter().filter(|r| r.push_pop()).enumerate() {
-            if i > 0 {
-                names.extend_from_slice(RANGE_SEPARATOR.as_bytes());
-            }
-            names.extend_from_slice(r.name().map_or(&b""[..], |t| self.texts.bytes(t)));
+        if let Some(p) = parent {
+            names.extend_from_slice(self.name_lists.bytes(p));
+            names.extend_from_slice(RANGE_SEPARATOR.as_bytes());
         }
-        let list = self.name_lists.text(names);
-        if let (true, Text::No(no)) = (numbered, &list)
-            && self.list_numbers.len() < Names::KEPT
+        names.extend_from_slice(name.map_or(&b""[..], |t| self.texts.bytes(t)));
+        let path = self.name_lists.text(names);
+        if let (Some(k), Text::No(no)) = (key, &path)
+            && self.paths.len() < Names::KEPT
         {
-            self.list_numbers.insert(key[..].into(), *no);
+            self.paths.insert(k, *no);
         }
-        Some(list)
+        path
+    }
+}
+
+/// The key of a path in [`Out::paths`]: its parent's number in the names lists (none for an
+/// outermost range) and the number of its last name in the range names.
+fn path_key(parent: Option<u32>, name: u32) -> u64 {
+    (parent.map_or(0, |p| u64::from(p) + 1) << 32) | u64::from(name)
+}
+
+/// The ranges of `after` lost or gained a push/pop range before them: their paths are built
+/// again when needed.
+fn forget_paths(after: &mut [Box<Range>]) {
+    for r in after {
+        r.path = None;
     }
 }
 
 /// How far NVTX ranges may be out of start order before the sweep asks SQLite to sort them
 /// (they are in start order in real exports).
-const NVTX_WINDOW: usize = 1024;
+const NVTX_WINDOW: usize = 64;
 
 /// The sweep: NVTX ranges are pushed in the table's order (start order, give or take
 /// [`NVTX_WINDOW`] rows), launches are pulled in start order; both are taken in time order,
@@ -1210,15 +1312,15 @@ impl<'l> Sweep<'l> {
         let next_launch = launches.next_record()?;
         Ok(Sweep {
             out: Out {
-                spans: Sorter::default(),
+                spans: NearlySorted::default(),
                 kernels: Default::default(),
                 spill: Spill::default(),
                 counts: Counts::default(),
                 texts: Names::default(),
                 names: Vec::new(),
                 name_lists: Names::default(),
-                list_numbers: HashMap::default(),
-                list_key: Vec::new(),
+                paths: HashMap::default(),
+                spare: Vec::new(),
             },
             launches,
             next_launch,
@@ -1248,7 +1350,14 @@ impl<'l> Sweep<'l> {
     }
 
     /// The next range of the table.
-    fn range(&mut self, r: Box<Range>) -> Result<(), Stop> {
+    fn range(&mut self, r: Range) -> Result<(), Stop> {
+        let r = match self.out.spare.pop() {
+            Some(mut b) => {
+                *b = r;
+                b
+            }
+            None => Box::new(r),
+        };
         if !self.nvtx.push(r.start, r) {
             return Err(Stop::Abort(Abort::NvtxDisorder));
         }
@@ -1395,7 +1504,7 @@ fn range_of(
     v: &RangeValues<'_>,
     texts: &mut Names,
     registered: &mut Option<Registered<'_>>,
-) -> Result<Option<Box<Range>>, Stop> {
+) -> Result<Option<Range>, Stop> {
     // `eventType IN (59, 60) AND end >= start AND globalTid IS NOT NULL`, with integers; other
     // types are left to the SQL definition.
     let int_or_null = |v: ValueRef<'_>| -> Result<Option<i64>, Stop> {
@@ -1436,7 +1545,7 @@ fn range_of(
         ValueRef::Null => 0,
         _ => return Err(Stop::Abort(Abort::Unsupported)),
     };
-    Ok(Some(Box::new(Range {
+    Ok(Some(Range {
         rid: int(v.rowid)?,
         event_type,
         tid,
@@ -1448,7 +1557,8 @@ fn range_of(
         name,
         devs: Devs::default(),
         pending: Devs::default(),
-    })))
+        path: None,
+    }))
 }
 
 /// The projection fed by a reader of `NVTX_EVENTS` (the NVTX reader: one read of the table
@@ -1581,14 +1691,14 @@ trait BindRow {
 }
 
 /// A text or NULL.
-fn text_or_null(t: &Option<Arc<str>>) -> ToSqlOutput<'_> {
+fn text_or_null<'a>(t: &'a Option<Cow<'_, str>>) -> ToSqlOutput<'a> {
     ToSqlOutput::Borrowed(
         t.as_deref()
             .map_or(ValueRef::Null, |t| ValueRef::Text(t.as_bytes())),
     )
 }
 
-impl BindRow for Span {
+impl BindRow for Span<'_> {
     const COLUMNS: usize = 11;
     fn bind(&self, st: &mut rusqlite::Statement<'_>, i: usize) -> rusqlite::Result<()> {
         st.raw_bind_parameter(i, self.nvtx_rid << 32 | self.device)?;
@@ -1610,7 +1720,8 @@ impl BindRow for (i64, Named<1>) {
     fn bind(&self, st: &mut rusqlite::Statement<'_>, i: usize) -> rusqlite::Result<()> {
         st.raw_bind_parameter(i, self.0)?;
         st.raw_bind_parameter(i + 1, self.1.fields[0])?;
-        st.raw_bind_parameter(i + 2, ToSqlOutput::Borrowed(ValueRef::Text(&self.1.text)))
+        let text = self.1.text.as_deref().unwrap_or_default();
+        st.raw_bind_parameter(i + 2, ToSqlOutput::Borrowed(ValueRef::Text(text)))
     }
 }
 
@@ -1713,9 +1824,11 @@ mod tests {
             assert!(matches!(names.text(t), Text::No(again) if again == *no));
             assert_eq!(names.bytes(n), &t[..]);
         }
-        let lossy = names.all_lossy();
-        assert_eq!(&*lossy[7], "aten::op, seq = 7");
-        assert_eq!(&*lossy[1001], "\u{fffd}\u{fffd}");
+        // Handed over as UTF-8, each in one buffer, invalid bytes replaced.
+        let strings = names.into_strings();
+        assert_eq!(strings.get(7), "aten::op, seq = 7");
+        assert_eq!(strings.get(1000), "");
+        assert_eq!(strings.get(1001), "\u{fffd}\u{fffd}");
 
         let mut full = Names::default();
         let big = vec![b'x'; Names::BYTES / 2];
