@@ -590,8 +590,7 @@ impl<'c> Callchains<'c> {
 pub struct Reorder<T> {
     run: std::collections::VecDeque<(Key, T)>,
     heap: std::collections::BinaryHeap<std::cmp::Reverse<(Key, u32)>>,
-    slots: Vec<Option<T>>,
-    free: Vec<u32>,
+    slots: Slab<T>,
     seq: u64,
     capacity: usize,
 }
@@ -605,8 +604,7 @@ impl<T> Reorder<T> {
             // Sized once: a ring that grew by doubling would touch twice the window's memory.
             run: std::collections::VecDeque::with_capacity(capacity + 1),
             heap: std::collections::BinaryHeap::new(),
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: Slab::default(),
             seq: 0,
             capacity,
         }
@@ -624,16 +622,7 @@ impl<T> Reorder<T> {
         if self.run.back().is_none_or(|(last, _)| *last < key) {
             self.run.push_back((key, item));
         } else {
-            let slot = match self.free.pop() {
-                Some(i) => {
-                    self.slots[i as usize] = Some(item);
-                    i
-                }
-                None => {
-                    self.slots.push(Some(item));
-                    (self.slots.len() - 1) as u32
-                }
-            };
+            let slot = self.slots.put(item);
             self.heap.push(std::cmp::Reverse((key, slot)));
         }
         if self.run.len() + self.heap.len() > self.capacity {
@@ -653,11 +642,53 @@ impl<T> Reorder<T> {
         };
         if from_heap {
             let std::cmp::Reverse((_, slot)) = self.heap.pop()?;
-            self.free.push(slot);
-            self.slots[slot as usize].take()
+            Some(self.slots.take(slot))
         } else {
             self.run.pop_front().map(|(_, item)| item)
         }
+    }
+}
+
+/// Items held in numbered slots, so that an ordering structure moves a small number instead of
+/// the item; freed slots are used again.
+pub struct Slab<T> {
+    slots: Vec<Option<T>>,
+    free: Vec<u32>,
+}
+
+impl<T> Default for Slab<T> {
+    fn default() -> Self {
+        Slab {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+}
+
+impl<T> Slab<T> {
+    /// Hold `item`; its slot.
+    pub fn put(&mut self, item: T) -> u32 {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i as usize] = Some(item);
+                i
+            }
+            None => {
+                self.slots.push(Some(item));
+                (self.slots.len() - 1) as u32
+            }
+        }
+    }
+
+    /// The item in `slot` (held).
+    pub fn get(&self, slot: u32) -> &T {
+        self.slots[slot as usize].as_ref().expect("a held item")
+    }
+
+    /// Take the item out of `slot` (held), freeing the slot.
+    pub fn take(&mut self, slot: u32) -> T {
+        self.free.push(slot);
+        self.slots[slot as usize].take().expect("a held item")
     }
 }
 

@@ -379,8 +379,7 @@ impl<R: Record> Sorter<R> {
 pub struct NearlySorted<R: Record> {
     /// In (key, record) order.
     window: VecDeque<(i64, u32)>,
-    slots: Vec<Option<R>>,
-    free: Vec<u32>,
+    slots: crate::nsys::Slab<R>,
     sorter: Sorter<R>,
 }
 
@@ -388,8 +387,7 @@ impl<R: Record> Default for NearlySorted<R> {
     fn default() -> Self {
         NearlySorted {
             window: VecDeque::new(),
-            slots: Vec::new(),
-            free: Vec::new(),
+            slots: Default::default(),
             sorter: Sorter::default(),
         }
     }
@@ -402,16 +400,7 @@ impl<R: Record> NearlySorted<R> {
 
     pub fn push(&mut self, rec: R, spill: &mut Spill) -> Result<()> {
         let key = rec.key();
-        let slot = match self.free.pop() {
-            Some(s) => {
-                self.slots[s as usize] = Some(rec);
-                s
-            }
-            None => {
-                self.slots.push(Some(rec));
-                (self.slots.len() - 1) as u32
-            }
-        };
+        let slot = self.slots.put(rec);
         let mut at = self.window.len();
         while at > 0 && self.less((key, slot), self.window[at - 1]) {
             at -= 1;
@@ -433,14 +422,13 @@ impl<R: Record> NearlySorted<R> {
     }
 
     fn less(&self, a: (i64, u32), b: (i64, u32)) -> bool {
-        a.0 < b.0 || (a.0 == b.0 && self.slots[a.1 as usize] < self.slots[b.1 as usize])
+        a.0 < b.0 || (a.0 == b.0 && self.slots.get(a.1) < self.slots.get(b.1))
     }
 
     /// The least record (the window is not empty).
     fn pop_front(&mut self) -> R {
         let (_, slot) = self.window.pop_front().expect("not empty");
-        self.free.push(slot);
-        self.slots[slot as usize].take().expect("a held record")
+        self.slots.take(slot)
     }
 }
 
