@@ -238,17 +238,16 @@ fn lossy(t: &[u8]) -> Arc<str> {
 #[derive(Default)]
 pub struct Strings {
     text: String,
-    /// String `n` is `text[ends[n - 1]..ends[n]]` (from 0 for 0).
-    ends: Vec<usize>,
+    /// As [`Names::ends`] (the text is at most three times the bytes: U+FFFD for each invalid
+    /// byte).
+    ends: Vec<u32>,
     /// The numbers' set (see [`TextNo`]).
     set: u32,
 }
 
 impl Strings {
     fn get(&self, no: u32) -> &str {
-        let no = no as usize;
-        let start = if no == 0 { 0 } else { self.ends[no - 1] };
-        &self.text[start..self.ends[no]]
+        &self.text[nth(&self.ends, no)]
     }
 }
 
@@ -262,7 +261,8 @@ impl Strings {
 /// string key takes 24 and a pointer to follow). Two strings of one hash: the later one gets
 /// no number.
 struct Names {
-    /// The strings end to end: number `n` is `bytes[ends[n - 1]..ends[n]]` (from 0 for 0).
+    /// The strings end to end: number `n` is `bytes[ends[n - 1]..ends[n]]` (from 0 for 0; see
+    /// [`nth`]).
     bytes: Vec<u8>,
     ends: Vec<u32>,
     index: HashMap<u64, u32, KeyIsHash>,
@@ -279,6 +279,13 @@ impl Default for Names {
             set: TextNo::new_set(),
         }
     }
+}
+
+/// Where string `no` is in strings stored end to end, by their ends.
+fn nth(ends: &[u32], no: u32) -> std::ops::Range<usize> {
+    let no = no as usize;
+    let start = if no == 0 { 0 } else { ends[no - 1] };
+    start as usize..ends[no] as usize
 }
 
 /// A map keyed by a hash already computed: the key is its own hash.
@@ -342,9 +349,7 @@ impl Names {
 
     /// String number `no`.
     fn numbered(&self, no: u32) -> &[u8] {
-        let no = no as usize;
-        let start = if no == 0 { 0 } else { self.ends[no - 1] };
-        &self.bytes[start as usize..self.ends[no] as usize]
+        &self.bytes[nth(&self.ends, no)]
     }
 
     /// The strings by number, as UTF-8.
@@ -356,7 +361,7 @@ impl Names {
         };
         for no in 0..self.ends.len() as u32 {
             out.text += &String::from_utf8_lossy(self.numbered(no));
-            out.ends.push(out.text.len());
+            out.ends.push(out.text.len() as u32);
         }
         out
     }

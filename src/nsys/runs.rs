@@ -103,9 +103,11 @@ const SAME_TEXT: u64 = u64::MAX;
 const NO_TEXT: u64 = u64::MAX - 1;
 
 impl<const N: usize> Named<N> {
-    fn same_text(&self, prev: Option<&Self>) -> bool {
+    /// Whether this record and `prev` both carry a string, the same one (or, `by_value`, an
+    /// equal one).
+    fn shares_text(&self, prev: Option<&Self>, by_value: bool) -> bool {
         match (prev.and_then(|p| p.text.as_ref()), &self.text) {
-            (Some(p), Some(t)) => Arc::ptr_eq(p, t) || p == t,
+            (Some(p), Some(t)) => Arc::ptr_eq(p, t) || (by_value && p == t),
             _ => false,
         }
     }
@@ -116,17 +118,13 @@ impl<const N: usize> Record for Named<N> {
         self.fields[0]
     }
     fn size(&self, prev: Option<&Self>) -> usize {
-        let shared = match (prev.and_then(|p| p.text.as_ref()), &self.text) {
-            (Some(p), Some(t)) => Arc::ptr_eq(p, t),
-            _ => false,
-        };
-        N * 8
-            + 16
-            + if shared {
-                0
-            } else {
-                self.text.as_ref().map_or(0, |t| t.len())
-            }
+        let shared = self.shares_text(prev, false);
+        let own = self
+            .text
+            .as_ref()
+            .filter(|_| !shared)
+            .map_or(0, |t| t.len());
+        N * 8 + 16 + own
     }
     /// A string equal to the previous record's is written as [`SAME_TEXT`] alone.
     fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
@@ -134,7 +132,7 @@ impl<const N: usize> Record for Named<N> {
         let Some(text) = &self.text else {
             return w.write_all(&NO_TEXT.to_le_bytes());
         };
-        if self.same_text(prev) {
+        if self.shares_text(prev, true) {
             return w.write_all(&SAME_TEXT.to_le_bytes());
         }
         w.write_all(&(text.len() as u64).to_le_bytes())?;
@@ -267,7 +265,7 @@ impl<R: Record> Sorter<R> {
             && let Some(l) = self.last_written.as_ref().filter(|l| **l <= rec)
         {
             rec.write_to(Some(l), w)
-                .context("cannot write a scratch file")?;
+                .with_context(|| cannot_write(self.runs.last()))?;
             self.last_written = Some(rec);
             return Ok(());
         }
@@ -316,9 +314,7 @@ impl<R: Record> Sorter<R> {
         let (mut w, mut prev) = match self.tail.take() {
             Some(w) if continues => (w, self.last_written.as_ref()),
             old => {
-                if let Some(mut old) = old {
-                    old.flush().context("cannot write a scratch file")?;
-                }
+                flush(old, self.runs.last())?;
                 let (path, file) = spill.file()?;
                 self.runs.push(path);
                 (BufWriter::with_capacity(1 << 16, file), None)
@@ -327,7 +323,7 @@ impl<R: Record> Sorter<R> {
         for k in 0..=last {
             let rec = nth(k);
             rec.write_to(prev, &mut w)
-                .context("cannot write a scratch file")?;
+                .with_context(|| cannot_write(self.runs.last()))?;
             prev = Some(rec);
         }
         self.last_written = Some(nth(last).clone());
@@ -335,14 +331,6 @@ impl<R: Record> Sorter<R> {
         self.chunk.clear();
         self.bytes = 0;
         self.in_order = true;
-        Ok(())
-    }
-
-    /// Write out what the last run's buffer holds.
-    fn close_tail(&mut self) -> Result<()> {
-        if let Some(mut w) = self.tail.take() {
-            w.flush().context("cannot write a scratch file")?;
-        }
         Ok(())
     }
 
@@ -360,11 +348,26 @@ impl<R: Record> Sorter<R> {
         if !self.chunk.is_empty() {
             self.write_run(spill)?;
         }
-        self.close_tail()?;
+        flush(self.tail.take(), self.runs.last())?;
         Ok(Sorted {
             memory: Vec::new(),
             runs: std::mem::take(&mut self.runs),
         })
+    }
+}
+
+/// Write out what a run's buffer holds.
+fn flush(w: Option<BufWriter<File>>, path: Option<&PathBuf>) -> Result<()> {
+    if let Some(mut w) = w {
+        w.flush().with_context(|| cannot_write(path))?;
+    }
+    Ok(())
+}
+
+fn cannot_write(path: Option<&PathBuf>) -> String {
+    match path {
+        Some(p) => format!("cannot write scratch file {}", p.display()),
+        None => "cannot write a scratch file".to_string(),
     }
 }
 
