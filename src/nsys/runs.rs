@@ -41,35 +41,119 @@ fn bad_run() -> std::io::Error {
     std::io::Error::new(std::io::ErrorKind::InvalidData, "damaged scratch run")
 }
 
-/// `N` little-endian integers; `None` at a clean end of file. Read straight from the reader's
-/// buffer unless the record straddles its end. (Fixed width: varint deltas made the files a
-/// quarter of the size but cost more CPU to encode and decode than the system time they saved.)
-fn read_fields<const N: usize>(r: &mut impl BufRead) -> std::io::Result<Option<[i64; N]>> {
-    let mut rec = [0i64; N];
+/// How records are written: each field as its difference from the same field of the run's
+/// previous record (from 0 for the first), in 0, 2, 4 or 8 bytes, the smallest that holds it;
+/// a header gives each field's width in 2 bits, and 2 bits more say how a [`Named`] record
+/// carries its string. Neighbours in a run are alike (times a little later, the same thread,
+/// device and string), so a record takes a quarter of its fixed-width size or less: the bytes
+/// a run writes and reads back through the page cache cost system time, and fixed widths per
+/// class keep encoding and decoding free of loops over bytes (varints cost more CPU than the
+/// system time they saved).
+const WIDTHS: [usize; 4] = [0, 2, 4, 8];
+/// Per width class: the shift that sign-extends the low bytes, and what of them to keep.
+const SIGN_SHIFTS: [u32; 4] = [0, 48, 32, 0];
+const KEEP: [i64; 4] = [0, -1, -1, -1];
+
+/// Header bytes of a record of `n` fields.
+const fn header_len(n: usize) -> usize {
+    (2 * n + 2).div_ceil(8)
+}
+
+/// Room for an encoded record of up to 15 fields, with 8 bytes to spare: each field is written
+/// as 8 bytes and the position advanced by its width.
+const ENCODED: usize = 4 + 15 * 8 + 8;
+
+/// Encode `fields` after `prev` (its run's previous record) with the string tag `tag` (0 for
+/// records without strings) in `out`; the encoded length.
+fn encode<const N: usize>(
+    fields: &[i64; N],
+    prev: Option<&[i64; N]>,
+    tag: u32,
+    out: &mut [u8; ENCODED],
+) -> usize {
+    const { assert!(N <= 15, "the header holds 15 fields") };
+    let header = header_len(N);
+    let mut at = header;
+    let mut classes = tag;
+    for i in 0..N {
+        let d = fields[i].wrapping_sub(prev.map_or(0, |p| p[i]));
+        let class = if d == 0 {
+            0
+        } else if d as i16 as i64 == d {
+            1
+        } else if d as i32 as i64 == d {
+            2
+        } else {
+            3
+        };
+        out[at..at + 8].copy_from_slice(&d.to_le_bytes());
+        at += WIDTHS[class];
+        classes |= (class as u32) << (2 + 2 * i);
+    }
+    out[..header].copy_from_slice(&classes.to_le_bytes()[..header]);
+    at
+}
+
+/// Decode the fields of a record from `b`, which holds at least `header_len(N) + 8 * N` bytes,
+/// into `prev` (the run's previous record, updated in place); its string tag and the encoded
+/// length.
+fn decode<const N: usize>(b: &[u8], prev: &mut [i64; N]) -> (u32, usize) {
+    let header = header_len(N);
+    let mut h = [0u8; 4];
+    h[..header].copy_from_slice(&b[..header]);
+    let classes = u32::from_le_bytes(h);
+    let mut at = header;
+    for (i, field) in prev.iter_mut().enumerate() {
+        let class = (classes >> (2 + 2 * i)) as usize & 3;
+        let raw = i64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
+        // Sign-extend the low bytes, without a branch per field (classes vary record to
+        // record, and a mispredicted branch costs more than these shifts).
+        let shift = SIGN_SHIFTS[class];
+        let d = ((raw << shift) >> shift) & KEEP[class];
+        *field = field.wrapping_add(d);
+        at += WIDTHS[class];
+    }
+    (classes & 3, at)
+}
+
+/// The next record's fields (see [`encode`]) into `prev`, and its string tag; `None` at a
+/// clean end of file. Decoded straight from the reader's buffer unless the record straddles
+/// its end.
+fn read_fields<const N: usize>(
+    r: &mut impl BufRead,
+    prev: &mut [i64; N],
+) -> std::io::Result<Option<u32>> {
+    let header = header_len(N);
     let buf = r.fill_buf()?;
     if buf.is_empty() {
         return Ok(None);
     }
-    if buf.len() >= N * 8 {
-        for (v, b) in rec.iter_mut().zip(buf.chunks_exact(8)) {
-            *v = i64::from_le_bytes(b.try_into().expect("8 bytes"));
-        }
-        r.consume(N * 8);
-        return Ok(Some(rec));
+    if buf.len() >= header + 8 * N {
+        let (tag, len) = decode(buf, prev);
+        r.consume(len);
+        return Ok(Some(tag));
     }
-    for v in rec.iter_mut() {
-        let mut b = [0u8; 8];
-        r.read_exact(&mut b)?;
-        *v = i64::from_le_bytes(b);
-    }
-    Ok(Some(rec))
+    let mut b = [0u8; ENCODED];
+    r.read_exact(&mut b[..header])?;
+    let mut h = [0u8; 4];
+    h[..header].copy_from_slice(&b[..header]);
+    let classes = u32::from_le_bytes(h);
+    let body: usize = (0..N)
+        .map(|i| WIDTHS[(classes >> (2 + 2 * i)) as usize & 3])
+        .sum();
+    r.read_exact(&mut b[header..header + body])?;
+    Ok(Some(decode(&b, prev).0))
 }
 
-fn write_fields(fields: &[i64], w: &mut impl Write) -> std::io::Result<()> {
-    for v in fields {
-        w.write_all(&v.to_le_bytes())?;
-    }
-    Ok(())
+fn write_fields<const N: usize>(
+    fields: &[i64; N],
+    prev: Option<&[i64; N]>,
+    tag: u32,
+    w: &mut impl Write,
+) -> std::io::Result<()> {
+    let mut b = [0u8; ENCODED];
+    let len = encode(fields, prev, tag, &mut b);
+    w.write_all(&b[..len])
 }
 
 impl<const N: usize> Record for [i64; N] {
@@ -79,12 +163,22 @@ impl<const N: usize> Record for [i64; N] {
     fn size(&self, _: Option<&Self>) -> usize {
         N * 8
     }
-    fn write_to(&self, _: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
-        write_fields(self, w)
+    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
+        write_fields(self, prev, 0, w)
     }
-    type ReadState = ();
-    fn read_from(r: &mut impl BufRead, _: &mut ()) -> std::io::Result<Option<Self>> {
-        read_fields(r)
+    /// The previous record.
+    type ReadState = Fields<N>;
+    fn read_from(r: &mut impl BufRead, prev: &mut Fields<N>) -> std::io::Result<Option<Self>> {
+        Ok(read_fields(r, &mut prev.0)?.map(|_| prev.0))
+    }
+}
+
+/// The fields of a run's previous record, as reading keeps them (zeros before the first).
+pub struct Fields<const N: usize>([i64; N]);
+
+impl<const N: usize> Default for Fields<N> {
+    fn default() -> Self {
+        Fields([0; N])
     }
 }
 
@@ -97,10 +191,11 @@ pub struct Named<const N: usize> {
     pub text: Option<Arc<[u8]>>,
 }
 
-/// The length written for a string equal to the previous record's.
-const SAME_TEXT: u64 = u64::MAX;
-/// The length written for no string.
-const NO_TEXT: u64 = u64::MAX - 1;
+/// How a [`Named`] record carries its string (the tag in its header): none, the previous
+/// record's, or its own (its length as 8 bytes, then its bytes).
+const NO_TEXT: u32 = 0;
+const SAME_TEXT: u32 = 1;
+const OWN_TEXT: u32 = 2;
 
 impl<const N: usize> Named<N> {
     /// Whether this record and `prev` both carry a string, the same one (or, `by_value`, an
@@ -128,40 +223,45 @@ impl<const N: usize> Record for Named<N> {
     }
     /// A string equal to the previous record's is written as [`SAME_TEXT`] alone.
     fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
-        write_fields(&self.fields, w)?;
+        let prev_fields = prev.map(|p| &p.fields);
         let Some(text) = &self.text else {
-            return w.write_all(&NO_TEXT.to_le_bytes());
+            return write_fields(&self.fields, prev_fields, NO_TEXT, w);
         };
         if self.shares_text(prev, true) {
-            return w.write_all(&SAME_TEXT.to_le_bytes());
+            return write_fields(&self.fields, prev_fields, SAME_TEXT, w);
         }
+        write_fields(&self.fields, prev_fields, OWN_TEXT, w)?;
         w.write_all(&(text.len() as u64).to_le_bytes())?;
         w.write_all(text)
     }
-    /// The strings read last and a buffer: neighbours in a run often carry the same string
-    /// (kernels launched in the same ranges, nested ranges' spans), which is then shared, not
-    /// allocated again.
-    type ReadState = (Recent, Vec<u8>);
+    /// The previous record's fields, the strings read last and a buffer: neighbours in a run
+    /// often carry the same string (kernels launched in the same ranges, nested ranges'
+    /// spans), which is then shared, not allocated again.
+    type ReadState = (Fields<N>, Recent, Vec<u8>);
     fn read_from(
         r: &mut impl BufRead,
-        (recent, buf): &mut Self::ReadState,
+        (prev, recent, buf): &mut Self::ReadState,
     ) -> std::io::Result<Option<Self>> {
-        let Some(fields) = read_fields::<N>(r)? else {
+        let Some(tag) = read_fields(r, &mut prev.0)? else {
             return Ok(None);
         };
-        let mut len = [0u8; 8];
-        r.read_exact(&mut len)?;
-        let text = match u64::from_le_bytes(len) {
+        let text = match tag {
             NO_TEXT => None,
             SAME_TEXT => Some(recent.last().ok_or_else(bad_run)?),
-            len => {
-                let len = usize::try_from(len).map_err(|_| bad_run())?;
+            OWN_TEXT => {
+                let mut len = [0u8; 8];
+                r.read_exact(&mut len)?;
+                let len = usize::try_from(u64::from_le_bytes(len)).map_err(|_| bad_run())?;
                 buf.resize(len, 0);
                 r.read_exact(buf)?;
                 Some(recent.get(buf))
             }
+            _ => return Err(bad_run()),
         };
-        Ok(Some(Named { fields, text }))
+        Ok(Some(Named {
+            fields: prev.0,
+            text,
+        }))
     }
 }
 
