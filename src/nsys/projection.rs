@@ -1086,6 +1086,9 @@ struct Out {
     /// of that name (see [`path_key`]), when both have one: a range's path is found from its
     /// parent's without building and hashing the string. At most [`Names::KEPT`].
     paths: HashMap<u64, u32, crate::model::FastHash>,
+    /// The last paths found, by their key's hash: most are found here, in a few KB that stay
+    /// in cache, where a lookup in `paths` (thousands of entries) cost a cache miss per range.
+    recent_paths: Box<[(u64, u32); RECENT_PATHS]>,
     /// Boxes of closed ranges, for the ranges still to come: most ranges launch little, and an
     /// allocation and a free each cost more than the rest of their handling.
     #[allow(clippy::vec_box)]
@@ -1259,8 +1262,15 @@ impl Out {
             (Some(Text::No(p)), Some(Text::No(n))) => Some(path_key(Some(*p), *n)),
             _ => None,
         };
-        if let Some(&no) = key.and_then(|k| self.paths.get(&k)) {
-            return Text::No(no);
+        if let Some(k) = key {
+            let slot = &mut self.recent_paths[recent_slot(k)];
+            if slot.0 == k {
+                return Text::No(slot.1);
+            }
+            if let Some(&no) = self.paths.get(&k) {
+                *slot = (k, no);
+                return Text::No(no);
+            }
         }
         let names = &mut self.names;
         names.clear();
@@ -1270,13 +1280,24 @@ impl Out {
         }
         names.extend_from_slice(name.map_or(&b""[..], |t| self.texts.bytes(t)));
         let path = self.name_lists.text(names);
-        if let (Some(k), Text::No(no)) = (key, &path)
-            && self.paths.len() < Names::KEPT
-        {
-            self.paths.insert(k, *no);
+        if let (Some(k), Text::No(no)) = (key, &path) {
+            self.recent_paths[recent_slot(k)] = (k, *no);
+            if self.paths.len() < Names::KEPT {
+                self.paths.insert(k, *no);
+            }
         }
         path
     }
+}
+
+/// Slots of [`Out::recent_paths`].
+const RECENT_PATHS: usize = 256;
+/// No key (see [`path_key`]: parents are numbered below [`Names::KEPT`]).
+const NO_PATH_KEY: u64 = u64::MAX;
+
+/// The slot of a path key in [`Out::recent_paths`].
+fn recent_slot(key: u64) -> usize {
+    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % RECENT_PATHS
 }
 
 /// The key of a path in [`Out::paths`]: its parent's number in the names lists (none for an
@@ -1325,6 +1346,7 @@ impl<'l> Sweep<'l> {
                 names: Vec::new(),
                 name_lists: Names::default(),
                 paths: HashMap::default(),
+                recent_paths: Box::new([(NO_PATH_KEY, 0); RECENT_PATHS]),
                 spare: Vec::new(),
             },
             launches,
