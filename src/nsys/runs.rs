@@ -503,12 +503,19 @@ impl<R: Record> NearlySorted<R> {
 
     pub fn push(&mut self, rec: R, spill: &mut Spill) -> Result<()> {
         let key = rec.key();
-        let slot = self.slots.put(rec);
         let mut at = self.window.len();
-        while at > 0 && self.less((key, slot), self.window[at - 1]) {
+        while let Some(&(k, s)) = at.checked_sub(1).map(|i| &self.window[i]) {
+            if k < key || (k == key && *self.slots.get(s) <= rec) {
+                break;
+            }
             at -= 1;
         }
-        self.window.insert(at, (key, slot));
+        let slot = self.slots.put(rec);
+        if at == self.window.len() {
+            self.window.push_back((key, slot));
+        } else {
+            self.window.insert(at, (key, slot));
+        }
         if self.window.len() > Self::WINDOW {
             let next = self.pop_front();
             self.sorter.push(next, spill)?;
@@ -522,10 +529,6 @@ impl<R: Record> NearlySorted<R> {
             self.sorter.push(next, spill)?;
         }
         self.sorter.finish(spill)
-    }
-
-    fn less(&self, a: (i64, u32), b: (i64, u32)) -> bool {
-        a.0 < b.0 || (a.0 == b.0 && self.slots.get(a.1) < self.slots.get(b.1))
     }
 
     /// The least record (the window is not empty).
@@ -559,10 +562,14 @@ impl<R: Record> Sorted<R> {
         }
         let mut m = Merge {
             memory: self.memory.iter(),
+            single: readers.len() == 1,
             readers,
             heads: Vec::new(),
             heap: Vec::new(),
         };
+        if m.single {
+            return Ok(m);
+        }
         for i in 0..m.readers.len() {
             let head = m.read(i)?;
             if head.is_some() {
@@ -590,6 +597,8 @@ impl<R: Record> Drop for Sorted<R> {
 pub struct Merge<'a, R: Record> {
     memory: std::slice::Iter<'a, R>,
     readers: Vec<(BufReader<File>, R::ReadState)>,
+    /// One run (an in-order stream, the common case): read straight through, no heap.
+    single: bool,
     /// The next record of each run.
     heads: Vec<Option<R>>,
     /// The runs that have a next record, a binary min-heap by (record, run): records stay
@@ -628,6 +637,9 @@ impl<R: Record> Merge<'_, R> {
     }
 
     pub fn next_record(&mut self) -> Result<Option<R>> {
+        if self.single {
+            return self.read(0);
+        }
         if self.readers.is_empty() {
             return Ok(self.memory.next().cloned());
         }
