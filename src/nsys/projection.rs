@@ -920,6 +920,7 @@ struct DevSpan {
 /// An NVTX range, open while the sweep is within it. Boxed where the sweep keeps it: it is
 /// large, and moving it between the window, a thread's open list and `close` cost more in
 /// copies than one allocation.
+#[derive(Default)]
 struct Range {
     rid: i64,
     event_type: i64,
@@ -956,6 +957,12 @@ struct Devs {
 }
 
 impl Devs {
+    /// Empty, keeping what `more` holds room for.
+    fn clear(&mut self) {
+        self.first = None;
+        self.more.clear();
+    }
+
     fn is_empty(&self) -> bool {
         self.first.is_none()
     }
@@ -1376,15 +1383,28 @@ impl<'l> Sweep<'l> {
         Ok(())
     }
 
-    /// The next range of the table.
-    fn range(&mut self, r: Range) -> Result<(), Stop> {
-        let r = match self.out.spare.pop() {
-            Some(mut b) => {
-                *b = r;
-                b
-            }
-            None => Box::new(r),
+    /// The next row of the table: the number of its text when it is a range the sweep takes
+    /// (`None` inside when the text has none).
+    fn row(
+        &mut self,
+        v: &RangeValues<'_>,
+        registered: &mut Option<Registered<'_>>,
+    ) -> Result<Option<Option<u32>>, Stop> {
+        let mut r = self.out.spare.pop().unwrap_or_default();
+        if !range_of(v, &mut self.out.texts, registered, &mut r)? {
+            self.out.spare.push(r);
+            return Ok(None);
+        }
+        let no = match r.text {
+            Some(Text::No(no)) => Some(no),
+            _ => None,
         };
+        self.range(r)?;
+        Ok(Some(no))
+    }
+
+    /// The next range of the table.
+    fn range(&mut self, r: Box<Range>) -> Result<(), Stop> {
         if !self.nvtx.push(r.start, r) {
             return Err(Stop::Abort(Abort::NvtxDisorder));
         }
@@ -1527,11 +1547,15 @@ impl<'a> RangeValues<'a> {
 }
 
 /// What a row of `NVTX_EVENTS` is to the projection.
+/// Fills `r` (a spare range, reused: most ranges launch little, and building one anew and
+/// moving it into place cost more than the rest of its handling); false when the row is not a
+/// range the sweep takes.
 fn range_of(
     v: &RangeValues<'_>,
     texts: &mut Names,
     registered: &mut Option<Registered<'_>>,
-) -> Result<Option<Range>, Stop> {
+    r: &mut Range,
+) -> Result<bool, Stop> {
     // `eventType IN (59, 60) AND end >= start AND globalTid IS NOT NULL`, with integers; other
     // types are left to the SQL definition.
     let int_or_null = |v: ValueRef<'_>| -> Result<Option<i64>, Stop> {
@@ -1542,17 +1566,17 @@ fn range_of(
         }
     };
     let Some(event_type) = int_or_null(v.event_type)?.filter(|t| *t == 59 || *t == 60) else {
-        return Ok(None);
+        return Ok(false);
     };
     let (Some(start), Some(end), Some(tid)) = (
         int_or_null(v.start)?,
         int_or_null(v.end)?,
         int_or_null(v.global_tid)?,
     ) else {
-        return Ok(None);
+        return Ok(false);
     };
     if end < start {
-        return Ok(None);
+        return Ok(false);
     }
     let text = match v.text {
         ValueRef::Text(t) => Some(texts.text(t)),
@@ -1572,20 +1596,19 @@ fn range_of(
         ValueRef::Null => 0,
         _ => return Err(Stop::Abort(Abort::Unsupported)),
     };
-    Ok(Some(Range {
-        rid: int(v.rowid)?,
-        event_type,
-        tid,
-        start,
-        end,
-        domain,
-        text,
-        text_id,
-        name,
-        devs: Devs::default(),
-        pending: Devs::default(),
-        path: None,
-    }))
+    r.rid = int(v.rowid)?;
+    r.event_type = event_type;
+    r.tid = tid;
+    r.start = start;
+    r.end = end;
+    r.domain = domain;
+    r.text = text;
+    r.text_id = text_id;
+    r.name = name;
+    r.devs.clear();
+    r.pending.clear();
+    r.path = None;
+    Ok(true)
 }
 
 /// The projection fed by a reader of `NVTX_EVENTS` (the NVTX reader: one read of the table
@@ -1629,18 +1652,8 @@ impl<'l, 'c> Feed<'l, 'c> {
             return Ok(None);
         };
         let set = sweep.out.texts.set;
-        let fed = range_of(v, &mut sweep.out.texts, &mut self.registered).and_then(|range| {
-            let Some(range) = range else {
-                return Ok(None);
-            };
-            let no = match range.text {
-                Some(Text::No(no)) => Some(TextNo::new(set, no)),
-                _ => None,
-            };
-            sweep.range(range).map(|()| no)
-        });
-        match fed {
-            Ok(no) => Ok(no),
+        match sweep.row(v, &mut self.registered) {
+            Ok(no) => Ok(no.flatten().map(|no| TextNo::new(set, no))),
             Err(Stop::Fail(e)) => Err(e),
             Err(Stop::Abort(_)) => {
                 self.sweep = None;
@@ -1698,14 +1711,7 @@ fn sweep(
     let mut sweep = Sweep::new(launches)?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let range = range_of(
-            &RangeValues::of(r, &c)?,
-            &mut sweep.out.texts,
-            &mut registered,
-        )?;
-        if let Some(range) = range {
-            sweep.range(range)?;
-        }
+        sweep.row(&RangeValues::of(r, &c)?, &mut registered)?;
     }
     sweep.finish()
 }
