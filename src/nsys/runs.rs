@@ -59,6 +59,18 @@ const fn header_len(n: usize) -> usize {
     (2 * n + 2).div_ceil(8)
 }
 
+/// The header at the start of `b`: the string tag in its low 2 bits, then 2 bits per field.
+fn header_of(b: &[u8], header: usize) -> u32 {
+    let mut h = [0u8; 4];
+    h[..header].copy_from_slice(&b[..header]);
+    u32::from_le_bytes(h)
+}
+
+/// Field `i`'s width class in a header.
+fn class_of(classes: u32, i: usize) -> usize {
+    (classes >> (2 + 2 * i)) as usize & 3
+}
+
 /// Room for an encoded record of up to 15 fields, with 8 bytes to spare: each field is written
 /// as 8 bytes and the position advanced by its width.
 const ENCODED: usize = 4 + 15 * 8 + 8;
@@ -99,12 +111,10 @@ fn encode<const N: usize>(
 /// length.
 fn decode<const N: usize>(b: &[u8], prev: &mut [i64; N]) -> (u32, usize) {
     let header = header_len(N);
-    let mut h = [0u8; 4];
-    h[..header].copy_from_slice(&b[..header]);
-    let classes = u32::from_le_bytes(h);
+    let classes = header_of(b, header);
     let mut at = header;
     for (i, field) in prev.iter_mut().enumerate() {
-        let class = (classes >> (2 + 2 * i)) as usize & 3;
+        let class = class_of(classes, i);
         let raw = i64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"));
         // Sign-extend the low bytes, without a branch per field (classes vary record to
         // record, and a mispredicted branch costs more than these shifts).
@@ -135,12 +145,8 @@ fn read_fields<const N: usize>(
     }
     let mut b = [0u8; ENCODED];
     r.read_exact(&mut b[..header])?;
-    let mut h = [0u8; 4];
-    h[..header].copy_from_slice(&b[..header]);
-    let classes = u32::from_le_bytes(h);
-    let body: usize = (0..N)
-        .map(|i| WIDTHS[(classes >> (2 + 2 * i)) as usize & 3])
-        .sum();
+    let classes = header_of(&b, header);
+    let body: usize = (0..N).map(|i| WIDTHS[class_of(classes, i)]).sum();
     r.read_exact(&mut b[header..header + body])?;
     Ok(Some(decode(&b, prev).0))
 }
@@ -562,12 +568,12 @@ impl<R: Record> Sorted<R> {
         }
         let mut m = Merge {
             memory: self.memory.iter(),
-            single: readers.len() == 1,
             readers,
             heads: Vec::new(),
             heap: Vec::new(),
         };
-        if m.single {
+        // One run (an in-order stream, the common case): read straight through, no heap.
+        if m.readers.len() == 1 {
             return Ok(m);
         }
         for i in 0..m.readers.len() {
@@ -597,8 +603,6 @@ impl<R: Record> Drop for Sorted<R> {
 pub struct Merge<'a, R: Record> {
     memory: std::slice::Iter<'a, R>,
     readers: Vec<(BufReader<File>, R::ReadState)>,
-    /// One run (an in-order stream, the common case): read straight through, no heap.
-    single: bool,
     /// The next record of each run.
     heads: Vec<Option<R>>,
     /// The runs that have a next record, a binary min-heap by (record, run): records stay
@@ -637,7 +641,7 @@ impl<R: Record> Merge<'_, R> {
     }
 
     pub fn next_record(&mut self) -> Result<Option<R>> {
-        if self.single {
+        if self.readers.len() == 1 {
             return self.read(0);
         }
         if self.readers.is_empty() {
