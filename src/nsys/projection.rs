@@ -1093,9 +1093,6 @@ struct Out {
     /// of that name (see [`path_key`]), when both have one: a range's path is found from its
     /// parent's without building and hashing the string. At most [`Names::KEPT`].
     paths: HashMap<u64, u32, crate::model::FastHash>,
-    /// The last paths found, by their key's hash: most are found here, in a few KB that stay
-    /// in cache, where a lookup in `paths` (thousands of entries) cost a cache miss per range.
-    recent_paths: Box<[(u64, u32); RECENT_PATHS]>,
     /// Boxes of closed ranges, for the ranges still to come: most ranges launch little, and an
     /// allocation and a free each cost more than the rest of their handling.
     #[allow(clippy::vec_box)]
@@ -1269,15 +1266,8 @@ impl Out {
             (Some(Text::No(p)), Some(Text::No(n))) => Some(path_key(Some(*p), *n)),
             _ => None,
         };
-        if let Some(k) = key {
-            let slot = &mut self.recent_paths[recent_slot(k)];
-            if slot.0 == k {
-                return Text::No(slot.1);
-            }
-            if let Some(&no) = self.paths.get(&k) {
-                *slot = (k, no);
-                return Text::No(no);
-            }
+        if let Some(&no) = key.and_then(|k| self.paths.get(&k)) {
+            return Text::No(no);
         }
         let names = &mut self.names;
         names.clear();
@@ -1287,24 +1277,13 @@ impl Out {
         }
         names.extend_from_slice(name.map_or(&b""[..], |t| self.texts.bytes(t)));
         let path = self.name_lists.text(names);
-        if let (Some(k), Text::No(no)) = (key, &path) {
-            self.recent_paths[recent_slot(k)] = (k, *no);
-            if self.paths.len() < Names::KEPT {
-                self.paths.insert(k, *no);
-            }
+        if let (Some(k), Text::No(no)) = (key, &path)
+            && self.paths.len() < Names::KEPT
+        {
+            self.paths.insert(k, *no);
         }
         path
     }
-}
-
-/// Slots of [`Out::recent_paths`].
-const RECENT_PATHS: usize = 256;
-/// No key (see [`path_key`]: parents are numbered below [`Names::KEPT`]).
-const NO_PATH_KEY: u64 = u64::MAX;
-
-/// The slot of a path key in [`Out::recent_paths`].
-fn recent_slot(key: u64) -> usize {
-    (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 56) as usize % RECENT_PATHS
 }
 
 /// The key of a path in [`Out::paths`]: its parent's number in the names lists (none for an
@@ -1353,7 +1332,6 @@ impl<'l> Sweep<'l> {
                 names: Vec::new(),
                 name_lists: Names::default(),
                 paths: HashMap::default(),
-                recent_paths: Box::new([(NO_PATH_KEY, 0); RECENT_PATHS]),
                 spare: Vec::new(),
             },
             launches,
@@ -1383,13 +1361,13 @@ impl<'l> Sweep<'l> {
         Ok(())
     }
 
-    /// The next row of the table: the number of its text when it is a range the sweep takes
-    /// (`None` inside when the text has none).
+    /// The next row of the table; the number of its text when it is a range the sweep takes
+    /// and its text has one.
     fn row(
         &mut self,
         v: &RangeValues<'_>,
         registered: &mut Option<Registered<'_>>,
-    ) -> Result<Option<Option<u32>>, Stop> {
+    ) -> Result<Option<u32>, Stop> {
         let mut r = self.out.spare.pop().unwrap_or_default();
         if !range_of(v, &mut self.out.texts, registered, &mut r)? {
             self.out.spare.push(r);
@@ -1400,7 +1378,7 @@ impl<'l> Sweep<'l> {
             _ => None,
         };
         self.range(r)?;
-        Ok(Some(no))
+        Ok(no)
     }
 
     /// The next range of the table.
@@ -1546,10 +1524,9 @@ impl<'a> RangeValues<'a> {
     }
 }
 
-/// What a row of `NVTX_EVENTS` is to the projection.
-/// Fills `r` (a spare range, reused: most ranges launch little, and building one anew and
-/// moving it into place cost more than the rest of its handling); false when the row is not a
-/// range the sweep takes.
+/// What a row of `NVTX_EVENTS` is to the projection, filled into `r` (a spare range, reused:
+/// most ranges launch little, and building one anew and moving it into place cost more than
+/// the rest of their handling); false when the row is not a range the sweep takes.
 fn range_of(
     v: &RangeValues<'_>,
     texts: &mut Names,
@@ -1653,7 +1630,7 @@ impl<'l, 'c> Feed<'l, 'c> {
         };
         let set = sweep.out.texts.set;
         match sweep.row(v, &mut self.registered) {
-            Ok(no) => Ok(no.flatten().map(|no| TextNo::new(set, no))),
+            Ok(no) => Ok(no.map(|no| TextNo::new(set, no))),
             Err(Stop::Fail(e)) => Err(e),
             Err(Stop::Abort(_)) => {
                 self.sweep = None;
