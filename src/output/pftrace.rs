@@ -302,10 +302,10 @@ impl ByKey {
 }
 
 /// Interned numbered texts ([`TextNo`]: a set, and a number from 0 in it). A reader's
-/// dictionary numbers densely, so a table of iids
-/// indexed by number is a fraction of a hash map's size and its lookups stay in cache (an
-/// NVTX-heavy conversion looks one up per range); numbers too far beyond what the sequence
-/// holds (at most 16 slots per entry, so memory stays proportional) go to a map.
+/// dictionary numbers densely, so a table of iids indexed by number is a fraction of a hash
+/// map's size and its lookups stay in cache (an NVTX-heavy conversion looks one up per range);
+/// numbers too far beyond what the sequence holds (at most 16 slots per entry, so memory stays
+/// proportional) go to a map.
 #[derive(Default)]
 struct ByNumber {
     /// Per set: iids by number, 0 where none.
