@@ -4,16 +4,12 @@ use super::info::ProfileInfo;
 use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, FastHash, Flows, GroupKey, Name};
-use crate::nsys::flows::FlowDb;
+use crate::nsys::flows::{FlowDb, SRC_DRIVER, SRC_RUNTIME};
 use crate::nsys::runs::Lookup;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
 use std::collections::HashMap;
-
-/// The `src` numbers the flow tables use for the API tables.
-pub const SRC_RUNTIME: i64 = 0;
-pub const SRC_DRIVER: i64 = 1;
 
 struct Row {
     table: &'static str,

@@ -19,7 +19,7 @@
 //! selection: a device shows the same levels whatever `--types`, `--pid` or `--time-range`
 //! keep.
 
-use super::sync::SYNC;
+use super::SYNC;
 use super::{KERNEL, MEMCPY, MEMSET, Schema, device_at, int_at};
 use crate::model::{global_pid_of, pid_of};
 use anyhow::Result;

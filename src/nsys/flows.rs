@@ -108,16 +108,17 @@ pub fn gpu_projects(schema: &Schema, t: &str) -> bool {
     ) && schema.rowid(t) == Some("rowid")
 }
 
+/// The `src` numbers the flow tables use for the API tables.
+pub const SRC_RUNTIME: i64 = 0;
+pub const SRC_DRIVER: i64 = 1;
+
 /// (src number, table) of the API tables with what linking needs, runtime first (the order in
 /// which a repeated correlation id picks its launch).
 pub fn api_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
-    [
-        (crate::nsys::api::SRC_RUNTIME, RUNTIME),
-        (crate::nsys::api::SRC_DRIVER, DRIVER),
-    ]
-    .into_iter()
-    .filter(|(_, t)| api_flows(schema, t) || api_projects(schema, t))
-    .collect()
+    [(SRC_RUNTIME, RUNTIME), (SRC_DRIVER, DRIVER)]
+        .into_iter()
+        .filter(|(_, t)| api_flows(schema, t) || api_projects(schema, t))
+        .collect()
 }
 
 fn api_flows(schema: &Schema, t: &str) -> bool {

@@ -34,6 +34,23 @@ pub const MEMSET: &str = "CUPTI_ACTIVITY_KIND_MEMSET";
 pub const RUNTIME: &str = "CUPTI_ACTIVITY_KIND_RUNTIME";
 pub const DRIVER: &str = "CUPTI_ACTIVITY_KIND_DRIVER";
 pub const NVTX: &str = "NVTX_EVENTS";
+pub const SYNC: &str = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION";
+
+/// `NVTX_EVENTS.eventType`: the kinds of row the NVTX table holds, named once.
+pub mod nvtx_type {
+    /// A mark (an instant).
+    pub const MARK: i64 = 34;
+    /// A push/pop range: nests per thread.
+    pub const PUSH_POP: i64 = 59;
+    /// A start/end range: a free interval, may end on another thread.
+    pub const START_END: i64 = 60;
+    /// Rows that name things rather than being events: categories, thread names, domains.
+    pub const NAMING: [i64; 4] = [CATEGORY, THREAD_NAME, DOMAIN_CREATE, DOMAIN_DESTROY];
+    pub const CATEGORY: i64 = 33;
+    pub const THREAD_NAME: i64 = 39;
+    pub const DOMAIN_CREATE: i64 = 75;
+    pub const DOMAIN_DESTROY: i64 = 76;
+}
 
 /// The event tables the readers convert (rows counted for the progress bar).
 pub const EVENT_TABLES: [&str; 12] = [
@@ -44,7 +61,7 @@ pub const EVENT_TABLES: [&str; 12] = [
     DRIVER,
     NVTX,
     osrt::OSRT,
-    sync::SYNC,
+    SYNC,
     sched::SCHED,
     samples::COMPOSITE,
     metrics::GPU_METRICS,

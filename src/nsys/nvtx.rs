@@ -15,11 +15,7 @@ use rusqlite::Connection;
 use rusqlite::types::ValueRef;
 use std::collections::HashMap;
 
-pub const MARK: i64 = 34;
-pub const PUSH_POP: i64 = 59;
-pub const START_END: i64 = 60;
-/// Rows that name things rather than being events: categories, thread names, domains.
-const NAMING: [i64; 4] = [33, 39, 75, 76];
+use super::nvtx_type::{MARK, NAMING, PUSH_POP, START_END};
 
 const COLS: [&str; 12] = [
     "start",

@@ -868,7 +868,7 @@ fn project_sql(
            {text} AS name_text, {text_id} AS name_id \
            FROM src.NVTX_EVENTS r CROSS JOIN launch_dev l \
            ON l.tid = r.globalTid AND l.start BETWEEN r.start AND r.\"end\" \
-           WHERE r.eventType IN (59, 60) AND r.\"end\" >= r.start \
+           WHERE r.eventType IN ({PUSH_POP}, {START_END}) AND r.\"end\" >= r.start \
            GROUP BY r.rowid, l.device;
          CREATE INDEX nvtx_gpu_start ON {NVTX_GPU}(gpu_start);
          CREATE INDEX nvtx_gpu_rid ON {NVTX_GPU}(nvtx_rid);
@@ -879,7 +879,7 @@ fn project_sql(
                  {name} AS name \
                  FROM src.NVTX_EVENTS r CROSS JOIN launch l \
                  ON l.tid = r.globalTid AND l.start BETWEEN r.start AND r.\"end\"{name_join} \
-                 WHERE r.eventType = 59 AND r.\"end\" >= r.start) \
+                 WHERE r.eventType = {PUSH_POP} AND r.\"end\" >= r.start) \
            GROUP BY pkey, corr;
          CREATE TABLE {KERNEL_NVTX}(src INTEGER NOT NULL, rid INTEGER NOT NULL, ranges TEXT NOT NULL, \
            PRIMARY KEY (src, rid)) WITHOUT ROWID;
@@ -906,8 +906,7 @@ fn int(v: ValueRef<'_>) -> Result<i64, Stop> {
     }
 }
 
-const PUSH_POP: i64 = 59;
-const START_END: i64 = 60;
+use super::nvtx_type::{PUSH_POP, START_END};
 
 /// The span of the GPU rows an open range has taken on one device.
 struct DevSpan {
@@ -1542,7 +1541,8 @@ fn range_of(
             _ => Err(Stop::Abort(Abort::Unsupported)),
         }
     };
-    let Some(event_type) = int_or_null(v.event_type)?.filter(|t| *t == 59 || *t == 60) else {
+    let Some(event_type) = int_or_null(v.event_type)?.filter(|t| *t == PUSH_POP || *t == START_END)
+    else {
         return Ok(false);
     };
     let (Some(start), Some(end), Some(tid)) = (

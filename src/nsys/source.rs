@@ -350,7 +350,7 @@ const REQUIRED: [(&str, &[&str], EventType); 9] = [
     (super::DRIVER, &["start", "end"], EventType::CudaApi),
     (super::NVTX, &["start", "eventType"], EventType::Nvtx),
     (super::osrt::OSRT, &["start", "end"], EventType::Osrt),
-    (super::sync::SYNC, &["start", "end"], EventType::Sync),
+    (super::SYNC, &["start", "end"], EventType::Sync),
     (
         super::sched::SCHED,
         &["start", "cpu", "isSchedIn", "globalTid"],

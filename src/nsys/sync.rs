@@ -2,15 +2,13 @@
 //! context synchronization waited, on a "sync" track beside its stream.
 
 use super::info::ProfileInfo;
-use super::{REORDER_WINDOW, Reorder, Schema, int_at};
+use super::{REORDER_WINDOW, Reorder, SYNC, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
 use std::collections::HashMap;
-
-pub const SYNC: &str = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION";
 
 const COLS: [&str; 9] = [
     "start",
