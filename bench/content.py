@@ -49,11 +49,11 @@ def digest(path):
     try:
         for label, sql in QUERIES:
             try:
-                rows = tp.query(sql).as_pandas_dataframe()
+                rows = [list(vars(r).values()) for r in tp.query(sql)]
             except Exception as e:  # a table this trace_processor lacks
-                out.append(f"{label}\terror {type(e).__name__}")
+                out.append(f"{label}\terror {type(e).__name__}: {e}")
                 continue
-            for row in rows.itertuples(index=False):
+            for row in rows:
                 out.append(label + "\t" + "\t".join(str(v) for v in row))
     finally:
         tp.close()
