@@ -1,7 +1,7 @@
 //! CUDA runtime and driver API calls, merged in start order onto their CPU threads.
 
 use super::info::ProfileInfo;
-use super::{DRIVER, REORDER_WINDOW, RUNTIME, Reorder, Schema, int_at};
+use super::{DRIVER, RUNTIME, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::nsys::flows::{FlowDb, SRC_DRIVER, SRC_RUNTIME};
@@ -154,32 +154,13 @@ pub fn read<S: EventSink>(
             last: schema.rowid(t).map(|_| None),
         });
     }
-    let mut heads: Vec<Option<Row>> = Vec::new();
-    for c in cursors.iter_mut() {
-        heads.push(c.next()?);
-    }
-    let mut window = Reorder::new(REORDER_WINDOW);
-    loop {
-        let mut best: Option<(usize, i64)> = None;
-        for (i, h) in heads.iter().enumerate() {
-            if let Some(row) = h {
-                let s = row.start.unwrap_or(i64::MIN);
-                if best.is_none_or(|(_, b)| s < b) {
-                    best = Some((i, s));
-                }
-            }
-        }
-        let Some((i, _)) = best else { break };
-        let row = heads[i].take().expect("head present");
-        heads[i] = cursors[i].next()?;
-        if let Some(row) = window.push(row.start.unwrap_or(i64::MIN), row) {
-            emit(&row, info, &mut names, sink)?;
-        }
-    }
-    while let Some(row) = window.pop() {
-        emit(&row, info, &mut names, sink)?;
-    }
-    Ok(())
+    super::merge_by_start(
+        cursors.len(),
+        |i| cursors[i].next(),
+        |row| row.start.unwrap_or(i64::MIN),
+        |row| (row.start.unwrap_or(i64::MIN), 0),
+        |row| emit(&row, info, &mut names, sink),
+    )
 }
 
 /// The name nsys shows for a CUDA API symbol: runtime entry points carry the CUDA version that

@@ -1,7 +1,7 @@
 //! GPU activity: kernels, memcpys and memsets, merged in start order into per-stream groups.
 
 use super::info::ProfileInfo;
-use super::{Fetch, KERNEL, MEMCPY, MEMSET, Query, REORDER_WINDOW, Reorder, Schema, int_at};
+use super::{Fetch, KERNEL, MEMCPY, MEMSET, Query, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
@@ -217,42 +217,25 @@ pub fn read<S: EventSink>(
             nvtx,
         });
     }
-    let mut heads: Vec<Option<Row>> = Vec::with_capacity(cursors.len());
-    for c in cursors.iter_mut() {
-        heads.push(c.next()?);
-    }
     let mut fmt = Formatter::default();
-    let mut window = Reorder::new(REORDER_WINDOW);
     // Per cursor: the last rowid, when the table has real ones (flow ids are built from them).
     let mut last: Vec<Option<Option<i64>>> = kinds
         .iter()
         .map(|k| schema.rowid(k.table()).map(|_| None))
         .collect();
-    loop {
-        // k-way merge by start; ties keep table order.
-        let mut best: Option<(usize, i64)> = None;
-        for (i, h) in heads.iter().enumerate() {
-            if let Some(row) = h {
-                let s = row.start().unwrap_or(i64::MIN);
-                if best.is_none_or(|(_, b)| s < b) {
-                    best = Some((i, s));
-                }
+    super::merge_by_start(
+        cursors.len(),
+        |i| {
+            let row = cursors[i].next()?;
+            if let (Some(row), Some(l)) = (row.as_ref(), last[i].as_mut()) {
+                super::check_rowid_order(row.kind.table(), l, row.rowid)?;
             }
-        }
-        let Some((i, _)) = best else { break };
-        let row = heads[i].take().expect("head present");
-        if let Some(l) = last[i].as_mut() {
-            super::check_rowid_order(row.kind.table(), l, row.rowid)?;
-        }
-        heads[i] = cursors[i].next()?;
-        if let Some(row) = window.push(row.start().unwrap_or(i64::MIN), row) {
-            emit(&row, q, sink, &mut fmt)?;
-        }
-    }
-    while let Some(row) = window.pop() {
-        emit(&row, q, sink, &mut fmt)?;
-    }
-    Ok(())
+            Ok(row)
+        },
+        |row| row.start().unwrap_or(i64::MIN),
+        |row| (row.start().unwrap_or(i64::MIN), 0),
+        |row| emit(&row, q, sink, &mut fmt),
+    )
 }
 
 /// One GPU table in rowid order, merged with its rows' launches (also in rowid order).

@@ -666,6 +666,45 @@ impl<T> Reorder<T> {
     }
 }
 
+/// Rows of several tables, each read in its storage order, merged by start (ties keep source
+/// order) and put in order through a [`Reorder`] window keyed by `key` (start, tiebreak): the one
+/// way a reader reads several tables as one stream. `next(i)` is source `i`'s next row.
+pub fn merge_by_start<R>(
+    sources: usize,
+    mut next: impl FnMut(usize) -> Result<Option<R>>,
+    start: impl Fn(&R) -> i64,
+    key: impl Fn(&R) -> (i64, i64),
+    mut emit: impl FnMut(R) -> Result<()>,
+) -> Result<()> {
+    let mut heads: Vec<Option<R>> = Vec::with_capacity(sources);
+    for i in 0..sources {
+        heads.push(next(i)?);
+    }
+    let mut window = Reorder::new(REORDER_WINDOW);
+    loop {
+        let mut best: Option<(usize, i64)> = None;
+        for (i, h) in heads.iter().enumerate() {
+            if let Some(row) = h {
+                let s = start(row);
+                if best.is_none_or(|(_, b)| s < b) {
+                    best = Some((i, s));
+                }
+            }
+        }
+        let Some((i, _)) = best else { break };
+        let row = heads[i].take().expect("head present");
+        heads[i] = next(i)?;
+        let (k, tiebreak) = key(&row);
+        if let Some(row) = window.push_keyed(k, tiebreak, row) {
+            emit(row)?;
+        }
+    }
+    while let Some(row) = window.pop() {
+        emit(row)?;
+    }
+    Ok(())
+}
+
 /// Items held in numbered slots, so that an ordering structure moves a small number instead of
 /// the item; freed slots are used again.
 pub struct Slab<T> {

@@ -13,7 +13,7 @@
 //! Rows whose name is a profiler marker ("cuDNN profiling started") are instants in category
 //! `nsys.marker` on the table's track, not calls.
 
-use super::{REORDER_WINDOW, Reorder, Schema};
+use super::Schema;
 use crate::model::{
     Arg, ArgValue, Category, Event, EventSink, Flows, GroupKey, Name, TrackKind, global_pid_of,
     pid_of,
@@ -1100,34 +1100,14 @@ pub fn read<S: EventSink>(
         )?);
         plans.push((plan, columns.len()));
     }
-    let mut heads: Vec<Option<Row>> = Vec::with_capacity(cursors.len());
-    for (i, c) in cursors.iter_mut().enumerate() {
-        heads.push(next_row(c, i, plans[i].1)?);
-    }
-    let mut window = Reorder::new(REORDER_WINDOW);
-    loop {
-        let mut best: Option<(usize, i64)> = None;
-        for (i, h) in heads.iter().enumerate() {
-            if let Some(row) = h {
-                let s = row.start.unwrap_or(i64::MIN);
-                if best.is_none_or(|(_, b)| s < b) {
-                    best = Some((i, s));
-                }
-            }
-        }
-        let Some((i, _)) = best else { break };
-        let row = heads[i].take().expect("head present");
-        heads[i] = next_row(&mut cursors[i], i, plans[i].1)?;
+    super::merge_by_start(
+        cursors.len(),
+        |i| next_row(&mut cursors[i], i, plans[i].1),
+        |row| row.start.unwrap_or(i64::MIN),
         // Outer calls first at equal starts, so nested calls nest.
-        let key = (row.start.unwrap_or(i64::MIN), -row.end.unwrap_or(0));
-        if let Some(row) = window.push_keyed(key.0, key.1, row) {
-            emit(&plans[row.plan].0, &row, &markers, sink)?;
-        }
-    }
-    while let Some(row) = window.pop() {
-        emit(&plans[row.plan].0, &row, &markers, sink)?;
-    }
-    Ok(())
+        |row| (row.start.unwrap_or(i64::MIN), -row.end.unwrap_or(0)),
+        |row| emit(&plans[row.plan].0, &row, &markers, sink),
+    )
 }
 
 /// One table's rows in rowid order: `start`, `end` (NULL unless rows are slices), then every
