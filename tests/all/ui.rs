@@ -456,3 +456,338 @@ fn corpus_sample_loads_cleanly_in_perfettos_ui() {
         }
     }
 }
+
+// ---------------------------------------------------------------------------------------------
+// Offline sites: `open --ui DIR` and `serve --ui DIR` serve a local Perfetto UI build.
+
+/// A port free right now on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// One HTTP/1.1 request (`Connection: close`): status, headers (lower-case names), body.
+fn http(method: &str, port: u16, path: &str, host: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(std::time::Duration::from_secs(30)))
+        .unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("a response head");
+    let head = String::from_utf8_lossy(&raw[..end]).to_string();
+    let mut lines = head.lines();
+    let status = lines
+        .next()
+        .unwrap()
+        .split(' ')
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    (status, headers, raw[end + 4..].to_vec())
+}
+
+fn header<'a>(h: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    h.iter().find(|(n, _)| n == name).map(|(_, v)| v.as_str())
+}
+
+/// A made UI build (an index.html naming Perfetto, a version folder with a .wasm) inside `dir`,
+/// with a file beside it that must never be served.
+fn made_ui(dir: &Path) -> PathBuf {
+    let ui = dir.join("ui");
+    std::fs::create_dir_all(ui.join("v1.0")).unwrap();
+    std::fs::write(
+        ui.join("index.html"),
+        "<title>Perfetto UI</title> made for the test",
+    )
+    .unwrap();
+    std::fs::write(ui.join("v1.0/engine.wasm"), b"\0asm").unwrap();
+    std::fs::write(dir.join("secret.txt"), "not for the browser").unwrap();
+    ui
+}
+
+/// A running `nsys-perfetto` (killed when dropped) and its stderr, read as it comes.
+struct Running {
+    child: std::process::Child,
+    stderr: std::sync::mpsc::Receiver<String>,
+}
+
+impl Running {
+    fn start(args: &[&str]) -> (Running, std::process::ChildStdout) {
+        let mut child = Command::new(BIN)
+            .args(args)
+            .env_remove("BROWSER")
+            .env_remove("DISPLAY")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        let err = child.stderr.take().unwrap();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for l in std::io::BufReader::new(err).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let out = child.stdout.take().unwrap();
+        (Running { child, stderr: rx }, out)
+    }
+
+    /// Ctrl-C, then the exit status and everything it printed on stderr.
+    fn interrupt(mut self) -> (std::process::ExitStatus, String) {
+        let _ = Command::new("kill")
+            .arg("-INT")
+            .arg(self.child.id().to_string())
+            .status();
+        let st = self.child.wait().unwrap();
+        let text: Vec<String> = self.stderr.try_iter().collect();
+        (st, text.join("\n"))
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn wait_listening(port: u16) {
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(std::time::Instant::now() < end, "nothing listens on {port}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// `tests/ui/browser.py MODE ARGS...` in headless Chromium: its JSON answer.
+fn browser(args: &[&str]) -> Value {
+    let out = Command::new("python3")
+        .arg(common::manifest_dir().join("tests/ui/browser.py"))
+        .args(args)
+        .env("UI_TOOLS", ui_tools())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| {
+        panic!(
+            "browser.py {args:?}: {e}: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn assert_shown(what: &str, r: &Value, process: &str) {
+    assert!(r.get("error").is_none(), "{what}: {r}");
+    assert_eq!(
+        r["slices"].as_u64(),
+        Some(784),
+        "{what}: the fixture's slices: {r}"
+    );
+    let groups = r["groups"].as_array().unwrap();
+    assert!(
+        groups
+            .iter()
+            .any(|g| g.as_str().is_some_and(|t| t.starts_with(process))),
+        "{what}: no group for {process}: {r}"
+    );
+}
+
+#[test]
+fn open_ui_serves_a_local_build_with_the_trace() {
+    let dir = tempfile::tempdir().unwrap();
+    let ui = made_ui(dir.path());
+    let trace = dir.path().join("w x.pftrace");
+    cli(&[
+        common::fixture("nvtx_workload.sqlite").to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    let port = free_port();
+    let p = port.to_string();
+    let (run, stdout) = Running::start(&[
+        "open",
+        "--ui",
+        ui.to_str().unwrap(),
+        "--no-browser",
+        "--port",
+        &p,
+        "--timeout",
+        "120",
+        trace.to_str().unwrap(),
+    ]);
+    let mut link = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut link).unwrap();
+    let origin = format!("http://127.0.0.1:{port}");
+    assert_eq!(
+        link.trim(),
+        format!("{origin}/#!/?url={origin}/nsys-perfetto/w%20x.pftrace"),
+        "the link: the UI and the trace from this server"
+    );
+    let host = format!("127.0.0.1:{port}");
+    let (st, h, body) = http("GET", port, "/", &host);
+    assert_eq!(
+        (st, header(&h, "content-type")),
+        (200, Some("text/html; charset=utf-8"))
+    );
+    assert!(String::from_utf8_lossy(&body).contains("made for the test"));
+    let (st, h, body) = http("GET", port, "/v1.0/engine.wasm", &host);
+    assert_eq!(
+        (st, header(&h, "content-type")),
+        (200, Some("application/wasm"))
+    );
+    assert_eq!(body, b"\0asm");
+    for bad in [
+        "/../secret.txt",
+        "/v1.0/%2e%2e/../secret.txt",
+        "/v1.0",
+        "/nope.js",
+    ] {
+        assert_eq!(
+            http("GET", port, bad, &host).0,
+            404,
+            "{bad} must not be served"
+        );
+    }
+    assert_eq!(
+        http("GET", port, "/", "evil.example:80").0,
+        403,
+        "DNS rebinding"
+    );
+    assert_eq!(http("POST", port, "/", &host).0, 405);
+    let (st, _, body) = http("GET", port, "/nsys-perfetto/w%20x.pftrace", &host);
+    assert_eq!(
+        (st, body),
+        (200, std::fs::read(&trace).unwrap()),
+        "the trace"
+    );
+    // It serves on after the fetch (the UI loads more of its files): Ctrl-C stops it.
+    assert_eq!(http("GET", port, "/", &host).0, 200);
+    let (st, err) = run.interrupt();
+    assert!(st.success(), "{st}: {err}");
+    assert!(err.contains("fetched the trace"), "{err}");
+
+    // A --ui that is no UI build: one line naming it, before anything is converted.
+    let profile = dir.path().join("copy.sqlite");
+    std::fs::copy(common::fixture("nvtx_workload.sqlite"), &profile).unwrap();
+    for (bad, says) in [
+        (dir.path().join("none"), "no such directory"),
+        (ui.join("v1.0"), "not a Perfetto UI build"),
+    ] {
+        let out = Command::new(BIN)
+            .args(["open", "--no-browser", "--ui"])
+            .arg(&bad)
+            .arg(&profile)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{err}");
+        assert_eq!(err.trim().lines().count(), 1, "one line: {err}");
+        assert!(err.contains(&bad.display().to_string()), "{err}");
+        assert!(
+            !dir.path().join("copy.pftrace").exists(),
+            "converted anyway"
+        );
+    }
+
+    // The real UI (v52, its WASM engine) loads the trace from this server.
+    let Some(real) = ui_ready() else { return };
+    let port = free_port();
+    let p = port.to_string();
+    let (run, stdout) = Running::start(&[
+        "open",
+        "--ui",
+        real.to_str().unwrap(),
+        "--no-browser",
+        "--port",
+        &p,
+        "--timeout",
+        "180",
+        trace.to_str().unwrap(),
+    ]);
+    let mut link = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut link).unwrap();
+    let r = browser(&["url", link.trim()]);
+    assert_shown("open --ui", &r, "./nvtx_workload");
+    let (st, err) = run.interrupt();
+    assert!(
+        st.success() && err.contains("fetched the trace"),
+        "{st}: {err}"
+    );
+}
+
+#[test]
+fn serve_ui_serves_a_local_build_beside_the_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let ui = made_ui(dir.path());
+    let port = free_port();
+    let p = port.to_string();
+    let (run, _out) = Running::start(&["serve", "--port", &p, "--ui", ui.to_str().unwrap()]);
+    wait_listening(port);
+    let host = format!("127.0.0.1:{port}");
+    let (st, h, _) = http("GET", port, "/perfetto", &host);
+    assert_eq!((st, header(&h, "location")), (301, Some("/perfetto/")));
+    let (st, _, body) = http("GET", port, "/perfetto/", &host);
+    assert!(st == 200 && String::from_utf8_lossy(&body).contains("made for the test"));
+    let (st, h, _) = http("GET", port, "/perfetto/v1.0/engine.wasm", &host);
+    assert_eq!(
+        (st, header(&h, "content-type")),
+        (200, Some("application/wasm"))
+    );
+    assert_eq!(http("GET", port, "/perfetto/../secret.txt", &host).0, 404);
+    let (st, _, body) = http("GET", port, "/", &host);
+    assert!(st == 200 && String::from_utf8_lossy(&body).contains("Open in Perfetto"));
+    let (_, _, body) = http("GET", port, "/api/info", &host);
+    let info: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        info["perfetto_url"], "/perfetto",
+        "the page opens the local UI"
+    );
+    drop(run);
+
+    // The page, in a real browser: upload, convert, "Open in Perfetto" hands the trace to the
+    // local v52 UI (postMessage), which shows it.
+    let Some(real) = ui_ready() else { return };
+    let port = free_port();
+    let p = port.to_string();
+    let (run, _out) = Running::start(&["serve", "--port", &p, "--ui", real.to_str().unwrap()]);
+    wait_listening(port);
+    let r = browser(&[
+        "page",
+        &format!("http://127.0.0.1:{port}"),
+        common::fixture("nvtx_workload.sqlite").to_str().unwrap(),
+    ]);
+    assert_shown("serve --ui", &r, "./nvtx_workload");
+    assert!(
+        r["location"]
+            .as_str()
+            .unwrap_or("")
+            .starts_with(&format!("http://127.0.0.1:{port}/perfetto/")),
+        "{r}"
+    );
+    assert!(
+        r["handoff"]
+            .as_str()
+            .unwrap_or("")
+            .contains("handed to the Perfetto UI"),
+        "{r}"
+    );
+    drop(run);
+}
