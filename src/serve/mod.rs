@@ -299,7 +299,7 @@ impl ServeArgs {
         eprintln!("nsys-perfetto serve: open {shown}/ in a browser (Ctrl-C to stop)");
         eprintln!("  temporary files: {}", server.temp_dir().display());
         eprintln!(
-            "  API: curl -T report.nsys-rep '{shown}/api/convert?name=report.nsys-rep' (see README)"
+            "  API: curl -T report.nsys-rep '{shown}/api/convert?name=report.nsys-rep' (see docs/serve.md)"
         );
         let stop = server.stop_flag();
         while !stop.load(Ordering::Relaxed) {

@@ -28,7 +28,7 @@ pub const SERVE_PREFIX: &str = "/perfetto";
 /// How to get a UI build, for messages.
 pub const HOW_TO_GET: &str = "a Perfetto UI build is a directory with Perfetto's index.html and \
 its version folder: unpack a release's ui.zip, build one (ui/build.mjs in Perfetto's source), or \
-run ../shared/tools/perfetto-ui/setup.sh (README, \"Offline\")";
+run ../shared/tools/perfetto-ui/setup.sh (docs/serve.md, \"Offline\")";
 
 /// A Perfetto UI build on disk.
 #[derive(Debug, Clone)]
