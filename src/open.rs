@@ -56,6 +56,11 @@ pub struct OpenArgs {
     /// Stop waiting for the UI after this many seconds (default: until fetched or Ctrl-C).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// Serve this local Perfetto UI build (a directory with its index.html) instead of opening
+    /// ui.perfetto.dev: for machines whose browser cannot reach it. The UI and the trace are
+    /// served on http://127.0.0.1:10000/ until Ctrl-C.
+    #[arg(long, value_name = "DIR")]
+    pub ui: Option<PathBuf>,
     /// Port to serve on (tests; the UI accepts only 9001).
     #[arg(long, hide = true, default_value_t = PERFETTO_PORT)]
     pub port: u16,
@@ -294,6 +299,12 @@ impl OpenArgs {
 
     fn open(&self) -> Result<ExitCode> {
         let link_params = deep_link_params(self.at.as_deref(), self.range.as_deref())?;
+        // A local UI build is checked before anything is converted.
+        let ui = self
+            .ui
+            .as_deref()
+            .map(crate::serve::ui_dir::UiDir::open)
+            .transpose()?;
         let (trace, _temp) = trace_for(self)?;
         let size = std::fs::metadata(&trace)
             .with_context(|| format!("cannot read {}", trace.display()))?
@@ -306,6 +317,9 @@ impl OpenArgs {
                 );
             };
             return self.open_native(&tp, &trace, &link_params);
+        }
+        if let Some(ui) = &ui {
+            return crate::serve::ui_dir::open_with_local_ui(self, ui, &trace, size, &link_params);
         }
         if size > BIG_TRACE {
             let gb = size as f64 / 1e9;
@@ -326,7 +340,7 @@ impl OpenArgs {
     }
 
     /// Say where the UI is, and start a browser when there is a display.
-    fn announce(&self, url: &str) {
+    pub(crate) fn announce(&self, url: &str) {
         let mut err = std::io::stderr();
         let reason = if self.no_browser {
             Some("--no-browser")

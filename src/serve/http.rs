@@ -330,6 +330,7 @@ pub fn reason(status: u16) -> &'static str {
         100 => "Continue",
         200 => "OK",
         204 => "No Content",
+        301 => "Moved Permanently",
         400 => "Bad Request",
         404 => "Not Found",
         405 => "Method Not Allowed",

@@ -14,6 +14,7 @@
 
 pub mod http;
 pub mod signal;
+pub mod ui_dir;
 
 use crate::cli::SelectArgs;
 use crate::convert::{self, OutputFormat};
@@ -60,6 +61,10 @@ pub struct ServeArgs {
     /// The nsys used for reports (see `nsys-perfetto --help`).
     #[arg(long, value_name = "PATH")]
     pub nsys: Option<PathBuf>,
+    /// Serve this local Perfetto UI build (a directory with its index.html) under /perfetto/ and
+    /// open traces in it instead of ui.perfetto.dev: for machines whose browser cannot reach it.
+    #[arg(long, value_name = "DIR")]
+    pub ui: Option<PathBuf>,
     /// The Perfetto UI the page opens (for tests: a stand-in page; also $NSYS_PERFETTO_UI_URL).
     #[arg(long, hide = true, value_name = "URL")]
     pub perfetto_url: Option<String>,
@@ -152,6 +157,8 @@ pub struct State {
     max_upload: u64,
     nsys: Option<PathBuf>,
     perfetto_url: String,
+    /// A local Perfetto UI build served under `/perfetto/` (`--ui`).
+    ui: Option<ui_dir::UiDir>,
     /// Bound to a loopback address: only requests naming a loopback host are answered (a web
     /// page elsewhere cannot reach the server through DNS rebinding).
     loopback_only: bool,
@@ -168,6 +175,7 @@ pub struct Server {
 impl Server {
     /// Bind and serve in a background thread.
     pub fn start(args: &ServeArgs) -> Result<Server> {
+        let ui = args.ui.as_deref().map(ui_dir::UiDir::open).transpose()?;
         let listener = bind(SocketAddr::new(args.bind, args.port))?;
         let addr = listener.local_addr()?;
         let mut tmp = tempfile::Builder::new();
@@ -187,14 +195,16 @@ impl Server {
             max_upload: args.max_upload,
             nsys: args.nsys.clone(),
             loopback_only: args.bind.is_loopback(),
-            perfetto_url: args
-                .perfetto_url
-                .clone()
+            perfetto_url: ui
+                .as_ref()
+                .map(|_| ui_dir::SERVE_PREFIX.to_string())
+                .or_else(|| args.perfetto_url.clone())
                 .or_else(|| std::env::var("NSYS_PERFETTO_UI_URL").ok())
                 .filter(|u| !u.is_empty())
                 .unwrap_or_else(|| PERFETTO_UI.to_string())
                 .trim_end_matches('/')
                 .to_string(),
+            ui,
         });
         let stop = Arc::new(AtomicBool::new(false));
         let handler: Arc<http::Handler> = {
@@ -289,7 +299,7 @@ impl ServeArgs {
         eprintln!("nsys-perfetto serve: open {shown}/ in a browser (Ctrl-C to stop)");
         eprintln!("  temporary files: {}", server.temp_dir().display());
         eprintln!(
-            "  API: curl -T report.nsys-rep '{shown}/api/convert?name=report.nsys-rep' (see README)"
+            "  API: curl -T report.nsys-rep '{shown}/api/convert?name=report.nsys-rep' (see docs/serve.md)"
         );
         let stop = server.stop_flag();
         while !stop.load(Ordering::Relaxed) {
@@ -329,6 +339,18 @@ fn handle(state: &Arc<State>, req: &mut Request) -> Response {
     expire_jobs(state);
     let path = req.path.clone();
     let method = req.method.as_str();
+    if let Some(ui) = &state.ui
+        && let Some(rest) = path.strip_prefix(ui_dir::SERVE_PREFIX)
+        && matches!(method, "GET" | "HEAD")
+        && (rest.is_empty() || rest.starts_with('/'))
+    {
+        return if rest.is_empty() {
+            Response::bytes(301, "text/plain", Vec::new())
+                .header("Location", &format!("{}/", ui_dir::SERVE_PREFIX))
+        } else {
+            ui.respond(rest)
+        };
+    }
     let segs: Vec<&str> = path.trim_start_matches('/').split('/').collect();
     match (method, segs.as_slice()) {
         ("GET" | "HEAD", [""]) | ("GET" | "HEAD", ["index.html"]) => Response::bytes(

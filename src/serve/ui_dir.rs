@@ -1,0 +1,247 @@
+//! A local Perfetto UI build served by our own HTTP server, for sites whose browsers cannot reach
+//! ui.perfetto.dev (air-gapped clusters): `open --ui DIR` serves the UI at `/` and the trace
+//! beside it, `serve --ui DIR` serves the UI under `/perfetto/` next to its page.
+//!
+//! A UI build is the directory holding Perfetto's `index.html` and its versioned folder
+//! (`v52.0-6b9586def/`, `v58.2/`...): what `ui/build.mjs` writes to `out/ui/ui/dist`, what
+//! Perfetto's release tarballs hold, or the copy `../shared/tools/perfetto-ui/setup.sh` fetches.
+//! Files are served read-only, only from inside that directory.
+
+use super::http::{self, Response};
+use crate::open::OpenArgs;
+use anyhow::{Context, Result, anyhow, bail};
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Component, Path, PathBuf};
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// The port `open --ui` serves on unless told otherwise: not 9001, which the UI probes for a
+/// native trace processor, and one Perfetto's `trace_processor_shell` accepts as an origin.
+pub const LOCAL_UI_PORT: u16 = 10000;
+/// Where `open --ui` serves the trace, beside the UI's own files.
+pub const TRACE_PREFIX: &str = "/nsys-perfetto/";
+/// Where `serve --ui` serves the UI, beside its page and API.
+pub const SERVE_PREFIX: &str = "/perfetto";
+
+/// How to get a UI build, for messages.
+pub const HOW_TO_GET: &str = "a Perfetto UI build is a directory with Perfetto's index.html and \
+its version folder: unpack a release's ui.zip, build one (ui/build.mjs in Perfetto's source), or \
+run ../shared/tools/perfetto-ui/setup.sh (docs/serve.md, \"Offline\")";
+
+/// A Perfetto UI build on disk.
+#[derive(Debug, Clone)]
+pub struct UiDir {
+    root: PathBuf,
+}
+
+impl UiDir {
+    /// Check that `dir` looks like a Perfetto UI build; one clear line otherwise.
+    pub fn open(dir: &Path) -> Result<UiDir> {
+        if !dir.is_dir() {
+            bail!("--ui {}: no such directory; {HOW_TO_GET}", dir.display());
+        }
+        let root = dir
+            .canonicalize()
+            .with_context(|| format!("--ui {}", dir.display()))?;
+        let index = root.join("index.html");
+        let text = std::fs::read_to_string(&index).unwrap_or_default();
+        if !text.contains("perfetto") && !text.contains("Perfetto") {
+            bail!(
+                "--ui {}: not a Perfetto UI build (no Perfetto index.html in it); {HOW_TO_GET}",
+                dir.display()
+            );
+        }
+        Ok(UiDir { root })
+    }
+
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// The file a request path (percent-decoded, relative to where the UI is mounted) names,
+    /// if it is a file inside the build: `""` and `"/"` are `index.html`; `..`, absolute paths
+    /// and links leading outside are refused.
+    pub fn file(&self, rel: &str) -> Option<PathBuf> {
+        let rel = rel.trim_start_matches('/');
+        let rel = if rel.is_empty() { "index.html" } else { rel };
+        let p = Path::new(rel);
+        if p.components().any(|c| !matches!(c, Component::Normal(_))) || rel.contains('\\') {
+            return None;
+        }
+        let full = self.root.join(p).canonicalize().ok()?;
+        (full.starts_with(&self.root) && full.is_file()).then_some(full)
+    }
+
+    /// The answer to a GET or HEAD of `rel`.
+    pub fn respond(&self, rel: &str) -> Response {
+        let Some(path) = self.file(rel) else {
+            return Response::text(404, "not found in the Perfetto UI build");
+        };
+        match std::fs::File::open(&path).and_then(|f| Response::file(content_type(&path), f)) {
+            Ok(r) => r
+                .header("X-Content-Type-Options", "nosniff")
+                .header("Cache-Control", "no-cache"),
+            Err(e) => Response::text(500, &format!("cannot read {}: {e}", path.display())),
+        }
+    }
+}
+
+/// The content type of a UI file, by its extension (the UI's engine needs `application/wasm`).
+pub fn content_type(path: &Path) -> &'static str {
+    let ext = path
+        .extension()
+        .map(|e| e.to_string_lossy().to_ascii_lowercase())
+        .unwrap_or_default();
+    match ext.as_str() {
+        "html" | "htm" => "text/html; charset=utf-8",
+        "js" | "mjs" => "text/javascript; charset=utf-8",
+        "css" => "text/css; charset=utf-8",
+        "wasm" => "application/wasm",
+        "json" | "map" => "application/json",
+        "png" => "image/png",
+        "svg" => "image/svg+xml",
+        "ico" => "image/x-icon",
+        "woff2" => "font/woff2",
+        "woff" => "font/woff",
+        "ttf" => "font/ttf",
+        "txt" | "md" => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+/// `open --ui DIR`: serve the UI at `/` and the trace at `/nsys-perfetto/NAME` on one port, and
+/// open `http://127.0.0.1:PORT/#!/?url=...`. The UI loads its files from us after the trace
+/// too, so this serves until Ctrl-C (or `--timeout`), not only until the trace is fetched.
+pub fn open_with_local_ui(
+    args: &OpenArgs,
+    ui: &UiDir,
+    trace: &Path,
+    size: u64,
+    link_params: &str,
+) -> Result<ExitCode> {
+    let port = if args.port == crate::open::PERFETTO_PORT {
+        LOCAL_UI_PORT
+    } else {
+        args.port
+    };
+    let listener =
+        super::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).map_err(|e| anyhow!("{e:#}"))?;
+    let port = listener.local_addr()?.port();
+    let name = trace
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "trace".into());
+    let trace_path = format!("{TRACE_PREFIX}{name}");
+    let origin = format!("http://127.0.0.1:{port}");
+    let url = format!(
+        "{origin}/#!/?url={origin}{TRACE_PREFIX}{}{link_params}",
+        http::percent_encode(&name)
+    );
+    eprintln!(
+        "serving the Perfetto UI from {} and {} ({}) on {origin}/ until Ctrl-C",
+        ui.root().display(),
+        trace.display(),
+        crate::summary::human_bytes(size)
+    );
+    let fetched = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let handler: Arc<http::Handler> = {
+        let (ui, trace, fetched) = (ui.clone(), trace.to_path_buf(), fetched.clone());
+        Arc::new(move |req: &mut http::Request| {
+            // Only requests for the loopback address (no DNS rebinding to these files).
+            if !req.header("host").is_some_and(super::loopback_host) {
+                return Response::text(403, "only for 127.0.0.1");
+            }
+            if !matches!(req.method.as_str(), "GET" | "HEAD") {
+                return Response::text(405, "read-only");
+            }
+            if req.path == trace_path {
+                return match std::fs::File::open(&trace)
+                    .and_then(|f| Response::file("application/octet-stream", f))
+                {
+                    Ok(mut r) => {
+                        if req.method == "GET" {
+                            let fetched = fetched.clone();
+                            r.on_sent = Some(Box::new(move || {
+                                if !fetched.swap(true, Ordering::SeqCst) {
+                                    eprintln!("the Perfetto UI fetched the trace");
+                                }
+                            }));
+                        }
+                        r
+                    }
+                    Err(e) => Response::text(500, &format!("cannot read the trace: {e}")),
+                };
+            }
+            ui.respond(&req.path)
+        })
+    };
+    let mut shown = args.clone();
+    shown.port = port;
+    shown.announce(&url);
+    super::signal::stop_on_interrupt(&stop);
+    let deadline = args
+        .timeout
+        .map(|secs| Instant::now() + Duration::from_secs(secs));
+    if let Some(end) = deadline {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+    http::run(&listener, handler, stop, 64)?;
+    let was_fetched = fetched.load(Ordering::SeqCst);
+    if super::signal::interrupted() {
+        eprintln!("stopped");
+        Ok(if was_fetched {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(130)
+        })
+    } else if was_fetched {
+        eprintln!("--timeout reached; stopped");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("timed out: the trace was not fetched");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn files_stay_inside_the_build() {
+        let t = tempfile::tempdir().unwrap();
+        let d = t.path().join("ui");
+        std::fs::create_dir_all(d.join("v1")).unwrap();
+        std::fs::write(d.join("index.html"), "<title>Perfetto UI</title>").unwrap();
+        std::fs::write(d.join("v1/a.wasm"), "x").unwrap();
+        std::fs::write(t.path().join("outside.txt"), "x").unwrap();
+        let ui = UiDir::open(&d).unwrap();
+        assert!(ui.file("").unwrap().ends_with("index.html"));
+        assert!(ui.file("/").unwrap().ends_with("index.html"));
+        assert!(ui.file("/v1/a.wasm").unwrap().ends_with("a.wasm"));
+        assert_eq!(
+            content_type(&ui.file("v1/a.wasm").unwrap()),
+            "application/wasm"
+        );
+        for bad in [
+            "/../outside.txt",
+            "/v1/../../outside.txt",
+            "/v1",
+            "/nope",
+            "//etc/passwd",
+        ] {
+            assert!(ui.file(bad).is_none(), "{bad} served");
+        }
+        let e = UiDir::open(&d.join("v1")).unwrap_err().to_string();
+        assert!(e.contains("not a Perfetto UI build"), "{e}");
+    }
+}
