@@ -28,6 +28,9 @@ pub enum Command {
     /// Top kernels, memory operations, CUDA API calls and NVTX ranges by total time (count,
     /// total, mean, median, min, max, %), as a table, --csv or --json.
     Stats(crate::workflow::stats::StatsArgs),
+    /// nsys' expert rules (nsys analyze): synchronous CUDA calls, synchronous and pageable
+    /// memcpys, synchronous memsets, GPU gaps and GPU time utilization, with nsys' options.
+    Analyze(crate::workflow::analyze::AnalyzeArgs),
     /// Time of the events whose names match patterns (kernels, memory operations, API calls,
     /// NVTX ranges with their CPU and GPU time), per file: count, total, mean.
     Extract(crate::workflow::extract::ExtractArgs),
@@ -164,6 +167,7 @@ pub fn main() -> ExitCode {
         None => run_convert(&cli.convert),
         Some(Command::Profile(args)) => run_profile(&args),
         Some(Command::Stats(args)) => args.run(),
+        Some(Command::Analyze(args)) => args.run(),
         Some(Command::Extract(args)) => args.run(),
         Some(Command::Sweep(args)) => args.run(),
         Some(Command::Open(args)) => args.run(),
