@@ -90,6 +90,11 @@ pub struct ConvertArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub select: SelectArgs,
+    /// Add the findings of nsys' expert rules (as `analyze` finds them, nsys' defaults) as an
+    /// "Analysis" track group: one slice per finding on the time it covers, with the rule's
+    /// explanation and advice, and an arrow from the CUDA call it blames.
+    #[arg(long)]
+    pub analyze: bool,
     /// Convert even inputs whose output is up to date. (With several inputs, a directory or a
     /// pattern, those are skipped; a single file is always converted.)
     #[arg(long)]
@@ -224,6 +229,7 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
         json_colors: args.json_colors || args.select.nvtx_color_scheme.is_some(),
         progress: !args.quiet,
         check: args.check,
+        analyze: args.analyze,
         selection: match args.select.selection() {
             Ok(s) => s,
             Err(e) => {

@@ -222,6 +222,11 @@ impl Rule {
         }
     }
 
+    /// The name of the rule's track in a trace's "Analysis" group.
+    pub fn track_name(self) -> String {
+        format!("{} · {}", self.title(), self.name())
+    }
+
     /// Whether the finding's slice on the timeline is the GPU's time (the memory rules, the GPU
     /// rules) rather than a CPU call's.
     pub fn on_gpu(self) -> bool {
@@ -1189,4 +1194,223 @@ pub fn analyze_profile(
     } else {
         analyze_sqlite(path, opts)
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Findings on the timeline (`--analyze`)
+
+/// The findings a conversion draws: every rule with nsys' defaults, each finding with the flow
+/// id that links it to the CUDA call it blames.
+#[derive(Debug, Default)]
+pub struct TraceFindings {
+    items: Vec<(Rule, Finding, Option<u64>)>,
+    /// (thread, start) of each blamed call -> the flow ids it starts.
+    blamed: std::collections::HashMap<(i64, i64), Vec<u64>, crate::model::FastHash>,
+    /// The flow ids whose call was written (a selection may leave the call out).
+    written: std::sync::Mutex<std::collections::HashSet<u64>>,
+}
+
+impl TraceFindings {
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+}
+
+/// Flow ids of findings: `n << 2 | 3`, beside the GPU rows' (`rowid << 2 | table`, tables 0 to
+/// 2, see [`crate::nsys::flows::flow_id`]), so the two never meet.
+fn finding_flow(n: u64) -> u64 {
+    n << 2 | 3
+}
+
+/// Run every rule (nsys' defaults) on a conversion's export.
+pub fn for_trace(schema: &Schema) -> Result<TraceFindings> {
+    let conn = nsys::open_readonly(&schema.path)?;
+    let reports = analyze(&conn, schema, &Options::default())?;
+    let mut out = TraceFindings::default();
+    let mut n = 0;
+    for r in reports {
+        let Outcome::Findings(findings) = r.outcome else {
+            continue;
+        };
+        for f in findings {
+            let flow = f.blame.as_ref().map(|b| {
+                n += 1;
+                let id = finding_flow(n);
+                out.blamed
+                    .entry((b.global_tid, b.start))
+                    .or_default()
+                    .push(id);
+                id
+            });
+            out.items.push((r.rule, f, flow));
+        }
+    }
+    Ok(out)
+}
+
+/// A sink that adds, to each CUDA call a finding blames, the arrow to the finding.
+pub struct Blamed<'a, S> {
+    pub sink: S,
+    pub findings: &'a TraceFindings,
+    pub scratch: Vec<u64>,
+}
+
+impl<S: crate::model::EventSink> crate::model::EventSink for Blamed<'_, S> {
+    fn event(&mut self, key: crate::model::GroupKey, ev: &crate::model::Event<'_>) -> Result<()> {
+        if !self.findings.blamed.is_empty()
+            && ev.category == crate::model::Category::CudaApi
+            && let crate::model::GroupKey::ThreadApi { global_tid } = key
+            && let Some(ids) = self.findings.blamed.get(&(global_tid, ev.start))
+        {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            scratch.clear();
+            scratch.extend_from_slice(ev.flows.out);
+            scratch.extend_from_slice(ids);
+            if let Ok(mut w) = self.findings.written.lock() {
+                w.extend(ids.iter().copied());
+            }
+            let linked = crate::model::Event {
+                flows: crate::model::Flows {
+                    out: &scratch,
+                    terminating: ev.flows.terminating,
+                },
+                ..ev.clone()
+            };
+            let result = self.sink.event(key, &linked);
+            self.scratch = scratch;
+            return result;
+        }
+        self.sink.event(key, ev)
+    }
+    fn skip(&mut self, table: &'static str, reason: &'static str) {
+        self.sink.skip(table, reason)
+    }
+    fn note(&mut self, what: &'static str, reason: &'static str) {
+        self.sink.note(what, reason)
+    }
+    fn naming_row(&mut self, table: &'static str) {
+        self.sink.naming_row(table)
+    }
+    fn extra_row(&mut self) {
+        self.sink.extra_row()
+    }
+    fn counter(
+        &mut self,
+        key: &crate::model::CounterKey<'_>,
+        sample: crate::model::CounterSample,
+    ) -> Result<()> {
+        self.sink.counter(key, sample)
+    }
+    fn cpu_sample(&mut self, sample: &crate::model::CpuSample<'_>) -> Result<()> {
+        self.sink.cpu_sample(sample)
+    }
+    fn cpu_slice(&mut self, slice: &crate::model::CpuSlice) -> Result<()> {
+        self.sink.cpu_slice(slice)
+    }
+    fn finish(self) -> Result<crate::summary::Summary> {
+        self.sink.finish()
+    }
+}
+
+/// Write the findings into `sink` (after every reader, so the calls they blame are known): one
+/// slice per finding on its rule's track of the "Analysis" group, named by the rule, with the
+/// rule's explanation, nsys' advice and the finding's columns as args, and an arrow from the
+/// call it blames when that call was written. A selection keeps the findings that overlap its
+/// time window and belong to its processes and devices.
+pub fn write_findings<S: crate::model::EventSink>(
+    findings: &TraceFindings,
+    selection: &crate::select::Selection,
+    mut sink: S,
+) -> Result<crate::summary::Summary> {
+    use crate::model::{Arg, ArgValue, Category, Event, Flows, GroupKey, Name};
+    let written = findings
+        .written
+        .lock()
+        .map(|w| w.clone())
+        .unwrap_or_default();
+    let opts = Options::default();
+    let mut order: Vec<&(Rule, Finding, Option<u64>)> = findings.items.iter().collect();
+    order.sort_by_key(|(r, f, _)| (*r, f.start, std::cmp::Reverse(f.duration)));
+    let int = |f: &Finding, rule: Rule, col: &str| match f.value(rule, col) {
+        Some(Value::Int(v)) => Some(*v),
+        _ => None,
+    };
+    for (rule, f, flow) in order {
+        let (rule, end) = (*rule, f.start.saturating_add(f.duration));
+        if let Some(t) = selection.time
+            && (t.start.is_some_and(|s| end < s) || t.end.is_some_and(|e| f.start > e))
+        {
+            continue;
+        }
+        if !selection.pids.is_empty()
+            && !int(f, rule, "PID").is_some_and(|p| selection.pids.contains(&p))
+        {
+            continue;
+        }
+        if !selection.devices.is_empty()
+            && let Some(d) = int(f, rule, "Device ID")
+            && !selection.devices.contains(&d)
+        {
+            continue;
+        }
+        let advice = rule.advice(&opts);
+        let texts: Vec<String> = f.values.iter().map(Value::text).collect();
+        let mut args: Vec<Arg<'_>> = vec![
+            Arg::str("rule", rule.name()),
+            Arg::str("title", rule.title()),
+            Arg::str("explanation", rule.explanation()),
+            Arg::str("advice", &advice),
+        ];
+        for (i, v) in f.values.iter().enumerate() {
+            let Some((key, _)) = CSV_COLUMNS
+                .iter()
+                .find(|(_, nsys)| *nsys == rule.columns()[i])
+            else {
+                continue;
+            };
+            match v {
+                Value::Null => {}
+                Value::Int(x) => args.push(Arg::int(key, *x)),
+                Value::Real(x) => args.push(Arg {
+                    key,
+                    value: ArgValue::Double(*x),
+                }),
+                Value::Text(_) => args.push(Arg::str(key, &texts[i])),
+            }
+        }
+        if let Some(b) = &f.blame {
+            args.push(Arg::int(
+                "blamed_call_tid",
+                crate::model::tid_of(b.global_tid),
+            ));
+            args.push(Arg::int("blamed_call_start_ns", b.start));
+            if let Some(c) = b.correlation_id {
+                args.push(Arg::int("correlation_id", c));
+            }
+        }
+        let ev = Event {
+            start: f.start,
+            end: Some(end),
+            name: Name::Static(rule.name()),
+            category: Category::Analysis,
+            args: &args,
+            flows: Flows {
+                out: &[],
+                terminating: flow.filter(|id| written.contains(id)),
+            },
+        };
+        let index = RULES.iter().position(|r| *r == rule).unwrap_or(0) as u8;
+        sink.event(
+            GroupKey::Analysis {
+                rule: index,
+                source: 0,
+            },
+            &ev,
+        )?;
+    }
+    sink.finish()
 }
