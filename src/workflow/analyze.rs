@@ -1237,7 +1237,13 @@ pub fn for_trace(schema: &Schema) -> Result<TraceFindings> {
             continue;
         };
         for f in findings {
-            let flow = f.blame.as_ref().map(|b| {
+            // An arrow from the call to the GPU work it waited for. A synchronizing call's
+            // finding is the call itself, at the same time: its args name the call instead.
+            let linked = f
+                .blame
+                .as_ref()
+                .filter(|b| r.rule.on_gpu() && f.start > b.start);
+            let flow = linked.map(|b| {
                 n += 1;
                 let id = finding_flow(n);
                 out.blamed

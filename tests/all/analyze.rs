@@ -641,3 +641,266 @@ fn bad_input() {
         assert!(!out_file.exists());
     }
 }
+
+/// Convert with `--analyze` into `dir`.
+fn convert_analyzed(
+    input: &Path,
+    dir: &Path,
+    format: nsys_perfetto::convert::OutputFormat,
+    selection: nsys_perfetto::select::Selection,
+) -> (nsys_perfetto::summary::Summary, PathBuf) {
+    let out = dir.join(format!(
+        "{}.{}",
+        input.file_stem().unwrap().to_string_lossy(),
+        format.extension()
+    ));
+    let opts = nsys_perfetto::convert::Options {
+        format,
+        analyze: true,
+        selection,
+        ..Default::default()
+    };
+    let summary = nsys_perfetto::convert::convert_sqlite(input, &out, &opts)
+        .unwrap_or_else(|e| panic!("{}: {e:#}", input.display()));
+    (summary, out)
+}
+
+/// `--analyze`: an "Analysis" group with one track per rule that found something, one slice
+/// per finding at its time, named by its rule, with the rule's explanation and advice, and an
+/// arrow from the CUDA call it blames; the trace imports into Perfetto without an error.
+#[test]
+fn findings_on_the_timeline() {
+    use nsys_perfetto::model::Category;
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut blamed = 0;
+    let mut rules_seen = std::collections::BTreeSet::new();
+    for name in [
+        // Synchronizing calls and pageable async memcpys.
+        "quasiben__nvtx-examples__cudf.sqlite",
+        // Synchronous memcpys, GPU gaps.
+        "bwyogatama__Mordred-Deprecated__report1@84a0fd9.sqlite",
+        // Two GPUs, two processes.
+        "GindaChen__nsys-ai__mfu_2gpu_before.sqlite",
+        "NVIDIA__Fuser__report1@8fa9ec2.sqlite",
+    ] {
+        let input = corpus.join(name);
+        let findings = analyze::analyze_sqlite(&input, &Options::default()).unwrap();
+        let (summary, out) = convert_analyzed(
+            &input,
+            dir.path(),
+            nsys_perfetto::convert::OutputFormat::Protobuf,
+            Default::default(),
+        );
+        let trace = crate::common::validate_file(&out);
+        let mut want: Vec<(String, i64, i64)> = findings
+            .iter()
+            .flat_map(|r| {
+                r.findings()
+                    .iter()
+                    .map(move |f| (r.rule.name().to_string(), f.start, f.duration))
+            })
+            .collect();
+        want.sort();
+        assert_eq!(
+            summary.events_of(Category::Analysis) as usize,
+            want.len(),
+            "{name}"
+        );
+        let slices: Vec<(usize, &crate::common::Slice)> = trace
+            .slices
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| &*s.category == "analysis")
+            .collect();
+        let mut got: Vec<(String, i64, i64)> = slices
+            .iter()
+            .map(|(_, s)| (s.name.to_string(), s.start, s.dur()))
+            .collect();
+        got.sort();
+        assert_eq!(
+            got, want,
+            "{name}: the Analysis slices are not the findings"
+        );
+        for report in &findings {
+            let rule = report.rule;
+            let mut of_rule: Vec<&(usize, &crate::common::Slice)> = slices
+                .iter()
+                .filter(|(_, s)| &*s.name == rule.name())
+                .collect();
+            of_rule.sort_by_key(|(_, s)| (s.start, -s.dur()));
+            if of_rule.is_empty() {
+                continue;
+            }
+            rules_seen.insert(rule);
+            for &&(i, s) in &of_rule {
+                // On its rule's track (or an overlap lane beside it) in the top-level group.
+                let ancestry: Vec<String> = trace
+                    .ancestry(s.track)
+                    .iter()
+                    .map(|t| trace.track_name(t.uuid))
+                    .collect();
+                assert!(
+                    ancestry.iter().any(|n| *n == rule.track_name())
+                        && ancestry.last().is_some_and(|n| n == "Analysis"),
+                    "{name}: {rule:?} slice on {ancestry:?}"
+                );
+                assert_eq!(s.arg_str("explanation"), Some(rule.explanation()));
+                assert_eq!(
+                    s.arg_str("advice"),
+                    Some(rule.advice(&Options::default()).as_str())
+                );
+                let finding = report
+                    .findings()
+                    .iter()
+                    .find(|f| f.start == s.start && f.duration == s.dur())
+                    .unwrap();
+                match &finding.blame {
+                    // A synchronizing call: the finding is the call itself, at its time and on
+                    // its thread's id.
+                    Some(b) if rule == Rule::CudaApiSync => {
+                        assert!(trace.flow_into(i).is_none(), "{name}");
+                        assert_eq!(
+                            (finding.start, finding.duration),
+                            (b.start, b.end - b.start)
+                        );
+                        assert_eq!(s.arg_int("blamed_call_tid"), Some(b.global_tid & 0xFF_FFFF));
+                    }
+                    Some(b) => {
+                        let flow = trace.flow_into(i).unwrap_or_else(|| {
+                            panic!("{name}: {rule:?} at {} has no arrow", s.start)
+                        });
+                        let call = &trace.slices[flow.source];
+                        assert_eq!(&*call.category, "cuda.api", "{name}");
+                        assert_eq!(
+                            call.start, b.start,
+                            "{name}: {rule:?} blames the wrong call"
+                        );
+                        assert_eq!(call.end, b.end, "{name}");
+                        assert_eq!(
+                            trace.thread_of(call.track).map(|t| t.tid as i64),
+                            Some(b.global_tid & 0xFF_FFFF),
+                            "{name}"
+                        );
+                        blamed += 1;
+                    }
+                    None => assert!(trace.flow_into(i).is_none(), "{name}"),
+                }
+            }
+        }
+        if let Some(r) = crate::common::tpcheck(&out) {
+            r.unwrap_or_else(|e| panic!("{name}: tpcheck --strict: {e}"));
+        }
+    }
+    assert!(blamed > 300, "{blamed} arrows checked");
+    for rule in [
+        Rule::CudaApiSync,
+        Rule::CudaMemcpySync,
+        Rule::CudaMemcpyAsync,
+        Rule::GpuGaps,
+        Rule::GpuTimeUtil,
+    ] {
+        assert!(
+            rules_seen.contains(&rule),
+            "{rule:?} drawn nowhere: {rules_seen:?}"
+        );
+    }
+}
+
+/// `--analyze` with a selection that leaves the CUDA calls out: the findings stay, with no
+/// arrow from a call that is not there; JSON carries them too.
+#[test]
+fn findings_with_a_selection_and_in_json() {
+    use nsys_perfetto::model::Category;
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let input = corpus.join("quasiben__nvtx-examples__cudf.sqlite");
+    let n: usize = analyze::analyze_sqlite(&input, &Options::default())
+        .unwrap()
+        .iter()
+        .map(|r| r.findings().len())
+        .sum();
+    let dir = tempfile::tempdir().unwrap();
+    let selection = nsys_perfetto::select::Selection {
+        types: nsys_perfetto::select::EventType::parse_list(&["kernel", "memcpy"]).unwrap(),
+        ..Default::default()
+    };
+    let (summary, out) = convert_analyzed(
+        &input,
+        dir.path(),
+        nsys_perfetto::convert::OutputFormat::Protobuf,
+        selection,
+    );
+    assert_eq!(summary.events_of(Category::Analysis) as usize, n);
+    let trace = crate::common::validate_file(&out);
+    assert!(
+        trace
+            .slices
+            .iter()
+            .filter(|s| &*s.category == "analysis")
+            .all(|s| s.flow_in.is_empty())
+    );
+    let (summary, out) = convert_analyzed(
+        &input,
+        dir.path(),
+        nsys_perfetto::convert::OutputFormat::Json,
+        Default::default(),
+    );
+    assert_eq!(summary.events_of(Category::Analysis) as usize, n);
+    let json: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let analysis = events
+        .iter()
+        .filter(|e| e["cat"] == "analysis" && (e["ph"] == "X" || e["ph"] == "B"))
+        .count();
+    assert_eq!(analysis, n);
+}
+
+/// The CLI flag: `--analyze` on a conversion.
+#[test]
+fn cli_analyze_flag() {
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("t.pftrace");
+    let input = corpus.join("NVIDIA__Fuser__report1@8fa9ec2.sqlite");
+    let o = run(&[
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--analyze",
+        "-q",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let trace = crate::common::validate_file(&out);
+    let n = trace
+        .slices
+        .iter()
+        .filter(|s| &*s.category == "analysis")
+        .count();
+    assert!(n >= 2, "{n} findings");
+    let o = run(&[
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "-q",
+        "--force",
+    ]);
+    assert!(o.status.success());
+    let trace = crate::common::validate_file(&out);
+    assert_eq!(
+        trace
+            .slices
+            .iter()
+            .filter(|s| &*s.category == "analysis")
+            .count(),
+        0
+    );
+}
