@@ -904,3 +904,149 @@ fn cli_analyze_flag() {
         0
     );
 }
+
+/// One HTTP/1.1 request to `serve` (closing the connection): the status and the body.
+fn http(addr: &str, method: &str, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    s.write_all(body).unwrap();
+    let mut raw = Vec::new();
+    s.read_to_end(&mut raw).unwrap();
+    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert!(
+        !head.to_lowercase().contains("transfer-encoding: chunked"),
+        "{head}"
+    );
+    (status, raw[split + 4..].to_vec())
+}
+
+/// `serve`: the page's "Analysis" checkbox sends `analyze=1`, and the API then adds the findings.
+#[test]
+fn serve_checkbox_adds_the_findings() {
+    use std::io::BufRead;
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let input = corpus.join("NVIDIA__Fuser__report1@8fa9ec2.sqlite");
+    let n: usize = analyze::analyze_sqlite(&input, &Options::default())
+        .unwrap()
+        .iter()
+        .map(|r| r.findings().len())
+        .sum();
+    assert!(n > 0);
+    let mut child = Command::new(BIN)
+        .args(["serve", "--port", "0"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = std::io::BufReader::new(child.stderr.take().unwrap());
+    let mut addr = None;
+    for _ in 0..20 {
+        let mut line = String::new();
+        if err.read_line(&mut line).unwrap_or(0) == 0 {
+            break;
+        }
+        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+            addr = Some(
+                url.trim_start_matches("http://")
+                    .trim_end_matches('/')
+                    .to_string(),
+            );
+            break;
+        }
+    }
+    // Its stderr stays read (a full pipe would block it) until the end.
+    let drain = std::thread::spawn(move || {
+        let mut sink = String::new();
+        while err.read_line(&mut sink).unwrap_or(0) > 0 {
+            sink.clear();
+        }
+    });
+    let result = std::panic::catch_unwind(|| {
+        let addr = addr.expect("serve printed its address");
+        let (status, page) = http(&addr, "GET", "/", b"");
+        assert_eq!(status, 200);
+        let page = String::from_utf8(page).unwrap();
+        assert!(page.contains("id=\"analyze\""), "no checkbox");
+        assert!(
+            page.contains("analyze: opts.analyze"),
+            "the checkbox is not sent"
+        );
+        let body = std::fs::read(&input).unwrap();
+        for (query, want) in [("&analyze=1", n), ("", 0)] {
+            let (status, reply) = http(
+                &addr,
+                "POST",
+                &format!("/api/convert?name=fuser.sqlite{query}"),
+                &body,
+            );
+            let v: serde_json::Value = serde_json::from_slice(&reply).unwrap();
+            assert_eq!(status, 200, "{v}");
+            assert_eq!(
+                v["summary"]["events"]["analysis"].as_u64().unwrap_or(0) as usize,
+                want,
+                "{query}: {v}"
+            );
+        }
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    let _ = drain.join();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// A report (.nsys-rep) is analyzed through its SQLite export, as a conversion exports it: the
+/// findings equal those of the export nsys 2023.4.4 made of the same report.
+#[test]
+fn reports_are_analyzed_through_their_export() {
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let Some(nsys) = nsys_2023() else {
+        skip("nsys", "nsys 2023.4 or newer not found");
+        return;
+    };
+    let stem = "PhilippRue__SiScLab_23_24__exercise_3_GPU_demonstrators_matmul_out_test";
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("matmul.nsys-rep");
+    std::fs::copy(corpus.join(format!("{stem}.nsys-rep")), &report).unwrap();
+    let export = corpus.join(format!("{stem}.export-2023.4.4.sqlite"));
+    let args = ["--top", "0", "--csv", "--gap", "0"];
+    let from_report = Command::new(BIN)
+        .arg("analyze")
+        .arg(&report)
+        .args(args)
+        .arg("--nsys")
+        .arg(&nsys)
+        .output()
+        .unwrap();
+    assert!(
+        from_report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&from_report.stderr)
+    );
+    let from_export = Command::new(BIN)
+        .arg("analyze")
+        .arg(&export)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(from_export.status.success());
+    let text = String::from_utf8(from_report.stdout).unwrap();
+    assert!(text.lines().count() > 2, "{text}");
+    assert_eq!(text, String::from_utf8(from_export.stdout).unwrap());
+}
