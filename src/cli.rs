@@ -28,6 +28,9 @@ pub enum Command {
     /// Top kernels, memory operations, CUDA API calls and NVTX ranges by total time (count,
     /// total, mean, median, min, max, %), as a table, --csv or --json.
     Stats(crate::workflow::stats::StatsArgs),
+    /// nsys' expert rules (nsys analyze): synchronous CUDA calls, synchronous and pageable
+    /// memcpys, synchronous memsets, GPU gaps and GPU time utilization, with nsys' options.
+    Analyze(crate::workflow::analyze::AnalyzeArgs),
     /// Time of the events whose names match patterns (kernels, memory operations, API calls,
     /// NVTX ranges with their CPU and GPU time), per file: count, total, mean.
     Extract(crate::workflow::extract::ExtractArgs),
@@ -87,6 +90,11 @@ pub struct ConvertArgs {
     pub quiet: bool,
     #[command(flatten)]
     pub select: SelectArgs,
+    /// Add the findings of nsys' expert rules (as `analyze` finds them, nsys' defaults) as an
+    /// "Analysis" track group: one slice per finding on the time it covers, with the rule's
+    /// explanation and advice, and an arrow from the CUDA call it blames.
+    #[arg(long)]
+    pub analyze: bool,
     /// Convert even inputs whose output is up to date. (With several inputs, a directory or a
     /// pattern, those are skipped; a single file is always converted.)
     #[arg(long)]
@@ -164,6 +172,7 @@ pub fn main() -> ExitCode {
         None => run_convert(&cli.convert),
         Some(Command::Profile(args)) => run_profile(&args),
         Some(Command::Stats(args)) => args.run(),
+        Some(Command::Analyze(args)) => args.run(),
         Some(Command::Extract(args)) => args.run(),
         Some(Command::Sweep(args)) => args.run(),
         Some(Command::Open(args)) => args.run(),
@@ -220,6 +229,7 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
         json_colors: args.json_colors || args.select.nvtx_color_scheme.is_some(),
         progress: !args.quiet,
         check: args.check,
+        analyze: args.analyze,
         selection: match args.select.selection() {
             Ok(s) => s,
             Err(e) => {

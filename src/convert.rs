@@ -51,6 +51,9 @@ pub struct Options {
     /// default: it costs about 40% of a conversion (2.0 s against 5.0 s on the 20x benchmark),
     /// while damage met while reading fails the conversion anyway.
     pub check: bool,
+    /// Add nsys' expert rules' findings (`analyze`, default options) as an "Analysis" group:
+    /// one slice per finding, with an arrow from the CUDA call it blames.
+    pub analyze: bool,
 }
 
 /// Where the output goes by default: next to the input, with the format's extension.
@@ -361,18 +364,42 @@ fn run<F: Format>(
                     }
                 })
             };
-            let make_sink = || Floor {
-                sink: Router::new(
-                    format.writer(desc.clone()),
-                    &ids,
-                    &desc,
-                    placement,
-                    chunks_tx.clone(),
-                )
-                .with_progress(&progress),
-                floor: floors.get(i).copied().unwrap_or(i64::MIN),
+            let findings = if opts.analyze {
+                match crate::workflow::analyze::for_trace(&export.schema) {
+                    Ok(f) => f,
+                    Err(e) => {
+                        failure = Some(anyhow!("analysis: {}", error_line(&e)));
+                        break;
+                    }
+                }
+            } else {
+                Default::default()
             };
-            let part = export.read(&opts.selection, &make_sink);
+            let make_sink = || crate::workflow::analyze::Blamed {
+                sink: Floor {
+                    sink: Router::new(
+                        format.writer(desc.clone()),
+                        &ids,
+                        &desc,
+                        placement,
+                        chunks_tx.clone(),
+                    )
+                    .with_progress(&progress),
+                    floor: floors.get(i).copied().unwrap_or(i64::MIN),
+                },
+                findings: &findings,
+                scratch: Vec::new(),
+            };
+            let part = export.read(&opts.selection, &make_sink).and_then(|mut p| {
+                if opts.analyze {
+                    p.merge(crate::workflow::analyze::write_findings(
+                        &findings,
+                        &opts.selection,
+                        make_sink(),
+                    )?);
+                }
+                Ok(p)
+            });
             drop(chunks_tx);
             let _ = forward.join();
             match part {

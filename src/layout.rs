@@ -82,6 +82,8 @@ pub struct Router<'a, W: EventWriter> {
     streams: HashMap<(i64, i64), (i64, i64), crate::model::FastHash>,
     /// The "CPUs" group track, once a CPU track exists.
     cpu_group: Option<u64>,
+    /// The "Analysis" group track, once a finding of `--analyze` came.
+    analysis_group: Option<u64>,
     /// GPUs this router has put tracks under (for the track count).
     gpu_tracks: std::collections::HashSet<i64>,
     /// GPU contexts (device, index) this router has put tracks under (for the track count).
@@ -122,6 +124,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             gpu_tracks: Default::default(),
             context_tracks: Default::default(),
             cpu_group: None,
+            analysis_group: None,
             counters: HashMap::new(),
             samples_seq: None,
             sample_threads: Default::default(),
@@ -343,6 +346,14 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 Some(i64::from(i32::MAX)),
             ),
             GroupKey::GlobalTrack { kind, .. } => (None, info.per_source(kind.label()), None),
+            // One track per rule, in nsys' order, under one top-level group.
+            GroupKey::Analysis { rule, .. } => (
+                Some(self.analysis_group()),
+                crate::workflow::analyze::RULES
+                    .get(usize::from(rule))
+                    .map_or_else(|| "Findings".to_string(), |r| r.track_name()),
+                Some(i64::from(rule)),
+            ),
             // Below the streams.
             GroupKey::GpuMemory { device, global_pid } => (
                 Some(self.process_gpu_parent(device, global_pid)),
@@ -452,6 +463,24 @@ impl<'a, W: EventWriter> Router<'a, W> {
         });
         self.summary.tracks += 1;
         self.cpu_group = Some(uuid);
+        uuid
+    }
+
+    /// The top-level "Analysis" group (findings of `--analyze`), made on first use.
+    fn analysis_group(&mut self) -> u64 {
+        if let Some(u) = self.analysis_group {
+            return u;
+        }
+        let uuid = self.ids.next_uuid();
+        self.writer.describe(&CustomTrack {
+            uuid,
+            parent: None,
+            name: self.info.per_source("Analysis"),
+            rank: None,
+            explicit_child_order: true,
+        });
+        self.summary.tracks += 1;
+        self.analysis_group = Some(uuid);
         uuid
     }
 
@@ -644,6 +673,10 @@ impl GroupKey {
             },
             GroupKey::GlobalTrack { kind, source } => GroupKey::GlobalTrack {
                 kind,
+                source: s(source),
+            },
+            GroupKey::Analysis { rule, source } => GroupKey::Analysis {
+                rule,
                 source: s(source),
             },
         }

@@ -474,6 +474,7 @@ impl MergeArgs {
             progress: !self.quiet,
             selection,
             check: false,
+            analyze: false,
         };
         let opts = MergeOptions {
             align: match self.align {

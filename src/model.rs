@@ -122,10 +122,12 @@ pub enum Category {
     GpuMetric,
     /// A GPU memory allocation or free, and the bytes allocated after it.
     GpuMemory,
+    /// A finding of nsys' expert rules (`--analyze`): the time it covers.
+    Analysis,
 }
 
 impl Category {
-    pub const ALL: [Category; 32] = [
+    pub const ALL: [Category; 33] = [
         Category::Kernel,
         Category::Memcpy,
         Category::Memset,
@@ -158,6 +160,7 @@ impl Category {
         Category::CpuSample,
         Category::GpuMetric,
         Category::GpuMemory,
+        Category::Analysis,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -194,6 +197,7 @@ impl Category {
             Category::CpuSample => "cpu.sample",
             Category::GpuMetric => "gpu.metric",
             Category::GpuMemory => "cuda.memory",
+            Category::Analysis => "analysis",
         }
     }
 
@@ -344,6 +348,9 @@ pub enum GroupKey {
     /// Events of a whole machine or of the profiler (diagnostics without a process, CPU
     /// counters, network metrics). `source` is 0 from readers; layout folds in the source index.
     GlobalTrack { kind: TrackKind, source: i64 },
+    /// Findings of one of nsys' expert rules (`--analyze`), on the top-level "Analysis" group:
+    /// `rule` indexes [`crate::workflow::analyze::RULES`]. `source` as for `GlobalTrack`.
+    Analysis { rule: u8, source: i64 },
 }
 
 /// What a [`GroupKey::ThreadTrack`], [`GroupKey::ProcessTrack`], [`GroupKey::GpuTrack`] or

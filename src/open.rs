@@ -230,6 +230,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
         progress: true,
         selection: args.select.selection()?,
         check: false,
+        analyze: false,
     };
     let selected = !opts.selection.is_everything();
     let default = crate::convert::default_output(input, opts.format);

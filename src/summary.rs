@@ -5,7 +5,7 @@ use crate::model::Category;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-#[derive(Debug, Default, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Summary {
     /// Slices and instants written, by category (index = `Category::index`).
     pub events: [u64; Category::ALL.len()],
@@ -30,6 +30,26 @@ pub struct Summary {
     pub seconds: f64,
     /// In a merge: what each source converted, in input order (empty for one source).
     pub per_source: Vec<Summary>,
+}
+
+// By hand: arrays of more than 32 elements (one per category) have no derived `Default`.
+impl Default for Summary {
+    fn default() -> Self {
+        Summary {
+            events: [0; Category::ALL.len()],
+            trace_events: 0,
+            tracks: 0,
+            extra_lanes: 0,
+            late_rows: 0,
+            flows: 0,
+            skipped: BTreeMap::new(),
+            naming_rows: BTreeMap::new(),
+            notes: Vec::new(),
+            output_bytes: 0,
+            seconds: 0.0,
+            per_source: Vec::new(),
+        }
+    }
 }
 
 /// "1.234 s", "12.5 ms", "340 us", "15 ns": a duration as a person reads it.

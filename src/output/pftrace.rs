@@ -236,7 +236,6 @@ fn frame(packet: &TracePacket, out: &mut Vec<u8>) {
 /// arg keys a block in another; maps of its own only once it has more than [`SMALL`] names or
 /// values. Allocating and freeing a dozen small maps and lists per sequence cost a quarter of
 /// the time of a trace with one stream per kernel.
-#[derive(Default)]
 struct Sequence {
     last_ts: i64,
     /// The sequence's default track, restated when its incremental state is cleared again.
@@ -256,6 +255,25 @@ struct Sequence {
     /// Each category's iid on this sequence (0: not interned yet); fewer than 256 categories.
     categories: [u8; Category::ALL.len()],
     next_category: u8,
+}
+
+// By hand: arrays of more than 32 elements (one per category) have no derived `Default`.
+impl Default for Sequence {
+    fn default() -> Self {
+        Sequence {
+            last_ts: 0,
+            default_track: 0,
+            maps: None,
+            small_at: None,
+            keys_at: 0,
+            keys: 0,
+            keys_cap: 0,
+            names: 0,
+            values: 0,
+            categories: [0; Category::ALL.len()],
+            next_category: 0,
+        }
+    }
 }
 
 // Category iids fit a byte (see `Sequence::categories`).

@@ -586,6 +586,8 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         Ok(s) => s,
         Err(e) => return error(400, format!("{e:#}")),
     };
+    // `analyze=1`: nsys' expert rules' findings as an "Analysis" group (the page's checkbox).
+    let analyze = matches!(req.param("analyze").as_deref(), Some("1" | "true" | "on"));
     if let Some(n) = req.body.length
         && n > state.max_upload
     {
@@ -682,6 +684,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         progress: false,
         selection,
         check: false,
+        analyze,
     };
     let summary = match convert::convert_sqlite(&sqlite, &output, &opts) {
         Ok(s) => s,

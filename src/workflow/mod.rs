@@ -17,6 +17,7 @@
 //!   the earliest start to the latest end of the GPU rows launched inside it, over all devices;
 //!   only ranges that launched GPU work count.
 
+pub mod analyze;
 pub mod extract;
 pub mod stats;
 pub mod sweep;

@@ -12,6 +12,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod analyze;
 mod bad_input;
 mod batch;
 mod contexts;
