@@ -491,7 +491,7 @@ fn open_serves_the_trace_once_with_cors_and_a_deep_link() {
         "{err_lines:?}"
     );
 
-    // The conversion is reused the second time (the normal up-to-date rule).
+    // The conversion is reused the second time (same input, same options).
     let (mut proc, out, err) = spawn_open(
         &[input.to_str().unwrap(), "--port", &p, "--timeout", "30"],
         &[],
@@ -507,7 +507,11 @@ fn open_serves_the_trace_once_with_cors_and_a_deep_link() {
         l.contains("no display")
     })
     .unwrap_or_else(|| panic!("no 'no display' reason: {errs:?}"));
-    assert!(errs.iter().any(|l| l.contains("up to date")), "{errs:?}");
+    assert!(
+        errs.iter()
+            .any(|l| l.contains("reused") && l.contains("same input and options")),
+        "{errs:?}"
+    );
     assert_eq!(get(&format!("{base}/nvtx_workload.pftrace")).body, on_disk);
     assert!(proc.wait_exit(Duration::from_secs(10)).unwrap().success());
 }
