@@ -680,9 +680,12 @@ fn trace_processor() -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!(
-            "skipping: no trace_processor_shell at {} (set TRACE_PROCESSOR)",
-            p.display()
+        common::skip(
+            "tpcheck",
+            &format!(
+                "no trace_processor_shell at {} (set TRACE_PROCESSOR)",
+                p.display()
+            ),
         );
         None
     }
@@ -1049,9 +1052,10 @@ fn chromium() -> Option<(PathBuf, PathBuf)> {
     match (browser, driver) {
         (Some(b), Some(d)) => Some((b, d)),
         _ => {
-            eprintln!(
-                "skipping: the browser test needs chromium and chromedriver (Debian: apt-get \
-                 install chromium chromium-driver)"
+            common::skip(
+                "browser",
+                "the browser test needs chromium and chromedriver (Debian: apt-get install \
+                 chromium chromium-driver)",
             );
             None
         }
@@ -1101,9 +1105,9 @@ impl Driver {
         )
         .ok()?;
         if r.status != 200 {
-            eprintln!(
-                "skipping: chromedriver could not start a session: {}",
-                r.text()
+            common::skip(
+                "browser",
+                &format!("chromedriver could not start a session: {}", r.text()),
             );
             return None;
         }

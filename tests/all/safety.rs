@@ -299,7 +299,7 @@ fn read_only_mount_gets_read_only_advice() {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: cannot mount a read-only tmpfs (not root?)");
+        common::skip("root", "cannot mount a read-only tmpfs (not root?)");
         return;
     }
     let o = run_in(d, &[os("in.sqlite"), os("-o"), os("mnt/x.pftrace")], &[]);
@@ -315,7 +315,7 @@ fn have_nsys() -> bool {
     match nsys_perfetto::report::find_nsys(None) {
         Ok(_) => true,
         Err(e) => {
-            eprintln!("skipping: nsys not found ({e:#})");
+            common::skip("nsys", &format!("nsys not found ({e:#})"));
             false
         }
     }
@@ -508,7 +508,10 @@ fn profile_passes_on_the_programs_failure_and_applies_selection() {
     assert_no_panic(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     if err.contains("produced no report") || err.contains("QdstrmImporter was not found") {
-        eprintln!("skipping: this nsys cannot capture here: {err}");
+        common::skip(
+            "nsys-capture",
+            &format!("this nsys cannot capture here: {err}"),
+        );
         return;
     }
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
@@ -533,7 +536,10 @@ fn big_input(dir: &Path) -> Option<PathBuf> {
     let src = shared().join("bench/ai-profiler-firstOptimization.sqlite");
     let tool = shared().join("tools/amplify_trace.py");
     if !src.is_file() || !tool.is_file() {
-        eprintln!("skipping: {} or {} absent", src.display(), tool.display());
+        common::skip(
+            "corpus",
+            &format!("{} or {} absent", src.display(), tool.display()),
+        );
         return None;
     }
     let out = dir.join("big.sqlite");
@@ -546,7 +552,7 @@ fn big_input(dir: &Path) -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: amplify_trace.py failed");
+        common::skip("corpus", "../shared/tools/amplify_trace.py failed");
         return None;
     }
     Some(out)
@@ -846,12 +852,12 @@ fn quoted_names_without_rowid_and_a_rowid_column() {
 #[test]
 fn gpu_tables_without_real_rowids_keep_every_row() {
     let Some(corpus) = common::corpus_dir() else {
-        eprintln!("skipping: ../shared/corpus absent");
+        common::skip("corpus", "../shared/corpus absent");
         return;
     };
     let src = corpus.join("martisu1631998__kmeans-parallel__report2.sqlite");
     if !src.is_file() {
-        eprintln!("skipping: {} absent", src.display());
+        common::skip("corpus", &format!("{} absent", src.display()));
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -1030,7 +1036,7 @@ fn a_full_tmpdir_is_named() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        eprintln!("skipping: cannot mount a tmpfs (not root?)");
+        common::skip("root", "cannot mount a tmpfs (not root?)");
         return;
     }
     let result = std::panic::catch_unwind(|| {
