@@ -7,8 +7,9 @@
 //! * A pattern with `*`, `?` or `[...]` that names no existing file is expanded here, for shells
 //!   that do not (`*` and `?` do not match a leading `.` or a `/`).
 //! * When one folder holds both `X.sqlite` and `X.nsys-rep` (or `X.qdrep`), which all give
-//!   `X.pftrace`, only one is converted: the SQLite export, unless it is older than the report
-//!   (then the report, whose fresh export replaces it). A line says which.
+//!   `X.pftrace`, only one is converted: an export this tool made when it records the report's
+//!   present content, else the report; a user's own export unless it is older than the report
+//!   (then the report, exported into the cache). A line says which.
 //! * Reuse: with more than one input, or a directory or pattern, an input whose output was made
 //!   by this version from the same input content with the same options (the record the output
 //!   carries, see [`crate::provenance`]) is not converted again; `force` converts it anyway. An
@@ -177,6 +178,14 @@ fn pick_one(files: &[PathBuf], members: &[usize]) -> (usize, &'static str) {
     let export = newest(&|p: &Path| !report::is_report(p));
     let rep = newest(&|p: &Path| report::is_report(p));
     match (export, rep) {
+        // An export this tool made records its report: its times do not matter.
+        (Some(e), Some(r)) if report::export_is_of(&files[e], &files[r]) == Some(false) => (
+            r,
+            "converting the report, which the export was not made from (its export is redone)",
+        ),
+        (Some(e), Some(r)) if report::export_is_of(&files[e], &files[r]) == Some(true) => {
+            (e, "converting the SQLite export, made from this report")
+        }
         (Some(e), Some(r)) if mtime(&files[e]) < mtime(&files[r]) => (
             r,
             "converting the report, newer than the export (its export is redone)",

@@ -479,6 +479,26 @@ fn changed_report_with_an_old_time_is_exported_again() {
     assert!(fresh.status.success(), "{}", text(&fresh));
     assert_eq!(events(&second), events(&fresh));
     assert_ne!(events(&second), events(&first));
+
+    // The first report back, older than the export beside it: a directory conversion, which
+    // converts one of the pair, takes the report (the export records other content) and its
+    // trace holds the first report's events again.
+    std::fs::copy(common::fixture("nvtx_workload.nsys-rep"), &rep).unwrap();
+    set_mtime(&rep, 7200);
+    let third = run_in(d, &[os(".")], &[("XDG_CACHE_HOME", &cache)]);
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(third.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "./r.sqlite: not converted, ./r.qdrep gives the same output: converting the report"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("converting again: made from other content"),
+        "{err}"
+    );
+    assert_eq!(events(&third), events(&first));
 }
 
 #[test]
