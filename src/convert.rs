@@ -77,7 +77,10 @@ pub fn convert_sqlite_from(
     let export = Export::open(input, opts.check)?;
     let offset = export.info.desc.earliest_ns.map_or(0, |e| -e);
     let placed = vec![placed(&export, offset)];
-    let record = crate::provenance::Record::new(origin, opts).map(|r| r.to_text());
+    // Only where a later run can read it back (not `.gz`, not standard output).
+    let record = crate::provenance::readable(output)
+        .then(|| crate::provenance::Record::new(origin, opts).map(|r| r.to_text()))
+        .flatten();
     run_format(vec![Some(export)], &[], placed, &[], output, opts, record)
 }
 

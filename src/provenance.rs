@@ -13,7 +13,8 @@
 //!   entry named `nsys-perfetto` (trace_processor keeps it as metadata and draws nothing). It is
 //!   found by reading the file's last 64 KiB, not the whole trace.
 //! * `.json`: the last key of the top-level `otherData` object, `nsys-perfetto-provenance`.
-//! * Compressed outputs (`.gz`) carry it too but are not read back: they are always converted.
+//! * Compressed outputs (`.gz`) and standard output carry none (it could not be read back
+//!   cheaply): they are always converted.
 //!
 //! The input's identity ([`FileId`]) is its size and a CRC-32 of its whole content, with the
 //! file's device, inode, modification and status-change times. While those stat fields are all
@@ -363,16 +364,24 @@ fn json_record(tail: &[u8]) -> Option<String> {
     None
 }
 
+/// Whether a record in `output` can be read back: a `.pftrace` or `.json` file (not a `.gz`,
+/// whose end is compressed, nor standard output). Only those carry one.
+pub fn readable(output: &Path) -> bool {
+    let name = output.to_string_lossy().to_ascii_lowercase();
+    name.ends_with(".pftrace") || name.ends_with(".json")
+}
+
 /// The record a trace carries, if it is a trace this tool wrote and can read back.
 pub fn read(output: &Path) -> Option<Record> {
-    let name = output.to_string_lossy().to_ascii_lowercase();
+    if !readable(output) {
+        return None;
+    }
     let tail = read_tail(output)?;
+    let name = output.to_string_lossy().to_ascii_lowercase();
     let text = if name.ends_with(".json") {
         json_record(&tail)?
-    } else if name.ends_with(".pftrace") {
-        pftrace_record(&tail)?
     } else {
-        return None;
+        pftrace_record(&tail)?
     };
     Record::parse(&text)
 }
