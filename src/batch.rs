@@ -7,11 +7,14 @@
 //! * A pattern with `*`, `?` or `[...]` that names no existing file is expanded here, for shells
 //!   that do not (`*` and `?` do not match a leading `.` or a `/`).
 //! * When one folder holds both `X.sqlite` and `X.nsys-rep` (or `X.qdrep`), which all give
-//!   `X.pftrace`, only one is converted: the SQLite export, unless it is older than the report
-//!   (then the report, whose fresh export replaces it). A line says which.
-//! * Up to date: with more than one input, or a directory or pattern, an input whose output is
-//!   at least as new as the input is skipped; `force` converts it anyway. A single file named on
-//!   the command line is always converted.
+//!   `X.pftrace`, only one is converted: an export this tool made when it records the report's
+//!   present content, else the report; a user's own export unless it is older than the report
+//!   (then the report, exported into the cache). A line says which.
+//! * Reuse: with more than one input, or a directory or pattern, an input whose output was made
+//!   by this version from the same input content with the same options (the record the output
+//!   carries, see [`crate::provenance`]) is not converted again; `force` converts it anyway. An
+//!   output without such a record, or made otherwise, is converted again and a line says why. A
+//!   single file named on the command line is always converted.
 //! * Reports go through [`crate::report::export_sqlite`] first.
 
 use crate::convert::{self, Options};
@@ -175,6 +178,14 @@ fn pick_one(files: &[PathBuf], members: &[usize]) -> (usize, &'static str) {
     let export = newest(&|p: &Path| !report::is_report(p));
     let rep = newest(&|p: &Path| report::is_report(p));
     match (export, rep) {
+        // An export this tool made records its report: its times do not matter.
+        (Some(e), Some(r)) if report::export_is_of(&files[e], &files[r]) == Some(false) => (
+            r,
+            "converting the report, which the export was not made from (its export is redone)",
+        ),
+        (Some(e), Some(r)) if report::export_is_of(&files[e], &files[r]) == Some(true) => {
+            (e, "converting the SQLite export, made from this report")
+        }
         (Some(e), Some(r)) if mtime(&files[e]) < mtime(&files[r]) => (
             r,
             "converting the report, newer than the export (its export is redone)",
@@ -188,14 +199,6 @@ fn pick_one(files: &[PathBuf], members: &[usize]) -> (usize, &'static str) {
 
 fn mtime(p: &Path) -> Option<SystemTime> {
     fs::metadata(p).and_then(|m| m.modified()).ok()
-}
-
-/// Whether `output` exists and is at least as new as `input`.
-pub fn up_to_date(input: &Path, output: &Path) -> bool {
-    match (mtime(input), mtime(output)) {
-        (Some(i), Some(o)) => o >= i,
-        _ => false,
-    }
 }
 
 /// Expand `pattern` (`*`, `?`, `[abc]`, `[a-z]`, `[!a]` in any path component).
@@ -334,7 +337,7 @@ fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options)
                 output.display()
             );
         }
-        let s = convert::convert_sqlite(exported.sqlite(), output, conv)?;
+        let s = convert::convert_sqlite_from(exported.sqlite(), input, output, conv)?;
         text.push_str(&format!("  {}\n", exported.describe()));
         s
     } else {
@@ -360,8 +363,8 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
     }
     t.superseded = ex.superseded.len();
     let n = ex.files.len();
-    // (tag, input, output) of every file to convert, in order.
-    let mut todo: Vec<(String, &PathBuf, PathBuf)> = Vec::new();
+    // (tag, input, output, why it is converted again) of every file to convert, in order.
+    let mut todo: Vec<(String, &PathBuf, PathBuf, String)> = Vec::new();
     for (i, input) in ex.files.iter().enumerate() {
         let tag = if many {
             format!("[{}/{n}] ", i + 1)
@@ -394,18 +397,27 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
             t.failed += 1;
             continue;
         }
-        if batch && !opts.force && !convert::is_stdout(&output) && up_to_date(input, &output) {
-            if !opts.quiet {
-                crate::say!(
-                    "{tag}{}: up to date ({}; --force to convert again)",
-                    input.display(),
-                    output.display()
-                );
+        let mut why = String::new();
+        if batch && !opts.force && !convert::is_stdout(&output) {
+            match crate::provenance::check(&output, input, conv) {
+                crate::provenance::Reuse::Same => {
+                    if !opts.quiet {
+                        crate::say!(
+                            "{tag}{}: reused {}: same input and options (--force to convert again)",
+                            input.display(),
+                            output.display()
+                        );
+                    }
+                    t.up_to_date += 1;
+                    continue;
+                }
+                crate::provenance::Reuse::Differs(d) => {
+                    why = format!("  converting again: {d}\n");
+                }
+                crate::provenance::Reuse::Missing => {}
             }
-            t.up_to_date += 1;
-            continue;
         }
-        todo.push((tag, input, output));
+        todo.push((tag, input, output, why));
     }
     let jobs = crate::merge::default_jobs(Some(opts.jobs)).min(todo.len().max(1));
     // Several at a time: one progress display (files done) for the run, not one per file.
@@ -441,14 +453,14 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         if jobs > 1 && conv.progress && !opts.quiet {
             s.spawn(|| files_progress.draw_until_finished_in("converting", "files"));
         }
-        let r = crate::merge::parallel_map(&todo, jobs, |i, (tag, input, output)| {
+        let r = crate::merge::parallel_map(&todo, jobs, |i, (tag, input, output, why)| {
             let ok = match convert_one(input, output, opts, &conv_one) {
                 Ok(text) => {
                     report(
                         i,
                         true,
                         format!(
-                            "{tag}{} -> {}\n{text}",
+                            "{tag}{} -> {}\n{why}{text}",
                             input.display(),
                             if convert::is_stdout(output) {
                                 "standard output".to_string()
@@ -489,7 +501,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
     if !opts.quiet && ((batch && n > 0) || n + ex.errors.len() > 1) {
         let mut parts = vec![format!("{} converted", t.converted)];
         if t.up_to_date > 0 {
-            parts.push(format!("{} up to date", t.up_to_date));
+            parts.push(format!("{} reused", t.up_to_date));
         }
         if t.superseded > 0 {
             parts.push(format!("{} superseded", t.superseded));

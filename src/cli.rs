@@ -95,8 +95,9 @@ pub struct ConvertArgs {
     /// explanation and advice, and an arrow from the CUDA call it blames.
     #[arg(long)]
     pub analyze: bool,
-    /// Convert even inputs whose output is up to date. (With several inputs, a directory or a
-    /// pattern, those are skipped; a single file is always converted.)
+    /// Convert even inputs whose output was made from the same input with the same options.
+    /// (With several inputs, a directory or a pattern, those are reused; a single file is
+    /// always converted.)
     #[arg(long)]
     pub force: bool,
     /// Check the SQLite file first (PRAGMA quick_check) and refuse it when damaged. Off by
@@ -324,8 +325,9 @@ impl SelectArgs {
 
 /// How reports (.nsys-rep, .qdrep) are exported to SQLite. By default the export is cached as
 /// X.sqlite beside X.nsys-rep (or, in a read-only folder or where an X.sqlite this tool did not
-/// write is in the way, in $XDG_CACHE_HOME/nsys-perfetto) and reused while it is at least as new
-/// as the report. A SQLite file the tool did not write is never modified.
+/// write is in the way, in $XDG_CACHE_HOME/nsys-perfetto) and reused while the report's content
+/// is the one it was exported from. A SQLite file the tool did not write is never modified nor
+/// reused.
 #[derive(Args, Debug, Clone, Default)]
 pub struct NsysArgs {
     /// The nsys to use (the binary or its install directory). Default: $NSYS, then PATH, then

@@ -62,12 +62,29 @@ pub fn default_output(input: &Path, format: OutputFormat) -> PathBuf {
 }
 
 /// Convert an nsys SQLite export. Errors name the problem in one line; the caller adds the file.
+/// The output records the export's identity and the options (see [`crate::provenance`]).
 pub fn convert_sqlite(input: &Path, output: &Path, opts: &Options) -> Result<Summary> {
+    convert_sqlite_from(input, input, output, opts)
+}
+
+/// Convert the SQLite export `input` of `origin` (the file the user named: a report, or the
+/// export itself), recording `origin`'s identity in the output, so that a later run can tell
+/// whether the output still stands for it.
+pub fn convert_sqlite_from(
+    input: &Path,
+    origin: &Path,
+    output: &Path,
+    opts: &Options,
+) -> Result<Summary> {
     crate::cleanup::remove_dead_scratch();
     let export = Export::open(input, opts.check)?;
     let offset = export.info.desc.earliest_ns.map_or(0, |e| -e);
     let placed = vec![placed(&export, offset)];
-    run_format(vec![Some(export)], &[], placed, &[], output, opts)
+    // Only where a later run can read it back (not `.gz`, not standard output).
+    let record = crate::provenance::readable(output)
+        .then(|| crate::provenance::Record::new(origin, opts).map(|r| r.to_text()))
+        .flatten();
+    run_format(vec![Some(export)], &[], placed, &[], output, opts, record)
 }
 
 /// How several reports share one timeline.
@@ -156,7 +173,7 @@ pub fn merge_sqlite(
         })
         .collect();
     let floors: Vec<i64> = clocks.iter().map(|c| c.1).collect();
-    let summary = run_format(Vec::new(), inputs, placed_all, &floors, output, opts)?;
+    let summary = run_format(Vec::new(), inputs, placed_all, &floors, output, opts, None)?;
     let sources = clocks
         .iter()
         .zip(relative.iter().zip(&offsets))
@@ -250,11 +267,12 @@ fn run_format(
     floors: &[i64],
     output: &Path,
     opts: &Options,
+    record: Option<String>,
 ) -> Result<Summary> {
     match opts.format {
         OutputFormat::Protobuf => {
             let format = Protobuf::new(&placed);
-            run(opened, paths, placed, floors, output, &format, opts)
+            run(opened, paths, placed, floors, output, &format, opts, record)
         }
         OutputFormat::Json => run(
             opened,
@@ -266,6 +284,7 @@ fn run_format(
                 colors: opts.json_colors,
             },
             opts,
+            record,
         ),
     }
 }
@@ -279,7 +298,9 @@ enum ToFile {
 /// The pipeline: each source (an export already open in `opened`, else opened from `paths` when
 /// its turn comes) is read into routers (layout) that encode through `format`'s writers; one
 /// file-writer thread streams the chunks to a temporary file, renamed into place on success.
-/// `floors` (merges): each source's earliest time, below which its rows are skipped.
+/// `floors` (merges): each source's earliest time, below which its rows are skipped. `record`
+/// closes the file (see [`crate::provenance`]).
+#[allow(clippy::too_many_arguments)]
 fn run<F: Format>(
     opened: Vec<Option<Export>>,
     paths: &[(PathBuf, String)],
@@ -288,6 +309,7 @@ fn run<F: Format>(
     output: &Path,
     format: &F,
     opts: &Options,
+    record: Option<String>,
 ) -> Result<Summary> {
     let started = Instant::now();
     let inputs: Vec<&Path> = opened
@@ -316,7 +338,8 @@ fn run<F: Format>(
         }
         let writer = {
             let placed = &placed;
-            s.spawn(move || write_file(file, rx, format, placed, gzip))
+            let record = record.as_deref();
+            s.spawn(move || write_file(file, rx, format, placed, record, gzip))
         };
         let mut summary = Summary::default();
         let mut failure = None;
@@ -684,16 +707,17 @@ fn write_file<F: Format>(
     rx: Receiver<ToFile>,
     format: &F,
     placed: &[Placed],
+    record: Option<&str>,
     gzip: bool,
 ) -> Result<u64> {
     let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
     let bytes = if gzip {
         let mut gz = flate2::write::GzEncoder::new(&mut out, flate2::Compression::default());
-        let bytes = write_chunks(&mut gz, rx, format, placed)?;
+        let bytes = write_chunks(&mut gz, rx, format, placed, record)?;
         gz.finish().context("cannot write output")?;
         bytes
     } else {
-        write_chunks(&mut out, rx, format, placed)?
+        write_chunks(&mut out, rx, format, placed, record)?
     };
     out.flush().context("cannot write output")?;
     Ok(bytes)
@@ -704,6 +728,7 @@ fn write_chunks<F: Format, W: Write>(
     rx: Receiver<ToFile>,
     format: &F,
     placed: &[Placed],
+    record: Option<&str>,
 ) -> Result<u64> {
     let mut described: HashSet<WellKnown> = HashSet::new();
     // The description of each source whose chunks may still come (one at a time, in order).
@@ -749,6 +774,6 @@ fn write_chunks<F: Format, W: Write>(
         }
         put_record(out, &chunk.data)?;
     }
-    put(out, &format.footer(placed))?;
+    put(out, &format.footer(placed, record))?;
     Ok(bytes)
 }

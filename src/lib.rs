@@ -20,6 +20,7 @@ pub mod open;
 pub mod output;
 pub mod progress;
 pub mod proto;
+pub mod provenance;
 pub mod report;
 pub mod select;
 pub mod serve;

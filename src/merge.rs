@@ -71,7 +71,7 @@ of the scheduler you already have, then merge once:
   ls *.nsys-rep | xargs -P 16 -n 1 nsys export --type sqlite                        (xargs -P)
   parallel nsys-perfetto ::: *.nsys-rep                                              (GNU parallel)
   nsys-perfetto merge *.sqlite -o job.pftrace
-Exports beside their reports are reused while they are at least as new as the report.";
+Exports nsys-perfetto made beside their reports are reused while the report is unchanged.";
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlignArg {

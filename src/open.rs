@@ -31,7 +31,8 @@ const GET_TRACE_PROCESSOR: &str = "get one with `curl -LO https://get.perfetto.d
 #[derive(clap::Args, Debug, Clone)]
 pub struct OpenArgs {
     /// A trace (.pftrace, .json, .gz...) or a profile (.nsys-rep, .qdrep, .sqlite: converted
-    /// first, or reused when its .pftrace beside it is up to date).
+    /// first, or reused when the .pftrace beside it was made from the same input content with
+    /// the same options by this version).
     #[arg(value_name = "INPUT")]
     pub input: PathBuf,
     /// Do not start a browser: print the link (automatic without a display or over SSH).
@@ -202,7 +203,7 @@ pub fn launch_browser(url: &str) -> Result<String> {
     ))
 }
 
-/// The trace to show: the input itself, or its conversion (reused when up to date). The
+/// The trace to show: the input itself, or its conversion (reused when its record matches). The
 /// temporary directory, when there is one, must outlive the serving.
 fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     let input = &args.input;
@@ -249,19 +250,27 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     } else {
         (default, None)
     };
-    if temp.is_none() && crate::batch::up_to_date(input, &output) {
-        eprintln!(
-            "{}: up to date ({}), not converted again",
-            input.display(),
-            output.display()
-        );
-        return Ok((output, None));
+    if temp.is_none() {
+        match crate::provenance::check(&output, input, &opts) {
+            crate::provenance::Reuse::Same => {
+                eprintln!(
+                    "{}: reused {}: same input and options",
+                    input.display(),
+                    output.display()
+                );
+                return Ok((output, None));
+            }
+            crate::provenance::Reuse::Differs(why) => {
+                eprintln!("{}: converting again: {why}", input.display());
+            }
+            crate::provenance::Reuse::Missing => {}
+        }
     }
     let summary = if crate::report::is_report(input) {
         let exported = crate::report::export_sqlite(input, &args.nsys.export_options(false))
             .map_err(|e| anyhow!("{}: {}", input.display(), crate::convert::error_line(&e)))?;
         eprintln!("  {}", exported.describe());
-        crate::convert::convert_sqlite(exported.sqlite(), &output, &opts)
+        crate::convert::convert_sqlite_from(exported.sqlite(), input, &output, &opts)
     } else {
         crate::convert::convert_sqlite(input, &output, &opts)
     }

@@ -37,9 +37,13 @@
 //! bit on it, even for root, or creating a file there fails), the export goes to
 //! `$XDG_CACHE_HOME/nsys-perfetto/` (else `~/.cache/nsys-perfetto/`), named after the report and
 //! a hash of its absolute path. The same happens when `DIR/X.sqlite` exists but was not written
-//! by this tool (its SQLite `application_id` is not ours, see [`owns_export`]) and is
-//! not an up-to-date export of the report: a user's file is used or left alone, never replaced. An export is reused while it is at least as new as the report and
-//! opens as an nsys SQLite export. nsys writes to a hidden temporary name that is renamed into
+//! by this tool (its SQLite `application_id` is not ours, see [`owns_export`]): a user's file is
+//! left alone, never replaced nor reused (nothing says which report content it was exported
+//! from). An export is reused only when it records (table [`EXPORT_RECORD_TABLE`]) that it was
+//! made from this report's content (see [`crate::provenance::FileId`]: a report rewritten with
+//! its old modification time is exported again) by an nsys that reads reports of the report's
+//! capture version, and it opens as an nsys SQLite export; otherwise it is exported again and
+//! the line describing the export says why. nsys writes to a hidden temporary name that is renamed into
 //! place only when nsys succeeded and the file opens as an export, so a failed or interrupted
 //! export never leaves a half-written `X.sqlite`. A lock file (`.X.sqlite.lock`, an advisory
 //! `flock`, released by the kernel if the process dies) makes a second conversion of the same
@@ -69,7 +73,7 @@ use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Duration, Instant};
 
 /// Where to get Nsight Systems, said in every "not found" message.
 pub const INSTALL_HINT: &str = "install Nsight Systems (https://developer.nvidia.com/nsight-systems; \
@@ -708,7 +712,7 @@ pub struct ExportOptions {
 /// How the export came about.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ExportKind {
-    /// An existing export at least as new as the report was used.
+    /// An existing export made from the report's content was used.
     Reused,
     /// nsys exported it now, in this many seconds.
     Exported { seconds: f64 },
@@ -740,7 +744,7 @@ impl Exported {
     /// One line for the user: where the export is and how it came about.
     pub fn describe(&self) -> String {
         let what = match (&self.kind, &self.nsys) {
-            (ExportKind::Reused, _) => "reused: at least as new as the report".to_string(),
+            (ExportKind::Reused, _) => "reused: exported from this report's content".to_string(),
             (ExportKind::Exported { seconds }, Some(n)) => {
                 format!("exported by {} in {seconds:.1} s", n.describe())
             }
@@ -820,15 +824,101 @@ fn writable_dir(dir: &Path) -> bool {
     }
 }
 
-/// A usable export at `path`: at least as new as the report and an nsys SQLite export.
-fn fresh_export(path: &Path, report_mtime: SystemTime) -> bool {
-    let Ok(m) = fs::metadata(path) else {
-        return false;
-    };
-    m.is_file() && m.modified().is_ok_and(|t| t >= report_mtime) && {
-        let _shm = nsys::ShmGuard::new(path);
-        nsys::open_schema(path).is_ok()
+/// The table in which an export this tool wrote records what it was made from: rows (key,
+/// value) with `report` (the report's [`crate::provenance::FileId`] as text), `report_name`,
+/// `nsys` (the version that exported it) and `tool`. It has no time column, so conversions
+/// pass over it.
+pub const EXPORT_RECORD_TABLE: &str = "nsys_perfetto_export";
+
+/// What an export was made from, as recorded in it.
+#[derive(Debug, Clone)]
+struct ExportRecord {
+    report: Option<crate::provenance::FileId>,
+    report_name: String,
+    nsys: Option<Version>,
+}
+
+/// For an export this tool wrote: whether it records being exported from `report`'s present
+/// content (`None` for a file of the user's, which records nothing).
+pub fn export_is_of(export: &Path, report: &Path) -> Option<bool> {
+    if !owns_export(export) {
+        return None;
     }
+    let _shm = nsys::ShmGuard::new(export);
+    let conn = nsys::open_readonly(export).ok()?;
+    let id: Option<String> = conn
+        .query_row(
+            &format!("SELECT value FROM {EXPORT_RECORD_TABLE} WHERE key = 'report'"),
+            [],
+            |r| r.get(0),
+        )
+        .ok();
+    Some(
+        id.and_then(|t| crate::provenance::FileId::from_text(&t))
+            .is_some_and(|id| id.matches(report)),
+    )
+}
+
+/// Whether the export at `path` stands for `report`'s content: `Ok` when it may be reused,
+/// `Err(None)` when there is none or it is a file of the user's (said elsewhere), `Err(reason)`
+/// when an export of this tool's must be made again.
+fn reusable_export(
+    path: &Path,
+    report: &Path,
+    capture: Option<&Version>,
+) -> std::result::Result<(), Option<String>> {
+    if !fs::metadata(path).is_ok_and(|m| m.is_file()) || !owns_export(path) {
+        return Err(None);
+    }
+    let _shm = nsys::ShmGuard::new(path);
+    let record = nsys::open_readonly(path).ok().and_then(|conn| {
+        let get = |key: &str| -> Option<String> {
+            conn.query_row(
+                &format!("SELECT value FROM {EXPORT_RECORD_TABLE} WHERE key = ?1"),
+                [key],
+                |r| r.get(0),
+            )
+            .ok()
+        };
+        Some(ExportRecord {
+            report: crate::provenance::FileId::from_text(&get("report")?),
+            report_name: get("report_name").unwrap_or_default(),
+            nsys: get("nsys").and_then(|v| Version::parse(&v)),
+        })
+    });
+    let shown = path.display();
+    let Some(record) = record else {
+        return Err(Some(format!(
+            "{shown} records no report it was exported from (an earlier nsys-perfetto wrote it)"
+        )));
+    };
+    if !record.report.as_ref().is_some_and(|id| id.matches(report)) {
+        let name = report.file_name().map(|n| n.to_string_lossy().to_string());
+        return Err(Some(
+            if name.as_deref() == Some(record.report_name.as_str()) {
+                format!(
+                    "{} changed since {shown} was exported from it",
+                    report.display()
+                )
+            } else {
+                format!(
+                    "{shown} was exported from another report ({})",
+                    record.report_name
+                )
+            },
+        ));
+    }
+    if let (Some(c), Some(v)) = (capture, &record.nsys)
+        && !v.can_read(c)
+    {
+        return Err(Some(format!(
+            "{shown} was exported by nsys {v}, which cannot read reports of nsys {c}"
+        )));
+    }
+    if nsys::open_schema(path).is_err() {
+        return Err(Some(format!("{shown} does not open as an nsys export")));
+    }
+    Ok(())
 }
 
 fn parent_dir(p: &Path) -> PathBuf {
@@ -856,8 +946,10 @@ pub fn owns_export(export: &Path) -> bool {
         && u32::from_be_bytes(header[68..72].try_into().expect("4 bytes")) == EXPORT_APPLICATION_ID
 }
 
-/// Mark an export this tool just wrote (still under its temporary name) as its own.
-fn mark_owned(export: &Path) -> Result<()> {
+/// Mark an export this tool just wrote (still under its temporary name) as its own, and record
+/// what it was made from (see [`EXPORT_RECORD_TABLE`]; nothing when the report's identity could
+/// not be taken, so it is not reused).
+fn mark_owned(export: &Path, record: &ExportRecord) -> Result<()> {
     let conn = rusqlite::Connection::open_with_flags(
         export,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -866,7 +958,42 @@ fn mark_owned(export: &Path) -> Result<()> {
         "PRAGMA application_id = {}",
         EXPORT_APPLICATION_ID as i32
     ))?;
+    if let Some(id) = &record.report {
+        conn.execute_batch(&format!(
+            "CREATE TABLE IF NOT EXISTS {EXPORT_RECORD_TABLE} (key TEXT PRIMARY KEY, value TEXT \
+             NOT NULL)"
+        ))?;
+        let rows = [
+            ("tool", crate::provenance::TOOL.to_string()),
+            ("report", id.to_text()),
+            ("report_name", record.report_name.clone()),
+            (
+                "nsys",
+                record.nsys.map(|v| v.to_string()).unwrap_or_default(),
+            ),
+        ];
+        for (k, v) in rows {
+            conn.execute(
+                &format!("INSERT OR REPLACE INTO {EXPORT_RECORD_TABLE} VALUES (?1, ?2)"),
+                [k, v.as_str()],
+            )?;
+        }
+    }
     Ok(())
+}
+
+/// Whether a file the tool did not write is at `sibling`.
+fn is_users_file(sibling: &Path) -> bool {
+    fs::symlink_metadata(sibling).is_ok() && !owns_export(sibling)
+}
+
+/// Why the user's own `X.sqlite` beside the report is passed over; `how` the cache is used.
+fn users_file_note(sibling: &Path, how: &str) -> String {
+    format!(
+        "{} was not written by nsys-perfetto, so nothing says which report content it was \
+         exported from: left untouched, {how} the cache instead",
+        sibling.display()
+    )
 }
 
 /// Where an export of `report` may be written: beside it when the folder is writable and no
@@ -877,17 +1004,11 @@ fn export_target(
     sibling: &Path,
     cached: Option<&PathBuf>,
 ) -> Result<(PathBuf, Option<String>)> {
-    let user_file = fs::symlink_metadata(sibling).is_ok() && !owns_export(sibling);
+    let user_file = is_users_file(sibling);
     if writable_dir(&parent_dir(report)) && !user_file {
         return Ok((sibling.to_path_buf(), None));
     }
-    let note = user_file.then(|| {
-        format!(
-            "{} is not an export this tool wrote and is not an up-to-date export of the report: \
-             left untouched, exported into the cache instead",
-            sibling.display()
-        )
-    });
+    let note = user_file.then(|| users_file_note(sibling, "exported into"));
     let Some(c) = cached else {
         bail!(
             "{} cannot be used for the export ({}) and there is no cache directory (set \
@@ -906,12 +1027,12 @@ fn export_target(
     Ok((c.clone(), note))
 }
 
-/// The SQLite export of `report`, reused from the cache when fresh, else exported by nsys.
-/// Errors are one line that says what to do (see [`nsys_for_report`]).
+/// The SQLite export of `report`, reused from the cache when it records this report's content,
+/// else exported by nsys. Errors are one line that says what to do (see [`nsys_for_report`]).
 ///
 /// An `X.sqlite` beside the report that this tool did not write (no matching marker, see
-/// [`owns_export`]) is used when it is an up-to-date export of the report, and otherwise left
-/// untouched: the export then goes to the cache directory.
+/// [`owns_export`]) is never used and left untouched: the export then goes to the cache
+/// directory.
 pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     let meta = fs::metadata(report).map_err(|e| anyhow!("cannot read: {e}"))?;
     if meta.is_dir() {
@@ -920,7 +1041,6 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     if !meta.is_file() {
         bail!("not a regular file (a FIFO, device or socket): give a report file");
     }
-    let report_mtime = meta.modified()?;
     let capture = capture_version(report)?;
     let cache_dir = opts.cache_dir.clone().or_else(default_cache_dir);
     let sibling = sibling_export(report);
@@ -935,15 +1055,34 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
         _temp: None,
     };
 
+    // Why an export of this tool's was not reused: said with the new export.
+    let mut again: Option<String> = None;
     if !opts.no_cache {
         for p in std::iter::once(&sibling).chain(cached.iter()) {
-            if fresh_export(p, report_mtime) {
-                return Ok(reused(p, None));
+            match reusable_export(p, report, capture.as_ref()) {
+                Ok(()) => {
+                    let note = (p != &sibling && is_users_file(&sibling))
+                        .then(|| users_file_note(&sibling, "the export reused from"));
+                    return Ok(reused(p, note));
+                }
+                Err(Some(why)) => {
+                    again.get_or_insert(why);
+                }
+                Err(None) => {}
             }
         }
     }
 
     let nsys = nsys_for_report(opts.nsys.as_deref(), capture.as_ref(), Some(report))?;
+    // Taken before nsys reads the report: a report changed meanwhile is not recorded as read.
+    let record = ExportRecord {
+        report: crate::provenance::FileId::of(report),
+        report_name: report
+            .file_name()
+            .map(|n| n.to_string_lossy().to_string())
+            .unwrap_or_default(),
+        nsys: nsys.version,
+    };
 
     if opts.no_cache && !opts.keep_sqlite {
         let temp = crate::cleanup::create(
@@ -956,7 +1095,7 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
         )
         .context("cannot create a temporary directory")?;
         let target = temp.path().join(format!("{}.sqlite", stem_of(report)));
-        let seconds = run_export(&nsys, report, &target, capture.as_ref(), opts)?;
+        let seconds = run_export(&nsys, report, &target, capture.as_ref(), &record, opts)?;
         return Ok(Exported {
             sqlite: target,
             kind: ExportKind::Exported { seconds },
@@ -976,10 +1115,15 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     }
     let _lock = ExportLock::acquire(&target, report, opts.quiet)?;
     // Another conversion may have exported it while we waited.
-    if !opts.no_cache && fresh_export(&target, report_mtime) {
+    if !opts.no_cache && reusable_export(&target, report, capture.as_ref()).is_ok() {
         return Ok(reused(&target, note));
     }
-    let seconds = run_export(&nsys, report, &target, capture.as_ref(), opts)?;
+    let note = match (note, again) {
+        (Some(n), Some(a)) => Some(format!("{n}; exporting again: {a}")),
+        (n, None) => n,
+        (None, Some(a)) => Some(format!("exporting again: {a}")),
+    };
+    let seconds = run_export(&nsys, report, &target, capture.as_ref(), &record, opts)?;
     Ok(Exported {
         sqlite: target,
         kind: ExportKind::Exported { seconds },
@@ -999,6 +1143,7 @@ fn run_export(
     report: &Path,
     target: &Path,
     capture: Option<&Version>,
+    record: &ExportRecord,
     opts: &ExportOptions,
 ) -> Result<f64> {
     let started = Instant::now();
@@ -1076,7 +1221,8 @@ fn run_export(
                 nsys.describe()
             )
         })?;
-        mark_owned(&tmp).map_err(|e| anyhow!("cannot mark the export as this tool's: {e}"))?;
+        mark_owned(&tmp, record)
+            .map_err(|e| anyhow!("cannot mark the export as this tool's: {e}"))?;
         Ok(())
     })();
     let result = done.and_then(|()| {

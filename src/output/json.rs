@@ -161,7 +161,8 @@ impl Format for Json {
         out
     }
 
-    fn footer(&self, sources: &[Placed]) -> Vec<u8> {
+    /// `otherData`: the converter, the report's metadata, and the record as the last key.
+    fn footer(&self, sources: &[Placed], record: Option<&str>) -> Vec<u8> {
         let mut out = b"\n],\"otherData\":{\"converter\":".to_vec();
         push_str(
             &mut out,
@@ -173,6 +174,12 @@ impl Format for Json {
             push_str(&mut out, k);
             out.push(b':');
             push_str(&mut out, v);
+        }
+        if let Some(r) = record {
+            out.push(b',');
+            push_str(&mut out, crate::provenance::JSON_KEY);
+            out.push(b':');
+            push_str(&mut out, r);
         }
         out.extend_from_slice(b"}}\n");
         out

@@ -272,7 +272,9 @@ pub trait Format: Sync {
     /// The first records: the trace's clock and each source's time zero.
     fn preamble(&self, sources: &[Placed]) -> Vec<u8>;
     fn describe_well_known(&self, track: WellKnown, desc: &Description) -> Vec<u8>;
-    fn footer(&self, sources: &[Placed]) -> Vec<u8>;
+    /// What closes the file, with the conversion's record (`crate::provenance`) when there is
+    /// one.
+    fn footer(&self, sources: &[Placed], record: Option<&str>) -> Vec<u8>;
     /// The separator every record starts with, dropped from the first record of the file.
     fn record_separator(&self) -> Option<&'static [u8]> {
         None

@@ -204,8 +204,11 @@ impl Format for Protobuf {
         out
     }
 
-    fn footer(&self, _sources: &[Placed]) -> Vec<u8> {
-        Vec::new()
+    /// The record, as the file's last packet.
+    fn footer(&self, _sources: &[Placed], record: Option<&str>) -> Vec<u8> {
+        record
+            .map(crate::provenance::pftrace_trailer)
+            .unwrap_or_default()
     }
 }
 

@@ -1,6 +1,7 @@
 //! Many inputs in one run: directories, glob patterns (expanded by us, as no shell runs here),
-//! up-to-date outputs skipped, --force, -o with a directory, an SQLite export beside its report,
-//! and one bad file among good ones. No nsys needed.
+//! outputs made from the same input with the same options reused (and only those), --force, -o
+//! with a directory, an SQLite export beside its report, and one bad file among good ones. No
+//! nsys needed.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -48,6 +49,10 @@ where
     let o = Command::new(BIN)
         .args(args)
         .env("NSYS", "/nonexistent/nsys")
+        .env(
+            "XDG_CACHE_HOME",
+            std::env::temp_dir().join("nsys-perfetto-tests-cache"),
+        )
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr).to_string();
@@ -87,16 +92,18 @@ fn directory_with_a_bad_file() {
     assert_eq!(err.matches(" -> ").count(), 3, "{err}");
     assert!(err.contains("total: 3 converted, 1 failed"), "{err}");
 
-    // Again: the outputs are up to date and left alone; the broken file still fails.
+    // Again: the outputs were made from the same input with the same options, and are left
+    // alone; the broken file still fails.
     let before: Vec<SystemTime> = GOOD.iter().map(|f| mtime(&out_of(&dir, f))).collect();
     std::thread::sleep(Duration::from_millis(20));
     let (o, err) = run([&dir]);
     assert!(!o.status.success());
     assert!(
-        err.contains("total: 0 converted, 3 up to date, 1 failed"),
+        err.contains("total: 0 converted, 3 reused, 1 failed"),
         "{err}"
     );
     assert!(err.contains("--force"), "{err}");
+    assert!(err.contains("same input and options"), "{err}");
     let after: Vec<SystemTime> = GOOD.iter().map(|f| mtime(&out_of(&dir, f))).collect();
     assert_eq!(before, after);
 
@@ -137,7 +144,7 @@ fn globs_are_expanded() {
     let (o, err) = run([none.as_os_str(), dir.join(GOOD[0]).as_os_str()]);
     assert!(!o.status.success());
     assert!(err.contains("no files match"), "{err}");
-    assert!(err.contains("1 up to date, 1 failed"), "{err}");
+    assert!(err.contains("1 reused, 1 failed"), "{err}");
 }
 
 #[test]
@@ -212,22 +219,21 @@ fn export_beside_its_report_is_converted_once() {
     assert!(err.contains("1 converted, 1 superseded, 0 failed"), "{err}");
     assert!(dir.join(format!("{stem}.pftrace")).is_file());
 
-    // The report alone: its export beside it is the cache, used without nsys.
+    // The report alone: the export beside it was not written by nsys-perfetto, so nothing
+    // says which report it was exported from: it is neither used nor touched, and without nsys
+    // the report cannot be converted (the other input still is).
+    let export = dir.join(format!("{stem}.sqlite"));
+    let before = std::fs::read(&export).unwrap();
     std::fs::copy(src.join(GOOD[0]), dir.join(GOOD[0])).unwrap();
     let (o, err) = run([
         dir.join(format!("{stem}.qdrep")).as_os_str(),
         dir.join(GOOD[0]).as_os_str(),
         "--force".as_ref(),
     ]);
-    assert!(o.status.success(), "{err}");
-    assert!(
-        err.contains(&format!(
-            "sqlite: {}",
-            dir.join(format!("{stem}.sqlite")).display()
-        )),
-        "{err}"
-    );
-    assert!(err.contains("reused"), "{err}");
+    assert!(!o.status.success(), "{err}");
+    assert!(err.contains("nsys"), "{err}");
+    assert!(err.contains("1 converted, 1 failed"), "{err}");
+    assert_eq!(std::fs::read(&export).unwrap(), before);
 }
 
 #[test]

@@ -18,7 +18,7 @@ fn corpus_file(name: &str) -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!("skipping: {} is absent", p.display());
+        crate::common::skip("corpus", &format!("{} is absent", p.display()));
         None
     }
 }
@@ -139,7 +139,7 @@ fn sync_waits_follow_their_context() {
 #[test]
 fn sync_waits_follow_their_context_across_the_corpus() {
     let Some(dir) = corpus_dir() else {
-        eprintln!("skipping: the corpus is absent");
+        crate::common::skip("corpus", "the corpus is absent");
         return;
     };
     let mut checked = 0;
@@ -174,7 +174,7 @@ fn sync_waits_follow_their_context_across_the_corpus() {
 #[test]
 fn time_zero_is_the_session_start() {
     let Some(dir) = corpus_dir() else {
-        eprintln!("skipping: the corpus is absent");
+        crate::common::skip("corpus", "the corpus is absent");
         return;
     };
     let mut with_clock = 0;

@@ -26,6 +26,7 @@ mod nsys_e2e;
 mod open_serve;
 mod projection_perf_check;
 mod proto_schema;
+mod reuse;
 mod robustness;
 mod safety;
 mod samples_metrics;

@@ -394,28 +394,37 @@ fn cli_merge_prints_offsets_and_refuses_an_input_as_output() {
 
 /// The corpus's MPI rank reports (a Jacobi solver, one GPU per rank), exported through the
 /// report path: the merge is exactly the sum of the two conversions, arrows stay in their
-/// report, and Perfetto imports it without an error.
+/// report, and Perfetto imports it without an error. The reports are copied into a temporary
+/// folder first, so their exports go there (not into the corpus, nor the user's cache).
 #[test]
 fn corpus_mpi_reports_merge_exactly() {
     let Some(corpus) = common::corpus_dir() else {
-        eprintln!("skipped: ../shared/corpus not found");
+        crate::common::skip("corpus", "../shared/corpus not found");
         return;
     };
-    let reports: Vec<PathBuf> = [1, 2]
-        .iter()
-        .map(|n| {
-            corpus.join(format!(
-                "openhackathons-org__gpubootcamp__mpi_report{n}.qdrep"
-            ))
-        })
-        .collect();
     if nsys_perfetto::report::find_nsys(None).is_err() {
-        eprintln!("skipped: nsys not found (needed to export the .qdrep reports)");
+        crate::common::skip(
+            "nsys",
+            "nsys not found (needed to export the .qdrep reports)",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let reports: Vec<PathBuf> = [1, 2]
+        .iter()
+        .map(|n| {
+            let name = format!("openhackathons-org__gpubootcamp__mpi_report{n}.qdrep");
+            let copy = dir.path().join(&name);
+            std::fs::copy(corpus.join(&name), &copy).unwrap();
+            copy
+        })
+        .collect();
     let opts = MergeOptions {
         jobs: 2,
+        export: nsys_perfetto::report::ExportOptions {
+            cache_dir: Some(dir.path().join("cache")),
+            ..Default::default()
+        },
         ..Default::default()
     };
     let sources = merge::prepare(&reports, &opts).unwrap();

@@ -506,7 +506,7 @@ fn corpus_reports_convert_with_manifest_counts() {
         );
     }
 
-    // A second run reuses every export and skips every up-to-date output.
+    // A second run reuses every export and every output (same input, same options).
     let o = run(
         &[work.as_os_str()],
         &[("XDG_CACHE_HOME", &tmp.path().join("cache"))],
@@ -514,7 +514,7 @@ fn corpus_reports_convert_with_manifest_counts() {
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     assert!(
-        err.contains(&format!("0 converted, {} up to date", entries.len())),
+        err.contains(&format!("0 converted, {} reused", entries.len())),
         "{err}"
     );
     let leftovers: Vec<String> = std::fs::read_dir(&work)

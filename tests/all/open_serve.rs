@@ -491,7 +491,7 @@ fn open_serves_the_trace_once_with_cors_and_a_deep_link() {
         "{err_lines:?}"
     );
 
-    // The conversion is reused the second time (the normal up-to-date rule).
+    // The conversion is reused the second time (same input, same options).
     let (mut proc, out, err) = spawn_open(
         &[input.to_str().unwrap(), "--port", &p, "--timeout", "30"],
         &[],
@@ -507,7 +507,11 @@ fn open_serves_the_trace_once_with_cors_and_a_deep_link() {
         l.contains("no display")
     })
     .unwrap_or_else(|| panic!("no 'no display' reason: {errs:?}"));
-    assert!(errs.iter().any(|l| l.contains("up to date")), "{errs:?}");
+    assert!(
+        errs.iter()
+            .any(|l| l.contains("reused") && l.contains("same input and options")),
+        "{errs:?}"
+    );
     assert_eq!(get(&format!("{base}/nvtx_workload.pftrace")).body, on_disk);
     assert!(proc.wait_exit(Duration::from_secs(10)).unwrap().success());
 }
@@ -676,9 +680,12 @@ fn trace_processor() -> Option<PathBuf> {
     if p.is_file() {
         Some(p)
     } else {
-        eprintln!(
-            "skipping: no trace_processor_shell at {} (set TRACE_PROCESSOR)",
-            p.display()
+        common::skip(
+            "tpcheck",
+            &format!(
+                "no trace_processor_shell at {} (set TRACE_PROCESSOR)",
+                p.display()
+            ),
         );
         None
     }
@@ -1045,9 +1052,10 @@ fn chromium() -> Option<(PathBuf, PathBuf)> {
     match (browser, driver) {
         (Some(b), Some(d)) => Some((b, d)),
         _ => {
-            eprintln!(
-                "skipping: the browser test needs chromium and chromedriver (Debian: apt-get \
-                 install chromium chromium-driver)"
+            common::skip(
+                "browser",
+                "the browser test needs chromium and chromedriver (Debian: apt-get install \
+                 chromium chromium-driver)",
             );
             None
         }
@@ -1097,9 +1105,9 @@ impl Driver {
         )
         .ok()?;
         if r.status != 200 {
-            eprintln!(
-                "skipping: chromedriver could not start a session: {}",
-                r.text()
+            common::skip(
+                "browser",
+                &format!("chromedriver could not start a session: {}", r.text()),
             );
             return None;
         }

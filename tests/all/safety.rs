@@ -299,7 +299,7 @@ fn read_only_mount_gets_read_only_advice() {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: cannot mount a read-only tmpfs (not root?)");
+        common::skip("root", "cannot mount a read-only tmpfs (not root?)");
         return;
     }
     let o = run_in(d, &[os("in.sqlite"), os("-o"), os("mnt/x.pftrace")], &[]);
@@ -315,7 +315,7 @@ fn have_nsys() -> bool {
     match nsys_perfetto::report::find_nsys(None) {
         Ok(_) => true,
         Err(e) => {
-            eprintln!("skipping: nsys not found ({e:#})");
+            common::skip("nsys", &format!("nsys not found ({e:#})"));
             false
         }
     }
@@ -373,7 +373,8 @@ fn users_own_export_is_never_touched() {
     );
     assert_eq!(names(d), vec!["cache", "r.pftrace", "r.qdrep", "r.sqlite"]);
 
-    // Up to date (newer than the report and an export): used as it is, still untouched.
+    // Newer than the report: still neither used (nothing says which report it was exported
+    // from) nor touched; the cached export, which records the report's content, is reused.
     set_mtime(&d.join("r.qdrep"), 7200);
     let before = (
         hash_file(&user),
@@ -385,7 +386,13 @@ fn users_own_export_is_never_touched() {
         &[("XDG_CACHE_HOME", &cache)],
     );
     assert!(o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("r.sqlite (reused"));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!err.contains("sqlite: r.sqlite"), "{err}");
+    assert!(
+        err.contains("(reused: exported from this report's content"),
+        "{err}"
+    );
+    assert!(err.contains("left untouched"), "{err}");
     assert_eq!(
         (
             hash_file(&user),
@@ -394,8 +401,8 @@ fn users_own_export_is_never_touched() {
         before
     );
 
-    // Without a file of the user's, the export goes beside the report, marked as ours; a newer
-    // report then re-exports over it.
+    // Without a file of the user's, the export goes beside the report, marked as ours; a report
+    // only touched (newer, same content) reuses it; a changed report exports again over it.
     std::fs::remove_file(&user).unwrap();
     std::fs::remove_dir_all(&cache).unwrap();
     let o = run_in(
@@ -413,12 +420,85 @@ fn users_own_export_is_never_touched() {
         &[("XDG_CACHE_HOME", &cache)],
     );
     assert!(o.status.success(), "{}", text(&o));
-    assert!(String::from_utf8_lossy(&o.stderr).contains("sqlite: r.sqlite (exported"));
+    assert!(
+        String::from_utf8_lossy(&o.stderr)
+            .contains("sqlite: r.sqlite (reused: exported from this report's content)"),
+        "{}",
+        text(&o)
+    );
     let left: Vec<String> = names(d)
         .into_iter()
         .filter(|n| n.contains(".part") || n.contains(".lock"))
         .collect();
     assert!(left.is_empty(), "{left:?}");
+}
+
+/// The export cache judges a report by its content, not its time: a report replaced by another
+/// one with an older modification time than its export (restored from a backup, `cp -p`,
+/// `rsync -t`) is exported again, and its trace converted again.
+#[test]
+fn changed_report_with_an_old_time_is_exported_again() {
+    if !have_nsys() {
+        return;
+    }
+    let Some(corpus) = common::corpus_dir() else {
+        common::skip("corpus", "../shared/corpus absent");
+        return;
+    };
+    let other = corpus.join("quasiben__nvtx-examples__multiprocessing.qdrep");
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path();
+    let cache = d.join("cache");
+    let rep = d.join("r.qdrep");
+    std::fs::copy(common::fixture("nvtx_workload.nsys-rep"), &rep).unwrap();
+    let first = run_in(d, &[os("r.qdrep")], &[("XDG_CACHE_HOME", &cache)]);
+    assert!(first.status.success(), "{}", text(&first));
+    assert!(nsys_perfetto::report::owns_export(&d.join("r.sqlite")));
+    let events = |o: &Output| -> String {
+        let err = String::from_utf8_lossy(&o.stderr).to_string();
+        err.lines()
+            .find(|l| l.trim_start().starts_with("events:"))
+            .unwrap_or_else(|| panic!("no events line: {err}"))
+            .to_string()
+    };
+    // Another report under the same name, its time an hour before the export's.
+    std::fs::copy(&other, &rep).unwrap();
+    set_mtime(&rep, 3600);
+    let second = run_in(d, &[os("r.qdrep")], &[("XDG_CACHE_HOME", &cache)]);
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(second.status.success(), "{err}");
+    assert!(
+        err.contains("exporting again: r.qdrep changed since r.sqlite was exported from it"),
+        "{err}"
+    );
+    // What the other report holds, as its own conversion in a folder of its own says.
+    let fresh_dir = d.join("fresh");
+    std::fs::create_dir(&fresh_dir).unwrap();
+    std::fs::copy(&other, fresh_dir.join("o.qdrep")).unwrap();
+    let fresh = run_in(&fresh_dir, &[os("o.qdrep")], &[("XDG_CACHE_HOME", &cache)]);
+    assert!(fresh.status.success(), "{}", text(&fresh));
+    assert_eq!(events(&second), events(&fresh));
+    assert_ne!(events(&second), events(&first));
+
+    // The first report back, older than the export beside it: a directory conversion, which
+    // converts one of the pair, takes the report (the export records other content) and its
+    // trace holds the first report's events again.
+    std::fs::copy(common::fixture("nvtx_workload.nsys-rep"), &rep).unwrap();
+    set_mtime(&rep, 7200);
+    let third = run_in(d, &[os(".")], &[("XDG_CACHE_HOME", &cache)]);
+    let err = String::from_utf8_lossy(&third.stderr);
+    assert!(third.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "./r.sqlite: not converted, ./r.qdrep gives the same output: converting the report"
+        ),
+        "{err}"
+    );
+    assert!(
+        err.contains("converting again: made from other content"),
+        "{err}"
+    );
+    assert_eq!(events(&third), events(&first));
 }
 
 #[test]
@@ -448,7 +528,10 @@ fn profile_passes_on_the_programs_failure_and_applies_selection() {
     assert_no_panic(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     if err.contains("produced no report") || err.contains("QdstrmImporter was not found") {
-        eprintln!("skipping: this nsys cannot capture here: {err}");
+        common::skip(
+            "nsys-capture",
+            &format!("this nsys cannot capture here: {err}"),
+        );
         return;
     }
     assert_eq!(o.status.code(), Some(3), "{}", text(&o));
@@ -473,7 +556,10 @@ fn big_input(dir: &Path) -> Option<PathBuf> {
     let src = shared().join("bench/ai-profiler-firstOptimization.sqlite");
     let tool = shared().join("tools/amplify_trace.py");
     if !src.is_file() || !tool.is_file() {
-        eprintln!("skipping: {} or {} absent", src.display(), tool.display());
+        common::skip(
+            "corpus",
+            &format!("{} or {} absent", src.display(), tool.display()),
+        );
         return None;
     }
     let out = dir.join("big.sqlite");
@@ -486,7 +572,7 @@ fn big_input(dir: &Path) -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success());
     if !ok {
-        eprintln!("skipping: amplify_trace.py failed");
+        common::skip("corpus", "../shared/tools/amplify_trace.py failed");
         return None;
     }
     Some(out)
@@ -786,12 +872,12 @@ fn quoted_names_without_rowid_and_a_rowid_column() {
 #[test]
 fn gpu_tables_without_real_rowids_keep_every_row() {
     let Some(corpus) = common::corpus_dir() else {
-        eprintln!("skipping: ../shared/corpus absent");
+        common::skip("corpus", "../shared/corpus absent");
         return;
     };
     let src = corpus.join("martisu1631998__kmeans-parallel__report2.sqlite");
     if !src.is_file() {
-        eprintln!("skipping: {} absent", src.display());
+        common::skip("corpus", &format!("{} absent", src.display()));
         return;
     }
     let t = tempfile::tempdir().unwrap();
@@ -970,7 +1056,7 @@ fn a_full_tmpdir_is_named() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        eprintln!("skipping: cannot mount a tmpfs (not root?)");
+        common::skip("root", "cannot mount a tmpfs (not root?)");
         return;
     }
     let result = std::panic::catch_unwind(|| {

@@ -178,7 +178,7 @@ fn cpu_samples_are_exact_on_the_corpus() {
         assert_eq!(n, want.len(), "{name}: JSON samples");
     }
     if seen == 0 {
-        eprintln!("skipping: ../shared/corpus not found");
+        crate::common::skip("corpus", "../shared/corpus not found");
     }
 }
 
@@ -223,7 +223,7 @@ fn trace_metrics(t: &Trace, device: i64) -> BTreeMap<String, (usize, f64)> {
 #[test]
 fn gpu_metrics_are_exact_and_converted_once() {
     let Some(input) = corpus_file(METRICS_FILE) else {
-        eprintln!("skipping: ../shared/corpus not found");
+        crate::common::skip("corpus", "../shared/corpus not found");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -300,7 +300,7 @@ fn gpu_metrics_are_exact_and_converted_once() {
 #[test]
 fn gpu_metrics_from_generic_events_match_gpu_metrics() {
     let Some(input) = corpus_file(METRICS_FILE) else {
-        eprintln!("skipping: ../shared/corpus not found");
+        crate::common::skip("corpus", "../shared/corpus not found");
         return;
     };
     let dir = tempfile::tempdir().unwrap();

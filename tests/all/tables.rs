@@ -77,7 +77,7 @@ const TIME_COLUMNS: [&str; 3] = ["start", "timestamp", "rawTimestamp"];
 fn every_timed_table_with_rows_is_converted_or_excluded() {
     let files = corpus_files();
     if files.is_empty() {
-        eprintln!("skipped: ../shared/corpus not found (set NSYS_CORPUS)");
+        crate::common::skip("corpus", "../shared/corpus not found (set NSYS_CORPUS)");
         return;
     }
     let excluded: HashMap<&str, &str> = EXCLUDED.iter().copied().collect();
@@ -375,7 +375,7 @@ fn check(path: &Path, dir: &Path) -> (Vec<String>, Trace, BTreeMap<&'static str,
 fn corpus_tables_convert_exactly() {
     let files = corpus_files();
     if files.is_empty() {
-        eprintln!("skipped: ../shared/corpus not found (set NSYS_CORPUS)");
+        crate::common::skip("corpus", "../shared/corpus not found (set NSYS_CORPUS)");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -1826,8 +1826,10 @@ fn required(requirement: &str) -> bool {
 }
 
 /// Record that the running test (named after its thread, as libtest names it) skipped a check
-/// because `requirement` (`corpus`, `nsys`, `tpcheck`, `gcc`, `upstream-protos`) is missing
-/// here, and `why`. The line goes to the real standard error (past libtest's capture, so every
+/// because `requirement` (`corpus`, `nsys`, `tpcheck`, `gcc`, `upstream-protos`, `browser`:
+/// chromium and chromedriver, `root`: mounting file systems, `nsys-capture`: an nsys that can
+/// profile here, `older-nsys`) is missing here, and `why`. Every check that does not run goes
+/// through here, so `tests/zz_skips.rs` lists them all. The line goes to the real standard error (past libtest's capture, so every
 /// run shows it) and to [`skip_log`], once per test and reason. When `NSYS_PERFETTO_REQUIRE`
 /// names the requirement (CI, which has it), this panics instead: there a skip is a failure.
 pub fn skip(requirement: &str, why: &str) {

@@ -1,0 +1,498 @@
+//! What a trace or a cached export was made from, recorded inside it and checked before it is
+//! reused.
+//!
+//! A trace written by a conversion carries a [`Record`]: the tool and its version, the identity
+//! of the input the user named (the report, or the SQLite export) and the options that shape
+//! the content (types, filters, time range, processes, devices, colours, format). A later run
+//! reuses the trace only when all three match what it was asked; otherwise it converts again
+//! and says why. A file without a record (not written by this tool, or by a version that did
+//! not record one) is never reused.
+//!
+//! Where the record lives:
+//! * `.pftrace`: the last packet of the file, a `ChromeEventBundle` with one `ChromeMetadata`
+//!   entry named `nsys-perfetto` (trace_processor keeps it as metadata and draws nothing). It is
+//!   found by reading the file's last 64 KiB, not the whole trace.
+//! * `.json`: the last key of the top-level `otherData` object, `nsys-perfetto-provenance`.
+//! * Compressed outputs (`.gz`) and standard output carry none (it could not be read back
+//!   cheaply): they are always converted.
+//!
+//! The input's identity ([`FileId`]) is its size and a CRC-32 of its whole content, with the
+//! file's device, inode, modification and status-change times. While those stat fields are all
+//! unchanged the content cannot have changed (the kernel sets the status-change time on every
+//! write, and no call sets it back), so the check is one `stat`. When any differs (the file was
+//! touched, copied, restored with its old modification time, or rewritten), the content is
+//! read and its CRC compared: a copy with the same bytes is still recognised, and a file
+//! changed in place with its old size and modification time is not mistaken for the original.
+//! The CRC reads the input at about memory speed; a conversion reads all of it anyway.
+
+use crate::convert::{Options, OutputFormat};
+use crate::select::{EventType, NameFilter};
+use std::fmt::Write as _;
+use std::io::{Read, Seek, SeekFrom};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+/// The tool and version that wrote a record.
+pub const TOOL: &str = concat!("nsys-perfetto ", env!("CARGO_PKG_VERSION"));
+
+/// The `ChromeMetadata` name of the record in a `.pftrace`.
+pub const PFTRACE_KEY: &str = "nsys-perfetto";
+/// The `otherData` key of the record in a `.json` trace.
+pub const JSON_KEY: &str = "nsys-perfetto-provenance";
+
+/// How much of an output's end is read to find its record.
+const TAIL: u64 = 64 << 10;
+
+/// A file's content identity, with the stat fields that let an unchanged file be recognised
+/// without reading it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileId {
+    pub size: u64,
+    pub crc32: u32,
+    pub dev: u64,
+    pub ino: u64,
+    pub mtime_ns: i64,
+    pub ctime_ns: i64,
+}
+
+/// The stat fields of a [`FileId`]: (size, dev, ino, mtime, ctime).
+fn stat_of(m: &std::fs::Metadata) -> (u64, u64, u64, i64, i64) {
+    (
+        m.len(),
+        m.dev(),
+        m.ino(),
+        m.mtime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(m.mtime_nsec()),
+        m.ctime()
+            .saturating_mul(1_000_000_000)
+            .saturating_add(m.ctime_nsec()),
+    )
+}
+
+/// CRC-32 of a whole file.
+fn crc_of(path: &Path) -> std::io::Result<u32> {
+    let mut f = std::fs::File::open(path)?;
+    let mut crc = flate2::Crc::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match f.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        crc.update(&buf[..n]);
+    }
+    Ok(crc.sum())
+}
+
+impl FileId {
+    /// The identity of a regular file. `None` for anything else, or when it cannot be read, or
+    /// when it changed while being read.
+    pub fn of(path: &Path) -> Option<FileId> {
+        let before = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
+        let crc32 = crc_of(path).ok()?;
+        let after = std::fs::metadata(path).ok()?;
+        let (size, dev, ino, mtime_ns, ctime_ns) = stat_of(&before);
+        (stat_of(&after) == (size, dev, ino, mtime_ns, ctime_ns)).then_some(FileId {
+            size,
+            crc32,
+            dev,
+            ino,
+            mtime_ns,
+            ctime_ns,
+        })
+    }
+
+    /// Whether `path` holds the content this identity was taken of: unchanged stat fields, or
+    /// the same size and CRC.
+    pub fn matches(&self, path: &Path) -> bool {
+        let Ok(m) = std::fs::metadata(path) else {
+            return false;
+        };
+        if !m.is_file() || m.len() != self.size {
+            return false;
+        }
+        if stat_of(&m) == (self.size, self.dev, self.ino, self.mtime_ns, self.ctime_ns) {
+            return true;
+        }
+        crc_of(path).is_ok_and(|c| c == self.crc32)
+    }
+
+    fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "size": self.size,
+            "crc32": format!("{:08x}", self.crc32),
+            "dev": self.dev,
+            "ino": self.ino,
+            "mtime_ns": self.mtime_ns,
+            "ctime_ns": self.ctime_ns,
+        })
+    }
+
+    fn from_json(v: &serde_json::Value) -> Option<FileId> {
+        Some(FileId {
+            size: v.get("size")?.as_u64()?,
+            crc32: u32::from_str_radix(v.get("crc32")?.as_str()?, 16).ok()?,
+            dev: v.get("dev")?.as_u64()?,
+            ino: v.get("ino")?.as_u64()?,
+            mtime_ns: v.get("mtime_ns")?.as_i64()?,
+            ctime_ns: v.get("ctime_ns")?.as_i64()?,
+        })
+    }
+
+    /// As text, for records kept elsewhere (the export cache).
+    pub fn to_text(&self) -> String {
+        self.to_json().to_string()
+    }
+
+    pub fn from_text(text: &str) -> Option<FileId> {
+        FileId::from_json(&serde_json::from_str(text).ok()?)
+    }
+}
+
+/// What a trace was made from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Record {
+    /// [`TOOL`] of the writer.
+    pub tool: String,
+    /// The input's file name, for messages.
+    pub input_name: String,
+    pub input: FileId,
+    /// [`options_text`] of the conversion.
+    pub options: String,
+}
+
+impl Record {
+    /// The record of converting `origin` (what the user named: a report or an export) with
+    /// `opts`; `None` when `origin` cannot be read as a regular file.
+    pub fn new(origin: &Path, opts: &Options) -> Option<Record> {
+        Some(Record {
+            tool: TOOL.to_string(),
+            input_name: origin
+                .file_name()
+                .map(|n| n.to_string_lossy().to_string())
+                .unwrap_or_default(),
+            input: FileId::of(origin)?,
+            options: options_text(opts),
+        })
+    }
+
+    pub fn to_text(&self) -> String {
+        serde_json::json!({
+            "tool": self.tool,
+            "input_name": self.input_name,
+            "input": self.input.to_json(),
+            "options": self.options,
+        })
+        .to_string()
+    }
+
+    pub fn parse(text: &str) -> Option<Record> {
+        let v: serde_json::Value = serde_json::from_str(text).ok()?;
+        Some(Record {
+            tool: v.get("tool")?.as_str()?.to_string(),
+            input_name: v.get("input_name")?.as_str()?.to_string(),
+            input: FileId::from_json(v.get("input")?)?,
+            options: v.get("options")?.as_str()?.to_string(),
+        })
+    }
+}
+
+/// Nanoseconds as the shortest exact seconds text: `2s`, `3.5s`, `0.000000001s`.
+fn seconds(ns: i64) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let a = ns.unsigned_abs();
+    let (s, frac) = (a / 1_000_000_000, a % 1_000_000_000);
+    if frac == 0 {
+        return format!("{sign}{s}s");
+    }
+    let f = format!("{frac:09}");
+    format!("{sign}{s}.{}s", f.trim_end_matches('0'))
+}
+
+/// The options that shape a conversion's content, as the command line would give them (empty
+/// for the defaults). Equal texts mean equal content from equal input.
+pub fn options_text(opts: &Options) -> String {
+    let sel = &opts.selection;
+    let mut parts: Vec<String> = Vec::new();
+    if sel.types != EventType::defaults() {
+        let types: Vec<&str> = sel.types.iter().map(|t| t.name()).collect();
+        parts.push(format!("--types {}", types.join(",")));
+    }
+    if let Some(f) = &sel.nvtx_filter {
+        parts.push(match f {
+            NameFilter::Prefix(p) => format!("--nvtx-filter {p:?}"),
+            NameFilter::Regex(r) => format!("--nvtx-filter {:?}", format!("re:{r}")),
+        });
+    }
+    if let Some(t) = sel.time {
+        parts.push(format!(
+            "--time-range {}..{}",
+            t.start.map(seconds).unwrap_or_default(),
+            t.end.map(seconds).unwrap_or_default()
+        ));
+    }
+    let list = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+    if !sel.pids.is_empty() {
+        parts.push(format!("--pid {}", list(&sel.pids)));
+    }
+    if !sel.devices.is_empty() {
+        parts.push(format!("--device {}", list(&sel.devices)));
+    }
+    if !sel.nvtx_colors.is_empty() {
+        let mut s = String::from("{");
+        for (i, (re, c)) in sel.nvtx_colors.iter().enumerate() {
+            if i > 0 {
+                s.push_str(", ");
+            }
+            let _ = write!(s, "{:?}: \"#{c:06x}\"", re.as_str());
+        }
+        s.push('}');
+        parts.push(format!("--nvtx-color-scheme '{s}'"));
+    }
+    if opts.format == OutputFormat::Json {
+        parts.push("--format json".into());
+        if opts.json_colors {
+            parts.push("--json-colors".into());
+        }
+    }
+    parts.join(" ")
+}
+
+/// The options text for messages: "the default options" when empty.
+pub fn shown(options: &str) -> &str {
+    if options.is_empty() {
+        "the default options"
+    } else {
+        options
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// In the file
+
+fn varint(mut v: u64, out: &mut Vec<u8>) {
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn field(tag: u8, body: &[u8], out: &mut Vec<u8>) {
+    out.push(tag);
+    varint(body.len() as u64, out);
+    out.extend_from_slice(body);
+}
+
+/// The last packet of a `.pftrace`: `TracePacket { chrome_events (5): ChromeEventBundle {
+/// metadata (2): ChromeMetadata { name (1): "nsys-perfetto", string_value (2): text } } }`,
+/// framed as a `Trace.packet` (1).
+pub fn pftrace_trailer(text: &str) -> Vec<u8> {
+    let mut meta = Vec::new();
+    field(0x0A, PFTRACE_KEY.as_bytes(), &mut meta);
+    field(0x12, text.as_bytes(), &mut meta);
+    let mut bundle = Vec::new();
+    field(0x12, &meta, &mut bundle);
+    let mut packet = Vec::new();
+    field(0x2A, &bundle, &mut packet);
+    let mut out = Vec::new();
+    field(0x0A, &packet, &mut out);
+    out
+}
+
+fn read_tail(path: &Path) -> Option<Vec<u8>> {
+    let mut f = std::fs::File::open(path).ok()?;
+    let m = f.metadata().ok()?;
+    if !m.is_file() {
+        return None;
+    }
+    let from = m.len().saturating_sub(TAIL);
+    f.seek(SeekFrom::Start(from)).ok()?;
+    let mut tail = Vec::with_capacity((m.len() - from) as usize);
+    f.read_to_end(&mut tail).ok()?;
+    Some(tail)
+}
+
+fn find_last(hay: &[u8], needle: &[u8]) -> Vec<usize> {
+    let mut at: Vec<usize> = hay
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .map(|(i, _)| i)
+        .collect();
+    at.reverse();
+    at
+}
+
+/// The record text at the end of a `.pftrace`: the trailer that ends the file exactly.
+fn pftrace_record(tail: &[u8]) -> Option<String> {
+    let mut needle = vec![0x0A, PFTRACE_KEY.len() as u8];
+    needle.extend_from_slice(PFTRACE_KEY.as_bytes());
+    needle.push(0x12);
+    for at in find_last(tail, &needle) {
+        let text = &tail[at + needle.len()..];
+        // Skip the length varint; the text runs to the end of the file.
+        let Some(n) = text.iter().position(|b| b & 0x80 == 0) else {
+            continue;
+        };
+        let Ok(text) = std::str::from_utf8(&text[n + 1..]) else {
+            continue;
+        };
+        if tail.ends_with(&pftrace_trailer(text)) {
+            return Some(text.to_string());
+        }
+    }
+    None
+}
+
+/// The record text at the end of a JSON trace: the last `otherData` key, then `}}`.
+fn json_record(tail: &[u8]) -> Option<String> {
+    let needle = format!("\"{JSON_KEY}\":");
+    for at in find_last(tail, needle.as_bytes()) {
+        let Ok(rest) = std::str::from_utf8(&tail[at + needle.len()..]) else {
+            continue;
+        };
+        let mut de = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+        let Some(Ok(text)) = de.next() else { continue };
+        if rest[de.byte_offset()..].trim_end() == "}}" {
+            return Some(text);
+        }
+    }
+    None
+}
+
+/// Whether a record in `output` can be read back: a `.pftrace` or `.json` file (not a `.gz`,
+/// whose end is compressed, nor standard output). Only those carry one.
+pub fn readable(output: &Path) -> bool {
+    let name = output.to_string_lossy().to_ascii_lowercase();
+    name.ends_with(".pftrace") || name.ends_with(".json")
+}
+
+/// The record a trace carries, if it is a trace this tool wrote and can read back.
+pub fn read(output: &Path) -> Option<Record> {
+    if !readable(output) {
+        return None;
+    }
+    let tail = read_tail(output)?;
+    let name = output.to_string_lossy().to_ascii_lowercase();
+    let text = if name.ends_with(".json") {
+        json_record(&tail)?
+    } else {
+        pftrace_record(&tail)?
+    };
+    Record::parse(&text)
+}
+
+/// Whether an existing output may stand for converting `origin` with `opts`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reuse {
+    /// No output there.
+    Missing,
+    /// Made by this version from the same input content with the same options.
+    Same,
+    /// Must be converted again, because of this.
+    Differs(String),
+}
+
+/// Check the output `output` against converting `origin` with `opts`.
+pub fn check(output: &Path, origin: &Path, opts: &Options) -> Reuse {
+    if std::fs::symlink_metadata(output).is_err() {
+        return Reuse::Missing;
+    }
+    let Some(rec) = read(output) else {
+        return Reuse::Differs(format!(
+            "{} carries no record of what it was made from (not written by this version of \
+             nsys-perfetto)",
+            output.display()
+        ));
+    };
+    if rec.tool != TOOL {
+        return Reuse::Differs(format!("made by {}, this is {TOOL}", rec.tool));
+    }
+    let now = options_text(opts);
+    if rec.options != now {
+        return Reuse::Differs(format!(
+            "made with other options ({}; now {})",
+            shown(&rec.options),
+            shown(&now)
+        ));
+    }
+    if !rec.input.matches(origin) {
+        return Reuse::Differs(format!(
+            "made from other content ({} changed since)",
+            origin.display()
+        ));
+    }
+    Reuse::Same
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn trailer_round_trips_and_needs_the_end_of_the_file() {
+        let rec = r#"{"a":"b \u00e9"}"#.repeat(20);
+        let mut file = vec![0x0A, 3, 1, 2, 3];
+        file.extend(pftrace_trailer(&rec));
+        assert_eq!(pftrace_record(&file).as_deref(), Some(rec.as_str()));
+        // Anything after it (another packet) and it is not the record of this file.
+        file.extend([0x0A, 1, 0]);
+        assert_eq!(pftrace_record(&file), None);
+    }
+
+    #[test]
+    fn json_record_is_the_last_key() {
+        let text = "{\"x\":\"a\\\"b\"}";
+        let mut out = b"{\"traceEvents\":[\n],\"otherData\":{\"converter\":\"c\",".to_vec();
+        crate::output::json::push_str(&mut out, JSON_KEY);
+        out.push(b':');
+        crate::output::json::push_str(&mut out, text);
+        out.extend_from_slice(b"}}\n");
+        assert_eq!(json_record(&out).as_deref(), Some(text));
+        out.extend_from_slice(b"{}");
+        assert_eq!(json_record(&out), None);
+    }
+
+    #[test]
+    fn options_text_is_canonical() {
+        let mut o = Options::default();
+        assert_eq!(options_text(&o), "");
+        o.selection.types = EventType::parse_list(&["nvtx", "kernel"]).unwrap();
+        o.selection.time = Some(crate::select::TimeRange {
+            start: Some(2_000_000_000),
+            end: Some(3_500_000_000),
+        });
+        assert_eq!(
+            options_text(&o),
+            "--types kernel,nvtx --time-range 2s..3.5s"
+        );
+        assert_eq!(seconds(1), "0.000000001s");
+    }
+
+    #[test]
+    fn file_id_sees_a_rewrite_with_the_old_size_and_time() {
+        let d = tempfile::tempdir().unwrap();
+        let p = d.path().join("f");
+        std::fs::write(&p, b"aaaa").unwrap();
+        let id = FileId::of(&p).unwrap();
+        assert!(id.matches(&p));
+        let t = std::fs::metadata(&p).unwrap().modified().unwrap();
+        std::fs::write(&p, b"aaab").unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&p)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        assert!(!id.matches(&p));
+        // A copy elsewhere with the same bytes is the same content.
+        std::fs::write(&p, b"aaaa").unwrap();
+        let q = d.path().join("g");
+        std::fs::copy(&p, &q).unwrap();
+        assert!(id.matches(&q));
+    }
+}
