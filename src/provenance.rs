@@ -215,7 +215,23 @@ fn seconds(ns: i64) -> String {
 /// The options that shape a conversion's content, as the command line would give them (empty
 /// for the defaults). Equal texts mean equal content from equal input.
 pub fn options_text(opts: &Options) -> String {
-    let sel = &opts.selection;
+    // Every field named: a new option must be placed here or declared content-neutral.
+    let Options {
+        format,
+        json_colors,
+        progress: _,
+        selection: sel,
+        check: _,
+        analyze,
+    } = opts;
+    let crate::select::Selection {
+        types: _,
+        nvtx_filter: _,
+        time: _,
+        pids: _,
+        devices: _,
+        nvtx_colors: _,
+    } = sel;
     let mut parts: Vec<String> = Vec::new();
     if sel.types != EventType::defaults() {
         let types: Vec<&str> = sel.types.iter().map(|t| t.name()).collect();
@@ -252,11 +268,14 @@ pub fn options_text(opts: &Options) -> String {
         s.push('}');
         parts.push(format!("--nvtx-color-scheme '{s}'"));
     }
-    if opts.format == OutputFormat::Json {
+    if *format == OutputFormat::Json {
         parts.push("--format json".into());
-        if opts.json_colors {
+        if *json_colors {
             parts.push("--json-colors".into());
         }
+    }
+    if *analyze {
+        parts.push("--analyze".into());
     }
     parts.join(" ")
 }
