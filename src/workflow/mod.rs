@@ -18,6 +18,7 @@
 //!   only ranges that launched GPU work count.
 
 pub mod extract;
+pub mod reports;
 pub mod stats;
 pub mod sweep;
 
