@@ -19,6 +19,7 @@
 
 pub mod analyze;
 pub mod extract;
+pub mod reports;
 pub mod stats;
 pub mod sweep;
 

@@ -14,6 +14,7 @@
 //! `stats A B` compares two profiles name by name ([`compare`]): count and total of each, and the
 //! change from A to B.
 
+use super::reports::{KernelNames, ReportName, ReportOptions, ReportTable};
 use super::{Export, Kind, Output, Table, Unit, csv_line, json_f64, plain_f64};
 use anyhow::Result;
 use serde_json::json;
@@ -69,6 +70,13 @@ pub struct Stats {
     pub gpu_time: i64,
     /// One section per kind the export has (kinds with no table are left out).
     pub sections: Vec<Section>,
+    /// nsys' summary reports, as `nsys stats` computes them ([`super::reports`]): those asked
+    /// for, or nsys' default ones; reports whose tables the export lacks are left out.
+    pub reports: Vec<ReportTable>,
+    /// Rows shown per report in a table (0: all); CSV and JSON hold every row.
+    pub top: usize,
+    /// One report was asked for: CSV prints it alone, as `nsys stats --report NAME` does.
+    pub single_report: bool,
     /// Unified memory CPU page faults per process (most first); empty without faults.
     pub page_faults: Vec<PageFaults>,
     /// The functions CPU samples caught running (leaf frames), most first; empty without
@@ -294,6 +302,15 @@ impl Default for StatsOptions {
     }
 }
 
+/// Which of nsys' reports `stats` computes, and how.
+#[derive(Debug, Clone, Default)]
+pub struct ReportChoice {
+    /// nsys reports to compute, by name; empty: nsys' default ones.
+    pub reports: Vec<ReportName>,
+    /// How kernels are named in the kernel reports.
+    pub kernel_names: KernelNames,
+}
+
 /// The SQL function that groups NVTX names ([`group_name`]).
 pub const GROUP_NAME_FN: &str = "nsys_perfetto_group_name";
 
@@ -358,6 +375,16 @@ pub fn stats(path: &Path, opts: &StatsOptions) -> Result<Stats> {
 }
 
 pub fn stats_of(ex: &Export, path: &Path, opts: &StatsOptions) -> Result<Stats> {
+    stats_with(ex, path, opts, &ReportChoice::default())
+}
+
+/// [`stats_of`] with a choice of nsys reports.
+pub fn stats_with(
+    ex: &Export,
+    path: &Path,
+    opts: &StatsOptions,
+    choice: &ReportChoice,
+) -> Result<Stats> {
     let mut totals = Vec::new();
     let group = !opts.raw_names;
     if group {
@@ -434,10 +461,81 @@ pub fn stats_of(ex: &Export, path: &Path, opts: &StatsOptions) -> Result<Stats> 
         file: path.to_path_buf(),
         gpu_time,
         sections,
+        reports: {
+            super::reports::register_functions(&ex.conn)?;
+            let ropts = ReportOptions {
+                kernel_names: choice.kernel_names,
+                group_nvtx: group,
+            };
+            let names: Vec<ReportName> = if choice.reports.is_empty() {
+                super::reports::REPORTS
+                    .iter()
+                    .copied()
+                    .filter(|r| r.default)
+                    .collect()
+            } else {
+                choice.reports.clone()
+            };
+            let mut out = Vec::new();
+            for r in names {
+                if let Some(t) = super::reports::report(ex, r, &ropts)? {
+                    out.push(t);
+                }
+            }
+            out
+        },
+        top: opts.top,
+        single_report: choice.reports.len() == 1,
         page_faults: page_faults(ex)?,
         sampled_functions: sampled_functions(ex, opts.top)?,
         gpu_metrics: gpu_metrics(ex)?,
     })
+}
+
+/// One nsys report in our table look: its title, its columns with units, `top` rows (0: all).
+pub fn report_table(r: &ReportTable, unit: Unit, top: usize) -> String {
+    let mut s = format!(
+        "\n{} ({}): {} rows\n",
+        r.title,
+        r.name,
+        super::group_digits(&r.rows.len().to_string())
+    );
+    if r.rows.is_empty() {
+        s.push_str("  (none)\n");
+        return s;
+    }
+    let headers: Vec<(String, bool)> = r
+        .columns
+        .iter()
+        .map(|c| (c.header(unit), c.numeric()))
+        .collect();
+    let mut t = Table::new(
+        &headers
+            .iter()
+            .map(|(h, n)| (h.as_str(), *n))
+            .collect::<Vec<_>>(),
+    );
+    let shown = if top == 0 {
+        r.rows.len()
+    } else {
+        top.min(r.rows.len())
+    };
+    for row in &r.rows[..shown] {
+        t.rows.push(
+            row.iter()
+                .zip(&r.columns)
+                .map(|(v, c)| v.table(c.unit, unit))
+                .collect(),
+        );
+    }
+    s.push_str(&t.render());
+    if shown < r.rows.len() {
+        s.push_str(&format!(
+            "  ... {} more rows (--top 0 shows all)\n",
+            super::group_digits(&(r.rows.len() - shown).to_string())
+        ));
+    }
+    s
 }
 
 fn percent(part: i64, whole: i64) -> f64 {
@@ -464,62 +562,78 @@ impl Stats {
             self.file.display(),
             unit.fmt_int(self.gpu_time)
         );
-        for sec in &self.sections {
-            s.push_str(&format!(
-                "\n{}: {} events, {} names, total {} {u}; % of {}\n",
-                sec.kind.title(),
-                super::group_digits(&sec.count.to_string()),
-                super::group_digits(&sec.names.to_string()),
-                unit.fmt_int(sec.total),
-                sec.basis_label(),
-            ));
-            if sec.raw_names != sec.names {
-                s.push_str(&format!(
-                    "  ({} distinct names grouped by removing counters like ', seq = N', ', op_id = N'; --raw-names keeps them)\n",
-                    super::group_digits(&sec.raw_names.to_string())
-                ));
-            }
-            if sec.rows.is_empty() {
-                s.push_str("  (none)\n");
-                continue;
-            }
-            let (total_h, mean_h, med_h, min_h, max_h) = (
-                format!("Total ({u})"),
-                format!("Mean ({u})"),
-                format!("Median ({u})"),
-                format!("Min ({u})"),
-                format!("Max ({u})"),
-            );
-            let mut t = Table::new(&[
-                ("Time %", true),
-                (&total_h, true),
-                ("Count", true),
-                (&mean_h, true),
-                (&med_h, true),
-                (&min_h, true),
-                (&max_h, true),
-                ("Name", false),
-            ]);
-            for r in &sec.rows {
-                t.rows.push(vec![
-                    format!("{:.1}", r.percent),
-                    unit.fmt_int(r.total),
-                    super::group_digits(&r.count.to_string()),
-                    unit.fmt_f64(r.mean),
-                    unit.fmt_f64(r.median),
-                    unit.fmt_int(r.min),
-                    unit.fmt_int(r.max),
-                    r.name.clone(),
-                ]);
-            }
-            s.push_str(&t.render());
-            if (sec.rows.len() as u64) < sec.names {
-                s.push_str(&format!(
-                    "  ... {} more names (--top 0 shows all)\n",
-                    super::group_digits(&(sec.names - sec.rows.len() as u64).to_string())
-                ));
-            }
+        for r in &self.reports {
+            s.push_str(&report_table(r, unit, self.top));
         }
+        // The NVTX projection onto the GPU has no nsys report of this form: our own section.
+        for sec in self.sections.iter().filter(|s| s.kind == Kind::NvtxGpu) {
+            s.push_str(&self.section_table(sec, unit));
+        }
+        s.push_str(&self.extras_table());
+        s
+    }
+
+    fn section_table(&self, sec: &Section, unit: Unit) -> String {
+        let u = unit.as_str();
+        let mut s = format!(
+            "\n{}: {} events, {} names, total {} {u}; % of {}\n",
+            sec.kind.title(),
+            super::group_digits(&sec.count.to_string()),
+            super::group_digits(&sec.names.to_string()),
+            unit.fmt_int(sec.total),
+            sec.basis_label(),
+        );
+        if sec.raw_names != sec.names {
+            s.push_str(&format!(
+                "  ({} distinct names grouped by removing counters like ', seq = N', ', op_id = N'; --raw-names keeps them)\n",
+                super::group_digits(&sec.raw_names.to_string())
+            ));
+        }
+        if sec.rows.is_empty() {
+            s.push_str("  (none)\n");
+            return s;
+        }
+        let (total_h, mean_h, med_h, min_h, max_h) = (
+            format!("Total ({u})"),
+            format!("Mean ({u})"),
+            format!("Median ({u})"),
+            format!("Min ({u})"),
+            format!("Max ({u})"),
+        );
+        let mut t = Table::new(&[
+            ("Time %", true),
+            (&total_h, true),
+            ("Count", true),
+            (&mean_h, true),
+            (&med_h, true),
+            (&min_h, true),
+            (&max_h, true),
+            ("Name", false),
+        ]);
+        for r in &sec.rows {
+            t.rows.push(vec![
+                format!("{:.1}", r.percent),
+                unit.fmt_int(r.total),
+                super::group_digits(&r.count.to_string()),
+                unit.fmt_f64(r.mean),
+                unit.fmt_f64(r.median),
+                unit.fmt_int(r.min),
+                unit.fmt_int(r.max),
+                r.name.clone(),
+            ]);
+        }
+        s.push_str(&t.render());
+        if (sec.rows.len() as u64) < sec.names {
+            s.push_str(&format!(
+                "  ... {} more names (--top 0 shows all)\n",
+                super::group_digits(&(sec.names - sec.rows.len() as u64).to_string())
+            ));
+        }
+        s
+    }
+
+    fn extras_table(&self) -> String {
+        let mut s = String::new();
         if !self.page_faults.is_empty() {
             let total: u64 = self.page_faults.iter().map(|p| p.faults).sum();
             s.push_str(&format!(
@@ -591,34 +705,17 @@ impl Stats {
         s
     }
 
+    /// nsys' CSV: one report asked for is exactly what `nsys stats --report NAME --format csv`
+    /// prints (nothing when the export lacks its tables); otherwise each report is preceded by
+    /// a line `### NAME`.
     fn csv(&self) -> String {
-        let mut s = csv_line(&[
-            "kind",
-            "name",
-            "count",
-            "total_ns",
-            "mean_ns",
-            "median_ns",
-            "min_ns",
-            "max_ns",
-            "percent",
-            "percent_of",
-        ]);
-        for sec in &self.sections {
-            for r in &sec.rows {
-                s.push_str(&csv_line(&[
-                    sec.kind.as_str().to_string(),
-                    r.name.clone(),
-                    r.count.to_string(),
-                    r.total.to_string(),
-                    plain_f64(r.mean),
-                    plain_f64(r.median),
-                    r.min.to_string(),
-                    r.max.to_string(),
-                    plain_f64(r.percent),
-                    sec.basis_label().to_string(),
-                ]));
-            }
+        if self.single_report {
+            return self.reports.iter().map(ReportTable::csv).collect();
+        }
+        let mut s = String::new();
+        for r in &self.reports {
+            s.push_str(&format!("### {}\n", r.name));
+            s.push_str(&r.csv());
         }
         s
     }
@@ -645,6 +742,12 @@ impl Stats {
                     "max_ns": r.max,
                     "percent": json_f64(r.percent),
                 })).collect::<Vec<_>>(),
+            })).collect::<Vec<_>>(),
+            "reports": self.reports.iter().map(|r| json!({
+                "report": r.name,
+                "title": r.title,
+                "columns": r.columns.iter().map(|c| c.csv_header()).collect::<Vec<_>>(),
+                "rows": r.rows.iter().map(|row| row.iter().map(|c| c.json()).collect::<Vec<_>>()).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "um_cpu_page_faults": self.page_faults.iter().map(|p| json!({
                 "pid": p.pid,
@@ -937,9 +1040,29 @@ pub struct StatsArgs {
     /// two are compared side by side (count, total and change per name, B against A).
     #[arg(value_name = "PROFILE", required = true, num_args = 1..=2)]
     pub profiles: Vec<PathBuf>,
-    /// Names per kind of event (0: all).
-    #[arg(long, default_value_t = 10, value_name = "N")]
-    pub top: usize,
+    /// Rows per report in a table, names per kind of event in a comparison (0: all; default
+    /// 10). CSV and JSON hold every row unless --top is given.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// nsys reports to print, by nsys' names (`nsys stats --report`), comma-separated:
+    /// cuda_gpu_kern_sum, cuda_api_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum,
+    /// nvtx_sum, osrt_sum, um_sum, um_total_sum, um_cpu_page_faults_sum, openacc_sum,
+    /// openmp_sum, cuda_gpu_kern_gb_sum, cuda_kern_exec_sum. A kernel report may end in
+    /// `:base` or `:mangled`, as in nsys. Default: the ones nsys prints by default.
+    #[arg(
+        long = "report",
+        short = 'r',
+        value_name = "NAME[,NAME]",
+        value_delimiter = ','
+    )]
+    pub reports: Vec<String>,
+    /// Kernels under their base name (`shortName`, as the trace names their slices) instead of
+    /// the demangled one, as nsys' `:base`.
+    #[arg(long, conflicts_with = "mangled")]
+    pub base: bool,
+    /// Kernels under their mangled name where the export has it, as nsys' `:mangled`.
+    #[arg(long)]
+    pub mangled: bool,
     /// Keep NVTX names that differ only in counters (', seq = N', ', op_id = N') apart; by
     /// default they are grouped under the name without them.
     #[arg(long)]
@@ -949,25 +1072,72 @@ pub struct StatsArgs {
 }
 
 impl StatsArgs {
+    /// The reports asked for, and how kernels are named.
+    pub fn choice(&self) -> Result<ReportChoice> {
+        let mut kernel_names = if self.base {
+            KernelNames::Base
+        } else if self.mangled {
+            KernelNames::Mangled
+        } else {
+            KernelNames::Demangled
+        };
+        let mut reports = Vec::new();
+        for r in &self.reports {
+            let (name, option) = match r.trim().split_once(':') {
+                Some((n, o)) => (n, Some(o)),
+                None => (r.trim(), None),
+            };
+            let Some(rep) = super::reports::report_name(name) else {
+                let known: Vec<&str> = super::reports::REPORTS.iter().map(|r| r.name).collect();
+                anyhow::bail!("unknown report {name:?} (known: {})", known.join(", "));
+            };
+            match option {
+                None => {}
+                Some("base") if super::reports::names_kernels(name) => {
+                    kernel_names = KernelNames::Base
+                }
+                Some("mangled") if super::reports::names_kernels(name) => {
+                    kernel_names = KernelNames::Mangled
+                }
+                Some(o) => anyhow::bail!("report {name}: unknown option {o:?}"),
+            }
+            if !reports.contains(&rep) {
+                reports.push(rep);
+            }
+        }
+        Ok(ReportChoice {
+            reports,
+            kernel_names,
+        })
+    }
+
     pub fn run(&self) -> std::process::ExitCode {
-        let one = |path: &Path, top: usize| -> Result<Stats> {
+        let table = self.out.format() == Output::Table;
+        let top = self.top.unwrap_or(if table { 10 } else { 0 });
+        let one = |path: &Path, top: usize, choice: &ReportChoice| -> Result<Stats> {
             let ex = Export::open_with(path, &self.out.export_options())
                 .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
-            stats_of(
+            stats_with(
                 &ex,
                 path,
                 &StatsOptions {
                     top,
                     raw_names: self.raw_names,
                 },
+                choice,
             )
             .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))
         };
         let result = (|| -> Result<()> {
+            let choice = self.choice()?;
             let text = match self.profiles.as_slice() {
-                [a, b] => compare(&one(a, 0)?, &one(b, 0)?, self.top)
-                    .render(self.out.format(), self.out.unit),
-                [a] => one(a, self.top)?.render(self.out.format(), self.out.unit),
+                [a, b] => compare(
+                    &one(a, 0, &choice)?,
+                    &one(b, 0, &choice)?,
+                    self.top.unwrap_or(10),
+                )
+                .render(self.out.format(), self.out.unit),
+                [a] => one(a, top, &choice)?.render(self.out.format(), self.out.unit),
                 _ => anyhow::bail!("one or two profiles"),
             };
             self.out.emit(&text)

@@ -23,6 +23,7 @@ mod install;
 mod json_output;
 mod merge;
 mod nsys_e2e;
+mod nsys_stats;
 mod open_serve;
 mod projection_perf_check;
 mod proto_schema;

@@ -1,0 +1,924 @@
+//! nsys' own summary reports (`nsys stats -r NAME`), computed the way nsys 2023.4 computes them:
+//! the same SQL over the same tables (its report scripts, `target-linux-x64/reports/*.py`), with
+//! nsys' SQL functions `median` (the mean of the two middle values for an even count) and `stdev`
+//! (the sample standard deviation, 0 for one value) as Rust aggregates. Each report gives the
+//! same rows under the same names, in the same order, with the same column headers as
+//! `nsys stats --format csv`: a column's unit comes from its name's suffix in nsys' SQL
+//! (`:dur_ns` a time, `:ratio_%` a percentage, `:mem_B` a size, printed in MB).
+//!
+//! A report whose tables the export lacks is left out, as nsys skips it.
+
+use super::Export;
+use crate::nsys::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
+use anyhow::Result;
+
+/// A report nsys knows, by its name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReportName {
+    pub name: &'static str,
+    /// nsys' title of the report (`display_name`).
+    pub title: &'static str,
+    /// Printed by `nsys stats` without `--report`.
+    pub default: bool,
+}
+
+/// Every report computed here, in the order nsys prints its default ones.
+pub const REPORTS: [ReportName; 13] = [
+    ReportName {
+        name: "nvtx_sum",
+        title: "NVTX Range Summary",
+        default: true,
+    },
+    ReportName {
+        name: "osrt_sum",
+        title: "OS Runtime Summary",
+        default: true,
+    },
+    ReportName {
+        name: "cuda_api_sum",
+        title: "CUDA API Summary",
+        default: true,
+    },
+    ReportName {
+        name: "cuda_gpu_kern_sum",
+        title: "CUDA GPU Kernel Summary",
+        default: true,
+    },
+    ReportName {
+        name: "cuda_gpu_mem_time_sum",
+        title: "CUDA GPU MemOps Summary (by Time)",
+        default: true,
+    },
+    ReportName {
+        name: "cuda_gpu_mem_size_sum",
+        title: "CUDA GPU MemOps Summary (by Size)",
+        default: true,
+    },
+    ReportName {
+        name: "openmp_sum",
+        title: "OpenMP Summary",
+        default: true,
+    },
+    ReportName {
+        name: "um_sum",
+        title: "Unified Memory Analysis Summary",
+        default: true,
+    },
+    ReportName {
+        name: "um_total_sum",
+        title: "Unified Memory Totals Summary",
+        default: true,
+    },
+    ReportName {
+        name: "um_cpu_page_faults_sum",
+        title: "Unified Memory CPU Page Faults Summary",
+        default: true,
+    },
+    ReportName {
+        name: "openacc_sum",
+        title: "OpenACC Summary",
+        default: true,
+    },
+    ReportName {
+        name: "cuda_gpu_kern_gb_sum",
+        title: "CUDA GPU Kernel/Grid/Block Summary",
+        default: false,
+    },
+    ReportName {
+        name: "cuda_kern_exec_sum",
+        title: "CUDA Kernel Launch & Exec Time Summary",
+        default: false,
+    },
+];
+
+/// Whether a report lists kernels (and takes nsys' `:base` and `:mangled` options).
+pub fn names_kernels(name: &str) -> bool {
+    matches!(
+        name,
+        "cuda_gpu_kern_sum" | "cuda_gpu_kern_gb_sum" | "cuda_kern_exec_sum"
+    )
+}
+
+/// Look a report up by its nsys name.
+pub fn report_name(name: &str) -> Option<ReportName> {
+    REPORTS.iter().copied().find(|r| r.name == name)
+}
+
+/// Which name a kernel is listed under (nsys' `:base` and `:mangled` report options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelNames {
+    /// The demangled name with its template arguments and parameters (nsys' default).
+    #[default]
+    Demangled,
+    /// The function's base name (`shortName`), as the trace names kernel slices.
+    Base,
+    /// The mangled name, where the export has it (else the demangled one, as nsys).
+    Mangled,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ReportOptions {
+    pub kernel_names: KernelNames,
+    /// Group NVTX names that differ only in counters ([`super::stats::group_name`]).
+    pub group_nvtx: bool,
+}
+
+/// What a column holds, from the suffix of its name in nsys' SQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ColumnUnit {
+    Plain,
+    /// `:ratio_%`, printed with one decimal.
+    Percent,
+    /// `:dur_ns`, a time in ns.
+    Ns,
+    /// `:mem_B`, bytes, printed in MB (10^6 bytes) with three decimals.
+    Bytes,
+    /// `:thru_B`, bytes per second, printed in MB/s with three decimals.
+    BytesPerSecond,
+    /// `:addr_uint`, an address.
+    Address,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Column {
+    /// The name without its unit ("Total Time").
+    pub name: String,
+    pub unit: ColumnUnit,
+}
+
+impl Column {
+    fn parse(alias: &str) -> Column {
+        let (name, unit) = match alias.rsplit_once(':') {
+            Some((n, "ratio_%")) => (n, ColumnUnit::Percent),
+            Some((n, "dur_ns")) => (n, ColumnUnit::Ns),
+            Some((n, "mem_B")) => (n, ColumnUnit::Bytes),
+            Some((n, "thru_B")) => (n, ColumnUnit::BytesPerSecond),
+            Some((n, "addr_uint")) => (n, ColumnUnit::Address),
+            _ => (alias, ColumnUnit::Plain),
+        };
+        Column {
+            name: name.to_string(),
+            unit,
+        }
+    }
+
+    /// The header `nsys stats --format csv` prints ("Total Time (ns)", "Total (MB)").
+    pub fn csv_header(&self) -> String {
+        self.header(super::Unit::Ns)
+    }
+
+    /// The header with times in `unit`.
+    pub fn header(&self, unit: super::Unit) -> String {
+        match self.unit {
+            ColumnUnit::Plain | ColumnUnit::Address => self.name.clone(),
+            ColumnUnit::Percent => format!("{} (%)", self.name),
+            ColumnUnit::Ns => format!("{} ({})", self.name, unit.as_str()),
+            ColumnUnit::Bytes => format!("{} (MB)", self.name),
+            ColumnUnit::BytesPerSecond => format!("{} (MB/s)", self.name),
+        }
+    }
+
+    /// Whether a table right-aligns it.
+    pub fn numeric(&self) -> bool {
+        self.unit != ColumnUnit::Plain
+            || !matches!(self.name.as_str(), |"Name"| "Operation"
+                | "Range"
+                | "Style"
+                | "API Name"
+                | "Kernel Name"
+                | "GridXYZ"
+                | "BlockXYZ"
+                | "CPU Instruction Address")
+    }
+}
+
+/// One value of a report.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+}
+
+impl Cell {
+    pub fn as_f64(&self) -> Option<f64> {
+        match self {
+            Cell::Int(i) => Some(*i as f64),
+            Cell::Real(r) => Some(*r),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Cell::Text(t) => Some(t),
+            _ => None,
+        }
+    }
+
+    /// As `nsys stats --format csv` prints it in a column of this unit.
+    pub fn csv(&self, unit: ColumnUnit) -> String {
+        match (self, unit) {
+            (Cell::Null, _) => String::new(),
+            (Cell::Text(t), _) => t.clone(),
+            (v, ColumnUnit::Bytes | ColumnUnit::BytesPerSecond) => {
+                format!("{:.3}", v.as_f64().unwrap_or(0.0) / 1e6)
+            }
+            (Cell::Int(i), _) => i.to_string(),
+            (Cell::Real(r), _) => format!("{r:.1}"),
+        }
+    }
+
+    /// For a table: digits grouped, times in `unit`.
+    pub fn table(&self, col: ColumnUnit, unit: super::Unit) -> String {
+        match (self, col) {
+            (Cell::Null, _) => String::new(),
+            (Cell::Text(t), _) => t.clone(),
+            (Cell::Int(i), ColumnUnit::Ns) => unit.fmt_int(*i),
+            (Cell::Real(r), ColumnUnit::Ns) => unit.fmt_f64(*r),
+            (v, ColumnUnit::Bytes | ColumnUnit::BytesPerSecond) => {
+                super::fmt_decimals(v.as_f64().unwrap_or(0.0) / 1e6, 3)
+            }
+            (Cell::Int(i), ColumnUnit::Address) => format!("{i:#x}"),
+            (Cell::Int(i), _) => super::group_digits(&i.to_string()),
+            (Cell::Real(r), _) => super::fmt_decimals(*r, 1),
+        }
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        match self {
+            Cell::Null => serde_json::Value::Null,
+            Cell::Int(i) => (*i).into(),
+            Cell::Real(r) => super::json_f64(*r),
+            Cell::Text(t) => t.clone().into(),
+        }
+    }
+}
+
+/// One report's result.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReportTable {
+    /// nsys' name of the report (`cuda_gpu_kern_sum`).
+    pub name: &'static str,
+    pub title: &'static str,
+    pub columns: Vec<Column>,
+    pub rows: Vec<Vec<Cell>>,
+}
+
+impl ReportTable {
+    /// The index of the column named `name` (without unit).
+    pub fn column(&self, name: &str) -> Option<usize> {
+        self.columns.iter().position(|c| c.name == name)
+    }
+
+    /// The report as `nsys stats --format csv` writes it: a header, then one line per row; a
+    /// field is quoted only when it holds a comma, a quote or a line break.
+    pub fn csv(&self) -> String {
+        let line = |fields: Vec<String>| {
+            let mut l = fields
+                .iter()
+                .map(|f| {
+                    if f.contains([',', '"', '\n', '\r']) {
+                        format!("\"{}\"", f.replace('"', "\"\""))
+                    } else {
+                        f.clone()
+                    }
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            l.push('\n');
+            l
+        };
+        let mut s = line(self.columns.iter().map(Column::csv_header).collect());
+        for r in &self.rows {
+            s.push_str(&line(
+                r.iter()
+                    .zip(&self.columns)
+                    .map(|(v, c)| v.csv(c.unit))
+                    .collect(),
+            ));
+        }
+        s
+    }
+}
+
+/// nsys' `median`: the middle value, or the mean of the two middle ones; NULLs are ignored.
+struct Median;
+
+impl rusqlite::functions::Aggregate<Vec<f64>, Option<f64>> for Median {
+    fn init(&self, _: &mut rusqlite::functions::Context<'_>) -> rusqlite::Result<Vec<f64>> {
+        Ok(Vec::new())
+    }
+    fn step(
+        &self,
+        ctx: &mut rusqlite::functions::Context<'_>,
+        acc: &mut Vec<f64>,
+    ) -> rusqlite::Result<()> {
+        if let Some(v) = number(ctx.get_raw(0)) {
+            acc.push(v);
+        }
+        Ok(())
+    }
+    fn finalize(
+        &self,
+        _: &mut rusqlite::functions::Context<'_>,
+        acc: Option<Vec<f64>>,
+    ) -> rusqlite::Result<Option<f64>> {
+        let Some(mut v) = acc.filter(|v| !v.is_empty()) else {
+            return Ok(None);
+        };
+        let n = v.len();
+        let (_, hi, _) = v.select_nth_unstable_by(n / 2, f64::total_cmp);
+        let hi = *hi;
+        if n % 2 == 1 {
+            return Ok(Some(hi));
+        }
+        let lo = v[..n / 2].iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        Ok(Some((lo + hi) / 2.0))
+    }
+}
+
+/// nsys' `stdev`: the sample standard deviation (n - 1); 0 for a single value or none.
+struct Stdev;
+
+/// (count, mean, sum of squared differences), Welford's running form.
+type Welford = (u64, f64, f64);
+
+impl rusqlite::functions::Aggregate<Welford, Option<f64>> for Stdev {
+    fn init(&self, _: &mut rusqlite::functions::Context<'_>) -> rusqlite::Result<Welford> {
+        Ok((0, 0.0, 0.0))
+    }
+    fn step(
+        &self,
+        ctx: &mut rusqlite::functions::Context<'_>,
+        acc: &mut Welford,
+    ) -> rusqlite::Result<()> {
+        if let Some(x) = number(ctx.get_raw(0)) {
+            acc.0 += 1;
+            let d = x - acc.1;
+            acc.1 += d / acc.0 as f64;
+            acc.2 += d * (x - acc.1);
+        }
+        Ok(())
+    }
+    fn finalize(
+        &self,
+        _: &mut rusqlite::functions::Context<'_>,
+        acc: Option<Welford>,
+    ) -> rusqlite::Result<Option<f64>> {
+        Ok(match acc {
+            Some((n, _, m2)) if n > 1 => Some((m2 / (n - 1) as f64).sqrt()),
+            // nsys gives 0 for one value, and for a group whose values are all NULL.
+            Some(_) => Some(0.0),
+            None => None,
+        })
+    }
+}
+
+fn number(v: rusqlite::types::ValueRef<'_>) -> Option<f64> {
+    match v {
+        rusqlite::types::ValueRef::Integer(i) => Some(i as f64),
+        rusqlite::types::ValueRef::Real(r) => Some(r),
+        _ => None,
+    }
+}
+
+/// The aggregate functions the reports' SQL uses.
+pub const MEDIAN_FN: &str = "nsys_perfetto_median";
+/// Rounding as nsys' SQLite rounds: half away from zero on the value's 15 significant decimal
+/// digits, so that 30726.35 (stored as 30726.3499999...) rounds to 30726.4.
+pub const ROUND_FN: &str = "nsys_perfetto_round";
+
+/// [`ROUND_FN`] in Rust.
+pub fn nsys_round(x: f64, digits: i32) -> f64 {
+    if !x.is_finite() {
+        return x;
+    }
+    let scale = 10f64.powi(digits);
+    let y: f64 = format!("{:.14e}", x * scale).parse().unwrap_or(x * scale);
+    y.round() / scale
+}
+pub const STDEV_FN: &str = "nsys_perfetto_stdev";
+
+/// Register [`MEDIAN_FN`] and [`STDEV_FN`] (and the NVTX grouping function) on a connection.
+pub fn register_functions(conn: &rusqlite::Connection) -> Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    conn.create_aggregate_function(MEDIAN_FN, 1, flags, Median)?;
+    conn.create_aggregate_function(STDEV_FN, 1, flags, Stdev)?;
+    conn.create_scalar_function(ROUND_FN, 2, flags, |ctx| {
+        let digits: i32 = ctx.get(1)?;
+        Ok(number(ctx.get_raw(0)).map(|x| nsys_round(x, digits)))
+    })?;
+    super::stats::register_group_name(conn)?;
+    Ok(())
+}
+
+/// The label nsys gives a CUDA memcpy kind (`ENUM_CUDA_MEMCPY_OPER.label`), for exports without
+/// that table.
+pub fn memcpy_label(kind: i64) -> &'static str {
+    match kind {
+        1 => "Host-to-Device",
+        2 => "Device-to-Host",
+        3 => "Host-to-Array",
+        4 => "Array-to-Host",
+        5 => "Array-to-Array",
+        6 => "Array-to-Device",
+        7 => "Device-to-Array",
+        8 => "Device-to-Device",
+        9 => "Host-to-Host",
+        10 => "Peer-to-Peer",
+        11 => "Unified Host-to-Device",
+        12 => "Unified Device-to-Host",
+        13 => "Unified Device-to-Device",
+        _ => "Unknown",
+    }
+}
+
+/// nsys' name of a memory operation: `[CUDA memcpy Host-to-Device]`, `[CUDA memset]`.
+pub fn memory_op_name(copy_kind: Option<i64>, label: Option<&str>) -> String {
+    match copy_kind {
+        None => "[CUDA memset]".into(),
+        Some(k) => format!("[CUDA memcpy {}]", label.unwrap_or(memcpy_label(k))),
+    }
+}
+
+/// The SQL expression naming a memcpy row `m` by its copy kind, as nsys does.
+fn memcpy_name_sql(s: &Schema) -> (String, String) {
+    let kind = s.col_of(MEMCPY, "m", "copyKind");
+    if s.has_columns("ENUM_CUDA_MEMCPY_OPER", &["id", "label"]) {
+        (
+            format!(" JOIN main.ENUM_CUDA_MEMCPY_OPER mos ON mos.id = {kind}"),
+            "'[CUDA memcpy ' || mos.label || ']'".into(),
+        )
+    } else {
+        let cases: String = (0..=13)
+            .map(|k| format!(" WHEN {k} THEN '{}'", memcpy_label(k)))
+            .collect();
+        (
+            String::new(),
+            format!("'[CUDA memcpy ' || (CASE {kind}{cases} ELSE 'Unknown' END) || ']'"),
+        )
+    }
+}
+
+/// The SQL expression of an API name as `cuda_api_sum` shows it: a `_vNNNN` suffix of exactly
+/// six characters dropped (so `cudaLaunchKernel_v7000` becomes `cudaLaunchKernel`, while
+/// `cudaStreamIsCapturing_v10000` stays).
+fn api_name_sql(value: &str) -> String {
+    format!(
+        "CASE substr({value}, -6, 2) WHEN '_v' THEN substr({value}, 1, length({value}) - 6) \
+         ELSE {value} END"
+    )
+}
+
+/// [`api_name_sql`] in Rust.
+pub fn api_report_name(symbol: &str) -> &str {
+    let n = symbol.chars().count();
+    if n >= 6 {
+        let (i, _) = symbol.char_indices().nth(n - 6).expect("index");
+        if symbol[i..].starts_with("_v") {
+            return &symbol[..i];
+        }
+    }
+    symbol
+}
+
+/// Columns and rows of one query whose column names carry nsys' unit suffixes; columns whose
+/// name starts with `_` are left out, as nsys does.
+fn run_query(
+    ex: &Export,
+    name: &'static str,
+    title: &'static str,
+    sql: &str,
+) -> Result<ReportTable> {
+    let mut stmt = ex.conn.prepare(sql)?;
+    let keep: Vec<usize> = (0..stmt.column_count())
+        .filter(|&i| !stmt.column_name(i).is_ok_and(|n| n.starts_with('_')))
+        .collect();
+    let columns = keep
+        .iter()
+        .map(|&i| Column::parse(stmt.column_name(i).unwrap_or("")))
+        .collect();
+    let mut rows = Vec::new();
+    let mut q = stmt.query([])?;
+    while let Some(r) = q.next()? {
+        let mut row = Vec::with_capacity(keep.len());
+        for &i in &keep {
+            use rusqlite::types::ValueRef;
+            row.push(match r.get_ref(i)? {
+                ValueRef::Null => Cell::Null,
+                ValueRef::Integer(v) => Cell::Int(v),
+                ValueRef::Real(v) => Cell::Real(v),
+                ValueRef::Text(t) | ValueRef::Blob(t) => {
+                    Cell::Text(crate::nsys::utf8(t).into_owned())
+                }
+            });
+        }
+        rows.push(row);
+    }
+    Ok(ReportTable {
+        name,
+        title,
+        columns,
+        rows,
+    })
+}
+
+/// The summary columns nsys' duration reports share, over `{expr}` grouped rows.
+fn dur_aggregates(expr: &str) -> String {
+    format!(
+        "sum({expr}) AS total, count(*) AS num, avg({expr}) AS avg, {MEDIAN_FN}({expr}) AS med, \
+         min({expr}) AS min, max({expr}) AS max, {STDEV_FN}({expr}) AS stddev"
+    )
+}
+
+/// The output columns of a duration summary: percentage, total, count (named `count`), mean,
+/// median, min, max, standard deviation.
+fn dur_columns(count: &str) -> String {
+    format!(
+        "{ROUND_FN}(summary.total * 100.0 / (SELECT total FROM totals), 1) AS \"Time:ratio_%\", \
+         summary.total AS \"Total Time:dur_ns\", summary.num AS \"{count}\", \
+         {ROUND_FN}(summary.avg, 1) AS \"Avg:dur_ns\", {ROUND_FN}(summary.med, 1) AS \"Med:dur_ns\", \
+         summary.min AS \"Min:dur_ns\", summary.max AS \"Max:dur_ns\", \
+         {ROUND_FN}(summary.stddev, 1) AS \"StdDev:dur_ns\""
+    )
+}
+
+const TOTALS: &str = "totals AS (SELECT sum(total) AS total FROM summary)";
+
+/// `CUPTI_ACTIVITY_KIND_KERNEL` rows with their name: `SELECT k.*, name`.
+fn kernels_named(s: &Schema, names: KernelNames) -> String {
+    let col = match names {
+        KernelNames::Demangled => "demangledName",
+        KernelNames::Base => "shortName",
+        KernelNames::Mangled if s.has_column(KERNEL, "mangledName") => "mangledName",
+        KernelNames::Mangled => "demangledName",
+    };
+    let c = s.col_of(KERNEL, "k", col);
+    let d = s.col_of(KERNEL, "k", "demangledName");
+    format!(
+        "SELECT k.*, sid.value AS name FROM main.\"{KERNEL}\" k \
+         LEFT JOIN main.StringIds sid ON sid.id = coalesce({c}, {d})"
+    )
+}
+
+/// Compute one report; `None` when the export lacks its tables (nsys skips it then).
+pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option<ReportTable>> {
+    let s = &ex.schema;
+    let strings = s.has_columns("StringIds", &["id", "value"]);
+    let timed = |t: &str| s.has_columns(t, &["start", "end"]);
+    let sql = match r.name {
+        "cuda_gpu_kern_sum" | "cuda_gpu_kern_gb_sum" => {
+            if !strings || !timed(KERNEL) {
+                return Ok(None);
+            }
+            let gb = r.name == "cuda_gpu_kern_gb_sum";
+            let dims: Vec<String> = ["gridX", "gridY", "gridZ", "blockX", "blockY", "blockZ"]
+                .iter()
+                .map(|c| format!("{} AS {c}", s.col(KERNEL, c)))
+                .collect();
+            let (group_sel, group, cols) = if gb {
+                (
+                    format!(", {}", dims.join(", ")),
+                    ", gridX, gridY, gridZ, blockX, blockY, blockZ",
+                    ", printf('%4d %4d %4d', gridX, gridY, gridZ) AS \"GridXYZ\", \
+                     printf('%4d %4d %4d', blockX, blockY, blockZ) AS \"BlockXYZ\"",
+                )
+            } else {
+                (String::new(), "", "")
+            };
+            let dur = "\"end\" - start";
+            format!(
+                "WITH summary AS (SELECT name, {agg}{group_sel} FROM ({k}) GROUP BY 1{group}), \
+                 {TOTALS} SELECT {cols_d}{cols}, summary.name AS \"Name\" FROM summary \
+                 ORDER BY 2 DESC, 3, \"Name\"",
+                agg = dur_aggregates(dur),
+                k = kernels_named(s, opts.kernel_names),
+                cols_d = dur_columns("Instances"),
+            )
+        }
+        "cuda_api_sum" => {
+            if !strings || !timed(RUNTIME) {
+                return Ok(None);
+            }
+            format!(
+                "WITH summary AS (SELECT {name_id} AS nameId, {agg} FROM main.\"{RUNTIME}\" \
+                 GROUP BY 1), {TOTALS} SELECT {cols}, {name} AS \"Name\" FROM summary \
+                 LEFT JOIN main.StringIds ids ON ids.id = summary.nameId ORDER BY 2 DESC",
+                name_id = s.col(RUNTIME, "nameId"),
+                agg = dur_aggregates("\"end\" - start"),
+                cols = dur_columns("Num Calls"),
+                name = api_name_sql("ids.value"),
+            )
+        }
+        "osrt_sum" => {
+            if !strings || !timed("OSRT_API") {
+                return Ok(None);
+            }
+            format!(
+                "WITH summary AS (SELECT {name_id} AS nameId, {agg} FROM main.OSRT_API \
+                 WHERE {class} = 27 GROUP BY 1), {TOTALS} SELECT {cols}, ids.value AS \"Name\" \
+                 FROM summary LEFT JOIN main.StringIds ids ON ids.id = summary.nameId \
+                 ORDER BY 2 DESC",
+                name_id = s.col("OSRT_API", "nameId"),
+                class = s.col("OSRT_API", "eventClass"),
+                agg = dur_aggregates("\"end\" - start"),
+                cols = dur_columns("Num Calls"),
+            )
+        }
+        "cuda_gpu_mem_time_sum" | "cuda_gpu_mem_size_sum" => {
+            let by_size = r.name == "cuda_gpu_mem_size_sum";
+            let mut parts = Vec::new();
+            let value = |t: &str, alias: &str| {
+                if by_size {
+                    s.col_of(t, alias, "bytes")
+                } else {
+                    format!("{alias}.\"end\" - {alias}.start")
+                }
+            };
+            if timed(MEMCPY) {
+                let (join, name) = memcpy_name_sql(s);
+                parts.push(format!(
+                    "SELECT {name} AS name, {v} AS v FROM main.\"{MEMCPY}\" m{join}",
+                    v = value(MEMCPY, "m")
+                ));
+            }
+            if timed(MEMSET) {
+                parts.push(format!(
+                    "SELECT '[CUDA memset]' AS name, {v} AS v FROM main.\"{MEMSET}\" m",
+                    v = value(MEMSET, "m")
+                ));
+            }
+            if parts.is_empty() {
+                return Ok(None);
+            }
+            let summary = format!(
+                "WITH memops AS ({}), summary AS (SELECT name, {} FROM memops GROUP BY 1), \
+                 {TOTALS}",
+                parts.join(" UNION ALL "),
+                dur_aggregates("v")
+            );
+            if by_size {
+                format!(
+                    "{summary} SELECT summary.total AS \"Total:mem_B\", summary.num AS \"Count\", \
+                     summary.avg AS \"Avg:mem_B\", summary.med AS \"Med:mem_B\", \
+                     summary.min AS \"Min:mem_B\", summary.max AS \"Max:mem_B\", \
+                     summary.stddev AS \"StdDev:mem_B\", summary.name AS \"Operation\" \
+                     FROM summary ORDER BY 1 DESC"
+                )
+            } else {
+                format!(
+                    "{summary} SELECT {}, summary.name AS \"Operation\" FROM summary \
+                     ORDER BY 2 DESC",
+                    dur_columns("Count")
+                )
+            }
+        }
+        "nvtx_sum" => {
+            if !strings || !s.has_columns(NVTX, &["start", "end", "eventType"]) {
+                return Ok(None);
+            }
+            let col = |c: &str| s.col_of(NVTX, "ne", c);
+            let dcol = |c: &str| s.col(NVTX, c);
+            let tag = format!(
+                "CASE WHEN d.name NOT NULL AND sid.value IS NOT NULL THEN d.name || ':' || sid.value \
+                 WHEN d.name NOT NULL AND sid.value IS NULL THEN d.name || ':' || {text} \
+                 WHEN d.name IS NULL AND sid.value NOT NULL THEN sid.value ELSE {text} END",
+                text = col("text")
+            );
+            let tag = if opts.group_nvtx {
+                format!("{}({tag})", super::stats::GROUP_NAME_FN)
+            } else {
+                tag
+            };
+            format!(
+                "WITH domains AS (SELECT min(start), {dom} AS id, {tid} AS globalTid, \
+                   {txt} AS name FROM main.\"{NVTX}\" WHERE eventType = 75 GROUP BY 2, 3), \
+                 maxts AS (SELECT max(max(start), max(\"end\")) AS m FROM main.\"{NVTX}\"), \
+                 nvtx AS (SELECT coalesce(ne.\"end\", (SELECT m FROM maxts)) - ne.start AS duration, \
+                   {tag} AS tag, \
+                   CASE ne.eventType WHEN 59 THEN 'PushPop' WHEN 60 THEN 'StartEnd' \
+                     WHEN 70 THEN 'PushPop' WHEN 71 THEN 'StartEnd' ELSE 'Unknown' END AS style \
+                   FROM main.\"{NVTX}\" ne \
+                   LEFT JOIN domains d ON {ndom} = d.id \
+                     AND ({ntid} & 0x0000FFFFFF000000) = (d.globalTid & 0x0000FFFFFF000000) \
+                   LEFT JOIN main.StringIds sid ON {ntext_id} = sid.id \
+                   WHERE ne.eventType IN (59, 60, 70, 71)), \
+                 summary AS (SELECT tag AS name, style, {agg} FROM nvtx GROUP BY 1, 2), \
+                 {TOTALS} \
+                 SELECT {cols}, style AS \"Style\", name AS \"Range\" FROM summary ORDER BY 2 DESC",
+                dom = dcol("domainId"),
+                tid = dcol("globalTid"),
+                txt = dcol("text"),
+                ndom = col("domainId"),
+                ntid = col("globalTid"),
+                ntext_id = col("textId"),
+                agg = dur_aggregates("duration"),
+                cols = dur_columns("Instances"),
+            )
+        }
+        "um_sum" | "um_total_sum" => {
+            let cpu = "CUDA_UM_CPU_PAGE_FAULT_EVENTS";
+            let gpu = "CUDA_UM_GPU_PAGE_FAULT_EVENTS";
+            if !timed(MEMCPY)
+                || !s.has_columns(cpu, &["address"])
+                || !s.has_columns(gpu, &["address", "numberOfPageFaults"])
+            {
+                return Ok(None);
+            }
+            let va = s.col(MEMCPY, "virtualAddress");
+            let kind = s.col(MEMCPY, "copyKind");
+            let bytes = s.col(MEMCPY, "bytes");
+            if r.name == "um_sum" {
+                format!(
+                    "WITH cpuSummary AS (SELECT address AS virtualAddress, count(*) AS num \
+                       FROM main.{cpu} GROUP BY 1), \
+                     gpuSummary AS (SELECT address AS virtualAddress, sum(numberOfPageFaults) AS num \
+                       FROM main.{gpu} GROUP BY 1), \
+                     d2hTransferSummary AS (SELECT {va} AS virtualAddress, \
+                       sum(\"end\" - start) AS transferDuration, sum({bytes}) AS D2H \
+                       FROM main.\"{MEMCPY}\" WHERE {kind} = 12 GROUP BY 1), \
+                     h2dTransferSummary AS (SELECT {va} AS virtualAddress, \
+                       sum(\"end\" - start) AS transferDuration, sum({bytes}) AS H2D \
+                       FROM main.\"{MEMCPY}\" WHERE {kind} = 11 GROUP BY 1), \
+                     PageFaults AS (SELECT cpuSummary.virtualAddress AS address, \
+                       cpuSummary.num AS cpuPageFaults, gpuSummary.num AS gpuPageFaults \
+                       FROM cpuSummary LEFT JOIN gpuSummary USING (virtualAddress) \
+                       UNION ALL SELECT gpuSummary.virtualAddress AS address, \
+                       cpuSummary.num AS cpuPageFaults, gpuSummary.num AS gpuPageFaults \
+                       FROM gpuSummary LEFT JOIN cpuSummary USING (virtualAddress) \
+                       WHERE cpuSummary.virtualAddress IS NULL), \
+                     Migrations AS (SELECT d2h.virtualAddress AS address, d2h.D2H AS d2h, \
+                       h2d.H2D AS h2d, (ifnull(d2h.D2H, 0) + ifnull(h2d.H2D, 0)) * \
+                       (1000000000 / (ifnull(d2h.transferDuration, 0) + ifnull(h2d.transferDuration, 0))) AS tput \
+                       FROM d2hTransferSummary d2h LEFT JOIN h2dTransferSummary h2d USING (virtualAddress) \
+                       UNION ALL SELECT h2d.virtualAddress AS address, d2h.D2H AS d2h, \
+                       h2d.H2D AS h2d, (ifnull(d2h.D2H, 0) + ifnull(h2d.H2D, 0)) * \
+                       (1000000000 / (ifnull(d2h.transferDuration, 0) + ifnull(h2d.transferDuration, 0))) AS tput \
+                       FROM h2dTransferSummary h2d LEFT JOIN d2hTransferSummary d2h USING (virtualAddress) \
+                       WHERE d2h.virtualAddress IS NULL) \
+                     SELECT PageFaults.address AS \"Virtual Address:addr_uint\", \
+                       Migrations.h2d AS \"HtoD Migration size:mem_B\", \
+                       Migrations.d2h AS \"DtoH Migration size:mem_B\", \
+                       PageFaults.cpuPageFaults AS \"CPU Page Faults\", \
+                       PageFaults.gpuPageFaults AS \" GPU Page Faults\", \
+                       Migrations.tput AS \"Migration Throughput:thru_B\" \
+                     FROM PageFaults LEFT JOIN Migrations USING (address) \
+                     UNION ALL SELECT Migrations.address, Migrations.h2d, Migrations.d2h, \
+                       PageFaults.cpuPageFaults, PageFaults.gpuPageFaults, Migrations.tput \
+                     FROM Migrations LEFT JOIN PageFaults USING (address) \
+                     WHERE PageFaults.address IS NULL \
+                     ORDER BY 6 DESC LIMIT 10"
+                )
+            } else {
+                format!(
+                    "WITH cpuSummary AS (SELECT min(address) AS minVirtualAddress, \
+                       max(address) AS maxVirtualAddress, count(*) AS num FROM main.{cpu}), \
+                     gpuSummary AS (SELECT min(address) AS minVirtualAddress, \
+                       max(address) AS maxVirtualAddress, sum(numberOfPageFaults) AS num \
+                       FROM main.{gpu}), \
+                     d2hTransferSummary AS (SELECT min({va}) AS minVirtualAddress, \
+                       max({va}) AS maxVirtualAddress, sum(\"end\" - start) AS transferDuration, \
+                       sum({bytes}) AS D2H FROM main.\"{MEMCPY}\" WHERE {kind} = 12), \
+                     h2dTransferSummary AS (SELECT min({va}) AS minVirtualAddress, \
+                       max({va}) AS maxVirtualAddress, sum(\"end\" - start) AS transferDuration, \
+                       sum({bytes}) AS H2D FROM main.\"{MEMCPY}\" WHERE {kind} = 11), \
+                     ranges AS (SELECT min(cpu.minVirtualAddress, gpu.minVirtualAddress, \
+                       h2d.minVirtualAddress, d2h.minVirtualAddress) AS minAddr, \
+                       max(cpu.maxVirtualAddress, gpu.maxVirtualAddress, h2d.maxVirtualAddress, \
+                       d2h.maxVirtualAddress) AS maxAddr \
+                       FROM cpuSummary cpu, gpuSummary gpu, h2dTransferSummary h2d, \
+                       d2hTransferSummary d2h) \
+                     SELECT h2dTransferSummary.h2d AS \"Total HtoD Migration Size:mem_B\", \
+                       d2hTransferSummary.d2h AS \"Total DtoH Migration Size:mem_B\", \
+                       cpuSummary.num AS \"Total CPU Page Faults\", \
+                       gpuSummary.num AS \"Total GPU PageFaults\", \
+                       ranges.minAddr AS \"Minimum Virtual Address:addr_uint\", \
+                       ranges.maxAddr AS \"Maximum Virtual Address:addr_uint\" \
+                     FROM ranges, cpuSummary, gpuSummary, d2hTransferSummary, h2dTransferSummary"
+                )
+            }
+        }
+        "um_cpu_page_faults_sum" => {
+            let cpu = "CUDA_UM_CPU_PAGE_FAULT_EVENTS";
+            if !strings || !s.has_table(cpu) {
+                return Ok(None);
+            }
+            format!(
+                "WITH summary AS (SELECT {ins} AS sourceId, count(*) AS num FROM main.{cpu} \
+                 GROUP BY 1) SELECT summary.num AS \"CPU Page Faults\", \
+                 ids.value AS \"CPU Instruction Address\" FROM summary \
+                 LEFT JOIN main.StringIds ids ON ids.id = summary.sourceId ORDER BY 1 DESC",
+                ins = s.col(cpu, "CpuInstruction"),
+            )
+        }
+        "openacc_sum" => {
+            let mut tables: Vec<&str> = s
+                .tables()
+                .filter(|t| t.starts_with("CUPTI_ACTIVITY_KIND_OPENACC_") && t.len() > 28)
+                .collect();
+            tables.sort_unstable();
+            if !strings || tables.is_empty() {
+                return Ok(None);
+            }
+            let parts: Vec<String> = tables
+                .iter()
+                .map(|t| {
+                    format!(
+                        "SELECT start, \"end\", {}, {}, {} FROM main.\"{t}\"",
+                        s.col(t, "nameId"),
+                        s.col(t, "lineNo"),
+                        s.col(t, "srcFile")
+                    )
+                })
+                .collect();
+            format!(
+                "WITH openacc(start, \"end\", nameId, lineNo, srcFile) AS ({}), \
+                 summary AS (SELECT CASE WHEN srcFile NOT NULL \
+                   THEN nameIds.value || '@' || srcFileIds.value || ':' || lineNo \
+                   ELSE nameIds.value END AS name, {} FROM openacc \
+                   LEFT JOIN main.StringIds srcFileIds ON srcFileIds.id = srcFile \
+                   LEFT JOIN main.StringIds nameIds ON nameIds.id = nameId GROUP BY 1), \
+                 {TOTALS} SELECT {}, name AS \"Name\" FROM summary ORDER BY 2 DESC",
+                parts.join(" UNION ALL "),
+                dur_aggregates("\"end\" - start"),
+                dur_columns("Num Calls"),
+            )
+        }
+        "openmp_sum" => {
+            let mut tables: Vec<&str> = s
+                .tables()
+                .filter(|t| t.starts_with("OPENMP_EVENT_KIND_") && t.len() > 18)
+                .collect();
+            tables.sort_unstable();
+            if !strings || tables.is_empty() {
+                return Ok(None);
+            }
+            let parts: Vec<String> = tables
+                .iter()
+                .map(|t| {
+                    format!(
+                        "SELECT {} AS nameId, {} FROM main.\"{t}\" GROUP BY 1",
+                        s.col(t, "nameId"),
+                        dur_aggregates("\"end\" - start")
+                    )
+                })
+                .collect();
+            format!(
+                "WITH summary AS ({}), {TOTALS} SELECT {}, ids.value AS \"Name\" FROM summary \
+                 LEFT JOIN main.StringIds ids ON ids.id = summary.nameId ORDER BY 2 DESC",
+                parts.join(" UNION ALL "),
+                dur_columns("Count"),
+            )
+        }
+        "cuda_kern_exec_sum" => {
+            if !strings
+                || !s.has_columns(
+                    KERNEL,
+                    &["start", "end", "correlationId", "globalPid", "deviceId"],
+                )
+                || !s.has_columns(
+                    RUNTIME,
+                    &["start", "end", "correlationId", "globalTid", "nameId"],
+                )
+            {
+                return Ok(None);
+            }
+            let k = kernels_named(s, opts.kernel_names);
+            let agg = |p: &str, v: &str| {
+                format!(
+                    "{ROUND_FN}(avg({v}), 1) AS \"{p}Avg:dur_ns\", {ROUND_FN}({MEDIAN_FN}({v}), 1) AS \"{p}Med:dur_ns\", \
+                     min({v}) AS \"{p}Min:dur_ns\", max({v}) AS \"{p}Max:dur_ns\", \
+                     {ROUND_FN}({STDEV_FN}({v}), 1) AS \"{p}StdDev:dur_ns\""
+                )
+            };
+            format!(
+                "WITH runkern AS (SELECT (r.globalTid >> 24) & 0x00FFFFFF AS pid, \
+                   r.globalTid & 0x00FFFFFF AS tid, k.deviceId AS deviceId, \
+                   r.\"end\" - r.start AS ApiDur, \
+                   iif(k.start - r.\"end\" >= 0, k.start - r.\"end\", NULL) AS QueDur, \
+                   k.\"end\" - k.start AS KernDur, \
+                   max(r.\"end\", k.\"end\") - r.start AS totalDur, \
+                   {api} AS apiName, k.name AS kernName \
+                   FROM ({k}) k JOIN main.\"{RUNTIME}\" r ON k.correlationId = r.correlationId \
+                     AND k.globalPid = (r.globalTid & 0xFFFFFFFFFF000000) \
+                   LEFT JOIN main.StringIds rname ON r.nameId = rname.id) \
+                 SELECT pid AS PID, tid AS TID, deviceId AS DevId, count(*) AS Count, \
+                   count(QueDur) AS QCount, {t}, {a}, {q}, {kd}, apiName AS \"API Name\", \
+                   kernName AS \"Kernel Name\" FROM runkern GROUP BY 1, 2, 3, 26, 27 \
+                   ORDER BY 6 DESC",
+                api = api_name_sql("rname.value"),
+                t = agg("T", "totalDur"),
+                a = agg("A", "ApiDur"),
+                q = agg("Q", "QueDur"),
+                kd = agg("K", "KernDur"),
+            )
+        }
+        _ => anyhow::bail!("unknown report {:?}", r.name),
+    };
+    run_query(ex, r.name, r.title, &sql)
+        .map(Some)
+        .map_err(|e| e.context(format!("report {}", r.name)))
+}
