@@ -48,6 +48,31 @@ pub fn rank_from_environment(env: &str) -> Option<i64> {
     })
 }
 
+/// The `uname -m` name of an architecture as nsys records it (`CpuArchitecture`,
+/// `HardwarePlatform`): "x86_64", "aarch64"; `None` for a value that names none.
+pub fn machine_of(arch: &str) -> Option<&'static str> {
+    match arch.trim().to_ascii_lowercase().as_str() {
+        "x86_64" | "amd64" | "x64" | "x86-64" => Some("x86_64"),
+        "aarch64" | "arm64" | "armv8" | "arm64-v8a" | "aarch64_be" => Some("aarch64"),
+        "i386" | "i686" | "x86" => Some("i686"),
+        "armv7l" | "armv7" | "armeabi-v7a" => Some("armv7l"),
+        _ => None,
+    }
+}
+
+/// The architecture a kernel release names, as some distributions' builds do
+/// ("4.18.0-348.el8.x86_64", "5.10.120-tegra").
+pub fn machine_in_release(release: &str) -> Option<&'static str> {
+    let r = release.to_ascii_lowercase();
+    if r.contains("x86_64") || r.contains("amd64") {
+        Some("x86_64")
+    } else if r.contains("aarch64") || r.contains("arm64") || r.contains("tegra") {
+        Some("aarch64")
+    } else {
+        None
+    }
+}
+
 impl ProfileInfo {
     pub fn load(conn: &Connection, schema: &Schema) -> Result<ProfileInfo> {
         let mut info = ProfileInfo {
@@ -123,10 +148,12 @@ impl ProfileInfo {
         }
         if schema.has_columns("TARGET_INFO_SYSTEM_ENV", &["name", "value"]) {
             let mut env = None;
+            let (mut cpu_arch, mut platform) = (None, None);
             each_row(
                 conn,
                 "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV \
-                 WHERE name IN ('Hostname', 'DeviceEnvironment', 'SoftwareReleaseVersion')",
+                 WHERE name IN ('Hostname', 'DeviceEnvironment', 'SoftwareReleaseVersion', \
+                 'CpuArchitecture', 'HardwarePlatform')",
                 |r| match (text_at(r, 0).as_deref(), text_at(r, 1)) {
                     (Some("Hostname"), Some(v)) if !v.is_empty() => {
                         desc.host = Some(v.into_owned());
@@ -135,9 +162,17 @@ impl ProfileInfo {
                     (Some("SoftwareReleaseVersion"), Some(v)) if !v.is_empty() => {
                         desc.kernel_release = Some(v.into_owned());
                     }
+                    (Some("CpuArchitecture"), Some(v)) => cpu_arch = Some(v.into_owned()),
+                    (Some("HardwarePlatform"), Some(v)) => platform = Some(v.into_owned()),
                     _ => {}
                 },
             )?;
+            desc.machine = [cpu_arch.as_deref(), platform.as_deref()]
+                .into_iter()
+                .flatten()
+                .find_map(machine_of)
+                .or_else(|| desc.kernel_release.as_deref().and_then(machine_in_release))
+                .map(str::to_string);
             info.rank = env.as_deref().and_then(rank_from_environment);
         }
         load_nvtx_names(

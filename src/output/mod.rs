@@ -140,6 +140,8 @@ pub struct Placed {
     pub metadata: std::collections::BTreeMap<String, String>,
     /// The recorded machine's kernel release, when known.
     pub kernel_release: Option<String>,
+    /// The recorded machine's architecture (`uname -m`), when known.
+    pub machine: Option<String>,
 }
 
 /// Encoded bytes plus the process/thread descriptors that must precede them in the file.

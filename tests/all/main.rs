@@ -31,4 +31,5 @@ mod samples_metrics;
 mod sched;
 mod selection;
 mod tables;
+mod ui_view;
 mod workflow;
