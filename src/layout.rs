@@ -88,6 +88,8 @@ pub struct Router<'a, W: EventWriter> {
     context_tracks: std::collections::HashSet<(i64, u32)>,
     /// Counter tracks by owner (few per owner: found by a short scan, no allocation per value).
     counters: HashMap<CounterOwner, Vec<counters::Counter>>,
+    /// Each GPU's "GPU metrics" group track (below its streams), once this router made one.
+    metrics_groups: HashMap<i64, u64>,
     /// The sequence of this router's CPU samples, once one came.
     samples_seq: Option<u32>,
     /// Threads whose samples this router has written (their descriptors were required).
@@ -123,6 +125,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             context_tracks: Default::default(),
             cpu_group: None,
             counters: HashMap::new(),
+            metrics_groups: HashMap::new(),
             samples_seq: None,
             sample_threads: Default::default(),
             sched: Default::default(),
@@ -309,7 +312,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     "Synchronization (no stream)".to_string()
                 };
                 let (parent, _) = self.gpu_parent(device, global_pid, context);
-                (Some(parent), name, Some(stream))
+                // After every stream's, before the GPU's other tracks and its metrics.
+                let rank = stream.min(i64::from(i32::MAX) - 3);
+                (Some(parent), name, Some(rank))
             }
             GroupKey::Cpu { cpu } => {
                 let cpu = crate::model::without_source(cpu);
@@ -340,7 +345,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             } => (
                 Some(self.gpu_parent(device, global_pid, context).0),
                 kind.label().to_string(),
-                Some(i64::from(i32::MAX)),
+                Some(i64::from(i32::MAX) - 2),
             ),
             GroupKey::GlobalTrack { kind, .. } => (None, info.per_source(kind.label()), None),
             // Below the streams.
@@ -351,7 +356,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     info.bare_process_name(global_pid),
                     pid_of(global_pid)
                 ),
-                Some(i64::MAX),
+                Some(i64::from(i32::MAX) - 1),
             ),
         };
         // A thread's API calls go on the thread's own track (so its extra lanes hang under

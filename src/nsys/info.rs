@@ -175,13 +175,14 @@ impl ProfileInfo {
                 .map(str::to_string);
             info.rank = env.as_deref().and_then(rank_from_environment);
         }
-        load_nvtx_names(
+        let nvtx_threads = load_nvtx_names(
             conn,
             schema,
             strings.as_deref(),
             &mut desc,
             &mut info.nvtx_categories,
         )?;
+        name_by_program(&mut desc, &nvtx_threads);
         info.contexts = Contexts::load(conn, schema)?;
         desc.gpu_contexts = std::mem::take(&mut info.contexts.by_device);
         desc.strings = strings;
@@ -190,18 +191,70 @@ impl ProfileInfo {
     }
 }
 
+/// Processes that the export does not name (no `PROCESSES` row, or nsys' launcher) are named
+/// after their main thread; where the program named that thread through NVTX ("MPI Rank 4"),
+/// that is not the program: nsys shows the process by its executable (`jacobi`), which its
+/// other threads still carry as their OS name. The process is then named by the most common
+/// name among threads that NVTX did not name (not the profiler's own "[NSys]" threads; the
+/// lowest tid breaks a tie), and the NVTX name stays on the main thread.
+fn name_by_program(desc: &mut Description, nvtx_threads: &HashMap<i64, String>) {
+    let mut renamed: Vec<i64> = nvtx_threads
+        .keys()
+        .filter_map(|&gtid| {
+            let gp = global_pid_of(gtid);
+            let main = gp | crate::model::pid_of(gp);
+            (gtid == main
+                && !desc.process_names.contains_key(&gp)
+                && desc.thread_names.get(&main) == nvtx_threads.get(&main))
+            .then_some(gp)
+        })
+        .collect();
+    if renamed.is_empty() {
+        return;
+    }
+    renamed.sort_unstable();
+    // (process, name) -> (threads so named, lowest tid).
+    let mut counts: HashMap<(i64, &str), (usize, i64)> = HashMap::new();
+    for (&gtid, name) in &desc.thread_names {
+        let gp = global_pid_of(gtid);
+        if renamed.binary_search(&gp).is_err()
+            || nvtx_threads.contains_key(&gtid)
+            || name.is_empty()
+            || name.starts_with('[')
+        {
+            continue;
+        }
+        let c = counts.entry((gp, name.as_str())).or_insert((0, gtid));
+        c.0 += 1;
+        c.1 = c.1.min(gtid);
+    }
+    let mut best: HashMap<i64, (usize, i64, &str)> = HashMap::new();
+    for ((gp, name), (n, low)) in counts {
+        let b = best.entry(gp).or_insert((n, low, name));
+        if (n, std::cmp::Reverse(low)) > (b.0, std::cmp::Reverse(b.1)) {
+            *b = (n, low, name);
+        }
+    }
+    let names: Vec<(i64, String)> = best
+        .into_iter()
+        .map(|(gp, (_, _, name))| (gp, name.to_string()))
+        .collect();
+    desc.process_names.extend(names);
+}
+
 /// Domain (eventType 75), category (33) and thread-name (39) rows name things that the range
-/// rows refer to by number.
+/// rows refer to by number. Returns the threads NVTX named, with their names.
 fn load_nvtx_names(
     conn: &Connection,
     schema: &Schema,
     strings: Option<&dyn StringTable>,
     desc: &mut Description,
     categories: &mut HashMap<(i64, i64, i64), String>,
-) -> Result<()> {
+) -> Result<HashMap<i64, String>> {
+    let mut nvtx_threads = HashMap::new();
     {
         if !schema.has_columns(NVTX, &["eventType", "globalTid"]) {
-            return Ok(());
+            return Ok(nvtx_threads);
         }
         let sql = format!(
             "SELECT eventType, globalTid, {dom}, {cat}, text, {tid} FROM {NVTX} \
@@ -231,12 +284,13 @@ fn load_nvtx_names(
                     }
                 }
                 39 => {
-                    threads.entry(gtid).or_insert(name);
+                    threads.entry(gtid).or_insert_with(|| name.clone());
+                    nvtx_threads.insert(gtid, name);
                 }
                 _ => {}
             }
         })?;
-        Ok(())
+        Ok(nvtx_threads)
     }
 }
 

@@ -127,6 +127,8 @@ pub struct CounterTrack {
     pub unit: String,
     /// The category of its values (JSON writes it on each).
     pub category: crate::model::Category,
+    /// Order among siblings when the parent asks for explicit ordering.
+    pub rank: Option<i64>,
 }
 
 /// What the file's header and footer say of each source: its name among several, where its

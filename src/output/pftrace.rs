@@ -172,6 +172,9 @@ impl Format for Protobuf {
                 process: Some(ProcessDescriptor {
                     pid: Some(track.pid() as i32),
                     process_name: Some(info.process_name(gp)),
+                    // Among several reports (a merge, in rank order), the UI lists processes in
+                    // report order, as it does their GPUs, instead of by its activity measures.
+                    legacy_sort_index: info.label.is_some().then_some(source_of(gp) as i32),
                     ..Default::default()
                 }),
                 ..Default::default()
