@@ -363,6 +363,14 @@ impl<'a, W: EventWriter> Router<'a, W> {
         // it); every other group gets a track of its own under `parent`.
         let (lane0, parent, under_lane0) = match (key, parent) {
             (GroupKey::ThreadApi { .. }, Some(thread)) => (thread, None, true),
+            (GroupKey::GpuNvtx { global_tid, .. }, _) => {
+                let number = Some(crate::model::tid_of(global_tid));
+                (
+                    self.custom_numbered(parent, &name, rank, number),
+                    parent,
+                    false,
+                )
+            }
             _ => (self.custom(parent, &name, rank), parent, false),
         };
         self.writer.open_group(id, lane0, first_ts);
@@ -419,6 +427,16 @@ impl<'a, W: EventWriter> Router<'a, W> {
     }
 
     fn custom(&mut self, parent: Option<u64>, name: &str, rank: Option<i64>) -> u64 {
+        self.custom_numbered(parent, name, rank, None)
+    }
+
+    fn custom_numbered(
+        &mut self,
+        parent: Option<u64>,
+        name: &str,
+        rank: Option<i64>,
+        number: Option<i64>,
+    ) -> u64 {
         let uuid = self.ids.next_uuid();
         self.writer.describe(&CustomTrack {
             uuid,
@@ -426,6 +444,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             name: name.to_string(),
             rank,
             explicit_child_order: false,
+            number,
         });
         uuid
     }
@@ -454,6 +473,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             name: self.info.per_source("CPUs"),
             rank: None,
             explicit_child_order: true,
+            number: None,
         });
         self.summary.tracks += 1;
         self.cpu_group = Some(uuid);
@@ -705,6 +725,7 @@ fn place_in<W: EventWriter>(
                 name,
                 rank: group.rank,
                 explicit_child_order: false,
+                number: None,
             });
             group.lanes.push(Lane {
                 uuid,

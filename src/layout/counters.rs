@@ -116,6 +116,7 @@ impl<W: EventWriter> Router<'_, W> {
             name: "GPU metrics".to_string(),
             rank: Some(i64::from(i32::MAX)),
             explicit_child_order: true,
+            number: None,
         });
         self.summary.tracks += 1;
         self.metrics_groups.insert(device, uuid);

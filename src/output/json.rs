@@ -304,9 +304,9 @@ impl JsonWriter {
         }
         let (pid, tid) = (t.pid, t.tid.unwrap_or(t.pid));
         let mut name = format!("{}{}", t.name, t.suffix);
-        if t.natural && t.suffix.is_empty() {
+        if t.natural && t.suffix.is_empty() && name.ends_with(&format!(" {tid}")) {
             // "Stream 7" as "Stream" with tid 7: the UI appends the tid.
-            name.truncate(name.rfind(' ').unwrap_or(name.len()));
+            name.truncate(name.len() - format!(" {tid}").len());
         }
         if let Some(gt) = t.thread {
             name.push_str(" · ");
@@ -461,14 +461,19 @@ impl EventWriter for JsonWriter {
                 None => (pseudo_pid(parent), None, track.rank.unwrap_or(0)),
             },
         };
-        // A stream directly under its GPU, a CPU under "CPUs": its number as its tid, once per
-        // process.
+        // A stream directly under its GPU, a CPU under "CPUs", a GPU's NVTX track of a thread:
+        // its number as its tid, once per process.
         let natural = match WellKnown::from_uuid(parent) {
             Some(WellKnown::Gpu(_)) => true,
             None => self.tracks.get(&parent).is_some_and(|p| p.tid.is_none()),
             Some(_) => false,
         }
-        .then(|| natural_number(&name, track.rank))
+        .then(|| match track.number {
+            Some(n) => (1..i64::from(PSEUDO_TID_BASE))
+                .contains(&n)
+                .then_some(n as u32),
+            None => natural_number(&name, track.rank),
+        })
         .flatten()
         .filter(|&n| self.natural_tids.insert((pid, n)));
         self.tracks.insert(

@@ -114,6 +114,10 @@ pub struct CustomTrack {
     pub rank: Option<i64>,
     /// Children of this track are ordered by `rank` (GPU streams by stream id).
     pub explicit_child_order: bool,
+    /// A number that tells the track apart where a format can only show it with a number
+    /// (Perfetto's UI draws a JSON thread as "NAME TID"): for a GPU's NVTX track, the tid of
+    /// the thread whose ranges it projects. Stream and CPU tracks end their name with theirs.
+    pub number: Option<i64>,
 }
 
 /// A counter track (a GPU metric, bytes allocated) under a GPU or process track.

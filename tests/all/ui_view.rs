@@ -273,10 +273,11 @@ fn gpu_metrics_are_a_group_below_the_streams() {
 
 /// JSON tracks read "Stream 7 1073741849", "GPU 0 · NVIDIA A100-SX… 1879048190" and
 /// "CPU 8 1073741835" in Perfetto's UI, which draws a JSON thread as "NAME TID" and a process
-/// as "NAME PID": a stream is now the thread "Stream" with tid 7, a CPU "CPU" with tid 8, and
-/// the GPU the process "NVIDIA A100-SXM4-40GB · GPU" with pid 0, so that the UI draws
-/// "Stream 7", "CPU 8" and "NVIDIA A100-SXM4-40GB · GPU 0" (checked in the UI's own terms with
-/// trace_processor, which the UI queries).
+/// as "NAME PID": a stream is now the thread "Stream" with tid 7, a CPU "CPU" with tid 8, the
+/// GPU the process "NVIDIA A100-SXM4-40GB · GPU" with pid 0 and its NVTX track of a thread has
+/// that thread's tid, so that the UI draws "Stream 7", "CPU 8", "NVIDIA A100-SXM4-40GB · GPU 0"
+/// and "NVTX · MPI Rank 0 1230493" (checked in the UI's own terms with trace_processor, which
+/// the UI queries).
 #[test]
 fn json_tracks_read_as_nsys_names_them() {
     let Some(input) = corpus_file(SAXPY) else {
@@ -318,6 +319,18 @@ fn json_tracks_read_as_nsys_names_them() {
     let kernels: i64 = gpu.iter().filter(|r| r.1 == "Stream 7").map(|r| r.2).sum();
     // The export's 5 kernels and 15 memcpys on stream 7.
     assert_eq!(kernels, 20, "{gpu:?}");
+    // NVTX projected onto the GPU: drawn with its thread's tid, as the thread itself is drawn.
+    assert!(
+        gpu.iter()
+            .any(|r| r.1 == "NVTX · MPI Rank 0 1230493" && r.2 > 0),
+        "{gpu:?}"
+    );
+    assert!(
+        shown
+            .iter()
+            .any(|r| r.0 == "./saxpy-mpi-cuda 1230493" && r.1 == "MPI Rank 0 1230493"),
+        "{shown:?}"
+    );
     let cpus: Vec<&str> = shown
         .iter()
         .filter(|r| r.0.starts_with("CPUs "))
