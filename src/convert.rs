@@ -140,7 +140,10 @@ pub fn merge_sqlite(
             e.info.desc.session_start_utc_ns,
             e.info.desc.earliest_ns.unwrap_or(0).min(0),
         ));
-        kernels.push(e.info.desc.kernel_release.clone());
+        kernels.push((
+            e.info.desc.kernel_release.clone(),
+            e.info.desc.machine.clone(),
+        ));
     }
     let base = clocks.iter().filter_map(|c| c.0).min();
     let relative: Vec<i64> = clocks
@@ -164,13 +167,16 @@ pub fn merge_sqlite(
         .zip(&clocks)
         .zip(&offsets)
         .zip(kernels)
-        .map(|((((_, label), (utc, _)), &offset), kernel)| Placed {
-            label: Some(label.clone()),
-            offset,
-            session_start_utc_ns: *utc,
-            metadata: Default::default(),
-            kernel_release: kernel,
-        })
+        .map(
+            |((((_, label), (utc, _)), &offset), (kernel, machine))| Placed {
+                label: Some(label.clone()),
+                offset,
+                session_start_utc_ns: *utc,
+                metadata: Default::default(),
+                kernel_release: kernel,
+                machine,
+            },
+        )
         .collect();
     let floors: Vec<i64> = clocks.iter().map(|c| c.1).collect();
     let summary = run_format(Vec::new(), inputs, placed_all, &floors, output, opts, None)?;
@@ -257,6 +263,7 @@ fn placed(export: &Export, offset: i64) -> Placed {
         session_start_utc_ns: d.session_start_utc_ns,
         metadata: d.metadata.clone(),
         kernel_release: d.kernel_release.clone(),
+        machine: d.machine.clone(),
     }
 }
 

@@ -90,6 +90,8 @@ pub struct Router<'a, W: EventWriter> {
     context_tracks: std::collections::HashSet<(i64, u32)>,
     /// Counter tracks by owner (few per owner: found by a short scan, no allocation per value).
     counters: HashMap<CounterOwner, Vec<counters::Counter>>,
+    /// Each GPU's "GPU metrics" group track (below its streams), once this router made one.
+    metrics_groups: HashMap<i64, u64>,
     /// The sequence of this router's CPU samples, once one came.
     samples_seq: Option<u32>,
     /// Threads whose samples this router has written (their descriptors were required).
@@ -126,6 +128,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             cpu_group: None,
             analysis_group: None,
             counters: HashMap::new(),
+            metrics_groups: HashMap::new(),
             samples_seq: None,
             sample_threads: Default::default(),
             sched: Default::default(),
@@ -312,7 +315,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     "Synchronization (no stream)".to_string()
                 };
                 let (parent, _) = self.gpu_parent(device, global_pid, context);
-                (Some(parent), name, Some(stream))
+                // After every stream's, before the GPU's other tracks and its metrics.
+                let rank = stream.min(i64::from(i32::MAX) - 3);
+                (Some(parent), name, Some(rank))
             }
             GroupKey::Cpu { cpu } => {
                 let cpu = crate::model::without_source(cpu);
@@ -343,7 +348,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             } => (
                 Some(self.gpu_parent(device, global_pid, context).0),
                 kind.label().to_string(),
-                Some(i64::from(i32::MAX)),
+                Some(i64::from(i32::MAX) - 2),
             ),
             GroupKey::GlobalTrack { kind, .. } => (None, info.per_source(kind.label()), None),
             // One track per rule, in nsys' order, under one top-level group.
@@ -362,13 +367,21 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     info.bare_process_name(global_pid),
                     pid_of(global_pid)
                 ),
-                Some(i64::MAX),
+                Some(i64::from(i32::MAX) - 1),
             ),
         };
         // A thread's API calls go on the thread's own track (so its extra lanes hang under
         // it); every other group gets a track of its own under `parent`.
         let (lane0, parent, under_lane0) = match (key, parent) {
             (GroupKey::ThreadApi { .. }, Some(thread)) => (thread, None, true),
+            (GroupKey::GpuNvtx { global_tid, .. }, _) => {
+                let number = Some(crate::model::tid_of(global_tid));
+                (
+                    self.custom_numbered(parent, &name, rank, number),
+                    parent,
+                    false,
+                )
+            }
             _ => (self.custom(parent, &name, rank), parent, false),
         };
         self.writer.open_group(id, lane0, first_ts);
@@ -425,6 +438,16 @@ impl<'a, W: EventWriter> Router<'a, W> {
     }
 
     fn custom(&mut self, parent: Option<u64>, name: &str, rank: Option<i64>) -> u64 {
+        self.custom_numbered(parent, name, rank, None)
+    }
+
+    fn custom_numbered(
+        &mut self,
+        parent: Option<u64>,
+        name: &str,
+        rank: Option<i64>,
+        number: Option<i64>,
+    ) -> u64 {
         let uuid = self.ids.next_uuid();
         self.writer.describe(&CustomTrack {
             uuid,
@@ -432,6 +455,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             name: name.to_string(),
             rank,
             explicit_child_order: false,
+            number,
         });
         uuid
     }
@@ -460,6 +484,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             name: self.info.per_source("CPUs"),
             rank: None,
             explicit_child_order: true,
+            number: None,
         });
         self.summary.tracks += 1;
         self.cpu_group = Some(uuid);
@@ -733,6 +758,7 @@ fn place_in<W: EventWriter>(
                 name,
                 rank: group.rank,
                 explicit_child_order: false,
+                number: None,
             });
             group.lanes.push(Lane {
                 uuid,

@@ -525,6 +525,9 @@ pub struct Description {
     pub host: Option<String>,
     /// The recorded machine's kernel release (`uname -r`), when known.
     pub kernel_release: Option<String>,
+    /// The recorded machine's architecture as `uname -m` names it ("x86_64", "aarch64"), from
+    /// what nsys recorded of its CPU, else from the kernel release where that names it.
+    pub machine: Option<String>,
 }
 
 impl std::fmt::Debug for Description {
@@ -702,8 +705,9 @@ pub trait EventSink {
         Self: Sized;
 
     /// The (start, end) of a row that must be a slice, or `None` after counting why it cannot
-    /// be one: no timestamps, an end before its start. Times before the session start are
-    /// kept: nsys records scheduling and metrics while a session starts.
+    /// be one: no timestamps (readers read a time no trace can hold, past 2^62 ns, as none),
+    /// an end before its start. Times before the session start are kept: nsys records
+    /// scheduling and metrics while a session starts.
     fn interval(
         &mut self,
         table: &'static str,
@@ -713,7 +717,7 @@ pub trait EventSink {
         let reason = match (start, end) {
             (Some(s), Some(e)) if e >= s => return Some((s, e)),
             (Some(_), Some(_)) => "ends before it starts",
-            _ => "no start or end timestamp",
+            _ => "no start or end timestamp (missing, or past 2^62 ns)",
         };
         self.skip(table, reason);
         None

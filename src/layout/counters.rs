@@ -1,7 +1,8 @@
 //! Counter tracks and CPU samples: the parts of layout that are not slices.
 //!
-//! A counter track exists per (owner, name, unit): under its GPU's group track (GPU metrics,
-//! bytes allocated on a GPU) or under its process. Each counter track is a sequence of its own
+//! A counter track exists per (owner, name, unit): under its GPU's group track (bytes allocated
+//! on a GPU) or under its process. A GPU's metrics go in a "GPU metrics" group of their own,
+//! below the GPU's streams and in the order the reader gives them, as Nsight Systems shows them. Each counter track is a sequence of its own
 //! (one default track, an incremental clock), so its samples cost a few bytes each. A sample
 //! earlier than its track's last one (a table out of time order) opens a further sequence on
 //! the same track: Perfetto sorts counter values, so nothing moves or drops.
@@ -10,8 +11,10 @@
 //! samples of one reader share one sequence that interns their frames.
 
 use super::{Placement, Router};
-use crate::model::{CounterKey, CounterOwner, CounterSample, CpuSample, EventSink, with_source};
-use crate::output::{CounterTrack, EventWriter, WellKnown};
+use crate::model::{
+    Category, CounterKey, CounterOwner, CounterSample, CpuSample, EventSink, with_source,
+};
+use crate::output::{CounterTrack, CustomTrack, EventWriter, WellKnown};
 use anyhow::Result;
 
 /// One counter track of one router.
@@ -47,11 +50,18 @@ impl<W: EventWriter> Router<'_, W> {
         {
             Some(i) => i,
             None => {
-                let parent = match owner {
-                    CounterOwner::Gpu { device } => self.gpu_track(device),
+                let index = tracks.len() as i64;
+                let (parent, rank) = match owner {
+                    CounterOwner::Gpu { device } if s.category == Category::GpuMetric => {
+                        (self.metrics_group(device), Some(index))
+                    }
+                    // Below the streams, with the memory tracks.
+                    CounterOwner::Gpu { device } => {
+                        (self.gpu_track(device), Some(i64::from(i32::MAX) - 1))
+                    }
                     CounterOwner::Process { global_pid } => {
                         self.writer.require(WellKnown::Process(global_pid));
-                        WellKnown::Process(global_pid).uuid()
+                        (WellKnown::Process(global_pid).uuid(), None)
                     }
                 };
                 let uuid = self.ids.next_uuid();
@@ -61,6 +71,7 @@ impl<W: EventWriter> Router<'_, W> {
                     name: key.name.to_string(),
                     unit: key.unit.to_string(),
                     category: s.category,
+                    rank,
                 });
                 let seq = self.ids.next_sequence();
                 self.writer.open_group(seq, uuid, ts);
@@ -89,6 +100,27 @@ impl<W: EventWriter> Router<'_, W> {
         self.summary.count(s.category);
         self.tick();
         self.maybe_send(false)
+    }
+
+    /// A GPU's "GPU metrics" group: last under the GPU, below its streams, their sync tracks
+    /// and its memory, its counter tracks in explicit order.
+    fn metrics_group(&mut self, device: i64) -> u64 {
+        if let Some(&u) = self.metrics_groups.get(&device) {
+            return u;
+        }
+        let parent = self.gpu_track(device);
+        let uuid = self.ids.next_uuid();
+        self.writer.describe(&CustomTrack {
+            uuid,
+            parent: Some(parent),
+            name: "GPU metrics".to_string(),
+            rank: Some(i64::from(i32::MAX)),
+            explicit_child_order: true,
+            number: None,
+        });
+        self.summary.tracks += 1;
+        self.metrics_groups.insert(device, uuid);
+        uuid
     }
 
     pub(super) fn place_cpu_sample(&mut self, s: &CpuSample<'_>) -> Result<()> {

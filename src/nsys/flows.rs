@@ -344,7 +344,7 @@ pub fn prepare(
                         Ok(Some(start)),
                         Ok(Some(end)),
                         Ok(Some(device)),
-                    ] if end >= start => {
+                    ] if end >= start && start >= -nsys::MAX_TIME && end <= nsys::MAX_TIME => {
                         flags |= PROJECTS;
                         rec.get_or_insert([corr, gpid >> 24, *src, rid, start, end, device]);
                     }

@@ -48,6 +48,31 @@ pub fn rank_from_environment(env: &str) -> Option<i64> {
     })
 }
 
+/// The `uname -m` name of an architecture as nsys records it (`CpuArchitecture`,
+/// `HardwarePlatform`): "x86_64", "aarch64"; `None` for a value that names none.
+pub fn machine_of(arch: &str) -> Option<&'static str> {
+    match arch.trim().to_ascii_lowercase().as_str() {
+        "x86_64" | "amd64" | "x64" | "x86-64" => Some("x86_64"),
+        "aarch64" | "arm64" | "armv8" | "arm64-v8a" | "aarch64_be" => Some("aarch64"),
+        "i386" | "i686" | "x86" => Some("i686"),
+        "armv7l" | "armv7" | "armeabi-v7a" => Some("armv7l"),
+        _ => None,
+    }
+}
+
+/// The architecture a kernel release names, as some distributions' builds do
+/// ("4.18.0-348.el8.x86_64", "5.10.120-tegra").
+pub fn machine_in_release(release: &str) -> Option<&'static str> {
+    let r = release.to_ascii_lowercase();
+    if r.contains("x86_64") || r.contains("amd64") {
+        Some("x86_64")
+    } else if r.contains("aarch64") || r.contains("arm64") || r.contains("tegra") {
+        Some("aarch64")
+    } else {
+        None
+    }
+}
+
 impl ProfileInfo {
     pub fn load(conn: &Connection, schema: &Schema) -> Result<ProfileInfo> {
         let mut info = ProfileInfo {
@@ -123,10 +148,12 @@ impl ProfileInfo {
         }
         if schema.has_columns("TARGET_INFO_SYSTEM_ENV", &["name", "value"]) {
             let mut env = None;
+            let (mut cpu_arch, mut platform) = (None, None);
             each_row(
                 conn,
                 "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV \
-                 WHERE name IN ('Hostname', 'DeviceEnvironment', 'SoftwareReleaseVersion')",
+                 WHERE name IN ('Hostname', 'DeviceEnvironment', 'SoftwareReleaseVersion', \
+                 'CpuArchitecture', 'HardwarePlatform')",
                 |r| match (text_at(r, 0).as_deref(), text_at(r, 1)) {
                     (Some("Hostname"), Some(v)) if !v.is_empty() => {
                         desc.host = Some(v.into_owned());
@@ -135,18 +162,27 @@ impl ProfileInfo {
                     (Some("SoftwareReleaseVersion"), Some(v)) if !v.is_empty() => {
                         desc.kernel_release = Some(v.into_owned());
                     }
+                    (Some("CpuArchitecture"), Some(v)) => cpu_arch = Some(v.into_owned()),
+                    (Some("HardwarePlatform"), Some(v)) => platform = Some(v.into_owned()),
                     _ => {}
                 },
             )?;
+            desc.machine = [cpu_arch.as_deref(), platform.as_deref()]
+                .into_iter()
+                .flatten()
+                .find_map(machine_of)
+                .or_else(|| desc.kernel_release.as_deref().and_then(machine_in_release))
+                .map(str::to_string);
             info.rank = env.as_deref().and_then(rank_from_environment);
         }
-        load_nvtx_names(
+        let nvtx_threads = load_nvtx_names(
             conn,
             schema,
             strings.as_deref(),
             &mut desc,
             &mut info.nvtx_categories,
         )?;
+        name_by_program(&mut desc, &nvtx_threads);
         info.contexts = Contexts::load(conn, schema)?;
         desc.gpu_contexts = std::mem::take(&mut info.contexts.by_device);
         desc.strings = strings;
@@ -155,18 +191,70 @@ impl ProfileInfo {
     }
 }
 
+/// Processes that the export does not name (no `PROCESSES` row, or nsys' launcher) are named
+/// after their main thread; where the program named that thread through NVTX ("MPI Rank 4"),
+/// that is not the program: nsys shows the process by its executable (`jacobi`), which its
+/// other threads still carry as their OS name. The process is then named by the most common
+/// name among threads that NVTX did not name (not the profiler's own "[NSys]" threads; the
+/// lowest tid breaks a tie), and the NVTX name stays on the main thread.
+fn name_by_program(desc: &mut Description, nvtx_threads: &HashMap<i64, String>) {
+    let mut renamed: Vec<i64> = nvtx_threads
+        .keys()
+        .filter_map(|&gtid| {
+            let gp = global_pid_of(gtid);
+            let main = gp | crate::model::pid_of(gp);
+            (gtid == main
+                && !desc.process_names.contains_key(&gp)
+                && desc.thread_names.get(&main) == nvtx_threads.get(&main))
+            .then_some(gp)
+        })
+        .collect();
+    if renamed.is_empty() {
+        return;
+    }
+    renamed.sort_unstable();
+    // (process, name) -> (threads so named, lowest tid).
+    let mut counts: HashMap<(i64, &str), (usize, i64)> = HashMap::new();
+    for (&gtid, name) in &desc.thread_names {
+        let gp = global_pid_of(gtid);
+        if renamed.binary_search(&gp).is_err()
+            || nvtx_threads.contains_key(&gtid)
+            || name.is_empty()
+            || name.starts_with('[')
+        {
+            continue;
+        }
+        let c = counts.entry((gp, name.as_str())).or_insert((0, gtid));
+        c.0 += 1;
+        c.1 = c.1.min(gtid);
+    }
+    let mut best: HashMap<i64, (usize, i64, &str)> = HashMap::new();
+    for ((gp, name), (n, low)) in counts {
+        let b = best.entry(gp).or_insert((n, low, name));
+        if (n, std::cmp::Reverse(low)) > (b.0, std::cmp::Reverse(b.1)) {
+            *b = (n, low, name);
+        }
+    }
+    let names: Vec<(i64, String)> = best
+        .into_iter()
+        .map(|(gp, (_, _, name))| (gp, name.to_string()))
+        .collect();
+    desc.process_names.extend(names);
+}
+
 /// Domain (eventType 75), category (33) and thread-name (39) rows name things that the range
-/// rows refer to by number.
+/// rows refer to by number. Returns the threads NVTX named, with their names.
 fn load_nvtx_names(
     conn: &Connection,
     schema: &Schema,
     strings: Option<&dyn StringTable>,
     desc: &mut Description,
     categories: &mut HashMap<(i64, i64, i64), String>,
-) -> Result<()> {
+) -> Result<HashMap<i64, String>> {
+    let mut nvtx_threads = HashMap::new();
     {
         if !schema.has_columns(NVTX, &["eventType", "globalTid"]) {
-            return Ok(());
+            return Ok(nvtx_threads);
         }
         let sql = format!(
             "SELECT eventType, globalTid, {dom}, {cat}, text, {tid} FROM {NVTX} \
@@ -196,12 +284,13 @@ fn load_nvtx_names(
                     }
                 }
                 39 => {
-                    threads.entry(gtid).or_insert(name);
+                    threads.entry(gtid).or_insert_with(|| name.clone());
+                    nvtx_threads.insert(gtid, name);
                 }
                 _ => {}
             }
         })?;
-        Ok(())
+        Ok(nvtx_threads)
     }
 }
 

@@ -837,7 +837,9 @@ fn project_sql(
             "INSERT INTO gpu_link SELECT {s}, g.rowid, a.pkey, a.corr, g.deviceId, g.start, g.\"end\", \
              a.tid, a.start FROM src.\"{t}\" g \
              JOIN api_first a ON a.pkey = g.globalPid >> 24 AND a.corr = g.correlationId \
-             WHERE g.deviceId IS NOT NULL AND g.\"end\" >= g.start;\n"
+             WHERE g.deviceId IS NOT NULL AND g.\"end\" >= g.start \
+             AND g.start >= -{max} AND g.\"end\" <= {max};\n",
+            max = super::MAX_TIME
         );
     }
     let RangeCols {
@@ -869,6 +871,7 @@ fn project_sql(
            FROM src.NVTX_EVENTS r CROSS JOIN launch_dev l \
            ON l.tid = r.globalTid AND l.start BETWEEN r.start AND r.\"end\" \
            WHERE r.eventType IN ({PUSH_POP}, {START_END}) AND r.\"end\" >= r.start \
+             AND r.start >= -{max} AND r.\"end\" <= {max} \
            GROUP BY r.rowid, l.device;
          CREATE INDEX nvtx_gpu_start ON {NVTX_GPU}(gpu_start);
          CREATE INDEX nvtx_gpu_rid ON {NVTX_GPU}(nvtx_rid);
@@ -879,13 +882,15 @@ fn project_sql(
                  {name} AS name \
                  FROM src.NVTX_EVENTS r CROSS JOIN launch l \
                  ON l.tid = r.globalTid AND l.start BETWEEN r.start AND r.\"end\"{name_join} \
-                 WHERE r.eventType = {PUSH_POP} AND r.\"end\" >= r.start) \
+                 WHERE r.eventType = {PUSH_POP} AND r.\"end\" >= r.start \
+                   AND r.start >= -{max} AND r.\"end\" <= {max}) \
            GROUP BY pkey, corr;
          CREATE TABLE {KERNEL_NVTX}(src INTEGER NOT NULL, rid INTEGER NOT NULL, ranges TEXT NOT NULL, \
            PRIMARY KEY (src, rid)) WITHOUT ROWID;
          INSERT INTO {KERNEL_NVTX} SELECT g.src, g.rid, n.ranges FROM gpu_link g \
            JOIN launch_nvtx n ON n.pkey = g.pkey AND n.corr = g.corr ORDER BY g.src, g.rid;
-         DROP TABLE launch_nvtx; DROP TABLE launch; DROP TABLE launch_dev; DROP TABLE gpu_link;"
+         DROP TABLE launch_nvtx; DROP TABLE launch; DROP TABLE launch_dev; DROP TABLE gpu_link;",
+        max = super::MAX_TIME
     );
     conn.execute_batch(&sql)?;
     let count = |sql: &str| -> rusqlite::Result<u64> {
@@ -1552,7 +1557,8 @@ fn range_of(
     ) else {
         return Ok(false);
     };
-    if end < start {
+    // Times no trace can hold: the NVTX reader counts the range as skipped.
+    if end < start || start < -super::MAX_TIME || end > super::MAX_TIME {
         return Ok(false);
     }
     let text = match v.text {

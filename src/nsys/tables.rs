@@ -997,6 +997,8 @@ struct Row {
     plan: usize,
     start: Option<i64>,
     end: Option<i64>,
+    /// Whether the start, the end is a number past 2^62 ns either way.
+    impossible: [bool; 2],
     vals: Vec<Value>,
 }
 
@@ -1149,6 +1151,7 @@ fn next_row(rows: &mut super::Query<'_>, plan: usize, n: usize) -> Result<Option
         plan,
         start: super::int_at(r, 0),
         end: super::int_at(r, 1),
+        impossible: [0, 1].map(|i| super::int_at(r, i).is_some() && super::time_at(r, i).is_none()),
         vals: (0..n)
             .map(|i| Value::try_from(super::Fetch::fetch(r, i + 2)).unwrap_or(Value::Null))
             .collect(),
@@ -1171,6 +1174,14 @@ fn emit<S: EventSink>(plan: &Plan, row: &Row, markers: &HashSet<i64>, sink: &mut
         _ => None,
     };
     let marker = name_id.is_some_and(|id| markers.contains(&id));
+    if row.impossible[0] || plan.slices && !marker && row.impossible[1] {
+        // A start (or a slice's end) past 2^62 ns, such as a real 1e300: no trace can place it.
+        sink.skip(
+            table,
+            "no start or end timestamp (missing, or past 2^62 ns)",
+        );
+        return Ok(());
+    }
     let (start, end) = if plan.slices && row.end.is_some() && !marker {
         match sink.interval(table, row.start, row.end) {
             Some((s, e)) => (s, Some(e)),

@@ -64,6 +64,7 @@ impl Format for Json {
             strings: HashMap::new(),
             event_pseudo_pids: Default::default(),
             counters: HashMap::new(),
+            natural_tids: Default::default(),
         }
     }
 
@@ -111,13 +112,13 @@ impl Format for Json {
         match track {
             WellKnown::Gpu(device) => {
                 // A pseudo-process; GPUs sort before real processes, by device number.
-                let pid = gpu_pid(device);
+                let pid = gpu_pid(device, info);
                 metadata_name(
                     &mut out,
                     "process_name",
                     pid,
                     None,
-                    &info.gpu_label(without_source(device)),
+                    &gpu_process_name(device, info),
                 );
                 metadata_sort(
                     &mut out,
@@ -200,6 +201,8 @@ struct Track {
     sort_index: i64,
     /// Whether its metadata events have been written.
     named: bool,
+    /// Whether its tid is the number its name ends with (the name is written without it).
+    natural: bool,
 }
 
 struct GroupLanes {
@@ -227,6 +230,8 @@ pub struct JsonWriter {
     event_pseudo_pids: std::collections::HashSet<u32>,
     /// Counter tracks by uuid (see `samples`).
     counters: HashMap<u64, samples::JsonCounter>,
+    /// (pid, tid) taken by tracks whose tid is their number ([`natural_number`]).
+    natural_tids: std::collections::HashSet<(u32, u32)>,
 }
 
 /// A string id's text through a writer's cache; the cache starts over past 64k names.
@@ -263,7 +268,7 @@ impl JsonWriter {
                         (trace_pid_of(gp) as u32, trace_pid_of(gp) as u32)
                     }
                     Some(WellKnown::Gpu(d) | WellKnown::GpuContext { device: d, .. }) => {
-                        (gpu_pid(d), gpu_pid(d))
+                        (gpu_pid(d, &self.info), gpu_pid(d, &self.info))
                     }
                     // Never described (not expected): a named lane of its own all the same.
                     None => {
@@ -283,6 +288,7 @@ impl JsonWriter {
                     thread: None,
                     sort_index: 0,
                     named: true,
+                    natural: false,
                 };
                 self.tracks.insert(lane, track);
                 return (pid, tid);
@@ -305,6 +311,10 @@ impl JsonWriter {
         }
         let (pid, tid) = (t.pid, t.tid.unwrap_or(t.pid));
         let mut name = format!("{}{}", t.name, t.suffix);
+        if t.natural && t.suffix.is_empty() && name.ends_with(&format!(" {tid}")) {
+            // "Stream 7" as "Stream" with tid 7: the UI appends the tid.
+            name.truncate(name.len() - format!(" {tid}").len());
+        }
         if let Some(gt) = t.thread {
             name.push_str(" · ");
             name.push_str(&self.info.thread_name(gt));
@@ -413,6 +423,7 @@ impl EventWriter for JsonWriter {
                     thread: None,
                     sort_index: sort,
                     named: true,
+                    natural: false,
                 },
             );
             return;
@@ -431,7 +442,7 @@ impl EventWriter for JsonWriter {
             ),
             Some(WellKnown::Process(gp)) => (trace_pid_of(gp) as u32, None, nth),
             // A stream (or its lane) of a GPU, ordered by its rank (the stream id).
-            Some(WellKnown::Gpu(d)) => (gpu_pid(d), None, track.rank.unwrap_or(0)),
+            Some(WellKnown::Gpu(d)) => (gpu_pid(d, &self.info), None, track.rank.unwrap_or(0)),
             // A stream (or its lane) of one context of a GPU that has several: a thread of the
             // GPU named after its context ("Context 2 · Stream 7"), as JSON has no level
             // between a process and its threads; ordered by context, then by rank, after the
@@ -443,7 +454,11 @@ impl EventWriter for JsonWriter {
                     track.name
                 );
                 let rank = track.rank.unwrap_or(0).clamp(-1, (1 << 24) - 2);
-                (gpu_pid(device), None, ((i64::from(index) + 1) << 24) + rank)
+                (
+                    gpu_pid(device, &self.info),
+                    None,
+                    ((i64::from(index) + 1) << 24) + rank,
+                )
             }
             None => match self.tracks.get(&parent) {
                 // A stream (or its lane) of a GPU, ordered by its rank (the stream id).
@@ -453,17 +468,33 @@ impl EventWriter for JsonWriter {
                 None => (pseudo_pid(parent), None, track.rank.unwrap_or(0)),
             },
         };
+        // A stream directly under its GPU, a CPU under "CPUs", a GPU's NVTX track of a thread:
+        // its number as its tid, once per process.
+        let natural = match WellKnown::from_uuid(parent) {
+            Some(WellKnown::Gpu(_)) => true,
+            None => self.tracks.get(&parent).is_some_and(|p| p.tid.is_none()),
+            Some(_) => false,
+        }
+        .then(|| match track.number {
+            Some(n) => (1..i64::from(PSEUDO_TID_BASE))
+                .contains(&n)
+                .then_some(n as u32),
+            None => natural_number(&name, track.rank),
+        })
+        .flatten()
+        .filter(|&n| self.natural_tids.insert((pid, n)));
         self.tracks.insert(
             uuid,
             Track {
                 pid,
-                tid: Some(pseudo_tid(uuid)),
+                tid: Some(natural.unwrap_or_else(|| pseudo_tid(uuid))),
                 name,
                 suffix: String::new(),
                 parent: Some(parent),
                 thread,
                 sort_index: sort_index.clamp(i32::MIN as i64, i32::MAX as i64),
                 named: false,
+                natural: natural.is_some(),
             },
         );
     }
@@ -533,9 +564,54 @@ impl EventWriter for JsonWriter {
     }
 }
 
-/// GPUs' pseudo-processes: below the custom tracks' pseudo pids, apart from real pids.
-fn gpu_pid(device: i64) -> u32 {
-    PSEUDO_PID_BASE - 2 - ((source_of(device) as u32) << 8 | (without_source(device) as u32 & 0xFF))
+/// A GPU's pseudo-process. Perfetto's UI shows a process as "NAME PID": where it can, the pid
+/// is the device number itself, so "NVIDIA H100 · GPU" reads "NVIDIA H100 · GPU 0" there; that
+/// is, in a single report whose processes have no such pid. Otherwise (a merge, a real process
+/// 3 beside a GPU 3) a pseudo pid below the custom tracks' ones, apart from real pids.
+fn gpu_pid(device: i64, info: &Description) -> u32 {
+    match natural_gpu_pid(device, info) {
+        Some(pid) => pid,
+        None => {
+            PSEUDO_PID_BASE
+                - 2
+                - ((source_of(device) as u32) << 8 | (without_source(device) as u32 & 0xFF))
+        }
+    }
+}
+
+fn natural_gpu_pid(device: i64, info: &Description) -> Option<u32> {
+    if info.label.is_some() || source_of(device) != 0 || !(0..1 << 16).contains(&device) {
+        return None;
+    }
+    let taken = info
+        .process_names
+        .keys()
+        .chain(info.thread_names.keys())
+        .any(|&g| crate::model::pid_of(g) == device);
+    (!taken).then_some(device as u32)
+}
+
+/// The GPU's process name: "GPU 0 · NVIDIA H100", or with the device number as its pid,
+/// "NVIDIA H100 · GPU" (the UI appends the pid).
+fn gpu_process_name(device: i64, info: &Description) -> String {
+    if natural_gpu_pid(device, info).is_none() {
+        return info.gpu_label(without_source(device));
+    }
+    match info.gpu_names.get(&without_source(device)) {
+        Some(n) => format!("{n} · GPU"),
+        None => "GPU".to_string(),
+    }
+}
+
+/// Where Perfetto's UI would append an id to a track's name ("Stream 7 1073741849"), the id is
+/// the track's own number when its name ends in one that is free in its process: the thread is
+/// then named "Stream" with tid 7, and the UI shows "Stream 7". (Tid 0 reads as the process's
+/// main thread in Perfetto's JSON importer: never natural.)
+fn natural_number(name: &str, rank: Option<i64>) -> Option<u32> {
+    let rank = rank?;
+    let (_, n) = name.rsplit_once(' ')?;
+    (n.parse::<i64>().ok() == Some(rank) && (1..i64::from(PSEUDO_TID_BASE)).contains(&rank))
+        .then_some(rank as u32)
 }
 
 fn pseudo_pid(uuid: u64) -> u32 {

@@ -114,6 +114,10 @@ pub struct CustomTrack {
     pub rank: Option<i64>,
     /// Children of this track are ordered by `rank` (GPU streams by stream id).
     pub explicit_child_order: bool,
+    /// A number that tells the track apart where a format can only show it with a number
+    /// (Perfetto's UI draws a JSON thread as "NAME TID"): for a GPU's NVTX track, the tid of
+    /// the thread whose ranges it projects. Stream and CPU tracks end their name with theirs.
+    pub number: Option<i64>,
 }
 
 /// A counter track (a GPU metric, bytes allocated) under a GPU or process track.
@@ -127,6 +131,8 @@ pub struct CounterTrack {
     pub unit: String,
     /// The category of its values (JSON writes it on each).
     pub category: crate::model::Category,
+    /// Order among siblings when the parent asks for explicit ordering.
+    pub rank: Option<i64>,
 }
 
 /// What the file's header and footer say of each source: its name among several, where its
@@ -140,6 +146,8 @@ pub struct Placed {
     pub metadata: std::collections::BTreeMap<String, String>,
     /// The recorded machine's kernel release, when known.
     pub kernel_release: Option<String>,
+    /// The recorded machine's architecture (`uname -m`), when known.
+    pub machine: Option<String>,
 }
 
 /// Encoded bytes plus the process/thread descriptors that must precede them in the file.

@@ -43,15 +43,25 @@ const DESCRIPTOR_SEQUENCE: u32 = 1;
 #[derive(Debug, Clone, Default)]
 pub struct Protobuf {
     kernel: Option<(String, (u32, u32))>,
+    /// The architecture (`uname -m`): that source's where the kernel comes from a source,
+    /// else the first source's that recorded one. Without it, trace_processor warns that
+    /// syscalls cannot be decoded.
+    machine: Option<String>,
 }
 
 impl Protobuf {
     pub fn new(sources: &[Placed]) -> Protobuf {
+        let with_kernel = sources.iter().find_map(|p| {
+            let r = p.kernel_release.as_deref()?;
+            Some((p, r.to_string(), sched::kernel_version(r)?))
+        });
+        let machine = match &with_kernel {
+            Some((p, _, _)) => p.machine.clone(),
+            None => sources.iter().find_map(|p| p.machine.clone()),
+        };
         Protobuf {
-            kernel: sources.iter().find_map(|p| {
-                let r = p.kernel_release.as_deref()?;
-                Some((r.to_string(), sched::kernel_version(r)?))
-            }),
+            kernel: with_kernel.map(|(_, r, v)| (r, v)),
+            machine,
         }
     }
 }
@@ -85,8 +95,9 @@ impl Format for Protobuf {
         let Some(first) = sources.first() else {
             return out;
         };
-        if let Some((release, _)) = &self.kernel {
-            out.extend(sched::system_info(release));
+        let release = self.kernel.as_ref().map(|k| k.0.as_str());
+        if release.is_some() || self.machine.is_some() {
+            out.extend(sched::system_info(release, self.machine.as_deref()));
         }
         let zero = first.offset.max(0) as u64;
         if let Some(utc) = first.session_start_utc_ns {
@@ -161,6 +172,9 @@ impl Format for Protobuf {
                 process: Some(ProcessDescriptor {
                     pid: Some(track.pid() as i32),
                     process_name: Some(info.process_name(gp)),
+                    // Among several reports (a merge, in rank order), the UI lists processes in
+                    // report order, as it does their GPUs, instead of by its activity measures.
+                    legacy_sort_index: info.label.is_some().then_some(source_of(gp) as i32),
                     ..Default::default()
                 }),
                 ..Default::default()

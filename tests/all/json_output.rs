@@ -80,8 +80,21 @@ struct Trace {
 fn parse(bytes: &[u8]) -> Trace {
     let root: Value = serde_json::from_slice(bytes).expect("output is valid JSON");
     let list = root["traceEvents"].as_array().expect("traceEvents array");
-    // No placeholder: every object is a real event (none on pid 0, which is no process of ours).
-    assert!(list.iter().all(|e| e["pid"] != 0), "an event on pid 0");
+    // No placeholder: every object is a real event. Pid 0 is no real process: only GPU 0's
+    // pseudo-process can have it (Perfetto's UI then shows "... · GPU 0").
+    assert!(
+        list.iter().all(|e| e["ph"].is_string()),
+        "an object without a phase"
+    );
+    assert!(
+        list.iter().all(|e| e["pid"] != 0
+            || e["ph"] == "M"
+            || e["cat"].as_str().is_some_and(|c| c.starts_with("cuda.")
+                || c.starts_with("nvtx")
+                || c.starts_with("gpu")
+                || c == "flow")),
+        "an event of no GPU on pid 0"
+    );
     let mut t = Trace {
         events: Vec::new(),
         process_names: HashMap::new(),
@@ -400,13 +413,25 @@ fn check_structure(what: &str, summary: &Summary, t: &Trace) {
         }
     }
 
-    // Streams and lanes of one GPU have names of their own.
-    let mut gpu_threads: HashSet<(u64, &str)> = HashSet::new();
-    for ((pid, _), name) in &t.thread_names {
-        if *pid >= 0x7000_0000 {
+    // Streams and lanes of one GPU have names of their own: a stream's number is its tid
+    // where the name leaves it to the tid ("Stream" with tid 7: the UI shows "Stream 7").
+    let gpu = |pid: &u64| {
+        *pid >= 0x7000_0000
+            || t.process_names
+                .get(pid)
+                .is_some_and(|n| n == "GPU" || n.ends_with("· GPU"))
+    };
+    let mut gpu_threads: HashSet<(u64, String)> = HashSet::new();
+    for ((pid, tid), name) in &t.thread_names {
+        if gpu(pid) {
+            let shown = if *tid < 0x4000_0000 {
+                format!("{name} {tid}")
+            } else {
+                name.clone()
+            };
             assert!(
-                gpu_threads.insert((*pid, name)),
-                "{what}: two GPU threads named {name}"
+                gpu_threads.insert((*pid, shown.clone())),
+                "{what}: two GPU threads named {shown}"
             );
         }
     }

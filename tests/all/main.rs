@@ -35,4 +35,5 @@ mod sched;
 mod selection;
 mod tables;
 mod ui;
+mod ui_view;
 mod workflow;

@@ -204,15 +204,21 @@ fn sql_metrics(conn: &Connection) -> BTreeMap<String, (usize, f64)> {
 }
 
 fn trace_metrics(t: &Trace, device: i64) -> BTreeMap<String, (usize, f64)> {
+    // In the GPU's "GPU metrics" group, below its streams, as Nsight Systems shows them.
     let gpu = WellKnown::Gpu(device).uuid();
+    let group = t
+        .children(gpu)
+        .into_iter()
+        .find(|tr| tr.name.as_deref() == Some("GPU metrics"))
+        .map(|tr| tr.uuid);
     let mut out = BTreeMap::new();
     for tr in t
         .tracks
         .values()
-        .filter(|tr| tr.counter && tr.parent == Some(gpu))
+        .filter(|tr| tr.counter && tr.parent.is_some() && tr.parent == group)
     {
         let name = tr.name.clone().unwrap();
-        let vals = t.counter_values(gpu, &name);
+        let vals = t.counter_values(group.unwrap(), &name);
         let info = &t.counter_tracks[&tr.uuid];
         assert_eq!(info.categories, vec!["gpu.metric".to_string()]);
         out.insert(name, (vals.len(), vals.iter().map(|c| c.value).sum()));

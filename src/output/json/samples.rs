@@ -23,9 +23,15 @@ pub(super) struct JsonCounter {
 impl JsonWriter {
     pub(super) fn write_counter_track(&mut self, track: &CounterTrack) {
         let pid = match WellKnown::from_uuid(track.parent) {
-            Some(WellKnown::Gpu(d) | WellKnown::GpuContext { device: d, .. }) => gpu_pid(d),
+            Some(WellKnown::Gpu(d) | WellKnown::GpuContext { device: d, .. }) => {
+                gpu_pid(d, &self.info)
+            }
             Some(WellKnown::Process(gp) | WellKnown::Thread(gp)) => trace_pid_of(gp) as u32,
-            None => super::pseudo_pid(track.parent),
+            // Under a custom track (a GPU's "GPU metrics" group): on that track's process.
+            None => match self.tracks.get(&track.parent) {
+                Some(t) => t.pid,
+                None => super::pseudo_pid(track.parent),
+            },
         };
         let key = if track.unit.is_empty() {
             "value".to_string()

@@ -115,6 +115,9 @@ impl ProtoWriter {
                 categories: vec![track.category.as_str().to_string()],
                 ..Default::default()
             }),
+            sibling_order_rank: track
+                .rank
+                .map(|r| r.clamp(i32::MIN as i64, i32::MAX as i64) as i32),
             ..Default::default()
         };
         frame(&super::descriptor_packet(desc), &mut self.out.data);

@@ -86,12 +86,13 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 /// The SystemInfo packet naming the kernel, so trace_processor decodes `prev_state` as written.
-pub fn system_info(release: &str) -> Vec<u8> {
+pub fn system_info(release: Option<&str>, machine: Option<&str>) -> Vec<u8> {
     let packet = TracePacket {
         data: Some(trace_packet::Data::SystemInfo(SystemInfo {
             utsname: Some(Utsname {
-                sysname: Some("Linux".to_string()),
-                release: Some(release.to_string()),
+                sysname: release.map(|_| "Linux".to_string()),
+                release: release.map(str::to_string),
+                machine: machine.map(str::to_string),
                 ..Default::default()
             }),
         })),
