@@ -62,6 +62,9 @@ pub struct OpenArgs {
     /// served on http://127.0.0.1:10000/ until Ctrl-C.
     #[arg(long, value_name = "DIR")]
     pub ui: Option<PathBuf>,
+    /// Port of the local UI with --native --ui (tests; trace processors accept 10000).
+    #[arg(long, hide = true, default_value_t = crate::serve::ui_dir::LOCAL_UI_PORT)]
+    pub ui_port: u16,
     /// Port to serve on (tests; the UI accepts only 9001).
     #[arg(long, hide = true, default_value_t = PERFETTO_PORT)]
     pub port: u16,
@@ -500,9 +503,19 @@ impl OpenArgs {
             params.push_str(&format!("&rpc_port={}", self.port));
         }
         params.push_str(link_params);
+        // Offline: the local UI build on its own port (one the trace processor accepts as an
+        // origin by default), while the trace processor holds the trace.
+        let local_ui = match &self.ui {
+            Some(dir) => Some(crate::serve::ui_dir::Background::start(
+                &crate::serve::ui_dir::UiDir::open(dir)?,
+                self.ui_port,
+            )?),
+            None => None,
+        };
+        let ui = local_ui.as_ref().map_or(UI, |b| b.origin.as_str());
         let url = match params.strip_prefix('&') {
-            Some(p) => format!("{UI}/#!/?{p}"),
-            None => format!("{UI}/#!/"),
+            Some(p) => format!("{ui}/#!/?{p}"),
+            None => format!("{ui}/#!/"),
         };
         eprintln!(
             "{} loads {} and serves it on 127.0.0.1:{}; in the UI, choose \"Use the loaded trace\" \
@@ -512,6 +525,16 @@ impl OpenArgs {
             self.port
         );
         self.announce(&url);
+        if let Some(b) = &local_ui {
+            let port = b.origin.rsplit(':').next().unwrap_or_default();
+            eprintln!(
+                "the UI is served from {} (Ctrl-C stops it too); from another machine forward both \
+                 ports: ssh -L {port}:127.0.0.1:{port} -L {p}:127.0.0.1:{p} {}",
+                b.origin,
+                host_name(),
+                p = self.port
+            );
+        }
         signal::install();
         let deadline = self
             .timeout

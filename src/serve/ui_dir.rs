@@ -212,6 +212,57 @@ pub fn open_with_local_ui(
     }
 }
 
+/// A UI build served alone in the background (for `open --native --ui`: the trace is in the
+/// native trace processor, the UI only needs its files). Stops when dropped.
+pub struct Background {
+    pub origin: String,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Background {
+    pub fn start(ui: &UiDir, port: u16) -> Result<Background> {
+        let listener = super::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port)))
+            .map_err(|e| anyhow!("{e:#} (the local UI for --native --ui needs it)"))?;
+        let origin = format!("http://127.0.0.1:{}", listener.local_addr()?.port());
+        let stop = Arc::new(AtomicBool::new(false));
+        let handler: Arc<http::Handler> = {
+            let ui = ui.clone();
+            Arc::new(move |req: &mut http::Request| {
+                if !req.header("host").is_some_and(super::loopback_host) {
+                    return Response::text(403, "only for 127.0.0.1");
+                }
+                if !matches!(req.method.as_str(), "GET" | "HEAD") {
+                    return Response::text(405, "read-only");
+                }
+                ui.respond(&req.path)
+            })
+        };
+        let thread = {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                if let Err(e) = http::run(&listener, handler, stop, 64) {
+                    eprintln!("error: the local UI's server: {e}");
+                }
+            })
+        };
+        Ok(Background {
+            origin,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Background {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -62,6 +62,27 @@ pub fn ui_ready() -> Option<PathBuf> {
     None
 }
 
+/// Take the machine-wide turn on the ports v58 and the native engine use (9001: the trace
+/// processor, 10000: the UI), and wait until nothing else (another worktree's run) holds them.
+fn fixed_ports_turn() -> std::fs::File {
+    let lock = std::fs::File::create(std::env::temp_dir().join("nsys-perfetto-ui58.lock")).unwrap();
+    lock.lock().unwrap();
+    let end = std::time::Instant::now() + std::time::Duration::from_secs(300);
+    loop {
+        let free = [9001u16, 10000]
+            .iter()
+            .all(|p| std::net::TcpListener::bind(("127.0.0.1", *p)).is_ok());
+        if free {
+            return lock;
+        }
+        assert!(
+            std::time::Instant::now() < end,
+            "ports 9001 and 10000 stayed busy for 5 minutes (another Perfetto UI run?)"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+}
+
 /// One trace of the sample and what it is.
 struct Sample {
     trace: PathBuf,
@@ -404,9 +425,7 @@ fn corpus_sample_loads_cleanly_in_perfettos_ui() {
             run_loader(cmd, "uiload.py (v52)")
         });
         // v58 serves on the fixed ports 9001 and 10000: one run at a time on this machine.
-        let lock =
-            std::fs::File::create(std::env::temp_dir().join("nsys-perfetto-ui58.lock")).unwrap();
-        lock.lock().unwrap();
+        let lock = fixed_ports_turn();
         let mut cmd = Command::new("bash");
         cmd.arg(&run58).arg("--depth").arg("2");
         if let Some(shots) = std::env::var_os("NSYS_PERFETTO_UI_SHOTS") {
@@ -563,7 +582,18 @@ impl Running {
 }
 
 impl Drop for Running {
+    /// Ctrl-C first (so that `open --native` stops its trace processor), then a kill.
     fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .arg("-INT")
+                .arg(self.child.id().to_string())
+                .status();
+            let end = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::time::Instant::now() < end && matches!(self.child.try_wait(), Ok(None)) {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -790,4 +820,100 @@ fn serve_ui_serves_a_local_build_beside_the_page() {
         "{r}"
     );
     drop(run);
+}
+
+#[test]
+fn open_native_ui_serves_the_local_build_beside_the_trace_processor() {
+    let tp = common::manifest_dir().join("../shared/tools/perfetto/bin/trace_processor_shell");
+    if !tp.is_file() {
+        skip("tpcheck", &format!("{} not found", tp.display()));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let ui = made_ui(dir.path());
+    let trace = dir.path().join("w.pftrace");
+    cli(&[
+        common::fixture("nvtx_workload.sqlite").to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+    ]);
+    let (tp_port, ui_port) = (free_port(), free_port());
+    let (a, b) = (tp_port.to_string(), ui_port.to_string());
+    let (run, stdout) = Running::start(&[
+        "open",
+        "--native",
+        "--ui",
+        ui.to_str().unwrap(),
+        "--trace-processor",
+        tp.to_str().unwrap(),
+        "--no-browser",
+        "--port",
+        &a,
+        "--ui-port",
+        &b,
+        "--timeout",
+        "60",
+        trace.to_str().unwrap(),
+    ]);
+    let mut link = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut link).unwrap();
+    assert_eq!(
+        link.trim(),
+        format!("http://127.0.0.1:{ui_port}/#!/?rpc_port={tp_port}"),
+        "the local UI, told where the trace processor is"
+    );
+    let (st, _, body) = http("GET", ui_port, "/", &format!("127.0.0.1:{ui_port}"));
+    assert!(st == 200 && String::from_utf8_lossy(&body).contains("made for the test"));
+    assert_eq!(http("GET", ui_port, "/../secret.txt", "localhost").0, 404);
+    wait_listening(tp_port);
+    let (st, err) = run.interrupt();
+    assert!(st.success(), "{st}: {err}");
+    assert!(
+        err.contains(&format!(
+            "ssh -L {ui_port}:127.0.0.1:{ui_port} -L {tp_port}"
+        )),
+        "{err}"
+    );
+
+    // The v58.2 UI (built without its WASM engine) on the native engine, as an offline site
+    // with a big trace would run it: on the ports it expects, one user of them at a time.
+    if ui_ready().is_none() {
+        return;
+    }
+    let tarball = ui_tools().join("v58/perfetto-ui-v58.2.tar.gz");
+    if !tarball.is_file() {
+        skip("ui", &format!("{} not found", tarball.display()));
+        return;
+    }
+    let st = Command::new("tar")
+        .arg("-xzf")
+        .arg(&tarball)
+        .arg("-C")
+        .arg(dir.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let lock = fixed_ports_turn();
+    let (run, stdout) = Running::start(&[
+        "open",
+        "--native",
+        "--ui",
+        dir.path().join("dist").to_str().unwrap(),
+        "--trace-processor",
+        tp.to_str().unwrap(),
+        "--no-browser",
+        "--timeout",
+        "180",
+        trace.to_str().unwrap(),
+    ]);
+    let mut link = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut link).unwrap();
+    assert_eq!(link.trim(), "http://127.0.0.1:10000/#!/");
+    wait_listening(9001);
+    let r = browser(&["native", link.trim()]);
+    assert_shown("open --native --ui (v58.2)", &r, "./nvtx_workload");
+    assert_eq!(r["engine_mode"], "HTTP_RPC", "{r}");
+    let (st, err) = run.interrupt();
+    drop(lock);
+    assert!(st.success(), "{st}: {err}");
 }

@@ -5,6 +5,9 @@ $UI_TOOLS, default ../shared/tools/perfetto-ui). Prints one JSON object.
   browser.py url URL
       open URL (a UI address with #!/?url=...), wait until the trace is loaded: error dialog,
       slice count, top-level groups.
+  browser.py native URL
+      as `url`, for a UI whose trace is in a native trace processor: answers the UI's "Use trace
+      processor native acceleration?" with "YES, use loaded trace" first.
   browser.py page BASE FILE
       the `serve` page at BASE: upload FILE through its file input, click "Open in Perfetto",
       and report the same for the UI tab it opens (the trace handed over by postMessage)."""
@@ -15,11 +18,17 @@ sys.path.insert(0, os.environ.get("UI_TOOLS", os.path.join(HERE, "../../../share
 import uiload  # noqa: E402  (also puts selenium's venv on the path)
 
 
+# The top-level groups' titles (v52 calls the workspace `workspace`, v58 `currentWorkspace`).
+GROUPS = r"""
+const t = window.app.trace, ws = t.currentWorkspace || t.workspace;
+return (ws.children || []).map(c => c.title || c.name);"""
+
+
 def report(d):
     r = uiload.wait_loaded(d, 120)
     if "error" not in r:
         r["slices"] = d.execute_async_script(uiload.QUERY, "select count(*) as n from slice")[0]["n"]
-        r["groups"] = [g["title"] for g in d.execute_script(uiload.GROUPS)]
+        r["groups"] = d.execute_script(GROUPS)
         r["location"] = d.current_url
     return r
 
@@ -32,6 +41,19 @@ def main():
             if mode == "url":
                 d.get(sys.argv[2])
                 r = report(d)
+            elif mode == "native":
+                d.get(sys.argv[2])
+                t0, clicked = time.time(), False
+                while time.time() - t0 < 60 and not clicked:
+                    for b in d.find_elements("css selector", ".pf-modal-dialog button"):
+                        if "loaded trace" in b.text.lower():
+                            b.click()
+                            clicked = True
+                            break
+                    time.sleep(0.2)
+                time.sleep(1)
+                r = report(d)
+                r["engine_mode"] = d.execute_script("return window.app.trace.engine.mode") if "error" not in r else None
             else:
                 base, path = sys.argv[2], sys.argv[3]
                 d.get(base + "/")
