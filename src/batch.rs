@@ -368,6 +368,11 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         } else {
             String::new()
         };
+        if let Some(msg) = crate::hints::already_a_trace(input) {
+            crate::say!("error: {tag}{msg}");
+            t.failed += 1;
+            continue;
+        }
         let output = match output_for(input, opts, conv, many) {
             Ok(o) => o,
             Err(e) => {

@@ -93,6 +93,8 @@ pub struct SampledFunction {
 pub struct MetricSummary {
     pub gpu: i64,
     pub metric: String,
+    /// What its values count: "%", "Hz", "MHz", "bytes", or "" for plain counts.
+    pub unit: &'static str,
     pub samples: u64,
     pub mean: f64,
     pub min: f64,
@@ -162,6 +164,7 @@ fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
         .map(|((gpu, metric), a)| MetricSummary {
             gpu,
             metric,
+            unit: a.unit,
             samples: a.n,
             mean: a.sum / a.n as f64,
             min: a.min,
@@ -174,6 +177,7 @@ fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
 
 #[derive(Default)]
 struct Aggregate {
+    unit: &'static str,
     n: u64,
     sum: f64,
     min: f64,
@@ -212,6 +216,7 @@ impl crate::model::EventSink for MetricStats {
                 .per_metric
                 .entry((device, key.name.to_string()))
                 .or_insert(Aggregate {
+                    unit: crate::nsys::metrics::metric_unit(key.name),
                     n: 0,
                     sum: 0.0,
                     min: f64::INFINITY,
@@ -574,6 +579,7 @@ impl Stats {
                 ("Mean", true),
                 ("Min", true),
                 ("Max", true),
+                ("Unit", false),
                 ("Metric", false),
             ]);
             for m in &self.gpu_metrics {
@@ -583,6 +589,7 @@ impl Stats {
                     super::fmt_decimals(m.mean, 2),
                     super::fmt_decimals(m.min, 2),
                     super::fmt_decimals(m.max, 2),
+                    if m.unit.is_empty() { "count" } else { m.unit }.to_string(),
                     m.metric.clone(),
                 ]);
             }
@@ -661,6 +668,7 @@ impl Stats {
             "gpu_metrics": self.gpu_metrics.iter().map(|m| json!({
                 "gpu": m.gpu,
                 "metric": m.metric,
+                "unit": m.unit,
                 "samples": m.samples,
                 "mean": json_f64(m.mean),
                 "min": json_f64(m.min),
@@ -951,8 +959,9 @@ pub struct StatsArgs {
 impl StatsArgs {
     pub fn run(&self) -> std::process::ExitCode {
         let one = |path: &Path, top: usize| -> Result<Stats> {
-            let ex = Export::open_with(path, &self.out.export_options())
-                .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+            let ex = Export::open_with(path, &self.out.export_options()).map_err(|e| {
+                anyhow::anyhow!("{}: {}", path.display(), crate::convert::error_line(&e))
+            })?;
             stats_of(
                 &ex,
                 path,
@@ -961,7 +970,7 @@ impl StatsArgs {
                     raw_names: self.raw_names,
                 },
             )
-            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))
+            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), crate::convert::error_line(&e)))
         };
         let result = (|| -> Result<()> {
             let text = match self.profiles.as_slice() {

@@ -14,6 +14,7 @@ mod common;
 
 mod bad_input;
 mod batch;
+mod cli_messages;
 mod contexts;
 mod corpus;
 mod fidelity;

@@ -1411,6 +1411,7 @@ fn sweep_command_line() {
         "3",
         "--events",
         "gemm",
+        "-e",
         "re:^nccl",
         "-o",
         "run_$p",
@@ -1448,6 +1449,7 @@ fn sweep_command_line() {
         "b.nsys-rep",
         "--events",
         "x",
+        "-e",
         "re:y",
         "--csv",
     ])
