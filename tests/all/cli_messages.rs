@@ -216,6 +216,20 @@ fn a_trace_given_as_input_points_to_open() {
         let err = one_line_failure(&o);
         assert!(err.contains("nsys-perfetto open"), "{err}");
     }
+    // Among several inputs (a pattern, or the shell's `*`), traces are passed over with a
+    // note, not a failure, and do not stand in for the export that gives the same name.
+    for args in [&["*"][..], &["w.json", "w.sqlite", "w.pftrace", "--force"]] {
+        let o = run_in(d, args);
+        let err = stderr(&o);
+        assert!(o.status.success(), "{args:?}: {err}");
+        for t in ["w.pftrace", "w.json"] {
+            assert!(
+                err.contains(&format!("not converted: {t} is already a Perfetto trace")),
+                "{args:?}: {err}"
+            );
+        }
+        assert!(!err.contains("gives the same output"), "{args:?}: {err}");
+    }
     // A trace's name on an SQLite export is still converted.
     copy(&d.join("w.sqlite"), d, "export.json");
     let o = run_in(d, &["export.json", "-o", "x.pftrace"]);
@@ -370,6 +384,19 @@ fn runs_aligned_at_zero_show_no_wall_clock_spread() {
     assert!(err.contains("spread over 300.0 days"), "{err}");
 }
 
+/// `79564` as `79,564`.
+fn grouped(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::new();
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
 #[test]
 fn generic_events_say_what_their_rows_became() {
     let tmp = tempfile::tempdir().unwrap();
@@ -394,8 +421,8 @@ fn generic_events_say_what_their_rows_became() {
     assert!(values > rows as u64);
     let note = format!(
         "GENERIC_EVENTS: {} rows -> {} GPU metric values",
-        nsys_perfetto::hints::grouped(rows as u64),
-        nsys_perfetto::hints::grouped(values)
+        grouped(rows as u64),
+        grouped(values)
     );
     assert!(
         summary.notes.contains(&note),
