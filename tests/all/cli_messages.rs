@@ -524,3 +524,76 @@ fn sweep_without_e_says_what_it_tabulates_or_why_it_cannot() {
         "{said:?}"
     );
 }
+
+/// The report exported by the nsys found here (nsys 2022 writes GPU metrics to GENERIC_EVENTS
+/// alone, 2023.4 to both tables): no GENERIC_EVENTS row is called "not converted".
+#[test]
+fn generic_events_of_a_real_export_are_accounted_for() {
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path();
+    let Some(report) = corpus_copy(
+        d,
+        "als244__ResourceEstimation__reports_report2.nsys-rep",
+        "r.nsys-rep",
+    ) else {
+        return;
+    };
+    let nsys = match nsys_perfetto::report::find_nsys(None) {
+        Ok(n) => n,
+        Err(e) => {
+            skip("nsys", &format!("nsys not found ({e:#})"));
+            return;
+        }
+    };
+    let export = d.join("r.sqlite");
+    let o = Command::new(&nsys.path)
+        .args(["export", "--type", "sqlite", "-o"])
+        .arg(&export)
+        .arg(&report)
+        .output()
+        .unwrap();
+    assert!(export.is_file(), "{}", stderr(&o));
+    let c = rusqlite::Connection::open(&export).unwrap();
+    let count = |t: &str| -> Option<u64> {
+        c.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| {
+            r.get::<_, i64>(0)
+        })
+        .ok()
+        .map(|n| n as u64)
+    };
+    let (generic, metrics) = (count("GENERIC_EVENTS").unwrap(), count("GPU_METRICS"));
+    drop(c);
+    let (summary, _) = common::convert(&export, &mkdir(d.join("lib")));
+    let values = summary.events_of(nsys_perfetto::model::Category::GpuMetric);
+    assert!(values > 0);
+    match metrics {
+        // nsys 2022: every row became values.
+        None => assert!(
+            summary.notes.contains(&format!(
+                "GENERIC_EVENTS: {} rows -> {} GPU metric values",
+                grouped(generic),
+                grouped(values)
+            )),
+            "{:?}",
+            summary.notes
+        ),
+        // Both tables: the twins are counted as skipped, nothing is "not converted".
+        Some(_) => assert_eq!(
+            summary
+                .skipped
+                .iter()
+                .filter(|((t, _), _)| t == "GENERIC_EVENTS")
+                .map(|(_, n)| n)
+                .sum::<u64>(),
+            generic
+        ),
+    }
+    assert!(
+        !summary
+            .notes
+            .iter()
+            .any(|n| n.contains("GENERIC_EVENTS") && n.contains("not converted")),
+        "{:?}",
+        summary.notes
+    );
+}
