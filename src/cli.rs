@@ -165,7 +165,11 @@ pub fn main() -> ExitCode {
         crate::term::out(format_args!("{}", crate::select::EventType::help()));
         return ExitCode::SUCCESS;
     }
-    let cli = Cli::parse();
+    let cli = {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = short_abouts(Cli::command()).get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    };
     // Ctrl-C and SIGTERM stop child processes and remove temporaries (see `cleanup`).
     crate::cleanup::install();
     match cli.command {
@@ -192,10 +196,31 @@ pub fn main() -> ExitCode {
     }
 }
 
+/// Each subcommand listed by its first clause (`--help`, a bare call); its own `--help` keeps
+/// the whole description.
+pub fn short_abouts(mut cmd: clap::Command) -> clap::Command {
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, |c| {
+            let Some(about) = c.get_about().map(|a| a.to_string()) else {
+                return c;
+            };
+            let long = c
+                .get_long_about()
+                .map_or_else(|| about.clone(), |l| l.to_string());
+            c.about(first_clause(&about)).long_about(long)
+        });
+    }
+    cmd
+}
+
 /// What a bare `nsys-perfetto` prints: the usage and the subcommands, one line each.
 pub fn bare_usage() -> String {
     use clap::CommandFactory;
-    let cmd = Cli::command();
+    let cmd = short_abouts(Cli::command());
     let mut s = format!(
         "nsys-perfetto {}: convert NVIDIA Nsight Systems profiles into Perfetto traces\n\n\
          Usage: nsys-perfetto [OPTIONS] <INPUT>...   convert profiles (.nsys-rep, .qdrep, .sqlite)\n       \
@@ -207,7 +232,7 @@ pub fn bare_usage() -> String {
         .filter(|c| !c.is_hide_set())
         .map(|c| {
             let about = c.get_about().map(|a| a.to_string()).unwrap_or_default();
-            (c.get_name().to_string(), first_clause(&about))
+            (c.get_name().to_string(), about)
         })
         .collect();
     let width = subs.iter().map(|(n, _)| n.len()).max().unwrap_or(0);

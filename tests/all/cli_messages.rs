@@ -151,6 +151,18 @@ fn a_bare_call_lists_the_commands() {
     }
     assert!(err.lines().all(|l| l.len() <= 100), "short lines: {err}");
     assert!(!err.contains("required arguments"), "{err}");
+    // `--help` lists them as briefly; a command's own help keeps its whole description.
+    let help = stdout(&run_in(tmp.path(), &["--help"]));
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| *l != "Commands:")
+        .skip(1)
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(commands.len() >= 9, "{help}");
+    assert!(commands.iter().all(|l| l.len() <= 100), "{commands:#?}");
+    let open = stdout(&run_in(tmp.path(), &["open", "--help"]));
+    assert!(open.contains("--native for traces too large"), "{open}");
 }
 
 #[test]
