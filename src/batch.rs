@@ -76,6 +76,8 @@ pub struct Expanded {
     pub errors: Vec<(String, String)>,
     /// Whether a directory or a pattern was expanded.
     pub expanded_any: bool,
+    /// Perfetto traces among several inputs (`*` matches earlier outputs): not converted.
+    pub traces: Vec<PathBuf>,
 }
 
 fn has_glob(s: &str) -> bool {
@@ -141,6 +143,15 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
     // Duplicates (the same file twice) go; pairs giving the same output keep one member.
     let mut seen = HashSet::new();
     files.retain(|f| seen.insert(fs::canonicalize(f).unwrap_or_else(|_| f.clone())));
+    // A trace among several inputs is an earlier output, not a profile (a trace named alone is
+    // kept, for the error that points to `open`).
+    if files.len() > 1 {
+        let (traces, profiles) = files
+            .into_iter()
+            .partition(|f| crate::hints::already_a_trace(f).is_some());
+        ex.traces = traces;
+        files = profiles;
+    }
     let mut groups: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
     for (i, f) in files.iter().enumerate() {
         groups.entry(f.with_extension("")).or_default().push(i);
@@ -360,6 +371,12 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         for (f, why) in &ex.superseded {
             crate::say!("{}: not converted, {why}", f.display());
         }
+        for f in &ex.traces {
+            crate::say!(
+                "not converted: {}",
+                crate::hints::already_a_trace(f).unwrap_or_default()
+            );
+        }
     }
     t.superseded = ex.superseded.len();
     let n = ex.files.len();
@@ -371,6 +388,11 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         } else {
             String::new()
         };
+        if let Some(msg) = crate::hints::already_a_trace(input) {
+            crate::say!("error: {tag}{msg}");
+            t.failed += 1;
+            continue;
+        }
         let output = match output_for(input, opts, conv, many) {
             Ok(o) => o,
             Err(e) => {

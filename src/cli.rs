@@ -166,7 +166,19 @@ pub fn main() -> ExitCode {
         );
         return ExitCode::SUCCESS;
     }
-    let cli = Cli::parse();
+    if args.len() == 1 {
+        crate::say_part!("{}", bare_usage());
+        return ExitCode::from(2);
+    }
+    if asks_types_help(&args[1..]) {
+        crate::term::out(format_args!("{}", crate::select::EventType::help()));
+        return ExitCode::SUCCESS;
+    }
+    let cli = {
+        use clap::{CommandFactory, FromArgMatches};
+        let matches = short_abouts(Cli::command()).get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    };
     // Ctrl-C and SIGTERM stop child processes and remove temporaries (see `cleanup`).
     crate::cleanup::install();
     match cli.command {
@@ -192,6 +204,100 @@ pub fn main() -> ExitCode {
         }
         Some(Command::Man(args)) => run_man(&args),
     }
+}
+
+/// Each subcommand listed by its first clause (`--help`, a bare call); its own `--help` keeps
+/// the whole description.
+pub fn short_abouts(mut cmd: clap::Command) -> clap::Command {
+    let names: Vec<String> = cmd
+        .get_subcommands()
+        .map(|c| c.get_name().to_string())
+        .collect();
+    for name in names {
+        cmd = cmd.mut_subcommand(name, |c| {
+            let Some(about) = c.get_about().map(|a| a.to_string()) else {
+                return c;
+            };
+            let long = c
+                .get_long_about()
+                .map_or_else(|| about.clone(), |l| l.to_string());
+            c.about(first_clause(&about)).long_about(long)
+        });
+    }
+    cmd
+}
+
+/// What a bare `nsys-perfetto` prints: the usage and the subcommands, one line each.
+pub fn bare_usage() -> String {
+    use clap::CommandFactory;
+    let cmd = short_abouts(Cli::command());
+    let mut s = format!(
+        "nsys-perfetto {}: convert NVIDIA Nsight Systems profiles into Perfetto traces\n\n\
+         Usage: nsys-perfetto [OPTIONS] <INPUT>...   convert profiles (.nsys-rep, .qdrep, .sqlite)\n       \
+         nsys-perfetto <COMMAND> [ARGS]\n\nCommands:\n",
+        env!("CARGO_PKG_VERSION")
+    );
+    let subs: Vec<(String, String)> = cmd
+        .get_subcommands()
+        .filter(|c| !c.is_hide_set())
+        .map(|c| {
+            let about = c.get_about().map(|a| a.to_string()).unwrap_or_default();
+            (c.get_name().to_string(), about)
+        })
+        .collect();
+    let width = subs.iter().map(|(n, _)| n.len()).max().unwrap_or(0);
+    for (name, about) in subs {
+        s.push_str(&format!("  {name:width$}  {about}\n"));
+    }
+    s.push_str(
+        "\nnsys-perfetto --help lists the options; nsys-perfetto COMMAND --help, a command's.\n",
+    );
+    s
+}
+
+/// A command's description cut to its first clause, without parentheses: one short line.
+fn first_clause(about: &str) -> String {
+    let mut plain = String::new();
+    let mut depth = 0usize;
+    for c in about.chars() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            _ if depth == 0 => plain.push(c),
+            _ => {}
+        }
+    }
+    let plain = plain.split_whitespace().collect::<Vec<_>>().join(" ");
+    let plain = plain.replace(" ,", ",");
+    let end = [": ", ". ", "; "]
+        .iter()
+        .filter_map(|sep| plain.find(sep))
+        .min()
+        .unwrap_or(plain.len());
+    let mut clause = plain[..end].trim_end_matches('.');
+    // Long ones lose their trailing list items.
+    while clause.len() > 80 {
+        match clause.rfind(", ") {
+            Some(i) => clause = &clause[..i],
+            None => break,
+        }
+    }
+    clause.to_string()
+}
+
+/// Whether the command line asks for the list of event types (`--types help`, before any `--`).
+fn asks_types_help(args: &[std::ffi::OsString]) -> bool {
+    let mut prev_types = false;
+    for a in args {
+        if a == "--" {
+            return false;
+        }
+        if (prev_types && a == "help") || a == "--types=help" {
+            return true;
+        }
+        prev_types = a == "--types";
+    }
+    false
 }
 
 fn run_man(args: &ManArgs) -> ExitCode {
@@ -256,15 +362,8 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
 /// What to convert; shared by every command that writes a trace.
 #[derive(Args, Debug, Clone, Default)]
 pub struct SelectArgs {
-    /// Event types to write, comma-separated: kernel, memcpy, memset, cuda-api, nvtx (ranges
-    /// and marks), nvtx-gpu (NVTX ranges projected onto the GPU work they launched), osrt (OS
-    /// runtime calls), sync (CUDA synchronization waits), sched (threads on CPUs), cpu-samples
-    /// (CPU samples with call stacks), gpu-metrics (GPU metric counters), gpu-memory (GPU memory
-    /// allocations and bytes allocated), um (unified memory page faults), cuda-graph, cudnn,
-    /// cublas, openacc, openmp, mpi, ucx, cpu-counters, network, video, graphics, diagnostics
-    /// (the profiler's messages and markers), overhead (the profiler's own time), or all.
-    /// Default: all. A type written -TYPE is left out: --types=-nvtx-gpu,-cpu-samples writes
-    /// all but those two.
+    /// Event types to write, comma-separated (see --types help), or all (the default).
+    /// -TYPE leaves a type out: --types=-nvtx-gpu,-cpu-samples.
     #[arg(
         long,
         value_delimiter = ',',

@@ -326,6 +326,7 @@ fn run<F: Format>(
         .chain(paths.iter().map(|(p, _)| p.as_path()))
         .collect();
     let target = Target::open(output, &inputs)?;
+    let input_paths: Vec<PathBuf> = inputs.iter().map(|p| p.to_path_buf()).collect();
     let gzip = target.gzip(output);
     let file = target.writer()?;
 
@@ -469,8 +470,11 @@ fn run<F: Format>(
     if summary.total_events() == 0 && !opts.selection.is_everything() {
         // The temporary goes with `target`: nothing is written, a previous output stays.
         bail!(
-            "the selection ({}) matches no events: nothing written",
-            opts.selection
+            "{}",
+            crate::hints::empty_selection(
+                &opts.selection,
+                &input_paths.iter().map(PathBuf::as_path).collect::<Vec<_>>()
+            )
         );
     }
     summary.output_bytes = target.finish(output)?.unwrap_or(bytes);
@@ -705,7 +709,7 @@ pub fn error_line(e: &anyhow::Error) -> String {
         }
         line.push_str(text);
     }
-    line.replace('\n', " ")
+    crate::hints::explain_damage(line.replace('\n', " "))
 }
 
 /// Write the file, gzip-compressed when asked. Returns the bytes written before compression.

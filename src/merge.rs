@@ -368,6 +368,21 @@ impl Merged {
     }
 }
 
+/// A duration that may be days or years long, in the largest unit that reads well.
+fn long_ns(ns: i64) -> String {
+    const HOUR: f64 = 3600e9;
+    let h = ns as f64 / HOUR;
+    if h >= 24.0 * 365.0 {
+        format!("{:.1} years", h / (24.0 * 365.25))
+    } else if h >= 48.0 {
+        format!("{:.1} days", h / 24.0)
+    } else if h >= 2.0 {
+        format!("{h:.1} hours")
+    } else {
+        human_ns(ns)
+    }
+}
+
 /// Merge prepared sources into `output`.
 pub fn merge(
     sources: &[Source],
@@ -392,11 +407,17 @@ pub fn merge(
 pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
+    let one = sources.len() == 1;
     for (i, (src, placed)) in sources.iter().zip(&merged.sources).enumerate() {
-        let part = merged.summary.per_source.get(i);
+        // One source keeps no per-source summary: the whole is its own.
+        let part = match merged.summary.per_source.get(i) {
+            Some(p) => Some(p),
+            None if one => Some(&merged.summary),
+            None => None,
+        };
         let offset = match (align, placed.session_start_utc_ns) {
             (Align::Start, _) => "start at 0".to_string(),
-            (Align::WallClock, Some(_)) => format!("offset +{}", human_ns(placed.offset_ns)),
+            (Align::WallClock, Some(_)) => format!("offset +{}", long_ns(placed.offset_ns)),
             (Align::WallClock, None) => "no wall clock recorded: start at 0".to_string(),
         };
         let rank = match (src.identity.rank, src.identity.rank_from) {
@@ -417,11 +438,18 @@ pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
         }
     }
     match (align, merged.spread_ns()) {
+        _ if one => {
+            let _ = writeln!(
+                s,
+                "  note: one report given, so nothing was merged: the trace is this report's \
+                 conversion (name two or more reports, or a pattern, to merge them)"
+            );
+        }
         (Align::WallClock, Some(spread)) => {
             let _ = writeln!(
                 s,
                 "  session starts spread over {} (latest minus earliest)",
-                human_ns(spread)
+                long_ns(spread)
             );
             // Ranks of one job start within seconds of each other; hours apart are separate runs.
             if spread > 3_600_000_000_000 {
@@ -431,12 +459,9 @@ pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
                 );
             }
         }
-        (Align::Start, Some(spread)) => {
-            let _ = writeln!(
-                s,
-                "  session starts (wall clock) spread over {}; aligned at zero (--align start)",
-                human_ns(spread)
-            );
+        // Placed at zero, the reports' wall-clock starts say nothing about the trace.
+        (Align::Start, _) => {
+            let _ = writeln!(s, "  every report starts at 0 (--align start)");
         }
         _ => {}
     }
@@ -513,8 +538,9 @@ impl MergeArgs {
         let sources = prepare(&ex.files, opts)?;
         let merged = merge(&sources, &self.output, opts, conv)?;
         Ok(format!(
-            "merged {} reports -> {}\n{}",
+            "merged {} report{} -> {}\n{}",
             sources.len(),
+            if sources.len() == 1 { "" } else { "s" },
             self.output.display(),
             render(&merged, &sources, opts.align)
         ))

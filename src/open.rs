@@ -75,6 +75,21 @@ pub struct OpenArgs {
     pub nsys: crate::cli::NsysArgs,
 }
 
+/// Listen on 127.0.0.1:`port`; when it is taken, say `why` it must be that port and how to find
+/// what holds it (`open` has no other port to offer).
+fn bind_local(port: u16, why: &str) -> Result<std::net::TcpListener> {
+    std::net::TcpListener::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow!(
+                "port {port} is busy on 127.0.0.1: {why}. Find it with `ss -ltnp 'sport = \
+                 :{port}'`, stop it and run this again"
+            )
+        } else {
+            anyhow!("cannot listen on 127.0.0.1:{port}: {e}")
+        }
+    })
+}
+
 /// Whether a path is a trace the UI opens as is.
 pub fn is_trace(path: &Path) -> bool {
     let name = path.to_string_lossy().to_lowercase();
@@ -391,14 +406,14 @@ impl OpenArgs {
             .map(|n| n.to_string_lossy().to_string())
             .unwrap_or_else(|| "trace".into());
         let encoded = http::percent_encode(&name);
-        let listener = crate::serve::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, self.port)))
-            .map_err(|e| {
-                anyhow!(
-                    "{e:#}. The Perfetto UI only accepts traces from port {PERFETTO_PORT}: \
-                     probably another `nsys-perfetto open`, Perfetto's open_trace_in_ui or a \
-                     trace_processor_shell --httpd is running; stop it and try again"
-                )
-            })?;
+        let listener = bind_local(
+            self.port,
+            &format!(
+                "the Perfetto UI only accepts traces from port {PERFETTO_PORT} (so no other port \
+                 will do), and another program listens there: probably another `nsys-perfetto \
+                 open`, Perfetto's open_trace_in_ui or a trace_processor_shell --httpd"
+            ),
+        )?;
         let port = listener.local_addr()?.port();
         let url = format!("{UI}/#!/?url=http://127.0.0.1:{PERFETTO_PORT}/{encoded}{link_params}");
         let url = if port == PERFETTO_PORT {
@@ -485,11 +500,11 @@ impl OpenArgs {
 
     fn open_native(&self, tp: &Path, trace: &Path, link_params: &str) -> Result<ExitCode> {
         // Fail early with the clear message when the port is taken.
-        drop(
-            crate::serve::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, self.port))).map_err(
-                |e| anyhow!("{e:#}: trace_processor_shell --httpd needs it; stop what runs there"),
-            )?,
-        );
+        drop(bind_local(
+            self.port,
+            "trace_processor_shell --httpd serves the UI there (the port the UI looks for), and \
+             another program listens there",
+        )?);
         let mut child = Command::new(tp)
             .arg("--httpd")
             .arg("--http-port")

@@ -107,6 +107,59 @@ impl EventType {
 }
 
 impl EventType {
+    /// What a type covers, in a few words (`--types help`).
+    pub fn about(self) -> &'static str {
+        match self {
+            EventType::Kernel => "CUDA kernels",
+            EventType::Memcpy => "CUDA memory copies",
+            EventType::Memset => "CUDA memory sets",
+            EventType::CudaApi => "CUDA runtime and driver API calls",
+            EventType::Nvtx => "NVTX ranges and marks",
+            EventType::NvtxGpu => "NVTX ranges projected onto the GPU work they launched",
+            EventType::Osrt => "OS runtime calls (pthread, I/O, sleeps...)",
+            EventType::Sync => "CUDA synchronization waits",
+            EventType::Sched => "threads on CPUs (context switches)",
+            EventType::Um => "unified memory page faults (CPU and GPU)",
+            EventType::CudaGraph => "CUDA graph launches and graph nodes",
+            EventType::Cudnn => "cuDNN calls",
+            EventType::Cublas => "cuBLAS calls",
+            EventType::OpenAcc => "OpenACC data, launch and other events",
+            EventType::OpenMp => "OpenMP regions, tasks, locks and waits",
+            EventType::Mpi => "MPI calls (point-to-point, collectives, waits)",
+            EventType::Ucx => "UCX calls",
+            EventType::CpuCounters => "CPU performance counters",
+            EventType::Network => "network (NIC, InfiniBand) counters and events",
+            EventType::Video => "video codec and JPEG API calls",
+            EventType::Graphics => "graphics APIs and workloads (OpenGL, Vulkan, DirectX, WDDM)",
+            EventType::Diagnostics => "the profiler's messages and markers",
+            EventType::Overhead => "the profiler's own time",
+            EventType::CpuSamples => "CPU samples with call stacks",
+            EventType::GpuMetrics => "GPU metric counters (SM activity, bandwidth, clocks...)",
+            EventType::GpuMemory => "GPU memory allocations and bytes allocated",
+        }
+    }
+
+    /// The `--types help` text: one line per type, then how to write a list.
+    pub fn help() -> String {
+        let width = EventType::ALL
+            .iter()
+            .map(|t| t.name().len())
+            .max()
+            .unwrap_or(0);
+        let mut s = String::from("Event types for --types (comma-separated; default: all):\n");
+        for t in EventType::ALL {
+            s.push_str(&format!("  {:width$}  {}\n", t.name(), t.about()));
+        }
+        s.push_str(&format!("  {:width$}  every type above\n", "all"));
+        s.push_str(
+            "A type written -TYPE is left out: --types=-nvtx-gpu,-cpu-samples writes all but \
+             those two.\n",
+        );
+        s
+    }
+}
+
+impl EventType {
     /// What a plain conversion writes: everything, as Nsight Systems' timeline shows it by
     /// default (NVTX ranges projected onto the GPU included).
     pub fn defaults() -> BTreeSet<EventType> {
@@ -146,7 +199,7 @@ impl FromStr for EventType {
             .ok_or_else(|| {
                 let names: Vec<_> = EventType::ALL.iter().map(|t| t.name()).collect();
                 anyhow::anyhow!(
-                    "unknown event type '{s}' (known: {}, all)",
+                    "unknown event type '{s}' (known: {}, all; --types help describes them)",
                     names.join(", ")
                 )
             })

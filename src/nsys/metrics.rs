@@ -116,11 +116,83 @@ pub fn read<S: EventSink>(
     selection: &Selection,
     sink: &mut S,
 ) -> Result<()> {
+    read_counted(conn, schema, selection, sink).map(|_| ())
+}
+
+/// What the GENERIC_EVENTS reader did with the table's rows.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct GenericCount {
+    /// GPU metrics rows read (those of the "GpuMetrics" source, in the time window).
+    pub read: u64,
+    /// Rows that became counter values.
+    pub converted: u64,
+    /// Counter values written from them.
+    pub values: u64,
+}
+
+/// [`read`], saying what became of the GENERIC_EVENTS rows.
+pub fn read_counted<S: EventSink>(
+    conn: &Connection,
+    schema: &Schema,
+    selection: &Selection,
+    sink: &mut S,
+) -> Result<GenericCount> {
     if !selection.wants(EventType::GpuMetrics) {
-        return Ok(());
+        return Ok(GenericCount::default());
     }
     let covered = read_gpu_metrics(conn, schema, selection, sink)?;
     read_generic(conn, schema, selection, &covered, sink)
+}
+
+/// The summary's note on GENERIC_EVENTS: how many rows became how many GPU metric values, and
+/// how many rows no reader converts (other generic sources). `None` when there is nothing to
+/// say (no rows, or only twins of GPU_METRICS, which the skipped rows count).
+pub fn generic_note(
+    conn: &Connection,
+    schema: &Schema,
+    selection: &Selection,
+    count: GenericCount,
+) -> Result<Option<String>> {
+    if !schema.has_table(GENERIC_EVENTS) {
+        return Ok(None);
+    }
+    let total: i64 =
+        conn.query_row(&format!("SELECT count(*) FROM {GENERIC_EVENTS}"), [], |r| {
+            r.get(0)
+        })?;
+    let total = total.max(0) as u64;
+    let g = crate::hints::grouped;
+    let mut parts = Vec::new();
+    if !selection.wants(EventType::GpuMetrics) {
+        parts.push(format!(
+            "{} rows not converted (GPU metrics and other generic sources; --types leaves out \
+             gpu-metrics)",
+            g(total)
+        ));
+    } else {
+        if count.converted > 0 {
+            parts.push(format!(
+                "{} rows -> {} GPU metric values",
+                g(count.converted),
+                g(count.values)
+            ));
+        }
+        let rest = total.saturating_sub(count.read);
+        if rest > 0 {
+            parts.push(if selection.time.is_some() {
+                format!(
+                    "{} rows outside --time-range or of other generic sources not converted",
+                    g(rest)
+                )
+            } else {
+                format!(
+                    "{} rows of other generic sources not converted (not supported yet)",
+                    g(rest)
+                )
+            });
+        }
+    }
+    Ok((!parts.is_empty()).then(|| format!("{GENERIC_EVENTS}: {}", parts.join("; "))))
 }
 
 /// GPU_METRICS; returns, per typeId, the time range it covers.
@@ -262,13 +334,14 @@ fn read_generic<S: EventSink>(
     selection: &Selection,
     covered: &HashMap<i64, (i64, i64)>,
     sink: &mut S,
-) -> Result<()> {
+) -> Result<GenericCount> {
+    let mut count = GenericCount::default();
     if !schema.has_columns(GENERIC_EVENTS, &["typeId", "data"]) {
-        return Ok(());
+        return Ok(count);
     }
     let types = gpu_metric_types(conn, schema)?;
     if types.is_empty() {
-        return Ok(());
+        return Ok(count);
     }
     let ts_col = match (
         schema.has_column(GENERIC_EVENTS, "timestamp"),
@@ -277,7 +350,7 @@ fn read_generic<S: EventSink>(
         (true, true) => "coalesce(timestamp, rawTimestamp)",
         (true, false) => "timestamp",
         (false, true) => "rawTimestamp",
-        (false, false) => return Ok(()),
+        (false, false) => return Ok(count),
     };
     let list: Vec<String> = types.keys().map(|t| t.to_string()).collect();
     let sql = format!(
@@ -289,6 +362,7 @@ fn read_generic<S: EventSink>(
     let mut rows = stmt.query([])?;
     let mut units: HashMap<String, &'static str> = HashMap::new();
     while let Some(r) = rows.next()? {
+        count.read += 1;
         let (Some(ts), Some(type_id)) = (int_at(r, 0), int_at(r, 1)) else {
             sink.skip(GENERIC_EVENTS, "GPU metrics row without timestamp or type");
             continue;
@@ -323,6 +397,7 @@ fn read_generic<S: EventSink>(
             sink.skip(GENERIC_EVENTS, "GPU metrics data is not a JSON object");
             continue;
         };
+        count.converted += 1;
         for (name, v) in obj {
             let value = match v {
                 serde_json::Value::String(s) => parse_value(s),
@@ -356,9 +431,10 @@ fn read_generic<S: EventSink>(
                     category: Category::GpuMetric,
                 },
             )?;
+            count.values += 1;
         }
     }
-    Ok(())
+    Ok(count)
 }
 
 /// A value nsys wrote as a string: an integer when it is one, else a float.

@@ -120,7 +120,8 @@ impl Export {
                 super::sched::read(&conn, schema, selection, &mut sink)?;
                 timing("sched", t);
                 let t = Instant::now();
-                super::metrics::read(&conn, schema, selection, &mut sink)?;
+                let generic = super::metrics::read_counted(&conn, schema, selection, &mut sink)?;
+                let generic = super::metrics::generic_note(&conn, schema, selection, generic)?;
                 super::gpu_memory::read(&conn, schema, selection, &mut sink)?;
                 timing("gpu metrics and memory", t);
                 // CPU samples after scheduling, on the same thread: one SQLite cache and one
@@ -128,7 +129,9 @@ impl Export {
                 let t = Instant::now();
                 super::samples::read(&conn, schema, selection, &mut sink)?;
                 timing("cpu samples", t);
-                sink.finish()
+                let mut part = sink.finish()?;
+                part.notes.extend(generic);
+                Ok(part)
             });
             let tables = s.spawn(move || -> Result<Summary> {
                 let t = Instant::now();
@@ -314,9 +317,10 @@ pub fn is_timed(schema: &Schema, table: &str) -> bool {
 /// Timed tables this version does not convert, with their row counts: nothing a profile
 /// holds is dropped without saying so. Tables on the exclusion list say why.
 fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
+    // GENERIC_EVENTS: the metrics reader says what its rows became.
     let mut tables: Vec<&str> = schema
         .tables()
-        .filter(|t| is_timed(schema, t) && !is_converted(t))
+        .filter(|t| is_timed(schema, t) && !is_converted(t) && *t != super::metrics::GENERIC_EVENTS)
         .collect();
     tables.sort_unstable();
     if tables.is_empty() {

@@ -1,4 +1,4 @@
-//! `nsys-perfetto extract PROFILE... --events PATTERN...`: the time of the events whose names
+//! `nsys-perfetto extract PROFILE... -e PATTERN [-e PATTERN...]`: the time of the events whose names
 //! match each pattern, per file and kind of event: count, total and mean, in ns.
 //!
 //! A pattern is matched against every kind (kernels by short or demangled name, memory
@@ -267,15 +267,16 @@ pub fn render(results: &[Extract], output: Output, unit: Unit) -> String {
     }
 }
 
-/// `nsys-perfetto extract PROFILE... --events PATTERN...`.
+/// `nsys-perfetto extract PROFILE... -e PATTERN [-e PATTERN...]`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ExtractArgs {
     /// nsys SQLite exports (.sqlite) or reports (.nsys-rep, .qdrep).
     #[arg(required = true, value_name = "PROFILE")]
     pub profiles: Vec<PathBuf>,
-    /// Event-name patterns: substrings, or regexes as 're:REGEX'. Matched against kernel
-    /// (short and demangled), memory operation, CUDA API and NVTX range names.
-    #[arg(short, long = "events", required = true, num_args = 1.., value_name = "PATTERN")]
+    /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or a regex
+    /// as 're:REGEX'. Matched against kernel (short and demangled), memory operation, CUDA API
+    /// and NVTX range names.
+    #[arg(short, long = "events", required = true, value_name = "PATTERN")]
     pub events: Vec<String>,
     /// Read every pattern as a regex.
     #[arg(long)]
@@ -306,7 +307,7 @@ impl ExtractArgs {
             {
                 Ok(r) => results.push(r),
                 Err(e) => {
-                    crate::say!("error: {}: {e:#}", p.display());
+                    crate::say!("error: {}: {}", p.display(), crate::convert::error_line(&e));
                     failed = true;
                 }
             }

@@ -101,6 +101,8 @@ pub struct SampledFunction {
 pub struct MetricSummary {
     pub gpu: i64,
     pub metric: String,
+    /// What its values count: "%", "Hz", "MHz", "bytes", or "" for plain counts.
+    pub unit: &'static str,
     pub samples: u64,
     pub mean: f64,
     pub min: f64,
@@ -170,6 +172,7 @@ fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
         .map(|((gpu, metric), a)| MetricSummary {
             gpu,
             metric,
+            unit: a.unit,
             samples: a.n,
             mean: a.sum / a.n as f64,
             min: a.min,
@@ -182,6 +185,7 @@ fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
 
 #[derive(Default)]
 struct Aggregate {
+    unit: &'static str,
     n: u64,
     sum: f64,
     min: f64,
@@ -220,6 +224,7 @@ impl crate::model::EventSink for MetricStats {
                 .per_metric
                 .entry((device, key.name.to_string()))
                 .or_insert(Aggregate {
+                    unit: crate::nsys::metrics::metric_unit(key.name),
                     n: 0,
                     sum: 0.0,
                     min: f64::INFINITY,
@@ -688,6 +693,7 @@ impl Stats {
                 ("Mean", true),
                 ("Min", true),
                 ("Max", true),
+                ("Unit", false),
                 ("Metric", false),
             ]);
             for m in &self.gpu_metrics {
@@ -697,6 +703,7 @@ impl Stats {
                     super::fmt_decimals(m.mean, 2),
                     super::fmt_decimals(m.min, 2),
                     super::fmt_decimals(m.max, 2),
+                    if m.unit.is_empty() { "count" } else { m.unit }.to_string(),
                     m.metric.clone(),
                 ]);
             }
@@ -764,6 +771,7 @@ impl Stats {
             "gpu_metrics": self.gpu_metrics.iter().map(|m| json!({
                 "gpu": m.gpu,
                 "metric": m.metric,
+                "unit": m.unit,
                 "samples": m.samples,
                 "mean": json_f64(m.mean),
                 "min": json_f64(m.min),
@@ -1115,8 +1123,9 @@ impl StatsArgs {
         let table = self.out.format() == Output::Table;
         let top = self.top.unwrap_or(if table { 10 } else { 0 });
         let one = |path: &Path, top: usize, choice: &ReportChoice| -> Result<Stats> {
-            let ex = Export::open_with(path, &self.out.export_options())
-                .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+            let ex = Export::open_with(path, &self.out.export_options()).map_err(|e| {
+                anyhow::anyhow!("{}: {}", path.display(), crate::convert::error_line(&e))
+            })?;
             stats_with(
                 &ex,
                 path,
@@ -1126,7 +1135,7 @@ impl StatsArgs {
                 },
                 choice,
             )
-            .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))
+            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), crate::convert::error_line(&e)))
         };
         let result = (|| -> Result<()> {
             let choice = self.choice()?;

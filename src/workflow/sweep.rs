@@ -1,4 +1,4 @@
-//! `nsys-perfetto sweep -p V... [--iter N] [--events PATTERN...] -o NAME -- COMMAND...`:
+//! `nsys-perfetto sweep -p V... [--iter N] [-e PATTERN...] -o NAME -- COMMAND...`:
 //! profile a command once per parameter value (`$p` in the command's arguments and in the
 //! output name is replaced by the value), extract the matching event times from each profile and
 //! tabulate them with one column per value. With `--iter N` every value runs N times and each
@@ -7,8 +7,9 @@
 //! Each run's profile is also converted to a Perfetto trace beside its report (`run_16.pftrace`),
 //! the file people open next; the table names them.
 //!
-//! Without `--events`, the events are the 10 kernels and the 10 NVTX ranges with the most total
-//! time in the first profile, matched by exact name.
+//! Without `-e`, the events are the 10 kernels and the 10 NVTX ranges with the most total
+//! time in the first profile, matched by exact name (its memory operations and CUDA API calls
+//! when it has neither; an error, before the other runs, when it has none of these).
 
 use super::extract::{Extract, extract_of};
 use super::stats::{StatsOptions, stats_of};
@@ -183,7 +184,20 @@ pub fn sweep(
             let ex = Export::open_with(&prof, &opts.export)
                 .with_context(|| format!("{}", prof.display()))?;
             if patterns.is_empty() {
-                patterns = default_patterns(&ex, &prof)?;
+                let (top, what) = default_patterns(&ex, &prof)?;
+                if top.is_empty() {
+                    bail!(
+                        "no -e pattern given, and {} (p={value}) has no kernels, NVTX ranges, \
+                         memory operations or CUDA API calls to choose from: name the events \
+                         to tabulate with -e PATTERN (repeat for more)",
+                        prof.display()
+                    );
+                }
+                progress(&format!(
+                    "no -e pattern given: tabulating {what} with the most time in p={value}'s \
+                     profile"
+                ));
+                patterns = top;
             }
             let extract = extract_of(&ex, &prof, &patterns)?;
             let trace = if opts.traces {
@@ -224,8 +238,9 @@ pub fn trace_name(output: &Path) -> PathBuf {
     PathBuf::from(name)
 }
 
-/// The top 10 kernels and NVTX ranges of a profile, as exact-name patterns.
-fn default_patterns(ex: &Export, path: &Path) -> Result<Vec<Pattern>> {
+/// The top 10 kernels and NVTX ranges of a profile, as exact-name patterns; without either, its
+/// top 10 memory operations and CUDA API calls. With what they are, for the note that says so.
+fn default_patterns(ex: &Export, path: &Path) -> Result<(Vec<Pattern>, &'static str)> {
     let st = stats_of(
         ex,
         path,
@@ -234,17 +249,25 @@ fn default_patterns(ex: &Export, path: &Path) -> Result<Vec<Pattern>> {
             raw_names: true,
         },
     )?;
-    let mut out: Vec<Pattern> = Vec::new();
-    for sec in &st.sections {
-        if matches!(sec.kind, Kind::Kernel | Kind::Nvtx) {
+    let pick = |kinds: &[Kind]| {
+        let mut out: Vec<Pattern> = Vec::new();
+        for sec in st.sections.iter().filter(|s| kinds.contains(&s.kind)) {
             for r in &sec.rows {
                 if !out.iter().any(|p| p.text == r.name) {
                     out.push(Pattern::exact(&r.name));
                 }
             }
         }
+        out
+    };
+    let top = pick(&[Kind::Kernel, Kind::Nvtx]);
+    if !top.is_empty() {
+        return Ok((top, "the 10 kernels and 10 NVTX ranges"));
     }
-    Ok(out)
+    Ok((
+        pick(&[Kind::Memory, Kind::Api]),
+        "the 10 memory operations and 10 CUDA API calls (it has no kernels or NVTX ranges)",
+    ))
 }
 
 /// Rows: each (pattern, kind) that any run matched, patterns in order; a pattern no run matched
@@ -376,7 +399,7 @@ impl Sweep {
     }
 }
 
-/// `nsys-perfetto sweep -p V... [--iter N] [--events PATTERN...] -o NAME -- COMMAND...`.
+/// `nsys-perfetto sweep -p V... [--iter N] [-e PATTERN...] -o NAME -- COMMAND...`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct SweepArgs {
     /// Parameter values: each replaces `$p` in the command's arguments and in the output name.
@@ -385,9 +408,10 @@ pub struct SweepArgs {
     /// Profile each value N times; cells are means over the iterations.
     #[arg(long = "iter", default_value_t = 1, value_name = "N")]
     pub iterations: usize,
-    /// Event-name patterns (substrings, or 're:REGEX'). Default: the 10 kernels and 10 NVTX
-    /// ranges with the most time in the first profile.
-    #[arg(short, long = "events", num_args = 1.., value_name = "PATTERN")]
+    /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or
+    /// 're:REGEX'. Default: the 10 kernels and 10 NVTX ranges with the most time in the first
+    /// profile.
+    #[arg(short, long = "events", value_name = "PATTERN")]
     pub events: Vec<String>,
     /// Read every pattern as a regex.
     #[arg(long)]
@@ -490,7 +514,7 @@ impl SweepArgs {
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                crate::say!("error: {e:#}");
+                crate::say!("error: {}", crate::convert::error_line(&e));
                 std::process::ExitCode::FAILURE
             }
         }

@@ -15,6 +15,7 @@ mod common;
 mod analyze;
 mod bad_input;
 mod batch;
+mod cli_messages;
 mod contexts;
 mod corpus;
 mod fidelity;

@@ -1378,6 +1378,7 @@ fn sweep_command_line() {
         "3",
         "--events",
         "gemm",
+        "-e",
         "re:^nccl",
         "-o",
         "run_$p",
@@ -1415,6 +1416,7 @@ fn sweep_command_line() {
         "b.nsys-rep",
         "--events",
         "x",
+        "-e",
         "re:y",
         "--csv",
     ])
