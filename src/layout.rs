@@ -503,6 +503,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             name: self.info.per_source("Analysis"),
             rank: None,
             explicit_child_order: true,
+            number: None,
         });
         self.summary.tracks += 1;
         self.analysis_group = Some(uuid);
