@@ -188,6 +188,11 @@ pub fn empty_selection(sel: &Selection, inputs: &[&Path]) -> String {
     } else {
         format!(" with {}", others.join(", "))
     };
+    let others = if others.is_empty() {
+        "everything".to_string()
+    } else {
+        others.join(", ")
+    };
     match sel.time {
         Some(t) => format!(
             "no events in {}..{}{with}: the capture spans {spans} (--time-range counts from the \
@@ -196,8 +201,8 @@ pub fn empty_selection(sel: &Selection, inputs: &[&Path]) -> String {
             t.end.map(secs).unwrap_or_default(),
         ),
         None => format!(
-            "no events{with}: the capture spans {spans}, but nothing in it matches; nothing \
-             written"
+            "the selection ({others}) matches no events: nothing written (the capture spans \
+             {spans})"
         ),
     }
 }

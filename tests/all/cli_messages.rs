@@ -335,7 +335,10 @@ fn an_empty_selection_says_so_and_gives_the_capture_span() {
     assert!(err.contains(&span), "{span} in {err}");
     let o = run_in(d, &["w.sqlite", "--pid", "999999"]);
     let err = one_line_failure(&o);
-    assert!(err.contains("no events with --pid 999999"), "{err}");
+    assert!(
+        err.contains("the selection (--pid 999999) matches no events: nothing written"),
+        "{err}"
+    );
     assert!(err.contains(&span), "{span} in {err}");
     assert!(!d.join("w.pftrace").exists());
 }
