@@ -28,8 +28,8 @@ pub enum Command {
     /// Top kernels, memory operations, CUDA API calls and NVTX ranges by total time (count,
     /// total, mean, median, min, max, %), as a table, --csv or --json.
     Stats(crate::workflow::stats::StatsArgs),
-    /// nsys' expert rules (nsys analyze): synchronous CUDA calls, synchronous and pageable
-    /// memcpys, synchronous memsets, GPU gaps and GPU time utilization, with nsys' options.
+    /// Findings of nsys' expert rules, as `nsys analyze` finds them: synchronous CUDA calls,
+    /// synchronous and pageable memcpys, synchronous memsets, GPU gaps and GPU time utilization.
     Analyze(crate::workflow::analyze::AnalyzeArgs),
     /// Time of the events whose names match patterns (kernels, memory operations, API calls,
     /// NVTX ranges with their CPU and GPU time), per file: count, total, mean.
