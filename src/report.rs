@@ -838,25 +838,31 @@ struct ExportRecord {
     nsys: Option<Version>,
 }
 
+/// The identity of the report an export this tool wrote was exported from, as it records it
+/// (`None` for a file of the user's, or one that records none).
+pub fn recorded_report(export: &Path) -> Option<crate::provenance::FileId> {
+    if export.extension().is_none_or(|e| e != "sqlite") || !owns_export(export) {
+        return None;
+    }
+    let _shm = nsys::ShmGuard::new(export);
+    let conn = nsys::open_readonly(export).ok()?;
+    let text: String = conn
+        .query_row(
+            &format!("SELECT value FROM {EXPORT_RECORD_TABLE} WHERE key = 'report'"),
+            [],
+            |r| r.get(0),
+        )
+        .ok()?;
+    crate::provenance::FileId::from_text(&text)
+}
+
 /// For an export this tool wrote: whether it records being exported from `report`'s present
 /// content (`None` for a file of the user's, which records nothing).
 pub fn export_is_of(export: &Path, report: &Path) -> Option<bool> {
     if !owns_export(export) {
         return None;
     }
-    let _shm = nsys::ShmGuard::new(export);
-    let conn = nsys::open_readonly(export).ok()?;
-    let id: Option<String> = conn
-        .query_row(
-            &format!("SELECT value FROM {EXPORT_RECORD_TABLE} WHERE key = 'report'"),
-            [],
-            |r| r.get(0),
-        )
-        .ok();
-    Some(
-        id.and_then(|t| crate::provenance::FileId::from_text(&t))
-            .is_some_and(|id| id.matches(report)),
-    )
+    Some(recorded_report(export).is_some_and(|id| id.matches(report)))
 }
 
 /// Whether the export at `path` stands for `report`'s content: `Ok` when it may be reused,
