@@ -246,14 +246,15 @@ fn run_loader(mut cmd: Command, what: &str) -> Vec<(PathBuf, Loaded)> {
     loaded
 }
 
-/// The device number of a GPU group's title: "GPU 1 · NVIDIA H100" (and JSON's "GPU 1 · ...
-/// 1879048190") -> 1.
+/// The device number of a GPU group's title: "GPU 1 · NVIDIA H100" (protobuf), or JSON's
+/// "NVIDIA H100 · GPU 1" (the UI appends the pid, which is the device number) -> 1.
 fn gpu_number(title: &str) -> Option<u32> {
-    let rest = title.strip_prefix("GPU ")?;
-    rest.split(|c: char| !c.is_ascii_digit())
-        .next()?
-        .parse()
-        .ok()
+    let rest = match title.strip_prefix("GPU ") {
+        Some(rest) => rest,
+        None => title.rsplit_once(" · GPU ")?.1,
+    };
+    let digits = rest.split(|c: char| !c.is_ascii_digit()).next()?;
+    digits.parse().ok()
 }
 
 /// A stream track's id: "Stream 7" -> 7 (not its "Stream 7 · sync" twin).
