@@ -14,8 +14,8 @@
 //! gpustats}.py` of nsys 2023.4.4), run on the export as nsys runs it: the time window (`start`,
 //! `end`, or the first NVTX range of a name) hides rows outside it behind temporary views of the
 //! same names, the GPU rules count the profiler's CUDA overhead as GPU work, and so on. The two
-//! GPU rules read their rows with nsys' SQL and then pair starts with ends ([`gaps`]) and sum
-//! each chunk's use ([`chunks`]) in one pass, with SQLite's arithmetic, where nsys' window
+//! GPU rules read their rows with nsys' SQL and then pair starts with ends (`gaps`) and sum
+//! each chunk's use (`chunks`) in one pass, with SQLite's arithmetic, where nsys' window
 //! queries join every chunk with every row; the coalescing of low chunks is nsys' SQL again. Where
 //! nsys refuses an export for a column or label table it only displays (`greenContextId` before
 //! nsys 2023.4, `ENUM_CUDA_MEM_KIND` in old exports), the rule runs with that column empty.
