@@ -13,7 +13,10 @@
 //! Each rule is nsys' own SQL (from `target-linux-x64/rules/*.py` and `python/lib/{nsysstats,
 //! gpustats}.py` of nsys 2023.4.4), run on the export as nsys runs it: the time window (`start`,
 //! `end`, or the first NVTX range of a name) hides rows outside it behind temporary views of the
-//! same names, the GPU rules count the profiler's CUDA overhead as GPU work, and so on. Where
+//! same names, the GPU rules count the profiler's CUDA overhead as GPU work, and so on. The two
+//! GPU rules read their rows with nsys' SQL and then pair starts with ends (`gaps`) and sum
+//! each chunk's use (`chunks`) in one pass, with SQLite's arithmetic, where nsys' window
+//! queries join every chunk with every row; the coalescing of low chunks is nsys' SQL again. Where
 //! nsys refuses an export for a column or label table it only displays (`greenContextId` before
 //! nsys 2023.4, `ENUM_CUDA_MEM_KIND` in old exports), the rule runs with that column empty.
 //!
@@ -467,6 +470,7 @@ fn drop_views(conn: &Connection, schema: &Schema) -> Result<()> {
     for t in filtered_tables(schema) {
         conn.execute_batch(&format!("DROP VIEW IF EXISTS temp.\"{t}\""))?;
     }
+    conn.execute_batch(&format!("DROP TABLE IF EXISTS temp.{CHUNKS}"))?;
     Ok(())
 }
 
@@ -751,37 +755,40 @@ fn run(conn: &Connection, schema: &Schema, rule: Rule, opts: &Options) -> Result
             true,
         ),
         Rule::GpuGaps => {
-            let parts: Vec<String> = gpu_apis(schema)
-                .into_iter()
-                .map(|(_, ops)| {
-                    format!(
-                        "SELECT * FROM ({})",
-                        gaps_query(&ops, opts.gap_ms.saturating_mul(1_000_000))
-                    )
-                })
-                .collect();
-            (
-                format!(
-                    "SELECT duration, gapStart, pid, deviceId, contextId FROM ({})",
-                    parts.join(" UNION ALL ")
-                ),
-                false,
-            )
+            let mut out = Vec::new();
+            for (_, ops) in gpu_apis(schema) {
+                gaps(
+                    &read_ops(conn, &ops)?,
+                    opts.gap_ms.saturating_mul(1_000_000),
+                    &mut out,
+                );
+            }
+            sort(rule, &mut out);
+            return Ok(out);
         }
         Rule::GpuTimeUtil => {
-            let parts: Vec<String> = gpu_apis(schema)
-                .into_iter()
-                .map(|(_, ops)| {
-                    format!(
-                        "SELECT * FROM ({})",
-                        chunks_query(&ops, opts.chunks, opts.threshold)
-                    )
-                })
-                .collect();
+            conn.execute_batch(&format!(
+                "DROP TABLE IF EXISTS temp.{CHUNKS}; CREATE TEMP TABLE {CHUNKS} (rangeId INTEGER, \
+                 start REAL, \"end\" REAL, size REAL, timePercentage REAL, pid INTEGER, \
+                 globalId INTEGER, deviceId INTEGER, contextId INTEGER, api TEXT)"
+            ))?;
+            for (api, ops) in gpu_apis(schema) {
+                chunks(
+                    conn,
+                    api,
+                    &read_ops(conn, &ops)?,
+                    opts.chunks,
+                    opts.threshold,
+                )?;
+            }
+            // Consecutive chunks coalesced, with their weighted average, as nsys' SQL does it.
             (
                 format!(
-                    "SELECT duration, start, average, pid, deviceId, contextId FROM ({})",
-                    parts.join(" UNION ALL ")
+                    "WITH chunkgroup AS (SELECT *, rangeId - ROW_NUMBER() OVER (PARTITION BY api, \
+                     pid, deviceId ORDER BY rangeId) AS groupId FROM temp.{CHUNKS}) \
+                     SELECT max(\"end\") - min(start) AS duration, min(start) AS start, \
+                     round(sum(size * timePercentage) / sum(size), 1) AS average, pid, deviceId, \
+                     contextId FROM chunkgroup GROUP BY api, groupId, deviceId, pid"
                 ),
                 false,
             )
@@ -877,53 +884,155 @@ fn whole(v: ValueRef<'_>) -> Option<i64> {
     }
 }
 
-/// nsys' gap query: per process and device, the k-th earliest start against the (k-1)-th
-/// earliest end; a gap where that end precedes that start by more than the threshold.
-fn gaps_query(ops: &str, threshold_ns: i64) -> String {
-    format!(
-        "WITH ops AS ({ops}), \
-         starts AS (SELECT ROW_NUMBER() OVER(ORDER BY pid, deviceId, start) AS rowNum, start, \
-         pid, deviceId FROM ops), \
-         ends AS (SELECT ROW_NUMBER() OVER(ORDER BY pid, deviceId, \"end\") AS rowNum, \"end\", \
-         pid, globalId, deviceId, contextId, api FROM ops) \
-         SELECT start - \"end\" AS duration, \"end\" AS gapStart, start AS gapEnd, ends.pid, \
-         ends.globalId, ends.deviceId, ends.contextId, ends.api \
-         FROM starts JOIN ends ON starts.rowNum - 1 == ends.rowNum \
-         AND starts.deviceId == ends.deviceId AND starts.pid == ends.pid \
-         WHERE duration > {threshold_ns} AND gapStart < gapEnd"
-    )
+/// The temporary table of the chunks below the threshold (`gpu_time_util`).
+const CHUNKS: &str = "analyze_low_chunks";
+
+/// A row of GPU work (or profiler overhead) as nsys' GPU rules see it.
+struct GpuOp {
+    start: i64,
+    end: i64,
+    pid: Option<i64>,
+    device: Option<i64>,
+    global: Option<i64>,
+    context: Option<i64>,
 }
 
-/// nsys' chunk query: each process's and device's span of GPU work in `chunks` equal chunks
-/// (rounded up to whole ns), the ones used less than `threshold` percent, consecutive ones
-/// coalesced with their weighted average.
-fn chunks_query(ops: &str, chunks: i64, threshold: i64) -> String {
-    format!(
-        "WITH RECURSIVE chunkIds(rangeId) AS (SELECT 0 UNION ALL SELECT rangeId + 1 FROM chunkIds \
-         LIMIT {chunks}), \
-         ops AS ({ops}), \
-         range AS (SELECT min(start) AS start, max(\"end\") AS \"end\", \
-         ceil(CAST(max(\"end\") - min(start) AS FLOAT) / {chunks}) AS chunkSize, pid, globalId, \
-         deviceId, contextId, api FROM ops GROUP BY deviceId, pid), \
-         chunk AS (SELECT chunk.rangeId, chunk.rangeId * range.chunkSize + range.start AS cstart, \
-         min(chunk.rangeId * range.chunkSize + range.start + range.chunkSize, range.\"end\") AS cend, \
-         chunkSize, range.pid, range.globalId, range.deviceId, range.contextId, range.api \
-         FROM chunkIds AS chunk JOIN range ON cstart < cend), \
-         utilization AS (SELECT chunk.rangeId, chunk.cstart AS start, chunk.cend AS \"end\", \
-         chunk.cend - chunk.cstart AS size, \
-         sum(CAST(coalesce(min(ops.\"end\", chunk.cend) - max(ops.start, chunk.cstart), 0) AS FLOAT)) \
-         / (chunk.cend - chunk.cstart) * 100 AS timePercentage, \
-         chunk.pid, chunk.globalId, chunk.deviceId, chunk.contextId, chunk.api \
-         FROM chunk LEFT JOIN ops ON ops.deviceId == chunk.deviceId AND ops.pid == chunk.pid \
-         AND ops.start < chunk.cend AND ops.\"end\" > chunk.cstart \
-         GROUP BY chunk.rangeId, chunk.deviceId, chunk.pid \
-         HAVING timePercentage < {threshold}), \
-         chunkgroup AS (SELECT *, rangeId - ROW_NUMBER() OVER (PARTITION BY pid, deviceId \
-         ORDER BY rangeId) AS groupId FROM utilization) \
-         SELECT min(start) AS start, max(\"end\") - min(start) AS duration, \
-         round(sum(size * timePercentage) / sum(size), 1) AS average, pid, globalId, deviceId, \
-         contextId, api FROM chunkgroup GROUP BY groupId, deviceId, pid"
-    )
+/// GPU work by (process, device), in SQL's order (NULL first).
+type OpGroups = std::collections::BTreeMap<(Option<i64>, Option<i64>), Vec<GpuOp>>;
+
+/// The rows of one API's GPU work (`gpu_apis`), grouped by (process, device), each group in
+/// the query's row order.
+fn read_ops(conn: &Connection, ops: &str) -> Result<OpGroups> {
+    let mut stmt = conn.prepare(&format!(
+        "SELECT start, \"end\", pid, deviceId, globalId, contextId FROM ({ops})"
+    ))?;
+    let mut rows = stmt.query([])?;
+    let mut out = OpGroups::new();
+    while let Some(r) = rows.next()? {
+        let (Some(start), Some(end)) = (whole(r.get_ref(0)?), whole(r.get_ref(1)?)) else {
+            continue;
+        };
+        let op = GpuOp {
+            start,
+            end,
+            pid: whole(r.get_ref(2)?),
+            device: whole(r.get_ref(3)?),
+            global: whole(r.get_ref(4)?),
+            context: whole(r.get_ref(5)?),
+        };
+        out.entry((op.pid, op.device)).or_default().push(op);
+    }
+    Ok(out)
+}
+
+fn int_or_null(v: Option<i64>) -> Value {
+    v.map_or(Value::Null, Value::Int)
+}
+
+/// nsys' gap query: per process and device, the k-th earliest start against the (k-1)-th
+/// earliest end (both numbered in one order over every process and device, joined on the same
+/// process and device); a gap where that end precedes that start by more than the threshold.
+fn gaps(groups: &OpGroups, threshold_ns: i64, out: &mut Vec<Finding>) {
+    for (&(pid, device), ops) in groups {
+        // SQL's `==` never joins NULLs.
+        if pid.is_none() || device.is_none() {
+            continue;
+        }
+        let mut starts: Vec<i64> = ops.iter().map(|o| o.start).collect();
+        starts.sort_unstable();
+        let mut ends: Vec<&GpuOp> = ops.iter().collect();
+        ends.sort_by_key(|o| o.end);
+        for k in 1..starts.len() {
+            let (start, before) = (starts[k], ends[k - 1]);
+            let duration = start - before.end;
+            if duration > threshold_ns && before.end < start {
+                out.push(Finding {
+                    start: before.end,
+                    duration,
+                    values: vec![
+                        int_or_null(pid),
+                        int_or_null(device),
+                        int_or_null(before.context),
+                    ],
+                    blame: None,
+                });
+            }
+        }
+    }
+}
+
+/// nsys' chunk query up to the chunks below the threshold, into the temporary table [`CHUNKS`]:
+/// each process's and device's span of GPU work in `chunks` equal chunks (their size rounded
+/// up to whole ns, the last one cut at the span's end), and each chunk's use, the summed overlap
+/// of the work with it as a percentage of its size. The arithmetic is SQLite's: doubles for
+/// chunk bounds and sums (whole numbers of ns, so exact), compared with the integer times.
+fn chunks(
+    conn: &Connection,
+    api: &str,
+    groups: &OpGroups,
+    chunks: i64,
+    threshold: i64,
+) -> Result<()> {
+    let mut insert = conn.prepare(&format!(
+        "INSERT INTO temp.{CHUNKS} VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
+    ))?;
+    for (&(pid, device), ops) in groups {
+        let (Some(lo), Some(hi)) = (
+            ops.iter().map(|o| o.start).min(),
+            ops.iter().map(|o| o.end).max(),
+        ) else {
+            continue;
+        };
+        // The range's other columns: one row of the group (SQLite's bare columns).
+        let first = ops.iter().min_by_key(|o| o.start).expect("a row");
+        let size = ((hi - lo) as f64 / chunks as f64).ceil();
+        let bounds = |i: i64| {
+            let cstart = i as f64 * size + lo as f64;
+            (cstart, (cstart + size).min(hi as f64))
+        };
+        let n = usize::try_from(chunks).unwrap_or(0);
+        let mut used = vec![0.0f64; n];
+        // NULL process or device: no work joins its chunks (SQL's `==`).
+        if pid.is_some() && device.is_some() && size > 0.0 {
+            for op in ops {
+                // The chunks it overlaps: from the one before its start's, while they start
+                // before its end.
+                let from = (((op.start - lo) as f64 / size).floor() as i64 - 1).max(0);
+                for i in from..chunks {
+                    let (cstart, cend) = bounds(i);
+                    if cstart >= op.end as f64 {
+                        break;
+                    }
+                    if (op.start as f64) < cend && (op.end as f64) > cstart {
+                        used[i as usize] +=
+                            (op.end as f64).min(cend) - (op.start as f64).max(cstart);
+                    }
+                }
+            }
+        }
+        for (i, used) in used.iter().enumerate() {
+            let (cstart, cend) = bounds(i as i64);
+            if cstart >= cend {
+                continue;
+            }
+            let pct = used / (cend - cstart) * 100.0;
+            if pct < threshold as f64 {
+                insert.execute(rusqlite::params![
+                    i as i64,
+                    cstart,
+                    cend,
+                    cend - cstart,
+                    pct,
+                    pid,
+                    first.global,
+                    device,
+                    first.context,
+                    api
+                ])?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The columns of `--csv`: rule, time, then every rule's own columns (blank where a rule has
