@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Benchmark (issue 16): one command reproduces every number of the README's Performance table.
+# Benchmark: one command reproduces every number of docs/performance.md's conversion tables.
 #   bench/run.sh [COPIES...]        default: 10 20 100
 # Builds the inputs (a real PyTorch-on-A100 export grown N-fold with amplify_trace.py, the
 # NVTX-heavy corpus export grown 157-fold, the adversarial orders of bench/adversarial.py),

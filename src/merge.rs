@@ -63,7 +63,7 @@ pub struct MergeArgs {
     pub nsys: NsysArgs,
 }
 
-/// How to scale past one machine, in `merge --help` (and the README).
+/// How to scale past one machine, in `merge --help` (and docs/merge.md).
 pub const SCALING_HELP: &str = "\
 Scaling past one machine: convert or export each report where it was written, one report per task
 of the scheduler you already have, then merge once:

@@ -180,7 +180,7 @@ use TrackKind as K;
 const OPENMP_NAME: NameFrom = N::StringId("nameId");
 
 /// Every table this reader converts. Column names follow NVIDIA's SQLite export schema
-/// reference; tables marked "(not yet seen)" in the README have no rows in the corpus.
+/// reference; tables marked "(not yet seen)" in docs/tables.md have no rows in the corpus.
 pub const SPECS: &[Spec] = &[
     // Unified memory.
     spec(
