@@ -309,6 +309,8 @@ pub struct ReportChoice {
     pub reports: Vec<ReportName>,
     /// How kernels are named in the kernel reports.
     pub kernel_names: KernelNames,
+    /// The kinds of [`Stats::sections`] to compute; `None`: all (the reports need none).
+    pub kinds: Option<Vec<Kind>>,
 }
 
 /// The SQL function that groups NVTX names ([`group_name`]).
@@ -390,7 +392,8 @@ pub fn stats_with(
     if group {
         register_group_name(&ex.conn)?;
     }
-    for kind in Kind::ALL {
+    let wanted = |k: &Kind| choice.kinds.as_ref().is_none_or(|v| v.contains(k));
+    for kind in Kind::ALL.into_iter().filter(wanted) {
         if let Some(mut d) = ex.durations(kind) {
             let grouped = group && matches!(kind, Kind::Nvtx | Kind::NvtxGpu);
             let raw_d = d.clone();
@@ -414,7 +417,21 @@ pub fn stats_with(
             totals.push((kind, d, count as u64, total, names as u64, raw_names as u64));
         }
     }
-    let gpu_time: i64 = totals.iter().filter(|t| t.0.is_gpu()).map(|t| t.3).sum();
+    let mut gpu_time: i64 = totals.iter().filter(|t| t.0.is_gpu()).map(|t| t.3).sum();
+    if !wanted(&Kind::Kernel) || !wanted(&Kind::Memory) {
+        // The sections that sum it were not asked for: sum it alone.
+        gpu_time = 0;
+        for kind in [Kind::Kernel, Kind::Memory] {
+            if let Some(d) = ex.durations(kind) {
+                let t: i64 = ex.conn.query_row(
+                    &format!("SELECT coalesce(sum(dur), 0) FROM ({d})"),
+                    [],
+                    |r| r.get(0),
+                )?;
+                gpu_time += t;
+            }
+        }
+    }
     let mut sections = Vec::new();
     for (kind, d, count, total, names, raw_names) in totals {
         let basis = if kind.is_gpu() { gpu_time } else { total };
@@ -1063,6 +1080,10 @@ pub struct StatsArgs {
     /// Kernels under their mangled name where the export has it, as nsys' `:mangled`.
     #[arg(long)]
     pub mangled: bool,
+    /// Also show the NVTX ranges projected onto the GPU (the span of the GPU work launched
+    /// inside each range; no nsys report has it) in the table. JSON always holds it.
+    #[arg(long)]
+    pub nvtx_gpu: bool,
     /// Keep NVTX names that differ only in counters (', seq = N', ', op_id = N') apart; by
     /// default they are grouped under the name without them.
     #[arg(long)]
@@ -1105,9 +1126,19 @@ impl StatsArgs {
                 reports.push(rep);
             }
         }
+        // A table shows the reports (and our own NVTX-on-GPU section when asked), CSV the
+        // reports alone; JSON and comparisons hold every section.
+        let kinds = match self.out.format() {
+            _ if self.profiles.len() > 1 => None,
+            Output::Table if self.nvtx_gpu => Some(vec![Kind::NvtxGpu]),
+            Output::Table => Some(Vec::new()),
+            Output::Csv => Some(Vec::new()),
+            Output::Json => None,
+        };
         Ok(ReportChoice {
             reports,
             kernel_names,
+            kinds,
         })
     }
 

@@ -57,6 +57,7 @@ fn ours(path: &Path, names: KernelNames, reports: &[ReportName]) -> BTreeMap<Str
         &ReportChoice {
             reports: reports.to_vec(),
             kernel_names: names,
+            kinds: Some(Vec::new()),
         },
     )
     .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
