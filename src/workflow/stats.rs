@@ -105,6 +105,34 @@ pub struct MetricSummary {
     pub mean: f64,
     pub min: f64,
     pub max: f64,
+    /// The unit of its values ([`metric_unit`]).
+    pub unit: &'static str,
+}
+
+/// The unit of a GPU metric's values, from its name as nsys names it: clock frequencies in Hz,
+/// BAR1 requests counted, and the rest (throughputs, bandwidths, active and in-flight metrics)
+/// in percent of the peak, as nsys shows them.
+pub fn metric_unit(name: &str) -> &'static str {
+    if name.contains("Frequency") {
+        "Hz"
+    } else if name.contains("Requests") {
+        "requests"
+    } else if [
+        "Throughput",
+        "Bandwidth",
+        "Active",
+        "In Flight",
+        "Issue",
+        "Warps",
+        "Utilization",
+    ]
+    .iter()
+    .any(|w| name.contains(w))
+    {
+        "% of peak"
+    } else {
+        ""
+    }
 }
 
 /// Leaf frames of `SAMPLING_CALLCHAINS` (`stackDepth` 0) by function, most first.
@@ -169,11 +197,12 @@ fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
         .into_iter()
         .map(|((gpu, metric), a)| MetricSummary {
             gpu,
-            metric,
             samples: a.n,
             mean: a.sum / a.n as f64,
             min: a.min,
             max: a.max,
+            unit: metric_unit(&metric),
+            metric,
         })
         .collect();
     out.sort_by(|a, b| (a.gpu, &a.metric).cmp(&(b.gpu, &b.metric)));
@@ -705,6 +734,7 @@ impl Stats {
                 ("Mean", true),
                 ("Min", true),
                 ("Max", true),
+                ("Unit", false),
                 ("Metric", false),
             ]);
             for m in &self.gpu_metrics {
@@ -714,6 +744,7 @@ impl Stats {
                     super::fmt_decimals(m.mean, 2),
                     super::fmt_decimals(m.min, 2),
                     super::fmt_decimals(m.max, 2),
+                    m.unit.to_string(),
                     m.metric.clone(),
                 ]);
             }
@@ -785,6 +816,7 @@ impl Stats {
                 "mean": json_f64(m.mean),
                 "min": json_f64(m.min),
                 "max": json_f64(m.max),
+                "unit": m.unit,
             })).collect::<Vec<_>>(),
         })
     }
