@@ -25,8 +25,9 @@ pub enum Command {
     /// Run a command under `nsys profile` and convert the report: NAME.nsys-rep, NAME.sqlite
     /// and NAME.pftrace.
     Profile(ProfileArgs),
-    /// Top kernels, memory operations, CUDA API calls and NVTX ranges by total time (count,
-    /// total, mean, median, min, max, %), as a table, --csv or --json.
+    /// nsys' summary reports as `nsys stats` prints them (kernels, memory operations, CUDA API
+    /// calls, NVTX ranges, OS runtime...: count, total, mean, median, min, max, stddev, %), as a
+    /// table, --csv (nsys' columns) or --json.
     Stats(crate::workflow::stats::StatsArgs),
     /// Findings of nsys' expert rules, as `nsys analyze` finds them: synchronous CUDA calls,
     /// synchronous and pageable memcpys, synchronous memsets, GPU gaps and GPU time utilization.

@@ -232,6 +232,13 @@ impl NameFilter {
             NameFilter::Regex(r) => r.is_match(name),
         }
     }
+
+    /// Whether a range named `name` in NVTX domain `domain` (`None`: the default domain)
+    /// matches under either of its names: the name the trace shows on the domain's track, or
+    /// nsys' `Domain:name` of its reports (`nsys stats`, `stats`).
+    pub fn matches_in(&self, domain: Option<&str>, name: &str) -> bool {
+        self.matches(name) || domain.is_some_and(|d| self.matches(&format!("{d}:{name}")))
+    }
 }
 
 /// A time window in ns relative to the capture start (nsys timestamps are already relative).

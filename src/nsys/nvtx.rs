@@ -164,7 +164,13 @@ pub fn read<S: EventSink>(
         let json_text = text_at(r, 11);
         let name = range_name(text.as_deref(), text_no, super::int_of(v.text_id));
         if let Some(f) = &selection.nvtx_filter
-            && !f.matches(&name_text(info, name))
+            && !f.matches_in(
+                info.desc
+                    .nvtx_domains
+                    .get(&(gpid, domain))
+                    .map(String::as_str),
+                &name_text(info, name),
+            )
         {
             continue;
         }
@@ -298,7 +304,13 @@ pub fn read_projection<S: EventSink>(
         }
         let name = range_name(span.text.as_deref(), span.text_no, span.name_id);
         if let Some(f) = &selection.nvtx_filter
-            && !f.matches(&name_text(info, name))
+            && !f.matches_in(
+                info.desc
+                    .nvtx_domains
+                    .get(&(global_pid_of(span.global_tid), span.domain))
+                    .map(String::as_str),
+                &name_text(info, name),
+            )
         {
             continue;
         }

@@ -91,7 +91,7 @@ pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extr
             let count: i64 = r.get(2)?;
             let total: i64 = r.get(3)?;
             for (pi, p) in patterns.iter().enumerate() {
-                if p.matches(&name) || alt.as_deref().is_some_and(|a| p.matches(a)) {
+                if ex.matches(kind, p, &name, alt.as_deref()) {
                     let slot = &mut acc[pi][ki];
                     slot.0 += count as u64;
                     slot.1 += total;
@@ -150,8 +150,10 @@ fn outermost(
     while let Some(r) = rows.next()? {
         let name = ex.name_at(Kind::Nvtx, r, 0);
         let pats = matched.entry(name).or_insert_with_key(|name| {
+            // The bare name (without `Domain:`) is the second name.
+            let alt = crate::nsys::text_at(r, 5);
             (0..patterns.len())
-                .filter(|&pi| patterns[pi].matches(name))
+                .filter(|&pi| ex.matches(Kind::Nvtx, &patterns[pi], name, alt.as_deref()))
                 .collect()
         });
         if pats.is_empty() {

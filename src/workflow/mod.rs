@@ -6,16 +6,21 @@
 //! Every number comes from SQL aggregates over the export (memory stays bounded: SQLite sorts
 //! and groups on disk); rendering to an aligned table, CSV or JSON is separate.
 //!
-//! Event durations are `end - start` in nanoseconds, over rows whose `end >= start`:
-//! - `kernel`: `CUPTI_ACTIVITY_KIND_KERNEL`, named by `shortName` (patterns also match
-//!   `demangledName`);
-//! - `memory`: `CUPTI_ACTIVITY_KIND_MEMCPY` by copy kind ("Memcpy HtoD") and
-//!   `CUPTI_ACTIVITY_KIND_MEMSET` ("Memset");
-//! - `api`: `CUPTI_ACTIVITY_KIND_RUNTIME` and `_DRIVER` calls, named by `nameId`;
-//! - `nvtx`: NVTX push/pop (59) and start/end (60) ranges, CPU time, named by `text` or `textId`;
+//! Event durations are `end - start` in nanoseconds, over rows whose `end >= start`. Events are
+//! named as nsys' own reports name them (`docs/names.md`), with a second name, the one the trace
+//! shows, that patterns also match ([`Export::matches`]):
+//! - `kernel`: `CUPTI_ACTIVITY_KIND_KERNEL` by demangled name (second: the base `shortName`);
+//! - `memory`: `CUPTI_ACTIVITY_KIND_MEMCPY` by copy kind (`[CUDA memcpy Host-to-Device]`;
+//!   second: `Memcpy HtoD`) and `CUPTI_ACTIVITY_KIND_MEMSET` (`[CUDA memset]`; `Memset`);
+//! - `api`: `CUPTI_ACTIVITY_KIND_RUNTIME` and `_DRIVER` calls, by `cuda_api_sum`'s name (a
+//!   six-character `_vNNNN` suffix dropped; second: the symbol as recorded);
+//! - `nvtx`: NVTX push/pop (59) and start/end (60) ranges, CPU time, named `Domain:text` in a
+//!   named domain (second: the text);
 //! - `nvtx-gpu`: the same ranges projected onto the GPU ([`crate::nsys::projection`]): per range, from
 //!   the earliest start to the latest end of the GPU rows launched inside it, over all devices;
 //!   only ranges that launched GPU work count.
+//!
+//! [`reports`] computes nsys' own summary reports exactly as `nsys stats` does.
 
 pub mod analyze;
 pub mod extract;
@@ -368,23 +373,32 @@ impl Export {
                 let short = s.col(KERNEL, "shortName");
                 let long = s.col(KERNEL, "demangledName");
                 Some(format!(
-                    "SELECT coalesce({short}, {long}) AS key, {long} AS alt, \"end\" - start AS dur \
+                    "SELECT coalesce({long}, {short}) AS key, {short} AS alt, \"end\" - start AS dur \
                      FROM main.\"{KERNEL}\" WHERE \"end\" >= start"
                 ))
             }
             Kind::Memory => {
                 let mut parts = Vec::new();
                 if ok(MEMCPY) {
-                    // Copy kinds are >= 0; an unknown one is -2, memsets -1.
+                    // nsys' report name, and the trace's ("Memcpy HtoD") as the second name.
                     let kind = s.col(MEMCPY, "copyKind");
+                    let (mut long, mut short) = (String::new(), String::new());
+                    for k in 0..=13 {
+                        long.push_str(&format!(" WHEN {k} THEN '{}'", reports::memcpy_label(k)));
+                        short.push_str(&format!(
+                            " WHEN {k} THEN '{}'",
+                            self.enums.copy_kind(k).replace('\'', "''")
+                        ));
+                    }
                     parts.push(format!(
-                        "SELECT coalesce({kind}, -2) AS key, NULL AS alt, \"end\" - start AS dur \
-                         FROM main.\"{MEMCPY}\" WHERE \"end\" >= start"
+                        "SELECT '[CUDA memcpy ' || (CASE {kind}{long} ELSE 'Unknown' END) || ']' AS key, \
+                         'Memcpy ' || (CASE {kind}{short} ELSE coalesce({kind}, '?') END) AS alt, \
+                         \"end\" - start AS dur FROM main.\"{MEMCPY}\" WHERE \"end\" >= start"
                     ));
                 }
                 if ok(MEMSET) {
                     parts.push(format!(
-                        "SELECT -1 AS key, NULL AS alt, \"end\" - start AS dur \
+                        "SELECT '[CUDA memset]' AS key, 'Memset' AS alt, \"end\" - start AS dur \
                          FROM main.\"{MEMSET}\" WHERE \"end\" >= start"
                     ));
                 }
@@ -395,11 +409,21 @@ impl Export {
                     .iter()
                     .filter(|t| ok(t))
                     .map(|t| {
-                        format!(
-                            "SELECT {} AS key, NULL AS alt, \"end\" - start AS dur \
-                             FROM main.\"{t}\" WHERE \"end\" >= start",
-                            s.col(t, "nameId")
-                        )
+                        // nsys' `cuda_api_sum` name; the symbol as recorded is the second name.
+                        if self.has_strings() {
+                            format!(
+                                "SELECT coalesce({}, '(unnamed API call)') AS key, s.value AS alt, \
+                                 a.\"end\" - a.start AS dur FROM main.\"{t}\" a \
+                                 LEFT JOIN main.StringIds s ON s.id = {} WHERE a.\"end\" >= a.start",
+                                reports::api_name_sql("s.value"),
+                                s.col_of(t, "a", "nameId")
+                            )
+                        } else {
+                            format!(
+                                "SELECT '(unnamed API call)' AS key, NULL AS alt, \
+                                 \"end\" - start AS dur FROM main.\"{t}\" WHERE \"end\" >= start"
+                            )
+                        }
                     })
                     .collect();
                 (!parts.is_empty()).then(|| parts.join(" UNION ALL "))
@@ -409,19 +433,24 @@ impl Export {
                     return None;
                 }
                 let text = s.col_of(NVTX, "r", "text");
-                let (join, name) = self.nvtx_name(&text, &s.col_of(NVTX, "r", "textId"));
+                let (join, name, bare) = self.nvtx_name(&text, &s.col_of(NVTX, "r", "textId"), "r");
                 Some(format!(
-                    "SELECT {name} AS key, NULL AS alt, r.\"end\" - r.start AS dur \
+                    "SELECT {name} AS key, {bare} AS alt, r.\"end\" - r.start AS dur \
                      FROM main.\"{NVTX}\" r{join} \
                      WHERE r.eventType IN (59, 60) AND r.\"end\" >= r.start"
                 ))
             }
             Kind::NvtxGpu => {
                 self.projection.as_ref()?;
-                let (join, name) = self.nvtx_name("r.name_text", "r.name_id");
+                let (join, name, bare) = self.nvtx_name("r.name_text", "r.name_id", "c");
+                let row = if self.nvtx_domains() {
+                    format!(" JOIN main.\"{NVTX}\" c ON c.rowid = r.nvtx_rid")
+                } else {
+                    String::new()
+                };
                 Some(format!(
-                    "SELECT {name} AS key, NULL AS alt, max(r.gpu_end) - min(r.gpu_start) AS dur \
-                     FROM {PROJ_DB}.{NVTX_GPU} r{join} GROUP BY r.nvtx_rid"
+                    "SELECT {name} AS key, {bare} AS alt, max(r.gpu_end) - min(r.gpu_start) AS dur \
+                     FROM {PROJ_DB}.{NVTX_GPU} r{row}{join} GROUP BY r.nvtx_rid"
                 ))
             }
         }
@@ -440,20 +469,20 @@ impl Export {
         let sql = match kind {
             Kind::Nvtx => {
                 let text = s.col_of(NVTX, "r", "text");
-                let (join, name) = self.nvtx_name(&text, &s.col_of(NVTX, "r", "textId"));
+                let (join, name, bare) = self.nvtx_name(&text, &s.col_of(NVTX, "r", "textId"), "r");
                 let tid = s.col_of(NVTX, "r", "globalTid");
                 format!(
                     "SELECT {name} AS key, {tid} AS tid, r.start AS s, r.\"end\" AS e, \
-                     r.\"end\" - r.start AS dur FROM main.\"{NVTX}\" r{join} \
+                     r.\"end\" - r.start AS dur, {bare} AS alt FROM main.\"{NVTX}\" r{join} \
                      WHERE r.eventType IN (59, 60) AND r.\"end\" >= r.start"
                 )
             }
             Kind::NvtxGpu => {
                 self.projection.as_ref()?;
-                let (join, name) = self.nvtx_name("r.name_text", "r.name_id");
+                let (join, name, bare) = self.nvtx_name("r.name_text", "r.name_id", "c");
                 format!(
                     "SELECT {name} AS key, {tid} AS tid, c.start AS s, c.\"end\" AS e, \
-                     max(r.gpu_end) - min(r.gpu_start) AS dur \
+                     max(r.gpu_end) - min(r.gpu_start) AS dur, {bare} AS alt \
                      FROM {PROJ_DB}.{NVTX_GPU} r JOIN main.\"{NVTX}\" c ON c.rowid = r.nvtx_rid{join} \
                      GROUP BY r.nvtx_rid"
                 )
@@ -461,7 +490,7 @@ impl Export {
             _ => return None,
         };
         Some(format!(
-            "SELECT key, tid, s, e, dur FROM ({sql}) ORDER BY tid, s, e DESC"
+            "SELECT key, tid, s, e, dur, alt FROM ({sql}) ORDER BY tid, s, e DESC"
         ))
     }
 
@@ -469,9 +498,18 @@ impl Export {
         self.schema.has_columns("StringIds", &["id", "value"])
     }
 
-    /// (join, expression) naming an NVTX range from its text and text id columns.
-    fn nvtx_name(&self, text: &str, text_id: &str) -> (String, String) {
-        if self.has_strings() && text_id != "NULL" {
+    /// Whether NVTX ranges can be named by their domain (the export records domains).
+    fn nvtx_domains(&self) -> bool {
+        self.schema
+            .has_columns(NVTX, &["domainId", "globalTid", "eventType", "text"])
+    }
+
+    /// (join, name, bare name) of an NVTX range from its text and text id columns and the alias
+    /// of its `NVTX_EVENTS` row: the name is nsys' `Domain:text` for a range of a named domain
+    /// (the domain's creation, event type 75, in the range's process names it, as in nsys'
+    /// `nvtx_sum`), else the text, which is the bare name.
+    fn nvtx_name(&self, text: &str, text_id: &str, row: &str) -> (String, String, String) {
+        let (mut join, bare) = if self.has_strings() && text_id != "NULL" {
             (
                 format!(" LEFT JOIN main.StringIds s ON s.id = {text_id}"),
                 format!("coalesce({text}, s.value, '(unnamed range)')"),
@@ -481,7 +519,21 @@ impl Export {
                 String::new(),
                 format!("coalesce({text}, '(unnamed range)')"),
             )
+        };
+        if !self.nvtx_domains() {
+            return (join, bare.clone(), bare);
         }
+        join.push_str(&format!(
+            " LEFT JOIN (SELECT domainId AS id, globalTid & 0x0000FFFFFF000000 AS pid, \
+             text AS name, min(start) FROM main.\"{NVTX}\" WHERE eventType = 75 \
+             GROUP BY 1, 2) dom ON dom.id = {row}.domainId \
+             AND dom.pid = ({row}.globalTid & 0x0000FFFFFF000000)"
+        ));
+        (
+            join,
+            format!("coalesce(dom.name || ':', '') || {bare}"),
+            bare,
+        )
     }
 
     /// (join, expression) turning an aggregated `a.key` (and `a.alt`) into display names.
@@ -494,34 +546,27 @@ impl Export {
                 "coalesce(s.value, '(unnamed kernel)')".into(),
                 "s2.value".into(),
             ),
-            Kind::Api if strings => (
-                " LEFT JOIN main.StringIds s ON s.id = a.key".into(),
-                "coalesce(s.value, '(unnamed API call)')".into(),
-                "NULL".into(),
-            ),
             Kind::Kernel => (String::new(), "'(unnamed kernel)'".into(), "NULL".into()),
-            Kind::Api => (String::new(), "'(unnamed API call)'".into(), "NULL".into()),
-            // Memory keys are labelled in Rust; NVTX keys are names already.
-            Kind::Memory | Kind::Nvtx | Kind::NvtxGpu => {
-                (String::new(), "a.key".into(), "NULL".into())
+            // API, memory and NVTX keys are names already.
+            Kind::Api | Kind::Memory | Kind::Nvtx | Kind::NvtxGpu => {
+                (String::new(), "a.key".into(), "a.alt".into())
             }
         }
     }
 
-    /// The display name of a memory-operation key.
-    fn memory_name(&self, key: i64) -> String {
-        match key {
-            -1 => "Memset".into(),
-            -2 => "Memcpy (unknown kind)".into(),
-            k => format!("Memcpy {}", self.enums.copy_kind(k)),
-        }
+    /// Whether `p` matches an event of `kind` named `name` (with its second name `alt`), under
+    /// any of the names it goes by ([`Export::durations`]): a kernel's demangled or base name;
+    /// a memory operation's nsys or trace name; an API call's nsys name, its symbol, or the
+    /// trace's name (every `_vNNNN` suffix dropped); an NVTX range's `Domain:name` or name.
+    pub fn matches(&self, kind: Kind, p: &Pattern, name: &str, alt: Option<&str>) -> bool {
+        p.matches(name)
+            || alt.is_some_and(|a| p.matches(a))
+            || (kind == Kind::Api
+                && crate::nsys::api::display_name(name).is_some_and(|d| p.matches(d)))
     }
 
-    /// Read a name column of an aggregate row: text, or a memory key to label.
-    fn name_at(&self, kind: Kind, row: &rusqlite::Row<'_>, idx: usize) -> String {
-        if kind == Kind::Memory {
-            return self.memory_name(nsys::int_at(row, idx).unwrap_or(-2));
-        }
+    /// Read a name column of an aggregate row.
+    fn name_at(&self, _kind: Kind, row: &rusqlite::Row<'_>, idx: usize) -> String {
         match row.get_ref(idx) {
             Ok(rusqlite::types::ValueRef::Integer(v)) => v.to_string(),
             _ => nsys::text_at(row, idx).map_or_else(String::new, |s| s.into_owned()),

@@ -466,7 +466,7 @@ fn memcpy_name_sql(s: &Schema) -> (String, String) {
 /// The SQL expression of an API name as `cuda_api_sum` shows it: a `_vNNNN` suffix of exactly
 /// six characters dropped (so `cudaLaunchKernel_v7000` becomes `cudaLaunchKernel`, while
 /// `cudaStreamIsCapturing_v10000` stays).
-fn api_name_sql(value: &str) -> String {
+pub fn api_name_sql(value: &str) -> String {
     format!(
         "CASE substr({value}, -6, 2) WHEN '_v' THEN substr({value}, 1, length({value}) - 6) \
          ELSE {value} END"

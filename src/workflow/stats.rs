@@ -101,12 +101,21 @@ pub struct SampledFunction {
 pub struct MetricSummary {
     pub gpu: i64,
     pub metric: String,
-    /// What its values count: "%", "Hz", "MHz", "bytes", or "" for plain counts.
-    pub unit: &'static str,
     pub samples: u64,
     pub mean: f64,
     pub min: f64,
     pub max: f64,
+    /// The unit of its values ([`metric_unit`]).
+    pub unit: &'static str,
+}
+
+/// The unit a GPU metric's values are shown with: the trace's unit
+/// ([`crate::nsys::metrics::metric_unit`]), "count" for plain counts.
+pub fn metric_unit(name: &str) -> &'static str {
+    match crate::nsys::metrics::metric_unit(name) {
+        "" => "count",
+        u => u,
+    }
 }
 
 /// Leaf frames of `SAMPLING_CALLCHAINS` (`stackDepth` 0) by function, most first.
@@ -171,12 +180,12 @@ fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
         .into_iter()
         .map(|((gpu, metric), a)| MetricSummary {
             gpu,
-            metric,
-            unit: a.unit,
             samples: a.n,
             mean: a.sum / a.n as f64,
             min: a.min,
             max: a.max,
+            unit: metric_unit(&metric),
+            metric,
         })
         .collect();
     out.sort_by(|a, b| (a.gpu, &a.metric).cmp(&(b.gpu, &b.metric)));
@@ -185,7 +194,6 @@ fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
 
 #[derive(Default)]
 struct Aggregate {
-    unit: &'static str,
     n: u64,
     sum: f64,
     min: f64,
@@ -224,7 +232,6 @@ impl crate::model::EventSink for MetricStats {
                 .per_metric
                 .entry((device, key.name.to_string()))
                 .or_insert(Aggregate {
-                    unit: crate::nsys::metrics::metric_unit(key.name),
                     n: 0,
                     sum: 0.0,
                     min: f64::INFINITY,
@@ -314,6 +321,8 @@ pub struct ReportChoice {
     pub reports: Vec<ReportName>,
     /// How kernels are named in the kernel reports.
     pub kernel_names: KernelNames,
+    /// The kinds of [`Stats::sections`] to compute; `None`: all (the reports need none).
+    pub kinds: Option<Vec<Kind>>,
 }
 
 /// The SQL function that groups NVTX names ([`group_name`]).
@@ -395,7 +404,8 @@ pub fn stats_with(
     if group {
         register_group_name(&ex.conn)?;
     }
-    for kind in Kind::ALL {
+    let wanted = |k: &Kind| choice.kinds.as_ref().is_none_or(|v| v.contains(k));
+    for kind in Kind::ALL.into_iter().filter(wanted) {
         if let Some(mut d) = ex.durations(kind) {
             let grouped = group && matches!(kind, Kind::Nvtx | Kind::NvtxGpu);
             let raw_d = d.clone();
@@ -419,7 +429,21 @@ pub fn stats_with(
             totals.push((kind, d, count as u64, total, names as u64, raw_names as u64));
         }
     }
-    let gpu_time: i64 = totals.iter().filter(|t| t.0.is_gpu()).map(|t| t.3).sum();
+    let mut gpu_time: i64 = totals.iter().filter(|t| t.0.is_gpu()).map(|t| t.3).sum();
+    if !wanted(&Kind::Kernel) || !wanted(&Kind::Memory) {
+        // The sections that sum it were not asked for: sum it alone.
+        gpu_time = 0;
+        for kind in [Kind::Kernel, Kind::Memory] {
+            if let Some(d) = ex.durations(kind) {
+                let t: i64 = ex.conn.query_row(
+                    &format!("SELECT coalesce(sum(dur), 0) FROM ({d})"),
+                    [],
+                    |r| r.get(0),
+                )?;
+                gpu_time += t;
+            }
+        }
+    }
     let mut sections = Vec::new();
     for (kind, d, count, total, names, raw_names) in totals {
         let basis = if kind.is_gpu() { gpu_time } else { total };
@@ -703,7 +727,7 @@ impl Stats {
                     super::fmt_decimals(m.mean, 2),
                     super::fmt_decimals(m.min, 2),
                     super::fmt_decimals(m.max, 2),
-                    if m.unit.is_empty() { "count" } else { m.unit }.to_string(),
+                    m.unit.to_string(),
                     m.metric.clone(),
                 ]);
             }
@@ -771,11 +795,11 @@ impl Stats {
             "gpu_metrics": self.gpu_metrics.iter().map(|m| json!({
                 "gpu": m.gpu,
                 "metric": m.metric,
-                "unit": m.unit,
                 "samples": m.samples,
                 "mean": json_f64(m.mean),
                 "min": json_f64(m.min),
                 "max": json_f64(m.max),
+                "unit": m.unit,
             })).collect::<Vec<_>>(),
         })
     }
@@ -1071,6 +1095,10 @@ pub struct StatsArgs {
     /// Kernels under their mangled name where the export has it, as nsys' `:mangled`.
     #[arg(long)]
     pub mangled: bool,
+    /// Also show the NVTX ranges projected onto the GPU (the span of the GPU work launched
+    /// inside each range; no nsys report has it) in the table. JSON always holds it.
+    #[arg(long)]
+    pub nvtx_gpu: bool,
     /// Keep NVTX names that differ only in counters (', seq = N', ', op_id = N') apart; by
     /// default they are grouped under the name without them.
     #[arg(long)]
@@ -1113,9 +1141,19 @@ impl StatsArgs {
                 reports.push(rep);
             }
         }
+        // A table shows the reports (and our own NVTX-on-GPU section when asked), CSV the
+        // reports alone; JSON and comparisons hold every section.
+        let kinds = match self.out.format() {
+            _ if self.profiles.len() > 1 => None,
+            Output::Table if self.nvtx_gpu => Some(vec![Kind::NvtxGpu]),
+            Output::Table => Some(Vec::new()),
+            Output::Csv => Some(Vec::new()),
+            Output::Json => None,
+        };
         Ok(ReportChoice {
             reports,
             kernel_names,
+            kinds,
         })
     }
 

@@ -57,6 +57,7 @@ fn ours(path: &Path, names: KernelNames, reports: &[ReportName]) -> BTreeMap<Str
         &ReportChoice {
             reports: reports.to_vec(),
             kernel_names: names,
+            kinds: Some(Vec::new()),
         },
     )
     .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
@@ -403,4 +404,136 @@ fn stats_report_options() {
         assert_eq!(err.trim().lines().count(), 1, "{bad}: {err}");
         assert!(err.contains(bad.split(':').next().unwrap()), "{bad}: {err}");
     }
+}
+
+/// Every GPU metric carries the trace's unit: clocks in Hz, the rest in percent of peak (never
+/// above 100) or counted; the table has the column.
+#[test]
+fn gpu_metrics_carry_units() {
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let input = corpus.join("als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite");
+    let st = nsys_perfetto::workflow::stats::stats(&input, &StatsOptions::default()).unwrap();
+    assert_eq!(st.gpu_metrics.len(), 18);
+    for m in &st.gpu_metrics {
+        match m.unit {
+            "Hz" => assert!(m.metric.contains("Clock"), "{}", m.metric),
+            "%" => assert!(m.max <= 100.0, "{} max {}", m.metric, m.max),
+            "count" => assert!(m.metric.contains("BAR1"), "{}", m.metric),
+            u => panic!("{}: unit {u:?}", m.metric),
+        }
+    }
+    let o = bin().arg("stats").arg(&input).output().unwrap();
+    let out = String::from_utf8(o.stdout).unwrap();
+    let line = out
+        .lines()
+        .find(|l| l.ends_with("GPC Clock Frequency"))
+        .unwrap();
+    assert!(line.contains(" Hz "), "{line}");
+}
+
+/// One name for one thing: each event is found under nsys' name (what `stats` prints) and
+/// under the trace's, by `extract` and by `--nvtx-filter`.
+#[test]
+fn every_name_form_finds_the_same_events() {
+    use nsys_perfetto::workflow::Pattern;
+    use nsys_perfetto::workflow::extract::extract;
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    // MPI traced as the NVTX domain "MPI"; a kernel `saxpy`; HtoD and DtoH copies.
+    let input = corpus.join("hpcgroup__pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite");
+    use nsys_perfetto::workflow::Kind;
+    let of_kind = |p: &str, kind: Kind| -> (u64, i64) {
+        let x = extract(&input, &[Pattern::exact(p)]).unwrap();
+        x.rows
+            .iter()
+            .filter(|r| r.kind == Some(kind))
+            .fold((0, 0), |(c, t), r| (c + r.count, t + r.total))
+    };
+    let total = |p: &str| of_kind(p, Kind::Api);
+    for (a, b, kind) in [
+        ("MPI:MPI_Init", "MPI_Init", Kind::Nvtx),
+        (
+            "saxpy(double *, double *, double *, double, int)",
+            "saxpy",
+            Kind::Kernel,
+        ),
+        ("[CUDA memcpy Host-to-Device]", "Memcpy HtoD", Kind::Memory),
+        ("[CUDA memcpy Device-to-Host]", "Memcpy DtoH", Kind::Memory),
+    ] {
+        let (x, y) = (of_kind(a, kind), of_kind(b, kind));
+        assert!(x.0 > 0, "{a}: nothing found");
+        assert_eq!(x, y, "{a} vs {b}");
+    }
+    // This export records `cudaMalloc` and `cudaMalloc_v3020` alike: nsys (and the trace) show
+    // both as `cudaMalloc`; the recorded symbol still finds its own calls.
+    let conn = rusqlite::Connection::open(&input).unwrap();
+    let count = |names: &str| -> u64 {
+        conn.query_row(
+            &format!(
+                "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_RUNTIME r JOIN StringIds s \
+                 ON s.id = r.nameId WHERE s.value IN ({names})"
+            ),
+            [],
+            |r| r.get::<_, i64>(0).map(|n| n as u64),
+        )
+        .unwrap()
+    };
+    assert_eq!(
+        total("cudaMalloc").0,
+        count("'cudaMalloc', 'cudaMalloc_v3020'")
+    );
+    assert_eq!(total("cudaMalloc_v3020").0, count("'cudaMalloc_v3020'"));
+    assert!(count("'cudaMalloc_v3020'") > 0);
+    // stats prints nsys' forms.
+    let o = bin()
+        .args([
+            "stats",
+            "--csv",
+            "-r",
+            "nvtx_sum,cuda_gpu_mem_time_sum,cuda_api_sum",
+        ])
+        .arg(&input)
+        .output()
+        .unwrap();
+    let out = String::from_utf8(o.stdout).unwrap();
+    for name in [
+        "MPI:MPI_Init",
+        "[CUDA memcpy Host-to-Device]",
+        ",cudaMalloc\n",
+    ] {
+        assert!(out.contains(name), "{name} not in\n{out}");
+    }
+    // --nvtx-filter: the trace keeps the same ranges under either form.
+    let tmp = tempfile::tempdir().unwrap();
+    let nvtx = |filter: &str| {
+        let out = tmp
+            .path()
+            .join(format!("{}.json", filter.replace(':', "_")));
+        let o = bin()
+            .arg("-q")
+            .arg(&input)
+            .arg("-o")
+            .arg(&out)
+            .args(["--format", "json", "--nvtx-filter", filter])
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        v["traceEvents"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["name"] == "MPI_Init" && e["cat"] == "nvtx")
+            .count()
+    };
+    let bare = nvtx("MPI_Init");
+    assert!(bare > 0);
+    assert_eq!(nvtx("MPI:MPI_Init"), bare);
+    assert_eq!(nvtx("MPI:MPI_Fin"), 0);
 }

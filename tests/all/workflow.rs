@@ -383,6 +383,40 @@ fn all_exports() -> Vec<PathBuf> {
     out
 }
 
+/// nsys' labels of the copy kinds (`cuda_gpu_mem_time_sum`: `[CUDA memcpy Host-to-Device]`).
+const COPY_LABELS: [&str; 14] = [
+    "Unknown",
+    "Host-to-Device",
+    "Device-to-Host",
+    "Host-to-Array",
+    "Array-to-Host",
+    "Array-to-Array",
+    "Array-to-Device",
+    "Device-to-Array",
+    "Device-to-Device",
+    "Host-to-Host",
+    "Peer-to-Peer",
+    "Unified Host-to-Device",
+    "Unified Device-to-Host",
+    "Unified Device-to-Device",
+];
+
+/// `cuda_api_sum`'s name of an API symbol: a six-character `_vNNNN` suffix dropped.
+fn api_report_name(symbol: &str) -> String {
+    let c: Vec<char> = symbol.chars().collect();
+    if c.len() >= 6 && c[c.len() - 6] == '_' && c[c.len() - 5] == 'v' {
+        c[..c.len() - 6].iter().collect()
+    } else {
+        symbol.to_string()
+    }
+}
+
+/// The trace's name of an API symbol: any `_vNNNN` (4+ digits) suffix dropped.
+fn api_trace_name(symbol: &str) -> Option<&str> {
+    let (stem, v) = symbol.rsplit_once("_v")?;
+    (v.len() >= 4 && v.chars().all(|c| c.is_ascii_digit()) && !stem.is_empty()).then_some(stem)
+}
+
 const COPY_KINDS: [&str; 14] = [
     "Unknown", "HtoD", "DtoH", "HtoA", "AtoH", "AtoA", "AtoD", "DtoA", "DtoD", "HtoH", "PtoP",
     "UVM HtoD", "UVM DtoH", "UVM DtoD",
@@ -433,8 +467,8 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
     if has_table(&conn, "CUPTI_ACTIVITY_KIND_KERNEL") {
         let v = read(&format!(
             "SELECT {}, {}, end - start FROM s.CUPTI_ACTIVITY_KIND_KERNEL WHERE end >= start",
-            string("coalesce(shortName, demangledName)"),
-            string("demangledName")
+            string("coalesce(demangledName, shortName)"),
+            string("shortName")
         ));
         out.insert(
             Kind::Kernel,
@@ -457,8 +491,8 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
         ) {
             let k: usize = k.unwrap().parse().unwrap();
             mem.push(Ev {
-                name: format!("Memcpy {}", COPY_KINDS[k]),
-                alt: None,
+                name: format!("[CUDA memcpy {}]", COPY_LABELS[k]),
+                alt: Some(format!("Memcpy {}", COPY_KINDS[k])),
                 dur: d,
                 tid: None,
                 start: 0,
@@ -471,8 +505,8 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
             "SELECT NULL, NULL, end - start FROM s.CUPTI_ACTIVITY_KIND_MEMSET WHERE end >= start",
         ) {
             mem.push(Ev {
-                name: "Memset".into(),
-                alt: None,
+                name: "[CUDA memset]".into(),
+                alt: Some("Memset".into()),
                 dur: d,
                 tid: None,
                 start: 0,
@@ -495,8 +529,10 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
                 string("nameId")
             )) {
                 api.push(Ev {
-                    name: n.unwrap_or_else(|| "(unnamed API call)".into()),
-                    alt: None,
+                    name: n
+                        .as_deref()
+                        .map_or_else(|| "(unnamed API call)".into(), api_report_name),
+                    alt: n,
                     dur: d,
                     tid: None,
                     start: 0,
@@ -514,22 +550,25 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
         } else {
             "NULL".into()
         };
-        let v: Vec<(Option<String>, Option<i64>, i64, i64)> = conn
+        let domain = nvtx_domain(&conn);
+        let v: Vec<NvtxRow<Option<i64>>> = conn
             .prepare(&format!(
-                "SELECT coalesce(text, {text_id}), globalTid, start, end FROM s.NVTX_EVENTS \
+                "SELECT coalesce(text, {text_id}), globalTid, start, end, {domain} FROM s.NVTX_EVENTS e \
                  WHERE eventType IN (59, 60) AND end >= start"
             ))
             .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
             .unwrap()
             .map(Result::unwrap)
             .collect();
         out.insert(
             Kind::Nvtx,
             v.into_iter()
-                .map(|(n, tid, start, end)| Ev {
-                    name: n.unwrap_or_else(|| "(unnamed range)".into()),
-                    alt: None,
+                .map(|(n, tid, start, end, d)| Ev {
+                    name: nvtx_full_name(d.as_deref(), n.as_deref()),
+                    alt: Some(n.unwrap_or_else(|| "(unnamed range)".into())),
                     dur: end - start,
                     tid,
                     start,
@@ -547,13 +586,16 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
         } else {
             "NULL".into()
         };
-        let ranges: Vec<(Option<String>, i64, i64, i64)> = conn
+        let domain = nvtx_domain(&conn);
+        let ranges: Vec<NvtxRow<i64>> = conn
             .prepare(&format!(
-                "SELECT coalesce(text, {text_id}), globalTid, start, end FROM s.NVTX_EVENTS \
+                "SELECT coalesce(text, {text_id}), globalTid, start, end, {domain} FROM s.NVTX_EVENTS e \
                  WHERE eventType IN (59, 60) AND end >= start AND globalTid IS NOT NULL"
             ))
             .unwrap()
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+            .query_map([], |r| {
+                Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+            })
             .unwrap()
             .map(Result::unwrap)
             .collect();
@@ -564,14 +606,14 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
             )
             .unwrap();
         let mut v = Vec::new();
-        for (name, tid, start, end) in ranges {
+        for (name, tid, start, end, d) in ranges {
             let (lo, hi): (Option<i64>, Option<i64>) = span
                 .query_row((tid, start, end), |r| Ok((r.get(0)?, r.get(1)?)))
                 .unwrap();
             if let (Some(lo), Some(hi)) = (lo, hi) {
                 v.push(Ev {
-                    name: name.unwrap_or_else(|| "(unnamed range)".into()),
-                    alt: None,
+                    name: nvtx_full_name(d.as_deref(), name.as_deref()),
+                    alt: Some(name.unwrap_or_else(|| "(unnamed range)".into())),
                     dur: hi - lo,
                     tid: Some(tid),
                     start,
@@ -582,6 +624,35 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
         out.insert(Kind::NvtxGpu, v);
     }
     out
+}
+
+/// An NVTX range read by the test: (text, thread, start, end, domain).
+type NvtxRow<T> = (Option<String>, T, i64, i64, Option<String>);
+
+/// The SQL naming the domain of an NVTX row `e` (its creation, event type 75, in the row's
+/// process, the earliest one), NULL where the export has no domains.
+fn nvtx_domain(conn: &Connection) -> &'static str {
+    if has_column(conn, "NVTX_EVENTS", "domainId") {
+        conn.execute_batch(
+            "CREATE TEMP TABLE IF NOT EXISTS dom AS SELECT domainId, \
+             (globalTid >> 24) & 16777215 AS pid, text, start FROM s.NVTX_EVENTS WHERE eventType = 75; \
+             CREATE INDEX IF NOT EXISTS temp.dom_key ON dom (domainId, pid, start);",
+        )
+        .unwrap();
+        "(SELECT d.text FROM temp.dom d WHERE d.domainId = e.domainId \
+         AND d.pid = (e.globalTid >> 24) & 16777215 ORDER BY d.start LIMIT 1)"
+    } else {
+        "NULL"
+    }
+}
+
+/// nsys' name of an NVTX range: `Domain:name` in a named domain.
+fn nvtx_full_name(domain: Option<&str>, name: Option<&str>) -> String {
+    let name = name.unwrap_or("(unnamed range)");
+    match domain {
+        Some(d) => format!("{d}:{name}"),
+        None => name.to_string(),
+    }
 }
 
 /// Per name: the sorted durations.
@@ -945,7 +1016,11 @@ impl TestPattern {
 fn matched(kind: Kind, evs: &[Ev], m: &TestPattern) -> (u64, i64, u64) {
     let hits: Vec<&Ev> = evs
         .iter()
-        .filter(|e| m.matches(&e.name) || e.alt.as_deref().is_some_and(|a| m.matches(a)))
+        .filter(|e| {
+            m.matches(&e.name)
+                || e.alt.as_deref().is_some_and(|a| m.matches(a))
+                || (kind == Kind::Api && api_trace_name(&e.name).is_some_and(|a| m.matches(a)))
+        })
         .collect();
     if !matches!(kind, Kind::Nvtx | Kind::NvtxGpu) {
         return (hits.len() as u64, hits.iter().map(|e| e.dur).sum(), 0);
