@@ -477,7 +477,7 @@ fn gpu_metrics_in_stats_carry_their_units() {
     };
     assert_eq!(unit("GPC Clock Frequency").as_deref(), Some("Hz"));
     assert_eq!(unit("SM Active").as_deref(), Some("%"));
-    assert_eq!(unit("PCIe Read Requests to BAR1").as_deref(), Some(""));
+    assert_eq!(unit("PCIe Read Requests to BAR1").as_deref(), Some("count"));
     let o = run_in(d, &["stats", "g.sqlite"]);
     let table = stdout(&o);
     let gpc = table
