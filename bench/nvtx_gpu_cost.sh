@@ -9,16 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds=${1:-30}
 copies=${2:-20}
-shared=${SHARED:-../shared}
-work=${BENCH_DIR:-/tmp/nsys-perfetto-bench}
-mkdir -p "$work"
-input=$work/bench$copies.sqlite
-[ -s "$input" ] || python3 "$shared/tools/amplify_trace.py" \
-  "$shared/bench/ai-profiler-firstOptimization.sqlite" "$input" --copies "$copies" >/dev/null
-cargo build --release -q
-bin=target/release/nsys-perfetto
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+source bench/lib.sh "$copies"
 
 cpu() { # cpu ARGS...: user+sys seconds of one conversion of the input
   /usr/bin/time -f '%U %S' -o "$tmp/t" "$bin" -q "$input" -o "$tmp/out.pftrace" "$@" >/dev/null

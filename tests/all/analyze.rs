@@ -3,7 +3,7 @@
 //! `rows=-1`), row for row; nsys run live on a small export with non-default options (time
 //! window, NVTX range, process, gap, threshold, chunks); the CLI's output forms and bad input.
 
-use crate::common::{corpus_dir, manifest_dir, skip};
+use crate::common::{corpus_dir, csv_fields, manifest_dir, skip};
 use nsys_perfetto::workflow::analyze::{self, Options, Outcome, RULES, Rule, RuleReport};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -83,7 +83,7 @@ fn parse_nsys(rule: Rule, text: &str) -> Vec<Row> {
         .map(|l| {
             // Names hold no commas in these rules' columns, except quoted API names: split
             // quoted fields properly.
-            let f = fields(l);
+            let f = csv_fields(l);
             (
                 number(&f[start]),
                 number(&f[dur]),
@@ -94,26 +94,6 @@ fn parse_nsys(rule: Rule, text: &str) -> Vec<Row> {
             )
         })
         .collect()
-}
-
-fn fields(line: &str) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut cur = String::new();
-    let mut quoted = false;
-    let mut chars = line.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '"' if quoted && chars.peek() == Some(&'"') => {
-                cur.push('"');
-                chars.next();
-            }
-            '"' => quoted = !quoted,
-            ',' if !quoted => out.push(std::mem::take(&mut cur)),
-            c => cur.push(c),
-        }
-    }
-    out.push(cur);
-    out
 }
 
 fn normalize(column: &str, v: &str) -> String {

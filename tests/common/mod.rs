@@ -1787,8 +1787,9 @@ pub fn tp_query(trace: &Path, sql: &str) -> Option<Vec<Vec<String>>> {
     Some(rows)
 }
 
-/// The fields of one line of trace_processor_shell's CSV output (strings in double quotes).
-fn csv_fields(line: &str) -> Vec<String> {
+/// The fields of one CSV line (strings in double quotes, `""` inside them), as
+/// trace_processor_shell and nsys write it.
+pub fn csv_fields(line: &str) -> Vec<String> {
     let mut fields = Vec::new();
     let mut cur = String::new();
     let mut quoted = false;
