@@ -626,11 +626,49 @@ fn nvtx_ranges_sql(s: &Schema, group_nvtx: bool) -> Option<String> {
     ))
 }
 
+/// nsys' R*Tree index of the NVTX ranges (its `NVTX_EVENTS_RIDX`), as temporary table
+/// [`NVTX_RIDX`]: each range of [`nvtx_ranges_sql`] with its start and end scaled onto [0, 1]
+/// (`startTS`, `endTS`; stored as 32-bit floats rounded outwards, so a comparison of scaled
+/// times never rules out a range that the exact comparisons of `startNS` and `endNS` keep).
+/// Returns the SQL expression that scales a time as the index does, `None` when the export
+/// lacks the NVTX tables.
+fn nvtx_index(ex: &Export, group_nvtx: bool) -> Result<Option<impl Fn(&str) -> String>> {
+    let Some(ranges) = nvtx_ranges_sql(&ex.schema, group_nvtx) else {
+        return Ok(None);
+    };
+    let (min, max): (Option<i64>, Option<i64>) = ex.conn.query_row(
+        &format!(
+            "SELECT min(min(start), min(\"end\")), max(max(start), max(\"end\")) \
+             FROM main.\"{NVTX}\" WHERE eventType IN (59, 60, 70, 71)"
+        ),
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let min = min.unwrap_or(0);
+    let span = (max.unwrap_or(min) - min).max(1);
+    let scale = move |x: &str| format!("((({x}) - {min}) / {span}.0)");
+    ex.conn.execute_batch(&format!(
+        "DROP TABLE IF EXISTS temp.{NVTX_RIDX}; \
+         CREATE VIRTUAL TABLE temp.{NVTX_RIDX} USING rtree(rangeId, startTS, endTS, \
+           +startNS INTEGER, +endNS INTEGER, +tid INTEGER, +name TEXT, +style TEXT); \
+         INSERT INTO temp.{NVTX_RIDX} WITH {ranges} SELECT rangeId, {s}, {e}, startNS, endNS, \
+           tid, name, style FROM nvtx_ranges;",
+        s = scale("startNS"),
+        e = scale("endNS"),
+    ))?;
+    Ok(Some(scale))
+}
+
+/// The temporary table of [`nvtx_index`].
+const NVTX_RIDX: &str = "nsys_perfetto_nvtx_ridx";
+
 /// Compute one report; `None` when the export lacks its tables (nsys skips it then).
 pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option<ReportTable>> {
     let s = &ex.schema;
     let strings = s.has_columns("StringIds", &["id", "value"]);
     let timed = |t: &str| s.has_columns(t, &["start", "end"]);
+    // Whether the query reads nsys' temporary NVTX range index, dropped after it.
+    let mut indexed = false;
     let sql = match r.name {
         "cuda_gpu_kern_sum" | "cuda_gpu_kern_gb_sum" => {
             if !strings || !timed(KERNEL) {
@@ -984,27 +1022,31 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
             {
                 return Ok(None);
             }
-            let Some(ranges) = nvtx_ranges_sql(s, opts.group_nvtx) else {
-                return Ok(None);
-            };
             let Some(krowid) = s.rowid(KERNEL) else {
                 return Ok(None);
             };
+            if nvtx_ranges_sql(s, opts.group_nvtx).is_none() {
+                return Ok(None);
+            }
+            let Some(scale) = nvtx_index(ex, opts.group_nvtx)? else {
+                return Ok(None);
+            };
+            indexed = true;
             let k = kernels_named(s, opts.kernel_names).replacen(
                 "SELECT k.*,",
                 &format!("SELECT k.{krowid} AS kernid, k.*,"),
                 1,
             );
             format!(
-                "WITH {ranges}, \
-                 combo AS (SELECT rt.name AS name, rt.style AS style, rt.rangeId AS nvtxid, \
+                "WITH combo AS (SELECT rt.name AS name, rt.style AS style, rt.rangeId AS nvtxid, \
                    k.kernid AS kernid, k.\"end\" - k.start AS kduration, \
                    (r.globalTid >> 24) & 0x00FFFFFF AS pid, r.globalTid & 0x00FFFFFF AS tid, \
                    k.name AS kernName \
                    FROM ({k}) k \
                    LEFT JOIN main.\"{RUNTIME}\" r ON k.correlationId = r.correlationId \
                      AND k.globalPid = (r.globalTid & 0xFFFFFFFFFF000000) \
-                   LEFT JOIN nvtx_ranges rt ON rt.startNS <= r.start AND rt.endNS >= r.\"end\" \
+                   LEFT JOIN temp.{NVTX_RIDX} rt ON rt.startTS <= {rs} AND rt.endTS >= {re} \
+                     AND rt.startNS <= r.start AND rt.endNS >= r.\"end\" \
                      AND rt.tid = r.globalTid) \
                  SELECT name AS \"NVTX Range\", style AS \"Style\", pid AS \"PID\", tid AS \"TID\", \
                    count(DISTINCT nvtxid) AS \"NVTX Inst\", count(DISTINCT kernid) AS \"Kern Inst\", \
@@ -1014,16 +1056,18 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                    min(kduration) AS \"Min:dur_ns\", max(kduration) AS \"Max:dur_ns\", \
                    {ROUND_FN}({STDEV_FN}(kduration), 1) AS \"StdDev:dur_ns\", \
                    kernName AS \"Kernel Name\" \
-                 FROM combo GROUP BY 3, 4, 1, 2, 13 ORDER BY 1, 3, 4, 7 DESC"
+                 FROM combo GROUP BY 3, 4, 1, 2, 13 ORDER BY 1, 3, 4, 7 DESC",
+                rs = scale("r.start"),
+                re = scale("r.\"end\""),
             )
         }
         "nvtx_gpu_proj_sum" => {
             if !s.has_columns(RUNTIME, &["start", "end", "correlationId", "globalTid"]) {
                 return Ok(None);
             }
-            let Some(ranges) = nvtx_ranges_sql(s, opts.group_nvtx) else {
+            if nvtx_ranges_sql(s, opts.group_nvtx).is_none() {
                 return Ok(None);
-            };
+            }
             let ops: Vec<String> = [KERNEL, MEMCPY, MEMSET]
                 .into_iter()
                 .filter(|t| s.has_columns(t, &["start", "end", "correlationId", "globalPid"]))
@@ -1034,13 +1078,17 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
             if ops.is_empty() {
                 return Ok(None);
             }
+            let Some(scale) = nvtx_index(ex, opts.group_nvtx)? else {
+                return Ok(None);
+            };
+            indexed = true;
             format!(
-                "WITH RECURSIVE {ranges}, \
-                 gpuops AS ({ops}), \
+                "WITH RECURSIVE gpuops AS ({ops}), \
                  nvtx_parent AS MATERIALIZED (SELECT cr.rangeId AS rangeId, pr.rangeId AS parentId, \
                    min((cr.startNS - pr.startNS) + (pr.endNS - cr.endNS)) AS tightness \
-                   FROM nvtx_ranges cr LEFT JOIN nvtx_ranges pr ON pr.rangeId != cr.rangeId \
-                     AND pr.startNS <= cr.startNS AND pr.endNS >= cr.endNS AND pr.tid = cr.tid \
+                   FROM temp.{NVTX_RIDX} cr LEFT JOIN temp.{NVTX_RIDX} pr \
+                     ON pr.rangeId != cr.rangeId AND pr.startTS <= cr.startTS \
+                     AND pr.endTS >= cr.endTS AND pr.startNS <= cr.startNS AND pr.endNS >= cr.endNS AND pr.tid = cr.tid \
                    GROUP BY cr.rangeId), \
                  tree AS (SELECT p.rangeId AS rangeId, p.parentId AS parentId, 0 AS level \
                    FROM nvtx_parent p WHERE p.parentId IS NULL \
@@ -1052,7 +1100,8 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                    count(DISTINCT r.correlationId) AS opNb \
                    FROM gpuops op JOIN main.\"{RUNTIME}\" r ON op.correlationId = r.correlationId \
                      AND op.globalPid = (r.globalTid & 0xFFFFFFFFFF000000) \
-                   LEFT JOIN nvtx_ranges rt ON rt.startNS <= r.start AND rt.endNS >= r.\"end\" \
+                   LEFT JOIN temp.{NVTX_RIDX} rt ON rt.startTS <= {rs} AND rt.endTS >= {re} \
+                     AND rt.startNS <= r.start AND rt.endNS >= r.\"end\" \
                      AND rt.tid = r.globalTid \
                    GROUP BY rt.rangeId), \
                  child AS (SELECT parentId, count(parentId) AS childNb FROM projection proj \
@@ -1075,11 +1124,18 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                    {ROUND_FN}(avg(childNb), 1) AS \"Avg Num Child\" \
                  FROM trace WHERE name IS NOT NULL GROUP BY 1, 2 ORDER BY 3 DESC",
                 ops = ops.join(" UNION ALL "),
+                rs = scale("r.start"),
+                re = scale("r.\"end\""),
             )
         }
         _ => anyhow::bail!("unknown report {:?}", r.name),
     };
-    run_query(ex, r.name, r.title, &sql)
+    let out = run_query(ex, r.name, r.title, &sql)
         .map(Some)
-        .map_err(|e| e.context(format!("report {}", r.name)))
+        .map_err(|e| e.context(format!("report {}", r.name)));
+    if indexed {
+        ex.conn
+            .execute_batch(&format!("DROP TABLE IF EXISTS temp.{NVTX_RIDX}"))?;
+    }
+    out
 }
