@@ -1028,7 +1028,9 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
             if nvtx_ranges_sql(s, opts.group_nvtx).is_none() {
                 return Ok(None);
             }
-            let Some(scale) = nvtx_index(ex, opts.group_nvtx)? else {
+            let Some(scale) = nvtx_index(ex, opts.group_nvtx)
+                .map_err(|e| e.context(format!("report {}", r.name)))?
+            else {
                 return Ok(None);
             };
             indexed = true;
@@ -1078,7 +1080,9 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
             if ops.is_empty() {
                 return Ok(None);
             }
-            let Some(scale) = nvtx_index(ex, opts.group_nvtx)? else {
+            let Some(scale) = nvtx_index(ex, opts.group_nvtx)
+                .map_err(|e| e.context(format!("report {}", r.name)))?
+            else {
                 return Ok(None);
             };
             indexed = true;

@@ -648,3 +648,49 @@ fn every_name_form_finds_the_same_events() {
     assert_eq!(nvtx("MPI:MPI_Init"), bare);
     assert_eq!(nvtx("MPI:MPI_Fin"), 0);
 }
+
+/// An NVTX range that ends before it starts cannot be indexed (nsys fails on it too): the NVTX
+/// projection reports say so in one line naming the file, exit non-zero and print nothing.
+#[test]
+fn nvtx_projection_reports_reject_a_range_ending_before_it_starts() {
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("backwards.sqlite");
+    std::fs::copy(
+        corpus.join("quasiben__nvtx-examples__workflow.sqlite"),
+        &input,
+    )
+    .unwrap();
+    let conn = rusqlite::Connection::open(&input).unwrap();
+    let n = conn
+        .execute(
+            "UPDATE NVTX_EVENTS SET \"end\" = start - 1000 WHERE rowid = \
+             (SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 59)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    drop(conn);
+    for r in ["nvtx_gpu_proj_sum", "nvtx_kern_sum"] {
+        let o = bin()
+            .args(["stats", "--csv", "-r", r])
+            .arg(&input)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{r}: {err}");
+        assert!(
+            o.stdout.is_empty(),
+            "{r}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{r}: {err}");
+        assert!(
+            err.contains("backwards.sqlite") && err.contains(r),
+            "{r}: {err}"
+        );
+    }
+}
