@@ -23,7 +23,7 @@ pub struct ReportName {
 }
 
 /// Every report computed here, in the order nsys prints its default ones.
-pub const REPORTS: [ReportName; 13] = [
+pub const REPORTS: [ReportName; 15] = [
     ReportName {
         name: "nvtx_sum",
         title: "NVTX Range Summary",
@@ -89,13 +89,23 @@ pub const REPORTS: [ReportName; 13] = [
         title: "CUDA Kernel Launch & Exec Time Summary",
         default: false,
     },
+    ReportName {
+        name: "nvtx_gpu_proj_sum",
+        title: "NVTX GPU Projection Summary",
+        default: false,
+    },
+    ReportName {
+        name: "nvtx_kern_sum",
+        title: "NVTX Range Kernel Summary",
+        default: false,
+    },
 ];
 
 /// Whether a report lists kernels (and takes nsys' `:base` and `:mangled` options).
 pub fn names_kernels(name: &str) -> bool {
     matches!(
         name,
-        "cuda_gpu_kern_sum" | "cuda_gpu_kern_gb_sum" | "cuda_kern_exec_sum"
+        "cuda_gpu_kern_sum" | "cuda_gpu_kern_gb_sum" | "cuda_kern_exec_sum" | "nvtx_kern_sum"
     )
 }
 
@@ -183,6 +193,7 @@ impl Column {
         self.unit != ColumnUnit::Plain
             || !matches!(self.name.as_str(), |"Name"| "Operation"
                 | "Range"
+                | "NVTX Range"
                 | "Style"
                 | "API Name"
                 | "Kernel Name"
@@ -564,11 +575,100 @@ fn kernels_named(s: &Schema, names: KernelNames) -> String {
     )
 }
 
+/// The CTEs `nvtx_minmax(min, max)` and `nvtx_ranges(rangeId, startNS, endNS, tid, name,
+/// style)` of nsys' NVTX projection reports (their `NVTX_EVENTS_MINMAXTS` and
+/// `NVTX_EVENTS_RIDX` temporary tables): every push/pop and start/end range that ends on the
+/// thread it started on, an open range ending at the last NVTX time, named `Domain:text` as in
+/// `nvtx_sum`. nsys' R*Tree over the ranges only speeds up the exact comparisons of `startNS`,
+/// `endNS` and `tid` that its queries make too, so it is left out.
+fn nvtx_ranges_sql(s: &Schema, group_nvtx: bool) -> Option<String> {
+    if !s.has_columns("StringIds", &["id", "value"])
+        || !s.has_columns(NVTX, &["start", "end", "eventType", "globalTid"])
+    {
+        return None;
+    }
+    let rowid = s.rowid(NVTX)?;
+    let col = |c: &str| s.col_of(NVTX, "e", c);
+    let dcol = |c: &str| s.col(NVTX, c);
+    let text = col("text");
+    let name = format!(
+        "CASE WHEN d.name NOT NULL AND sid.value IS NOT NULL THEN d.name || ':' || sid.value \
+         WHEN d.name NOT NULL AND sid.value IS NULL THEN d.name || ':' || {text} \
+         WHEN d.name IS NULL AND sid.value NOT NULL THEN sid.value ELSE {text} END"
+    );
+    let name = if group_nvtx {
+        format!("{}({name})", super::stats::GROUP_NAME_FN)
+    } else {
+        name
+    };
+    Some(format!(
+        "nvtx_minmax AS MATERIALIZED (SELECT min(min(start), min(\"end\")) AS min, \
+           max(max(start), max(\"end\")) AS max FROM main.\"{NVTX}\" \
+           WHERE eventType IN (59, 60, 70, 71)), \
+         nvtx_domains AS (SELECT min(start), {dom} AS id, {dtid} AS globalTid, {dtxt} AS name \
+           FROM main.\"{NVTX}\" WHERE eventType = 75 GROUP BY 2, 3), \
+         nvtx_ranges AS MATERIALIZED (SELECT e.{rowid} AS rangeId, e.start AS startNS, \
+           ifnull(e.\"end\", (SELECT max FROM nvtx_minmax)) AS endNS, e.globalTid AS tid, \
+           {name} AS name, \
+           CASE e.eventType WHEN 59 THEN 'PushPop' WHEN 60 THEN 'StartEnd' \
+             WHEN 70 THEN 'PushPop' WHEN 71 THEN 'StartEnd' ELSE 'Unknown' END AS style \
+           FROM main.\"{NVTX}\" e \
+           LEFT JOIN nvtx_domains d ON {edom} = d.id \
+             AND (e.globalTid & 0x0000FFFFFF000000) = (d.globalTid & 0x0000FFFFFF000000) \
+           LEFT JOIN main.StringIds sid ON {etext_id} = sid.id \
+           WHERE e.eventType IN (59, 60, 70, 71) AND {end_tid} IS NULL)",
+        dom = dcol("domainId"),
+        dtid = dcol("globalTid"),
+        dtxt = dcol("text"),
+        edom = col("domainId"),
+        etext_id = col("textId"),
+        end_tid = col("endGlobalTid"),
+    ))
+}
+
+/// nsys' R*Tree index of the NVTX ranges (its `NVTX_EVENTS_RIDX`), as temporary table
+/// [`NVTX_RIDX`]: each range of [`nvtx_ranges_sql`] with its start and end scaled onto [0, 1]
+/// (`startTS`, `endTS`; stored as 32-bit floats rounded outwards, so a comparison of scaled
+/// times never rules out a range that the exact comparisons of `startNS` and `endNS` keep).
+/// Returns the SQL expression that scales a time as the index does, `None` when the export
+/// lacks the NVTX tables.
+fn nvtx_index(ex: &Export, group_nvtx: bool) -> Result<Option<impl Fn(&str) -> String>> {
+    let Some(ranges) = nvtx_ranges_sql(&ex.schema, group_nvtx) else {
+        return Ok(None);
+    };
+    let (min, max): (Option<i64>, Option<i64>) = ex.conn.query_row(
+        &format!(
+            "SELECT min(min(start), min(\"end\")), max(max(start), max(\"end\")) \
+             FROM main.\"{NVTX}\" WHERE eventType IN (59, 60, 70, 71)"
+        ),
+        [],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    let min = min.unwrap_or(0);
+    let span = (max.unwrap_or(min) - min).max(1);
+    let scale = move |x: &str| format!("((({x}) - {min}) / {span}.0)");
+    ex.conn.execute_batch(&format!(
+        "DROP TABLE IF EXISTS temp.{NVTX_RIDX}; \
+         CREATE VIRTUAL TABLE temp.{NVTX_RIDX} USING rtree(rangeId, startTS, endTS, \
+           +startNS INTEGER, +endNS INTEGER, +tid INTEGER, +name TEXT, +style TEXT); \
+         INSERT INTO temp.{NVTX_RIDX} WITH {ranges} SELECT rangeId, {s}, {e}, startNS, endNS, \
+           tid, name, style FROM nvtx_ranges;",
+        s = scale("startNS"),
+        e = scale("endNS"),
+    ))?;
+    Ok(Some(scale))
+}
+
+/// The temporary table of [`nvtx_index`].
+const NVTX_RIDX: &str = "nsys_perfetto_nvtx_ridx";
+
 /// Compute one report; `None` when the export lacks its tables (nsys skips it then).
 pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option<ReportTable>> {
     let s = &ex.schema;
     let strings = s.has_columns("StringIds", &["id", "value"]);
     let timed = |t: &str| s.has_columns(t, &["start", "end"]);
+    // Whether the query reads nsys' temporary NVTX range index, dropped after it.
+    let mut indexed = false;
     let sql = match r.name {
         "cuda_gpu_kern_sum" | "cuda_gpu_kern_gb_sum" => {
             if !strings || !timed(KERNEL) {
@@ -916,9 +1016,130 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                 kd = agg("K", "KernDur"),
             )
         }
+        "nvtx_kern_sum" => {
+            if !s.has_columns(KERNEL, &["start", "end", "correlationId", "globalPid"])
+                || !s.has_columns(RUNTIME, &["start", "end", "correlationId", "globalTid"])
+            {
+                return Ok(None);
+            }
+            let Some(krowid) = s.rowid(KERNEL) else {
+                return Ok(None);
+            };
+            if nvtx_ranges_sql(s, opts.group_nvtx).is_none() {
+                return Ok(None);
+            }
+            let Some(scale) = nvtx_index(ex, opts.group_nvtx)
+                .map_err(|e| e.context(format!("report {}", r.name)))?
+            else {
+                return Ok(None);
+            };
+            indexed = true;
+            let k = kernels_named(s, opts.kernel_names).replacen(
+                "SELECT k.*,",
+                &format!("SELECT k.{krowid} AS kernid, k.*,"),
+                1,
+            );
+            format!(
+                "WITH combo AS (SELECT rt.name AS name, rt.style AS style, rt.rangeId AS nvtxid, \
+                   k.kernid AS kernid, k.\"end\" - k.start AS kduration, \
+                   (r.globalTid >> 24) & 0x00FFFFFF AS pid, r.globalTid & 0x00FFFFFF AS tid, \
+                   k.name AS kernName \
+                   FROM ({k}) k \
+                   LEFT JOIN main.\"{RUNTIME}\" r ON k.correlationId = r.correlationId \
+                     AND k.globalPid = (r.globalTid & 0xFFFFFFFFFF000000) \
+                   LEFT JOIN temp.{NVTX_RIDX} rt ON rt.startTS <= {rs} AND rt.endTS >= {re} \
+                     AND rt.startNS <= r.start AND rt.endNS >= r.\"end\" \
+                     AND rt.tid = r.globalTid) \
+                 SELECT name AS \"NVTX Range\", style AS \"Style\", pid AS \"PID\", tid AS \"TID\", \
+                   count(DISTINCT nvtxid) AS \"NVTX Inst\", count(DISTINCT kernid) AS \"Kern Inst\", \
+                   sum(kduration) AS \"Total Time:dur_ns\", \
+                   {ROUND_FN}(avg(kduration), 1) AS \"Avg:dur_ns\", \
+                   {ROUND_FN}({MEDIAN_FN}(kduration), 1) AS \"Med:dur_ns\", \
+                   min(kduration) AS \"Min:dur_ns\", max(kduration) AS \"Max:dur_ns\", \
+                   {ROUND_FN}({STDEV_FN}(kduration), 1) AS \"StdDev:dur_ns\", \
+                   kernName AS \"Kernel Name\" \
+                 FROM combo GROUP BY 3, 4, 1, 2, 13 ORDER BY 1, 3, 4, 7 DESC",
+                rs = scale("r.start"),
+                re = scale("r.\"end\""),
+            )
+        }
+        "nvtx_gpu_proj_sum" => {
+            if !s.has_columns(RUNTIME, &["start", "end", "correlationId", "globalTid"]) {
+                return Ok(None);
+            }
+            if nvtx_ranges_sql(s, opts.group_nvtx).is_none() {
+                return Ok(None);
+            }
+            let ops: Vec<String> = [KERNEL, MEMCPY, MEMSET]
+                .into_iter()
+                .filter(|t| s.has_columns(t, &["start", "end", "correlationId", "globalPid"]))
+                .map(|t| {
+                    format!("SELECT start, \"end\", correlationId, globalPid FROM main.\"{t}\"")
+                })
+                .collect();
+            if ops.is_empty() {
+                return Ok(None);
+            }
+            let Some(scale) = nvtx_index(ex, opts.group_nvtx)
+                .map_err(|e| e.context(format!("report {}", r.name)))?
+            else {
+                return Ok(None);
+            };
+            indexed = true;
+            format!(
+                "WITH RECURSIVE gpuops AS ({ops}), \
+                 nvtx_parent AS MATERIALIZED (SELECT cr.rangeId AS rangeId, pr.rangeId AS parentId, \
+                   min((cr.startNS - pr.startNS) + (pr.endNS - cr.endNS)) AS tightness \
+                   FROM temp.{NVTX_RIDX} cr LEFT JOIN temp.{NVTX_RIDX} pr \
+                     ON pr.rangeId != cr.rangeId AND pr.startTS <= cr.startTS \
+                     AND pr.endTS >= cr.endTS AND pr.startNS <= cr.startNS AND pr.endNS >= cr.endNS AND pr.tid = cr.tid \
+                   GROUP BY cr.rangeId), \
+                 tree AS (SELECT p.rangeId AS rangeId, p.parentId AS parentId, 0 AS level \
+                   FROM nvtx_parent p WHERE p.parentId IS NULL \
+                   UNION ALL SELECT p.rangeId, p.parentId, tree.level + 1 \
+                   FROM tree JOIN nvtx_parent p ON p.parentId = tree.rangeId), \
+                 projection AS MATERIALIZED (SELECT rt.name AS name, rt.style AS style, \
+                   rt.rangeId AS rangeId, rt.endNS - rt.startNS AS nvtxDuration, \
+                   max(op.\"end\") - min(op.start) AS projDuration, \
+                   count(DISTINCT r.correlationId) AS opNb \
+                   FROM gpuops op JOIN main.\"{RUNTIME}\" r ON op.correlationId = r.correlationId \
+                     AND op.globalPid = (r.globalTid & 0xFFFFFFFFFF000000) \
+                   LEFT JOIN temp.{NVTX_RIDX} rt ON rt.startTS <= {rs} AND rt.endTS >= {re} \
+                     AND rt.startNS <= r.start AND rt.endNS >= r.\"end\" \
+                     AND rt.tid = r.globalTid \
+                   GROUP BY rt.rangeId), \
+                 child AS (SELECT parentId, count(parentId) AS childNb FROM projection proj \
+                   JOIN nvtx_parent parent ON parent.rangeId = proj.rangeId GROUP BY parentId), \
+                 trace AS (SELECT p.name AS name, p.projDuration AS projDuration, \
+                   p.nvtxDuration AS nvtxDuration, p.style AS style, p.opNb AS opNb, \
+                   t.level AS level, ifnull(c.childNb, 0) AS childNb \
+                   FROM projection p LEFT JOIN tree t ON t.rangeId = p.rangeId \
+                   LEFT JOIN child c ON c.parentId = p.rangeId) \
+                 SELECT name AS \"Range\", style AS \"Style\", \
+                   sum(projDuration) AS \"Total Proj Time:dur_ns\", \
+                   sum(nvtxDuration) AS \"Total Range Time:dur_ns\", \
+                   count(*) AS \"Range Instances\", \
+                   {ROUND_FN}(avg(projDuration), 1) AS \"Proj Avg:dur_ns\", \
+                   {ROUND_FN}({MEDIAN_FN}(projDuration), 1) AS \"Proj Med:dur_ns\", \
+                   min(projDuration) AS \"Proj Min:dur_ns\", max(projDuration) AS \"Proj Max:dur_ns\", \
+                   {ROUND_FN}({STDEV_FN}(projDuration), 1) AS \"Proj StdDev:dur_ns\", \
+                   sum(opNb) AS \"Total GPU Ops\", {ROUND_FN}(avg(opNb), 1) AS \"Avg GPU Ops\", \
+                   {ROUND_FN}(avg(level), 1) AS \"Avg Range Lvl\", \
+                   {ROUND_FN}(avg(childNb), 1) AS \"Avg Num Child\" \
+                 FROM trace WHERE name IS NOT NULL GROUP BY 1, 2 ORDER BY 3 DESC",
+                ops = ops.join(" UNION ALL "),
+                rs = scale("r.start"),
+                re = scale("r.\"end\""),
+            )
+        }
         _ => anyhow::bail!("unknown report {:?}", r.name),
     };
-    run_query(ex, r.name, r.title, &sql)
+    let out = run_query(ex, r.name, r.title, &sql)
         .map(Some)
-        .map_err(|e| e.context(format!("report {}", r.name)))
+        .map_err(|e| e.context(format!("report {}", r.name)));
+    if indexed {
+        ex.conn
+            .execute_batch(&format!("DROP TABLE IF EXISTS temp.{NVTX_RIDX}"))?;
+    }
+    out
 }

@@ -8,7 +8,7 @@
 use crate::common::{corpus_dir, manifest_dir, skip};
 use nsys_perfetto::report::{self, Nsys};
 use nsys_perfetto::workflow::Export;
-use nsys_perfetto::workflow::reports::{KernelNames, REPORTS, ReportName};
+use nsys_perfetto::workflow::reports::{KernelNames, REPORTS, ReportName, report_name};
 use nsys_perfetto::workflow::stats::{ReportChoice, StatsOptions, stats_with};
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -138,12 +138,18 @@ fn stats_equal_nsys_stats_on_every_export() {
         .copied()
         .filter(|r| r.name.starts_with("cuda_gpu_kern") || r.name == "cuda_kern_exec_sum")
         .collect();
+    // The NVTX projection reports have their own goldens (the test below).
+    let main_reports: Vec<ReportName> = REPORTS
+        .iter()
+        .copied()
+        .filter(|r| !matches!(r.name, "nvtx_gpu_proj_sum" | "nvtx_kern_sum"))
+        .collect();
     let mut compared: BTreeMap<String, u32> = BTreeMap::new();
     for (g, export) in goldens.iter().zip(&exports) {
         let gold = golden(g);
         let path = corpus.join(export);
         for (names, suffix, reports) in [
-            (KernelNames::Demangled, "", REPORTS.to_vec()),
+            (KernelNames::Demangled, "", main_reports.clone()),
             (KernelNames::Base, ":base", kernel_reports.clone()),
             (KernelNames::Mangled, ":mangled", kernel_reports.clone()),
         ] {
@@ -183,6 +189,73 @@ fn stats_equal_nsys_stats_on_every_export() {
     assert!(compared.values().sum::<u32>() >= 150, "{compared:?}");
 }
 
+/// The NVTX projection reports (`nvtx_gpu_proj_sum`, `nvtx_kern_sum` and its `:base` and
+/// `:mangled` forms) against their goldens in `tests/data/nsys_stats/nvtx/` (`gen.sh --nvtx`):
+/// kernels and memory operations matched to the NVTX ranges around the API calls that launched
+/// them, range nesting levels and children, on every corpus export.
+#[test]
+fn nvtx_projection_reports_equal_nsys_stats_on_every_export() {
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let dir = manifest_dir().join("tests/data/nsys_stats/nvtx");
+    let mut goldens: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".txt.gz"))
+        .collect();
+    goldens.sort();
+    let exports = std::fs::read_dir(&corpus)
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with(".sqlite"))
+        .count();
+    assert_eq!(
+        goldens.len(),
+        exports,
+        "one golden per corpus export (tests/data/nsys_stats/gen.sh --nvtx)"
+    );
+    let proj = report_name("nvtx_gpu_proj_sum").unwrap();
+    let kern = report_name("nvtx_kern_sum").unwrap();
+    let mut compared: BTreeMap<String, u32> = BTreeMap::new();
+    for g in &goldens {
+        let gold = golden(g);
+        let n = g.file_name().unwrap().to_string_lossy();
+        let export = format!("{}.sqlite", n.trim_end_matches(".txt.gz"));
+        let path = corpus.join(&export);
+        for (names, suffix, reports) in [
+            (KernelNames::Demangled, "", vec![proj, kern]),
+            (KernelNames::Base, ":base", vec![kern]),
+            (KernelNames::Mangled, ":mangled", vec![kern]),
+        ] {
+            let got = ours(&path, names, &reports);
+            for r in &reports {
+                let key = format!("{}{suffix}", r.name);
+                let nsys = gold
+                    .get(&key)
+                    .unwrap_or_else(|| panic!("{export}: no {key} in {}", g.display()));
+                if check(&export, &key, nsys.as_ref(), got.get(r.name)) {
+                    *compared.entry(key).or_default() += 1;
+                }
+            }
+        }
+    }
+    eprintln!("NVTX projection reports with rows compared: {compared:?}");
+    // 11 corpus exports have CUDA work inside NVTX ranges.
+    for r in [
+        "nvtx_gpu_proj_sum",
+        "nvtx_kern_sum",
+        "nvtx_kern_sum:base",
+        "nvtx_kern_sum:mangled",
+    ] {
+        assert!(
+            compared.get(r).is_some_and(|n| *n >= 10),
+            "{r} compared on too few exports: {compared:?}"
+        );
+    }
+}
+
 /// nsys 2023.4 (the goldens' version), when installed.
 fn nsys_2023_4() -> Option<Nsys> {
     let found = report::nsys_candidates(None)
@@ -217,7 +290,7 @@ fn nsys_stats(nsys: &Nsys, input: &Path, reports: &[&str]) -> BTreeMap<String, O
             .unwrap();
         let said = String::from_utf8_lossy(&said.stdout).into_owned()
             + &String::from_utf8_lossy(&said.stderr);
-        let file = dir.join(format!("out_{r}.csv"));
+        let file = dir.join(format!("out_{}.csv", r.replace(':', "_")));
         let v = if said.contains("SKIPPED") {
             None
         } else {
@@ -294,6 +367,44 @@ fn stats_equal_nsys_stats_live() {
         }
     }
     assert!(rows >= 6, "{rows} reports with rows compared");
+}
+
+/// The NVTX projection reports live, on an export with nested NVTX ranges around kernel
+/// launches and memory copies (nvFuser's), with kernels by each of their names.
+#[test]
+fn nvtx_projection_reports_equal_nsys_stats_live() {
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let Some(nsys) = nsys_2023_4() else {
+        return;
+    };
+    let name = "NVIDIA__Fuser__report1@64ee035.sqlite";
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join(name);
+    std::fs::copy(corpus.join(name), &input).unwrap();
+    let reports = ["nvtx_gpu_proj_sum", "nvtx_kern_sum"];
+    let theirs = nsys_stats(&nsys, &input, &reports);
+    let ours = cli_stats(&input, &reports, &[]);
+    for r in reports {
+        assert!(
+            check(name, r, theirs[r].as_ref(), ours.get(r)),
+            "{r}: no rows"
+        );
+    }
+    // nsys' `:base` option and our `--base` name kernels alike.
+    let theirs = nsys_stats(&nsys, &input, &["nvtx_kern_sum:base"]);
+    let ours = cli_stats(&input, &["nvtx_kern_sum"], &["--base"]);
+    assert!(
+        check(
+            name,
+            "nvtx_kern_sum:base",
+            theirs["nvtx_kern_sum:base"].as_ref(),
+            ours.get("nvtx_kern_sum")
+        ),
+        "nvtx_kern_sum:base: no rows"
+    );
 }
 
 /// A report (.qdrep) works as an export does: `stats` exports it with nsys and prints what
@@ -536,4 +647,50 @@ fn every_name_form_finds_the_same_events() {
     assert!(bare > 0);
     assert_eq!(nvtx("MPI:MPI_Init"), bare);
     assert_eq!(nvtx("MPI:MPI_Fin"), 0);
+}
+
+/// An NVTX range that ends before it starts cannot be indexed (nsys fails on it too): the NVTX
+/// projection reports say so in one line naming the file, exit non-zero and print nothing.
+#[test]
+fn nvtx_projection_reports_reject_a_range_ending_before_it_starts() {
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus is absent");
+        return;
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let input = tmp.path().join("backwards.sqlite");
+    std::fs::copy(
+        corpus.join("quasiben__nvtx-examples__workflow.sqlite"),
+        &input,
+    )
+    .unwrap();
+    let conn = rusqlite::Connection::open(&input).unwrap();
+    let n = conn
+        .execute(
+            "UPDATE NVTX_EVENTS SET \"end\" = start - 1000 WHERE rowid = \
+             (SELECT min(rowid) FROM NVTX_EVENTS WHERE eventType = 59)",
+            [],
+        )
+        .unwrap();
+    assert_eq!(n, 1);
+    drop(conn);
+    for r in ["nvtx_gpu_proj_sum", "nvtx_kern_sum"] {
+        let o = bin()
+            .args(["stats", "--csv", "-r", r])
+            .arg(&input)
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "{r}: {err}");
+        assert!(
+            o.stdout.is_empty(),
+            "{r}: {}",
+            String::from_utf8_lossy(&o.stdout)
+        );
+        assert_eq!(err.trim_end().lines().count(), 1, "{r}: {err}");
+        assert!(
+            err.contains("backwards.sqlite") && err.contains(r),
+            "{r}: {err}"
+        );
+    }
 }

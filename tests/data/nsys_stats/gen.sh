@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Regenerate the `nsys stats` goldens that tests/all/nsys_stats.rs compares `stats --csv` with.
-#   tests/data/nsys_stats/gen.sh [NSYS] [CORPUS]
+#   tests/data/nsys_stats/gen.sh [--nvtx] [NSYS] [CORPUS]
 # defaults: /opt/nvidia/nsight-systems/2023.4.4/bin/nsys, ../shared/corpus (from the repo root).
+# With --nvtx, only the NVTX projection reports (nvtx_gpu_proj_sum, nvtx_kern_sum and its
+# :base/:mangled forms) are run, into nvtx/NAME.txt.gz, leaving the other goldens as they are.
 # For every SQLite export of the corpus, nsys 2023.4 runs every report below on a COPY of the
 # export in a temporary folder (nsys may write next to its input), with `--format csv`, and the
 # results go into one file per export, NAME.txt.gz (gzip -n): for each report a line `### REPORT` and then
@@ -10,13 +12,23 @@
 # report's query found no rows.
 set -euo pipefail
 cd "$(dirname "$0")"
+nvtx=
+if [[ ${1:-} == --nvtx ]]; then
+  nvtx=1
+  shift
+fi
 nsys=${1:-/opt/nvidia/nsight-systems/2023.4.4/bin/nsys}
-corpus=${2:-../../../../shared/corpus}
+corpus=$(realpath "${2:-../../../../shared/corpus}")
 reports=(
   cuda_gpu_kern_sum cuda_gpu_kern_sum:base cuda_gpu_kern_sum:mangled cuda_api_sum
   cuda_gpu_mem_time_sum cuda_gpu_mem_size_sum nvtx_sum osrt_sum um_sum um_total_sum
   um_cpu_page_faults_sum openacc_sum openmp_sum cuda_gpu_kern_gb_sum cuda_kern_exec_sum
 )
+if [[ -n $nvtx ]]; then
+  reports=(nvtx_gpu_proj_sum nvtx_kern_sum nvtx_kern_sum:base nvtx_kern_sum:mangled)
+  mkdir -p nvtx
+  cd nvtx
+fi
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 "$nsys" --version >VERSION
