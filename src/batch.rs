@@ -134,7 +134,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                     }
                     files.extend(profiles);
                 }
-                Err(e) => ex.errors.push((shown, convert::error_line(&e))),
+                Err(e) => ex.errors.push((shown, crate::errors::error_line(&e))),
             }
         } else {
             ex.errors.push((shown, "no such file or directory".into()));
@@ -399,7 +399,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
                 crate::say!(
                     "error: {tag}{}: {}",
                     input.display(),
-                    convert::error_line(&e)
+                    crate::errors::error_line(&e)
                 );
                 t.failed += 1;
                 continue;
@@ -500,7 +500,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
                         format!(
                             "error: {tag}{}: {}\n",
                             input.display(),
-                            convert::error_line(&e)
+                            crate::errors::error_line(&e)
                         ),
                     );
                     false

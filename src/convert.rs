@@ -3,6 +3,7 @@
 //! file, renamed into place only when everything succeeded. A merge is several sources, one
 //! after the other, into the same file.
 
+use crate::errors::{error_line, os_error, write_error};
 use crate::layout::{Placement, Router};
 use crate::model::{Description, EventSink};
 use crate::nsys::source::Export;
@@ -491,24 +492,6 @@ fn run<F: Format>(
     Ok(summary)
 }
 
-/// `PRAGMA quick_check`: an error quoting SQLite's first findings when the file is damaged.
-pub fn quick_check(conn: &rusqlite::Connection) -> Result<()> {
-    let mut stmt = conn
-        .prepare("PRAGMA quick_check(5)")
-        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
-    let found: Vec<String> = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .and_then(|rows| rows.collect())
-        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
-    if found.len() == 1 && found[0] == "ok" {
-        return Ok(());
-    }
-    bail!(
-        "damaged SQLite database (PRAGMA quick_check: {})",
-        found.join("; ").replace('\n', " ")
-    )
-}
-
 /// Whether two paths name the same file (device and inode), however spelled or linked.
 pub fn same_file(a: &Path, b: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
@@ -633,84 +616,6 @@ impl Drop for Target {
 
 /// The name start of output temporaries: `.nsys-perfetto-<pid>-XXXXXX.part`.
 const TEMP_BASE: &str = ".nsys-perfetto-";
-
-/// An OS error without the path `tempfile` adds (the internal temporary name means nothing to
-/// the user).
-pub fn os_error(e: &std::io::Error) -> String {
-    match raw_os_error(e) {
-        Some(code) => {
-            let text = std::io::Error::from_raw_os_error(code).to_string();
-            text.split(" (os error").next().unwrap_or(&text).to_string()
-        }
-        None => e.kind().to_string(),
-    }
-}
-
-/// The OS error code, also when `tempfile` wrapped the error with its path.
-fn raw_os_error(e: &std::io::Error) -> Option<i32> {
-    e.raw_os_error().or_else(|| {
-        e.get_ref()?
-            .source()?
-            .downcast_ref::<std::io::Error>()?
-            .raw_os_error()
-    })
-}
-
-/// Why a file cannot be created in `dir`, with what to do: a read-only folder or file system
-/// (a read-only bind mount) gets the same advice.
-pub fn write_error(dir: &Path, e: &std::io::Error) -> anyhow::Error {
-    let read_only = matches!(
-        raw_os_error(e),
-        Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
-    ) || matches!(
-        e.kind(),
-        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
-    );
-    match read_only {
-        true => anyhow!(
-            "{} is read-only ({}), so the output cannot go there: pass -o OUT (a file, or a \
-             directory for several inputs) elsewhere",
-            dir.display(),
-            os_error(e)
-        ),
-        false => anyhow!("cannot write to {}: {}", dir.display(), os_error(e)),
-    }
-}
-
-/// A scratch database that cannot grow says which folder is full.
-pub fn scratch_error(e: anyhow::Error) -> anyhow::Error {
-    let msg = error_line(&e);
-    if msg.contains("disk is full") || msg.contains("No space left") || msg.contains("disk I/O") {
-        anyhow!(
-            "the temporary folder {} (TMPDIR) is full ({msg}): free space there or set TMPDIR \
-             to a folder with room",
-            std::env::temp_dir().display()
-        )
-    } else {
-        e
-    }
-}
-
-/// An error and its causes on one line, without the repetitions SQLite's error chain carries
-/// ("malformed: Error code 11: malformed").
-pub fn error_line(e: &anyhow::Error) -> String {
-    let mut line = String::new();
-    for cause in e.chain() {
-        let text = cause.to_string();
-        let text = match text.strip_prefix("Error code ") {
-            Some(rest) => rest.split_once(": ").map_or(text.as_str(), |(_, t)| t),
-            None => text.as_str(),
-        };
-        if text.is_empty() || line.contains(text) {
-            continue;
-        }
-        if !line.is_empty() {
-            line.push_str(": ");
-        }
-        line.push_str(text);
-    }
-    crate::hints::explain_damage(line.replace('\n', " "))
-}
 
 /// Write the file, gzip-compressed when asked. Returns the bytes written before compression.
 fn write_file<F: Format>(

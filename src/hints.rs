@@ -4,28 +4,6 @@
 use crate::select::{EventType, NameFilter, Selection};
 use std::path::Path;
 
-/// What follows SQLite's own words when a file is damaged.
-pub const DAMAGE_HINT: &str = "the file is damaged or truncated (an incomplete copy or an \
-interrupted export): copy it again, or export it again from its report (nsys export --type \
-sqlite REPORT)";
-
-/// What SQLite (and this tool) say of a damaged file.
-const DAMAGE_SIGNS: [&str; 4] = [
-    "database disk image is malformed",
-    "damaged SQLite database",
-    "file is not a database",
-    "database corrupt",
-];
-
-/// An error line about a damaged file, with what to do; other lines as they are.
-pub fn explain_damage(line: String) -> String {
-    if DAMAGE_SIGNS.iter().any(|s| line.contains(s)) && !line.contains(DAMAGE_HINT) {
-        format!("{line}: {DAMAGE_HINT}")
-    } else {
-        line
-    }
-}
-
 /// `1752345` as `1,752,345`.
 pub fn grouped(n: u64) -> String {
     let digits = n.to_string();
@@ -227,13 +205,5 @@ mod tests {
         assert_eq!(grouped(999), "999");
         assert_eq!(grouped(79_564), "79,564");
         assert_eq!(grouped(1_752_345), "1,752,345");
-    }
-
-    #[test]
-    fn damage_gets_its_hint_once() {
-        let once = explain_damage("x.sqlite: database disk image is malformed".into());
-        assert!(once.ends_with(DAMAGE_HINT), "{once}");
-        assert_eq!(explain_damage(once.clone()), once);
-        assert_eq!(explain_damage("no such file".into()), "no such file");
     }
 }

@@ -12,6 +12,7 @@ pub mod batch;
 pub mod cleanup;
 pub mod cli;
 pub mod convert;
+pub mod errors;
 pub mod hints;
 pub mod layout;
 pub mod merge;

@@ -335,7 +335,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
     });
     let mut sources = Vec::new();
     for (r, f) in prepared.into_iter().zip(files) {
-        sources.push(r.map_err(|e| anyhow!("{}: {}", f.display(), convert::error_line(&e)))?);
+        sources.push(r.map_err(|e| anyhow!("{}: {}", f.display(), crate::errors::error_line(&e)))?);
     }
     // Ranks in order (rank 2 before rank 10, whatever the file names), then unranked reports.
     sources.sort_by_key(|s| (s.identity.rank.is_none(), s.identity.rank));
@@ -518,7 +518,7 @@ impl MergeArgs {
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                crate::say!("error: {}", convert::error_line(&e));
+                crate::say!("error: {}", crate::errors::error_line(&e));
                 ExitCode::FAILURE
             }
         }

@@ -1175,7 +1175,7 @@ fn run_export(
         },
         |t| t.to_path_buf(),
     )
-    .map_err(|e| crate::convert::write_error(&dir, &e))?;
+    .map_err(|e| crate::errors::write_error(&dir, &e))?;
     let tmp_path = tmp.to_path_buf();
     let out = run_bounded(
         Command::new(&nsys.path)

@@ -487,7 +487,7 @@ pub fn scratch_dir(prefix: &str) -> Result<tempfile::TempDir> {
         anyhow::anyhow!(
             "cannot create a scratch directory in the temporary folder {} (TMPDIR): {}",
             tmp.display(),
-            crate::convert::os_error(&e)
+            crate::errors::os_error(&e)
         )
     })
 }

@@ -29,7 +29,7 @@ impl Export {
         let shm = super::ShmGuard::new(path);
         let (conn, schema) = open_schema(path)?;
         if check {
-            crate::convert::quick_check(&conn)?;
+            crate::errors::quick_check(&conn)?;
         }
         let mut info = ProfileInfo::load(&conn, &schema)
             .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
@@ -155,7 +155,7 @@ impl Export {
                 selection,
                 selection.wants(EventType::NvtxGpu),
             )
-            .map_err(crate::convert::scratch_error)?;
+            .map_err(crate::errors::scratch_error)?;
             let flow_db: Arc<Option<FlowDb>> = Arc::new(flow_db);
             timing("flow links", t);
             let api = {
@@ -183,14 +183,14 @@ impl Export {
                 timing("nvtx", t);
                 let t = Instant::now();
                 let projected = match feed {
-                    Some(f) => f.finish().map_err(crate::convert::scratch_error)?,
+                    Some(f) => f.finish().map_err(crate::errors::scratch_error)?,
                     None => None,
                 };
                 // Not fed (NVTX not converted) or not suited to the feed: on its own.
                 let projected = match (projected, &launches) {
                     (Some(p), _) => Some(p),
                     (None, Some(l)) => {
-                        Projected::build(&conn, schema, l).map_err(crate::convert::scratch_error)?
+                        Projected::build(&conn, schema, l).map_err(crate::errors::scratch_error)?
                     }
                     (None, None) => None,
                 };

@@ -672,7 +672,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
                 exported = e;
                 exported.sqlite().to_path_buf()
             }
-            Err(e) => return fail(422, format!("{name}: {}", convert::error_line(&e))),
+            Err(e) => return fail(422, format!("{name}: {}", crate::errors::error_line(&e))),
         }
     } else {
         input.clone()
@@ -688,7 +688,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     };
     let summary = match convert::convert_sqlite(&sqlite, &output, &opts) {
         Ok(s) => s,
-        Err(e) => return fail(422, format!("{name}: {}", convert::error_line(&e))),
+        Err(e) => return fail(422, format!("{name}: {}", crate::errors::error_line(&e))),
     };
     job.set_phase("stats");
     let stats = match crate::workflow::stats::stats(
@@ -703,7 +703,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
             v["file"] = json!(name);
             v
         }
-        Err(e) => json!({ "error": convert::error_line(&e) }),
+        Err(e) => json!({ "error": crate::errors::error_line(&e) }),
     };
     // The upload and its export are no longer needed: only the trace stays.
     let _ = fs::remove_file(&input);

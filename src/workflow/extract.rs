@@ -309,7 +309,7 @@ impl ExtractArgs {
             {
                 Ok(r) => results.push(r),
                 Err(e) => {
-                    crate::say!("error: {}: {}", p.display(), crate::convert::error_line(&e));
+                    crate::say!("error: {}: {}", p.display(), crate::errors::error_line(&e));
                     failed = true;
                 }
             }

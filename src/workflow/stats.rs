@@ -1162,7 +1162,7 @@ impl StatsArgs {
         let top = self.top.unwrap_or(if table { 10 } else { 0 });
         let one = |path: &Path, top: usize, choice: &ReportChoice| -> Result<Stats> {
             let ex = Export::open_with(path, &self.out.export_options()).map_err(|e| {
-                anyhow::anyhow!("{}: {}", path.display(), crate::convert::error_line(&e))
+                anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e))
             })?;
             stats_with(
                 &ex,
@@ -1173,7 +1173,7 @@ impl StatsArgs {
                 },
                 choice,
             )
-            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), crate::convert::error_line(&e)))
+            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e)))
         };
         let result = (|| -> Result<()> {
             let choice = self.choice()?;

@@ -514,7 +514,7 @@ impl SweepArgs {
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                crate::say!("error: {}", crate::convert::error_line(&e));
+                crate::say!("error: {}", crate::errors::error_line(&e));
                 std::process::ExitCode::FAILURE
             }
         }

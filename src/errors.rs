@@ -1,0 +1,137 @@
+//! Errors of the operating system and SQLite as one line each, with what to do where the plain
+//! message would not say: a damaged or truncated file, a full temporary folder, a read-only
+//! destination. The lowest layer: every other module may use it, it uses none of them.
+
+use anyhow::{Result, anyhow, bail};
+use std::path::Path;
+
+/// `PRAGMA quick_check`: an error quoting SQLite's first findings when the file is damaged.
+pub fn quick_check(conn: &rusqlite::Connection) -> Result<()> {
+    let mut stmt = conn
+        .prepare("PRAGMA quick_check(5)")
+        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
+    let found: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect())
+        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
+    if found.len() == 1 && found[0] == "ok" {
+        return Ok(());
+    }
+    bail!(
+        "damaged SQLite database (PRAGMA quick_check: {})",
+        found.join("; ").replace('\n', " ")
+    )
+}
+
+/// An OS error without the path `tempfile` adds (the internal temporary name means nothing to
+/// the user).
+pub fn os_error(e: &std::io::Error) -> String {
+    match raw_os_error(e) {
+        Some(code) => {
+            let text = std::io::Error::from_raw_os_error(code).to_string();
+            text.split(" (os error").next().unwrap_or(&text).to_string()
+        }
+        None => e.kind().to_string(),
+    }
+}
+
+/// The OS error code, also when `tempfile` wrapped the error with its path.
+fn raw_os_error(e: &std::io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        e.get_ref()?
+            .source()?
+            .downcast_ref::<std::io::Error>()?
+            .raw_os_error()
+    })
+}
+
+/// Why a file cannot be created in `dir`, with what to do: a read-only folder or file system
+/// (a read-only bind mount) gets the same advice.
+pub fn write_error(dir: &Path, e: &std::io::Error) -> anyhow::Error {
+    let read_only = matches!(
+        raw_os_error(e),
+        Some(libc::EROFS) | Some(libc::EACCES) | Some(libc::EPERM)
+    ) || matches!(
+        e.kind(),
+        std::io::ErrorKind::ReadOnlyFilesystem | std::io::ErrorKind::PermissionDenied
+    );
+    match read_only {
+        true => anyhow!(
+            "{} is read-only ({}), so the output cannot go there: pass -o OUT (a file, or a \
+             directory for several inputs) elsewhere",
+            dir.display(),
+            os_error(e)
+        ),
+        false => anyhow!("cannot write to {}: {}", dir.display(), os_error(e)),
+    }
+}
+
+/// A scratch database that cannot grow says which folder is full.
+pub fn scratch_error(e: anyhow::Error) -> anyhow::Error {
+    let msg = error_line(&e);
+    if msg.contains("disk is full") || msg.contains("No space left") || msg.contains("disk I/O") {
+        anyhow!(
+            "the temporary folder {} (TMPDIR) is full ({msg}): free space there or set TMPDIR \
+             to a folder with room",
+            std::env::temp_dir().display()
+        )
+    } else {
+        e
+    }
+}
+
+/// An error and its causes on one line, without the repetitions SQLite's error chain carries
+/// ("malformed: Error code 11: malformed").
+pub fn error_line(e: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        let text = match text.strip_prefix("Error code ") {
+            Some(rest) => rest.split_once(": ").map_or(text.as_str(), |(_, t)| t),
+            None => text.as_str(),
+        };
+        if text.is_empty() || line.contains(text) {
+            continue;
+        }
+        if !line.is_empty() {
+            line.push_str(": ");
+        }
+        line.push_str(text);
+    }
+    explain_damage(line.replace('\n', " "))
+}
+
+/// What follows SQLite's own words when a file is damaged.
+pub const DAMAGE_HINT: &str = "the file is damaged or truncated (an incomplete copy or an \
+interrupted export): copy it again, or export it again from its report (nsys export --type \
+sqlite REPORT)";
+
+/// What SQLite (and this tool) say of a damaged file.
+const DAMAGE_SIGNS: [&str; 4] = [
+    "database disk image is malformed",
+    "damaged SQLite database",
+    "file is not a database",
+    "database corrupt",
+];
+
+/// An error line about a damaged file, with what to do; other lines as they are.
+pub fn explain_damage(line: String) -> String {
+    if DAMAGE_SIGNS.iter().any(|s| line.contains(s)) && !line.contains(DAMAGE_HINT) {
+        format!("{line}: {DAMAGE_HINT}")
+    } else {
+        line
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damage_gets_its_hint_once() {
+        let once = explain_damage("x.sqlite: database disk image is malformed".into());
+        assert!(once.ends_with(DAMAGE_HINT), "{once}");
+        assert_eq!(explain_damage(once.clone()), once);
+        assert_eq!(explain_damage("no such file".into()), "no such file");
+    }
+}
