@@ -421,7 +421,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         }
         let mut why = String::new();
         if batch && !opts.force && !convert::is_stdout(&output) {
-            match crate::provenance::check(&output, input, conv) {
+            match crate::provenance::check(&output, input, &conv.content_text()) {
                 crate::provenance::Reuse::Same => {
                     if !opts.quiet {
                         crate::say!(

@@ -11,10 +11,11 @@ use crate::output::json::Json;
 use crate::output::pftrace::Protobuf;
 use crate::output::{Chunk, Format, Ids, Placed, WellKnown};
 use crate::progress::Progress;
-use crate::select::Selection;
+use crate::select::{EventType, NameFilter, Selection};
 use crate::summary::Summary;
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::HashSet;
+use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -57,6 +58,89 @@ pub struct Options {
     pub analyze: bool,
 }
 
+impl Options {
+    /// The options that shape a conversion's content, as the command line would give them (empty
+    /// for the defaults). Equal texts mean equal content from equal input: what a trace records
+    /// of its options ([`crate::provenance`]).
+    pub fn content_text(&self) -> String {
+        // Every field named: a new option must be placed here or declared content-neutral.
+        let Options {
+            format,
+            json_colors,
+            progress: _,
+            selection: sel,
+            check: _,
+            analyze,
+        } = self;
+        let crate::select::Selection {
+            types: _,
+            nvtx_filter: _,
+            time: _,
+            pids: _,
+            devices: _,
+            nvtx_colors: _,
+        } = sel;
+        let mut parts: Vec<String> = Vec::new();
+        if sel.types != EventType::defaults() {
+            let types: Vec<&str> = sel.types.iter().map(|t| t.name()).collect();
+            parts.push(format!("--types {}", types.join(",")));
+        }
+        if let Some(f) = &sel.nvtx_filter {
+            parts.push(match f {
+                NameFilter::Prefix(p) => format!("--nvtx-filter {p:?}"),
+                NameFilter::Regex(r) => format!("--nvtx-filter {:?}", format!("re:{r}")),
+            });
+        }
+        if let Some(t) = sel.time {
+            parts.push(format!(
+                "--time-range {}..{}",
+                t.start.map(seconds).unwrap_or_default(),
+                t.end.map(seconds).unwrap_or_default()
+            ));
+        }
+        let list = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
+        if !sel.pids.is_empty() {
+            parts.push(format!("--pid {}", list(&sel.pids)));
+        }
+        if !sel.devices.is_empty() {
+            parts.push(format!("--device {}", list(&sel.devices)));
+        }
+        if !sel.nvtx_colors.is_empty() {
+            let mut s = String::from("{");
+            for (i, (re, c)) in sel.nvtx_colors.iter().enumerate() {
+                if i > 0 {
+                    s.push_str(", ");
+                }
+                let _ = write!(s, "{:?}: \"#{c:06x}\"", re.as_str());
+            }
+            s.push('}');
+            parts.push(format!("--nvtx-color-scheme '{s}'"));
+        }
+        if *format == OutputFormat::Json {
+            parts.push("--format json".into());
+            if *json_colors {
+                parts.push("--json-colors".into());
+            }
+        }
+        if *analyze {
+            parts.push("--analyze".into());
+        }
+        parts.join(" ")
+    }
+}
+
+/// Nanoseconds as the shortest exact seconds text: `2s`, `3.5s`, `0.000000001s`.
+fn seconds(ns: i64) -> String {
+    let sign = if ns < 0 { "-" } else { "" };
+    let a = ns.unsigned_abs();
+    let (s, frac) = (a / 1_000_000_000, a % 1_000_000_000);
+    if frac == 0 {
+        return format!("{sign}{s}s");
+    }
+    let f = format!("{frac:09}");
+    format!("{sign}{s}.{}s", f.trim_end_matches('0'))
+}
+
 /// Where the output goes by default: next to the input, with the format's extension.
 pub fn default_output(input: &Path, format: OutputFormat) -> PathBuf {
     input.with_extension(format.extension())
@@ -83,7 +167,7 @@ pub fn convert_sqlite_from(
     let placed = vec![placed(&export, offset)];
     // Only where a later run can read it back (not `.gz`, not standard output).
     let record = crate::provenance::readable(output)
-        .then(|| crate::provenance::Record::new(origin, opts).map(|r| r.to_text()))
+        .then(|| crate::provenance::Record::new(origin, opts.content_text()).map(|r| r.to_text()))
         .flatten();
     run_format(vec![Some(export)], &[], placed, &[], output, opts, record)
 }
@@ -692,4 +776,26 @@ fn write_chunks<F: Format, W: Write>(
     }
     put(out, &format.footer(placed, record))?;
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::select::EventType;
+
+    #[test]
+    fn options_text_is_canonical() {
+        let mut o = Options::default();
+        assert_eq!(o.content_text(), "");
+        o.selection.types = EventType::parse_list(&["nvtx", "kernel"]).unwrap();
+        o.selection.time = Some(crate::select::TimeRange {
+            start: Some(2_000_000_000),
+            end: Some(3_500_000_000),
+        });
+        assert_eq!(
+            o.content_text(),
+            "--types kernel,nvtx --time-range 2s..3.5s"
+        );
+        assert_eq!(seconds(1), "0.000000001s");
+    }
 }

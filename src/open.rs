@@ -269,7 +269,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
         (default, None)
     };
     if temp.is_none() {
-        match crate::provenance::check(&output, input, &opts) {
+        match crate::provenance::check(&output, input, &opts.content_text()) {
             crate::provenance::Reuse::Same => {
                 eprintln!(
                     "{}: reused {}: same input and options",

@@ -25,9 +25,6 @@
 //! changed in place with its old size and modification time is not mistaken for the original.
 //! The CRC reads the input at about memory speed; a conversion reads all of it anyway.
 
-use crate::convert::{Options, OutputFormat};
-use crate::select::{EventType, NameFilter};
-use std::fmt::Write as _;
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -160,14 +157,14 @@ pub struct Record {
     /// The input's file name, for messages.
     pub input_name: String,
     pub input: FileId,
-    /// [`options_text`] of the conversion.
+    /// The conversion's options ([`crate::convert::Options::content_text`]).
     pub options: String,
 }
 
 impl Record {
     /// The record of converting `origin` (what the user named: a report or an export) with
-    /// `opts`; `None` when `origin` cannot be read as a regular file.
-    pub fn new(origin: &Path, opts: &Options) -> Option<Record> {
+    /// `options` (their content text); `None` when `origin` cannot be read as a regular file.
+    pub fn new(origin: &Path, options: String) -> Option<Record> {
         Some(Record {
             tool: TOOL.to_string(),
             input_name: origin
@@ -175,7 +172,7 @@ impl Record {
                 .map(|n| n.to_string_lossy().to_string())
                 .unwrap_or_default(),
             input: FileId::of(origin)?,
-            options: options_text(opts),
+            options,
         })
     }
 
@@ -198,86 +195,6 @@ impl Record {
             options: v.get("options")?.as_str()?.to_string(),
         })
     }
-}
-
-/// Nanoseconds as the shortest exact seconds text: `2s`, `3.5s`, `0.000000001s`.
-fn seconds(ns: i64) -> String {
-    let sign = if ns < 0 { "-" } else { "" };
-    let a = ns.unsigned_abs();
-    let (s, frac) = (a / 1_000_000_000, a % 1_000_000_000);
-    if frac == 0 {
-        return format!("{sign}{s}s");
-    }
-    let f = format!("{frac:09}");
-    format!("{sign}{s}.{}s", f.trim_end_matches('0'))
-}
-
-/// The options that shape a conversion's content, as the command line would give them (empty
-/// for the defaults). Equal texts mean equal content from equal input.
-pub fn options_text(opts: &Options) -> String {
-    // Every field named: a new option must be placed here or declared content-neutral.
-    let Options {
-        format,
-        json_colors,
-        progress: _,
-        selection: sel,
-        check: _,
-        analyze,
-    } = opts;
-    let crate::select::Selection {
-        types: _,
-        nvtx_filter: _,
-        time: _,
-        pids: _,
-        devices: _,
-        nvtx_colors: _,
-    } = sel;
-    let mut parts: Vec<String> = Vec::new();
-    if sel.types != EventType::defaults() {
-        let types: Vec<&str> = sel.types.iter().map(|t| t.name()).collect();
-        parts.push(format!("--types {}", types.join(",")));
-    }
-    if let Some(f) = &sel.nvtx_filter {
-        parts.push(match f {
-            NameFilter::Prefix(p) => format!("--nvtx-filter {p:?}"),
-            NameFilter::Regex(r) => format!("--nvtx-filter {:?}", format!("re:{r}")),
-        });
-    }
-    if let Some(t) = sel.time {
-        parts.push(format!(
-            "--time-range {}..{}",
-            t.start.map(seconds).unwrap_or_default(),
-            t.end.map(seconds).unwrap_or_default()
-        ));
-    }
-    let list = |v: &[i64]| v.iter().map(i64::to_string).collect::<Vec<_>>().join(",");
-    if !sel.pids.is_empty() {
-        parts.push(format!("--pid {}", list(&sel.pids)));
-    }
-    if !sel.devices.is_empty() {
-        parts.push(format!("--device {}", list(&sel.devices)));
-    }
-    if !sel.nvtx_colors.is_empty() {
-        let mut s = String::from("{");
-        for (i, (re, c)) in sel.nvtx_colors.iter().enumerate() {
-            if i > 0 {
-                s.push_str(", ");
-            }
-            let _ = write!(s, "{:?}: \"#{c:06x}\"", re.as_str());
-        }
-        s.push('}');
-        parts.push(format!("--nvtx-color-scheme '{s}'"));
-    }
-    if *format == OutputFormat::Json {
-        parts.push("--format json".into());
-        if *json_colors {
-            parts.push("--json-colors".into());
-        }
-    }
-    if *analyze {
-        parts.push("--analyze".into());
-    }
-    parts.join(" ")
 }
 
 /// The options text for messages: "the default options" when empty.
@@ -416,8 +333,8 @@ pub enum Reuse {
     Differs(String),
 }
 
-/// Check the output `output` against converting `origin` with `opts`.
-pub fn check(output: &Path, origin: &Path, opts: &Options) -> Reuse {
+/// Check the output `output` against converting `origin` with `options` (their content text).
+pub fn check(output: &Path, origin: &Path, options: &str) -> Reuse {
     if std::fs::symlink_metadata(output).is_err() {
         return Reuse::Missing;
     }
@@ -431,12 +348,11 @@ pub fn check(output: &Path, origin: &Path, opts: &Options) -> Reuse {
     if rec.tool != TOOL {
         return Reuse::Differs(format!("made by {}, this is {TOOL}", rec.tool));
     }
-    let now = options_text(opts);
-    if rec.options != now {
+    if rec.options != options {
         return Reuse::Differs(format!(
             "made with other options ({}; now {})",
             shown(&rec.options),
-            shown(&now)
+            shown(options)
         ));
     }
     // A trace made from a report stands for the export this tool made of that report's content
@@ -480,22 +396,6 @@ mod tests {
         assert_eq!(json_record(&out).as_deref(), Some(text));
         out.extend_from_slice(b"{}");
         assert_eq!(json_record(&out), None);
-    }
-
-    #[test]
-    fn options_text_is_canonical() {
-        let mut o = Options::default();
-        assert_eq!(options_text(&o), "");
-        o.selection.types = EventType::parse_list(&["nvtx", "kernel"]).unwrap();
-        o.selection.time = Some(crate::select::TimeRange {
-            start: Some(2_000_000_000),
-            end: Some(3_500_000_000),
-        });
-        assert_eq!(
-            options_text(&o),
-            "--types kernel,nvtx --time-range 2s..3.5s"
-        );
-        assert_eq!(seconds(1), "0.000000001s");
     }
 
     #[test]

@@ -129,7 +129,7 @@ pub enum KernelNames {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReportOptions {
     pub kernel_names: KernelNames,
-    /// Group NVTX names that differ only in counters ([`super::stats::group_name`]).
+    /// Group NVTX names that differ only in counters ([`group_name`]).
     pub group_nvtx: bool,
 }
 
@@ -422,7 +422,7 @@ pub fn register_functions(conn: &rusqlite::Connection) -> Result<()> {
         let digits: i32 = ctx.get(1)?;
         Ok(number(ctx.get_raw(0)).map(|x| nsys_round(x, digits)))
     })?;
-    super::stats::register_group_name(conn)?;
+    register_group_name(conn)?;
     Ok(())
 }
 
@@ -597,7 +597,7 @@ fn nvtx_ranges_sql(s: &Schema, group_nvtx: bool) -> Option<String> {
          WHEN d.name IS NULL AND sid.value NOT NULL THEN sid.value ELSE {text} END"
     );
     let name = if group_nvtx {
-        format!("{}({name})", super::stats::GROUP_NAME_FN)
+        format!("{}({name})", GROUP_NAME_FN)
     } else {
         name
     };
@@ -789,7 +789,7 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                 text = col("text")
             );
             let tag = if opts.group_nvtx {
-                format!("{}({tag})", super::stats::GROUP_NAME_FN)
+                format!("{}({tag})", GROUP_NAME_FN)
             } else {
                 tag
             };
@@ -1142,4 +1142,61 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
             .execute_batch(&format!("DROP TABLE IF EXISTS temp.{NVTX_RIDX}"))?;
     }
     out
+}
+
+/// The SQL function that groups NVTX names ([`group_name`]).
+pub const GROUP_NAME_FN: &str = "nsys_perfetto_group_name";
+
+/// An NVTX name with its counters removed: every `, KEY = INTEGER` part after the first
+/// (PyTorch's `, seq = 45328` and `, op_id = 990726`, a loop's `, step = 3`), so that
+/// `aten::mul, seq = 45328, op_id = 990726` becomes `aten::mul`. Parts are separated by `", "`;
+/// a KEY is a word (letters, digits, `_`; not starting with a digit). Other names are unchanged.
+pub fn group_name(name: &str) -> std::borrow::Cow<'_, str> {
+    fn counter(part: &str) -> bool {
+        let Some((key, value)) = part.split_once(" = ") else {
+            return false;
+        };
+        let digits = value.strip_prefix('-').unwrap_or(value);
+        key.chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            && !digits.is_empty()
+            && digits.bytes().all(|b| b.is_ascii_digit())
+    }
+    let mut parts = name.split(", ");
+    let first = parts.next().unwrap_or("");
+    if !parts.clone().any(counter) {
+        return std::borrow::Cow::Borrowed(name);
+    }
+    let mut out = first.to_string();
+    for p in parts.filter(|p| !counter(p)) {
+        out.push_str(", ");
+        out.push_str(p);
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// Register [`GROUP_NAME_FN`] on a connection (NULL and non-text values pass through).
+pub fn register_group_name(conn: &rusqlite::Connection) -> Result<()> {
+    use rusqlite::functions::FunctionFlags;
+    use rusqlite::types::{Value, ValueRef};
+    conn.create_scalar_function(
+        GROUP_NAME_FN,
+        1,
+        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+        |ctx| {
+            Ok(match ctx.get_raw(0) {
+                ValueRef::Text(t) => {
+                    let t = String::from_utf8_lossy(t);
+                    Value::Text(group_name(&t).into_owned())
+                }
+                ValueRef::Integer(i) => Value::Integer(i),
+                ValueRef::Real(f) => Value::Real(f),
+                ValueRef::Blob(b) => Value::Blob(b.to_vec()),
+                ValueRef::Null => Value::Null,
+            })
+        },
+    )?;
+    Ok(())
 }

@@ -7,14 +7,16 @@
 //! - API calls, NVTX ranges and NVTX GPU projections: of their own kind's total (ranges nest, so
 //!   NVTX totals count nested time once per level).
 //!
-//! NVTX names that differ only in counters are grouped by default ([`group_name`]): PyTorch
+//! NVTX names that differ only in counters are grouped by default ([`super::reports::group_name`]): PyTorch
 //! names every range `aten::mul, seq = 45328, op_id = 990726`, so a profile of 19 k ranges had
 //! 18 k distinct names and the top of the table taught nothing. `--raw-names` keeps them apart.
 //!
 //! `stats A B` compares two profiles name by name ([`compare`]): count and total of each, and the
 //! change from A to B.
 
-use super::reports::{KernelNames, ReportName, ReportOptions, ReportTable};
+use super::reports::{
+    GROUP_NAME_FN, KernelNames, ReportName, ReportOptions, ReportTable, register_group_name,
+};
 use super::{Export, Kind, Output, Table, Unit, csv_line, json_f64, plain_f64};
 use anyhow::Result;
 use serde_json::json;
@@ -301,7 +303,7 @@ fn page_faults(ex: &Export) -> Result<Vec<PageFaults>> {
 pub struct StatsOptions {
     /// Rows per section; 0 = all.
     pub top: usize,
-    /// Keep NVTX names that differ only in counters apart (no [`group_name`]).
+    /// Keep NVTX names that differ only in counters apart (no [`super::reports::group_name`]).
     pub raw_names: bool,
 }
 
@@ -323,63 +325,6 @@ pub struct ReportChoice {
     pub kernel_names: KernelNames,
     /// The kinds of [`Stats::sections`] to compute; `None`: all (the reports need none).
     pub kinds: Option<Vec<Kind>>,
-}
-
-/// The SQL function that groups NVTX names ([`group_name`]).
-pub const GROUP_NAME_FN: &str = "nsys_perfetto_group_name";
-
-/// An NVTX name with its counters removed: every `, KEY = INTEGER` part after the first
-/// (PyTorch's `, seq = 45328` and `, op_id = 990726`, a loop's `, step = 3`), so that
-/// `aten::mul, seq = 45328, op_id = 990726` becomes `aten::mul`. Parts are separated by `", "`;
-/// a KEY is a word (letters, digits, `_`; not starting with a digit). Other names are unchanged.
-pub fn group_name(name: &str) -> std::borrow::Cow<'_, str> {
-    fn counter(part: &str) -> bool {
-        let Some((key, value)) = part.split_once(" = ") else {
-            return false;
-        };
-        let digits = value.strip_prefix('-').unwrap_or(value);
-        key.chars()
-            .next()
-            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-            && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
-            && !digits.is_empty()
-            && digits.bytes().all(|b| b.is_ascii_digit())
-    }
-    let mut parts = name.split(", ");
-    let first = parts.next().unwrap_or("");
-    if !parts.clone().any(counter) {
-        return std::borrow::Cow::Borrowed(name);
-    }
-    let mut out = first.to_string();
-    for p in parts.filter(|p| !counter(p)) {
-        out.push_str(", ");
-        out.push_str(p);
-    }
-    std::borrow::Cow::Owned(out)
-}
-
-/// Register [`GROUP_NAME_FN`] on a connection (NULL and non-text values pass through).
-pub fn register_group_name(conn: &rusqlite::Connection) -> Result<()> {
-    use rusqlite::functions::FunctionFlags;
-    use rusqlite::types::{Value, ValueRef};
-    conn.create_scalar_function(
-        GROUP_NAME_FN,
-        1,
-        FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
-        |ctx| {
-            Ok(match ctx.get_raw(0) {
-                ValueRef::Text(t) => {
-                    let t = String::from_utf8_lossy(t);
-                    Value::Text(group_name(&t).into_owned())
-                }
-                ValueRef::Integer(i) => Value::Integer(i),
-                ValueRef::Real(f) => Value::Real(f),
-                ValueRef::Blob(b) => Value::Blob(b.to_vec()),
-                ValueRef::Null => Value::Null,
-            })
-        },
-    )?;
-    Ok(())
 }
 
 /// Compute the statistics of one profile.
