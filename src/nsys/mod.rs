@@ -99,6 +99,17 @@ impl Schema {
         self.tables.keys().map(String::as_str)
     }
 
+    /// The tables named `prefix` and more (nsys' one table per kind: `OPENMP_EVENT_KIND_*`),
+    /// sorted by name.
+    pub fn tables_named(&self, prefix: &str) -> Vec<&str> {
+        let mut tables: Vec<&str> = self
+            .tables()
+            .filter(|t| t.len() > prefix.len() && t.starts_with(prefix))
+            .collect();
+        tables.sort_unstable();
+        tables
+    }
+
     /// The table's columns in table order (empty when the table is absent).
     pub fn columns(&self, table: &str) -> &[String] {
         self.tables.get(table).map_or(&[], Vec::as_slice)

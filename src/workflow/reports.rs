@@ -915,11 +915,7 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
             )
         }
         "openacc_sum" => {
-            let mut tables: Vec<&str> = s
-                .tables()
-                .filter(|t| t.starts_with("CUPTI_ACTIVITY_KIND_OPENACC_") && t.len() > 28)
-                .collect();
-            tables.sort_unstable();
+            let tables = s.tables_named("CUPTI_ACTIVITY_KIND_OPENACC_");
             if !strings || tables.is_empty() {
                 return Ok(None);
             }
@@ -948,11 +944,7 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
             )
         }
         "openmp_sum" => {
-            let mut tables: Vec<&str> = s
-                .tables()
-                .filter(|t| t.starts_with("OPENMP_EVENT_KIND_") && t.len() > 18)
-                .collect();
-            tables.sort_unstable();
+            let tables = s.tables_named("OPENMP_EVENT_KIND_");
             if !strings || tables.is_empty() {
                 return Ok(None);
             }
