@@ -32,10 +32,8 @@ use std::path::Path;
 /// The tool and version that wrote a record.
 pub const TOOL: &str = concat!("nsys-perfetto ", env!("CARGO_PKG_VERSION"));
 
-/// The `ChromeMetadata` name of the record in a `.pftrace`.
-pub const PFTRACE_KEY: &str = "nsys-perfetto";
-/// The `otherData` key of the record in a `.json` trace.
-pub const JSON_KEY: &str = "nsys-perfetto-provenance";
+use crate::output::json::RECORD_KEY as JSON_KEY;
+use crate::output::pftrace::RECORD_KEY as PFTRACE_KEY;
 
 /// How much of an output's end is read to find its record.
 const TAIL: u64 = 64 << 10;
@@ -209,36 +207,6 @@ pub fn shown(options: &str) -> &str {
 // ---------------------------------------------------------------------------------------------
 // In the file
 
-fn varint(mut v: u64, out: &mut Vec<u8>) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-fn field(tag: u8, body: &[u8], out: &mut Vec<u8>) {
-    out.push(tag);
-    varint(body.len() as u64, out);
-    out.extend_from_slice(body);
-}
-
-/// The last packet of a `.pftrace`: `TracePacket { chrome_events (5): ChromeEventBundle {
-/// metadata (2): ChromeMetadata { name (1): "nsys-perfetto", string_value (2): text } } }`,
-/// framed as a `Trace.packet` (1).
-pub fn pftrace_trailer(text: &str) -> Vec<u8> {
-    let mut meta = Vec::new();
-    field(0x0A, PFTRACE_KEY.as_bytes(), &mut meta);
-    field(0x12, text.as_bytes(), &mut meta);
-    let mut bundle = Vec::new();
-    field(0x12, &meta, &mut bundle);
-    let mut packet = Vec::new();
-    field(0x2A, &bundle, &mut packet);
-    let mut out = Vec::new();
-    field(0x0A, &packet, &mut out);
-    out
-}
-
 fn read_tail(path: &Path) -> Option<Vec<u8>> {
     let mut f = std::fs::File::open(path).ok()?;
     let m = f.metadata().ok()?;
@@ -277,7 +245,7 @@ fn pftrace_record(tail: &[u8]) -> Option<String> {
         let Ok(text) = std::str::from_utf8(&text[n + 1..]) else {
             continue;
         };
-        if tail.ends_with(&pftrace_trailer(text)) {
+        if tail.ends_with(&crate::output::pftrace::record_packet(text)) {
             return Some(text.to_string());
         }
     }
@@ -378,7 +346,7 @@ mod tests {
     fn trailer_round_trips_and_needs_the_end_of_the_file() {
         let rec = r#"{"a":"b \u00e9"}"#.repeat(20);
         let mut file = vec![0x0A, 3, 1, 2, 3];
-        file.extend(pftrace_trailer(&rec));
+        file.extend(crate::output::pftrace::record_packet(&rec));
         assert_eq!(pftrace_record(&file).as_deref(), Some(rec.as_str()));
         // Anything after it (another packet) and it is not the record of this file.
         file.extend([0x0A, 1, 0]);

@@ -19,6 +19,10 @@
 
 mod samples;
 
+/// The `otherData` key under which a trace carries what it was made from
+/// ([`crate::provenance`] reads it back).
+pub const RECORD_KEY: &str = "nsys-perfetto-provenance";
+
 use super::{
     Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
 };
@@ -178,7 +182,7 @@ impl Format for Json {
         }
         if let Some(r) = record {
             out.push(b',');
-            push_str(&mut out, crate::provenance::JSON_KEY);
+            push_str(&mut out, RECORD_KEY);
             out.push(b':');
             push_str(&mut out, r);
         }

@@ -220,9 +220,7 @@ impl Format for Protobuf {
 
     /// The record, as the file's last packet.
     fn footer(&self, _sources: &[Placed], record: Option<&str>) -> Vec<u8> {
-        record
-            .map(crate::provenance::pftrace_trailer)
-            .unwrap_or_default()
+        record.map(record_packet).unwrap_or_default()
     }
 }
 
@@ -236,6 +234,26 @@ fn descriptor_packet(desc: TrackDescriptor) -> TracePacket {
         ),
         ..Default::default()
     }
+}
+
+/// The `ChromeMetadata` name under which a trace carries what it was made from
+/// ([`crate::provenance`] reads it back).
+pub const RECORD_KEY: &str = "nsys-perfetto";
+
+/// The last packet of a trace: `TracePacket { chrome_events (5): ChromeEventBundle {
+/// metadata (2): ChromeMetadata { name (1): RECORD_KEY, string_value (2): text } } }`, framed
+/// as a `Trace.packet` (1). trace_processor keeps it as metadata and draws nothing.
+pub fn record_packet(text: &str) -> Vec<u8> {
+    let mut meta = Vec::new();
+    put_bytes(&mut meta, 1 << 3 | 2, RECORD_KEY.as_bytes());
+    put_bytes(&mut meta, 2 << 3 | 2, text.as_bytes());
+    let mut bundle = Vec::new();
+    put_bytes(&mut bundle, 2 << 3 | 2, &meta);
+    let mut packet = Vec::new();
+    put_bytes(&mut packet, 5 << 3 | 2, &bundle);
+    let mut out = Vec::new();
+    put_bytes(&mut out, 1 << 3 | 2, &packet);
+    out
 }
 
 /// `Trace.packet` framing: field 1, length-delimited. Any concatenation is a valid trace.
