@@ -45,6 +45,17 @@ fn golden(path: &Path) -> BTreeMap<String, Option<String>> {
 }
 
 /// Our CSV of each report (by nsys' name) with kernels named as asked.
+/// The goldens (`*.txt.gz`) in `dir`, sorted.
+fn golden_files(dir: &Path) -> Vec<PathBuf> {
+    let mut goldens: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.to_string_lossy().ends_with(".txt.gz"))
+        .collect();
+    goldens.sort();
+    goldens
+}
+
 fn ours(path: &Path, names: KernelNames, reports: &[ReportName]) -> BTreeMap<String, String> {
     let ex = Export::open(path).unwrap();
     let st = stats_with(
@@ -109,12 +120,7 @@ fn stats_equal_nsys_stats_on_every_export() {
         return;
     };
     let dir = manifest_dir().join("tests/data/nsys_stats");
-    let mut goldens: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".txt.gz"))
-        .collect();
-    goldens.sort();
+    let goldens = golden_files(&dir);
     // Every SQLite export of the corpus has its golden.
     let mut exports: Vec<String> = std::fs::read_dir(&corpus)
         .unwrap()
@@ -200,12 +206,7 @@ fn nvtx_projection_reports_equal_nsys_stats_on_every_export() {
         return;
     };
     let dir = manifest_dir().join("tests/data/nsys_stats/nvtx");
-    let mut goldens: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.to_string_lossy().ends_with(".txt.gz"))
-        .collect();
-    goldens.sort();
+    let goldens = golden_files(&dir);
     let exports = std::fs::read_dir(&corpus)
         .unwrap()
         .filter_map(|e| e.ok()?.file_name().into_string().ok())

@@ -113,14 +113,6 @@ fn drain(rx: &Receiver<String>, seen: &mut Vec<String>, limit: Duration) {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn wait_until<T>(limit: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
     let end = Instant::now() + limit;
     loop {
@@ -392,7 +384,7 @@ fn spawn_open(args: &[&str], env: &[(&str, &str)]) -> (Proc, Receiver<String>, R
 fn open_serves_the_trace_once_with_cors_and_a_deep_link() {
     let dir = tempfile::tempdir().unwrap();
     let input = fixture_copy(dir.path());
-    let port = free_port();
+    let port = common::free_port();
     let p = port.to_string();
     let (mut proc, out, err) = spawn_open(
         &[
@@ -526,7 +518,7 @@ fn open_a_trace_as_is_and_a_deep_link_at_a_time() {
         "my run.json.gz",
         &["--types", "nvtx"],
     );
-    let port = free_port();
+    let port = common::free_port();
     let (mut proc, out, _err) = spawn_open(
         &[
             trace.to_str().unwrap(),
@@ -579,7 +571,7 @@ fn open_starts_the_browser_named_by_browser() {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o755)).unwrap();
     }
-    let port = free_port();
+    let port = common::free_port();
     let (mut proc, _out, err) = spawn_open(
         &[
             dir.path().join("t.pftrace").to_str().unwrap(),
@@ -620,7 +612,7 @@ fn open_suggests_native_for_big_traces_and_stops_on_ctrl_c() {
         .unwrap()
         .set_len(1_200_000_000)
         .unwrap();
-    let port = free_port();
+    let port = common::free_port();
     let (mut proc, out, err) = spawn_open(
         &[
             big.to_str().unwrap(),
@@ -716,7 +708,7 @@ fn open_native_starts_trace_processor_on_the_trace() {
     );
 
     let Some(tp) = trace_processor() else { return };
-    let port = free_port();
+    let port = common::free_port();
     let (mut proc, out, _err) = spawn_open(
         &[
             dir.path().join("t.pftrace").to_str().unwrap(),
@@ -1071,7 +1063,7 @@ struct Driver {
 
 impl Driver {
     fn start(browser: &Path, driver: &Path, downloads: &Path, profile: &Path) -> Option<Driver> {
-        let port = free_port();
+        let port = common::free_port();
         let proc = Proc(
             Command::new(driver)
                 .arg(format!("--port={port}"))

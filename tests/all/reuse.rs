@@ -48,14 +48,6 @@ fn full_slices(input: &Path) -> usize {
     slices(&out)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// The case: after `nsys-perfetto w.sqlite --types nvtx`, `open w.sqlite` served the
 /// filtered trace ("up to date") instead of the whole profile.
 #[test]
@@ -68,7 +60,7 @@ fn open_after_a_filtered_conversion_converts_again() {
     let full = full_slices(&input);
     assert!(filtered < full, "{filtered} vs {full}");
 
-    let port = free_port().to_string();
+    let port = common::free_port().to_string();
     let open = [
         "open",
         "w.sqlite",

@@ -480,15 +480,6 @@ fn corpus_sample_loads_cleanly_in_perfettos_ui() {
 // ---------------------------------------------------------------------------------------------
 // Offline sites: `open --ui DIR` and `serve --ui DIR` serve a local Perfetto UI build.
 
-/// A port free right now on 127.0.0.1.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// One HTTP/1.1 request (`Connection: close`): status, headers (lower-case names), body.
 fn http(method: &str, port: u16, path: &str, host: &str) -> (u16, Vec<(String, String)>, Vec<u8>) {
     use std::io::{Read, Write};
@@ -651,7 +642,7 @@ fn open_ui_serves_a_local_build_with_the_trace() {
         "-o",
         trace.to_str().unwrap(),
     ]);
-    let port = free_port();
+    let port = common::free_port();
     let p = port.to_string();
     let (run, stdout) = Running::start(&[
         "open",
@@ -740,7 +731,7 @@ fn open_ui_serves_a_local_build_with_the_trace() {
 
     // The real UI (v52, its WASM engine) loads the trace from this server.
     let Some(real) = ui_ready() else { return };
-    let port = free_port();
+    let port = common::free_port();
     let p = port.to_string();
     let (run, stdout) = Running::start(&[
         "open",
@@ -768,7 +759,7 @@ fn open_ui_serves_a_local_build_with_the_trace() {
 fn serve_ui_serves_a_local_build_beside_the_page() {
     let dir = tempfile::tempdir().unwrap();
     let ui = made_ui(dir.path());
-    let port = free_port();
+    let port = common::free_port();
     let p = port.to_string();
     let (run, _out) = Running::start(&["serve", "--port", &p, "--ui", ui.to_str().unwrap()]);
     wait_listening(port);
@@ -796,7 +787,7 @@ fn serve_ui_serves_a_local_build_beside_the_page() {
     // The page, in a real browser: upload, convert, "Open in Perfetto" hands the trace to the
     // local v52 UI (postMessage), which shows it.
     let Some(real) = ui_ready() else { return };
-    let port = free_port();
+    let port = common::free_port();
     let p = port.to_string();
     let (run, _out) = Running::start(&["serve", "--port", &p, "--ui", real.to_str().unwrap()]);
     wait_listening(port);
@@ -838,7 +829,7 @@ fn open_native_ui_serves_the_local_build_beside_the_trace_processor() {
         "-o",
         trace.to_str().unwrap(),
     ]);
-    let (tp_port, ui_port) = (free_port(), free_port());
+    let (tp_port, ui_port) = (common::free_port(), common::free_port());
     let (a, b) = (tp_port.to_string(), ui_port.to_string());
     let (run, stdout) = Running::start(&[
         "open",

@@ -1787,6 +1787,15 @@ pub fn tp_query(trace: &Path, sql: &str) -> Option<Vec<Vec<String>>> {
     Some(rows)
 }
 
+/// A port free right now on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// The fields of one CSV line (strings in double quotes, `""` inside them), as
 /// trace_processor_shell and nsys write it.
 pub fn csv_fields(line: &str) -> Vec<String> {
