@@ -923,8 +923,11 @@ fn serve_checkbox_adds_the_findings() {
         .map(|r| r.findings().len())
         .sum();
     assert!(n > 0);
+    // Its temporary files in a folder of the test's: the server is killed at the end.
+    let temp = tempfile::tempdir().unwrap();
     let mut child = Command::new(BIN)
-        .args(["serve", "--port", "0"])
+        .args(["serve", "--port", "0", "--temp-dir"])
+        .arg(temp.path())
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
