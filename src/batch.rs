@@ -60,6 +60,7 @@ impl Totals {
 /// The kinds of input the converter takes.
 pub fn is_profile(path: &Path) -> bool {
     report::is_report(path)
+        || crate::nsys::is_arrow_export(path)
         || path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("sqlite"))
@@ -90,7 +91,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
     let mut files: Vec<PathBuf> = Vec::new();
     for input in inputs {
         let shown = input.display().to_string();
-        if input.is_dir() {
+        if input.is_dir() && !crate::nsys::is_arrow_export(input) {
             ex.expanded_any = true;
             match fs::read_dir(input) {
                 Ok(rd) => {
@@ -98,7 +99,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                         .flatten()
                         .map(|e| e.path())
                         .filter(|p| {
-                            p.is_file()
+                            (p.is_file() || crate::nsys::is_arrow_export(p))
                                 && is_profile(p)
                                 && !p
                                     .file_name()
@@ -109,7 +110,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                     if found.is_empty() {
                         ex.errors.push((
                             shown,
-                            "no .sqlite, .nsys-rep or .qdrep files in this directory".into(),
+                            "no .sqlite, .nsys-rep or .qdrep files or Arrow exports in this directory".into(),
                         ));
                     }
                     files.extend(found);

@@ -65,10 +65,61 @@ fn stat_of(m: &std::fs::Metadata) -> (u64, u64, u64, i64, i64) {
     )
 }
 
-/// CRC-32 of a whole file.
+/// The files an identity covers: the file itself, or the files of a directory export (an
+/// Arrow export is a directory of one file a table), by name.
+fn files_of(path: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    if !std::fs::metadata(path)?.is_dir() {
+        return Ok(vec![path.to_path_buf()]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(path)? {
+        let p = entry?.path();
+        if std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
+            files.push(p);
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// The stat fields of a file, or of a directory export as a whole: its files' total size, the
+/// directory's device and inode, and the latest change of any of its files or itself (a file
+/// rewritten in place changes its own times, not the directory's).
+fn stat_at(path: &Path) -> Option<(u64, u64, u64, i64, i64)> {
+    let m = std::fs::metadata(path).ok()?;
+    if m.is_file() {
+        return Some(stat_of(&m));
+    }
+    if !m.is_dir() {
+        return None;
+    }
+    let (_, dev, ino, mut mtime, mut ctime) = stat_of(&m);
+    let mut size = 0u64;
+    for f in files_of(path).ok()? {
+        let (s, _, _, mt, ct) = stat_of(&std::fs::metadata(&f).ok()?);
+        size += s;
+        mtime = mtime.max(mt);
+        ctime = ctime.max(ct);
+    }
+    Some((size, dev, ino, mtime, ctime))
+}
+
+/// CRC-32 of a whole file, or of a directory export's files (names and contents) in name order.
 fn crc_of(path: &Path) -> std::io::Result<u32> {
-    let mut f = std::fs::File::open(path)?;
     let mut crc = flate2::Crc::new();
+    let files = files_of(path)?;
+    let named = files.len() > 1 || files.first().is_some_and(|f| f != path);
+    for file in files {
+        if named {
+            crc.update(file.file_name().unwrap_or_default().as_encoded_bytes());
+        }
+        crc_update(&mut crc, &file)?;
+    }
+    Ok(crc.sum())
+}
+
+fn crc_update(crc: &mut flate2::Crc, path: &Path) -> std::io::Result<()> {
+    let mut f = std::fs::File::open(path)?;
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = match f.read(&mut buf) {
@@ -79,18 +130,17 @@ fn crc_of(path: &Path) -> std::io::Result<u32> {
         };
         crc.update(&buf[..n]);
     }
-    Ok(crc.sum())
+    Ok(())
 }
 
 impl FileId {
     /// The identity of a regular file. `None` for anything else, or when it cannot be read, or
     /// when it changed while being read.
     pub fn of(path: &Path) -> Option<FileId> {
-        let before = std::fs::metadata(path).ok().filter(|m| m.is_file())?;
+        let before = stat_at(path)?;
         let crc32 = crc_of(path).ok()?;
-        let after = std::fs::metadata(path).ok()?;
-        let (size, dev, ino, mtime_ns, ctime_ns) = stat_of(&before);
-        (stat_of(&after) == (size, dev, ino, mtime_ns, ctime_ns)).then_some(FileId {
+        let (size, dev, ino, mtime_ns, ctime_ns) = before;
+        (stat_at(path)? == before).then_some(FileId {
             size,
             crc32,
             dev,
@@ -103,13 +153,13 @@ impl FileId {
     /// Whether `path` holds the content this identity was taken of: unchanged stat fields, or
     /// the same size and CRC.
     pub fn matches(&self, path: &Path) -> bool {
-        let Ok(m) = std::fs::metadata(path) else {
+        let Some(stat) = stat_at(path) else {
             return false;
         };
-        if !m.is_file() || m.len() != self.size {
+        if stat.0 != self.size {
             return false;
         }
-        if stat_of(&m) == (self.size, self.dev, self.ino, self.mtime_ns, self.ctime_ns) {
+        if stat == (self.size, self.dev, self.ino, self.mtime_ns, self.ctime_ns) {
             return true;
         }
         crc_of(path).is_ok_and(|c| c == self.crc32)

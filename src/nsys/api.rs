@@ -1,6 +1,7 @@
 //! CUDA runtime and driver API calls, merged in start order onto their CPU threads.
 
 use super::info::ProfileInfo;
+use super::scan::Scan;
 use super::{DRIVER, RUNTIME, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, FastHash, Flows, GroupKey, Name};
@@ -53,26 +54,34 @@ impl Launched {
     }
 }
 
-fn query(schema: &Schema, table: &str, selection: &Selection) -> String {
-    let c = |n: &str| schema.col_of(table, "t", n);
+fn scan(schema: &Schema, table: &str, selection: &Selection) -> Scan {
     // The call stack at the call site, when nsys captured one.
-    let callchain = super::Callchains::column(schema, table, "CUDA_CALLCHAINS");
-    let rowid = schema.rowid_of(table, "t");
-    format!(
-        "SELECT {}, {}, {}, {}, {}, {}, {rowid}, {callchain} FROM main.\"{table}\" t WHERE {} ORDER BY {rowid}",
-        c("start"),
-        c("end"),
-        c("globalTid"),
-        c("correlationId"),
-        c("nameId"),
-        c("returnValue"),
-        selection.sql(
-            "t",
-            true,
-            schema.has_column(table, "globalTid").then_some("globalTid"),
-            None
-        ),
-    )
+    let has_stacks = super::Callchains::column(schema, table, "CUDA_CALLCHAINS") != "NULL";
+    let scan = Scan::new(schema, table)
+        .cols(
+            schema,
+            &[
+                "start",
+                "end",
+                "globalTid",
+                "correlationId",
+                "nameId",
+                "returnValue",
+            ],
+        )
+        .rowid();
+    let scan = if has_stacks {
+        scan.col(schema, "callchainId")
+    } else {
+        scan.null()
+    };
+    scan.filter(selection.sql(
+        "t",
+        true,
+        schema.has_column(table, "globalTid").then_some("globalTid"),
+        None,
+    ))
+    .by_rowid()
 }
 
 fn decode(
@@ -98,7 +107,7 @@ fn decode(
 /// call carries the flow ids of the GPU rows it launched.
 struct Cursor<'s> {
     table: &'static str,
-    rows: super::Query<'s>,
+    rows: super::scan::Rows<'s>,
     chains: super::Callchains<'s>,
     /// `[api rowid, gpu table, gpu rowid]` of the GPU rows each call launched.
     links: Option<Lookup<'s, [i64; 3]>>,
@@ -145,7 +154,7 @@ pub fn read<S: EventSink>(
     for &(t, src) in &tables {
         cursors.push(Cursor {
             table: t,
-            rows: super::Query::new(conn, &query(schema, t, selection))?,
+            rows: scan(schema, t, selection).open(conn, schema)?,
             chains: super::Callchains::new(conn, schema, t, "CUDA_CALLCHAINS")?,
             links: match flows {
                 Some(f) => f.api_links(src)?,

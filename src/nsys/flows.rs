@@ -22,6 +22,7 @@
 //! (Sorting nearly sorted integer keys costs a fraction of what building SQLite b-trees for
 //! the same join did: a third of a whole conversion's CPU time went there.)
 
+use super::scan::Scan;
 use crate::nsys::runs::{Lookup, Sorted, Sorter, Spill};
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema, int_of};
 use crate::select::{EventType, Selection};
@@ -230,17 +231,12 @@ pub fn prepare(
     let mut unsupported = false;
     // The projection reads every row; the links only selected ones, so their filter is a
     // column then rather than the WHERE clause.
-    let query = |t: &str, alias: &str, cols: &str, filter: String| {
+    let scan = |t: &str, cols: &[&str], filter: String| {
+        let scan = Scan::new(schema, t).rowid().cols(schema, cols);
         if project {
-            format!(
-                "SELECT {}, {cols}, ({filter}) FROM \"{t}\" {alias}",
-                schema.rowid_of(t, alias)
-            )
+            scan.expr(format!("({filter})"))
         } else {
-            format!(
-                "SELECT {}, {cols}, 1 FROM \"{t}\" {alias} WHERE {filter}",
-                schema.rowid_of(t, alias)
-            )
+            scan.expr("1").filter(filter)
         }
     };
 
@@ -249,16 +245,12 @@ pub fn prepare(
     // is the same in nearly all of them).
     let mut calls = Sorter::<[i64; 7]>::default();
     for (order, (_, t, t_flows, t_projects)) in api.iter().enumerate() {
-        let sql = query(
+        let mut rows = scan(
             t,
-            "t",
-            &format!(
-                "t.globalTid, t.correlationId, t.start, {}",
-                schema.col_of(t, "t", "end")
-            ),
+            &["globalTid", "correlationId", "start", "end"],
             sel.sql("t", true, Some("globalTid"), None),
-        );
-        let mut rows = nsys::Query::new(conn, &sql)?;
+        )
+        .open(conn, schema)?;
         while let Some(r) = rows.next()? {
             let r = &r;
             // Each value fetched once: `[rowid, thread, correlation id, start, end, selected]`.
@@ -302,21 +294,24 @@ pub fn prepare(
     // [correlation id, process, table, rowid, start, end, device, flags], ordered as `calls`.
     let mut work = Sorter::<[i64; 8]>::default();
     for (src, t, t_flows, t_projects) in &gpu {
-        let sql = query(
+        let mut rows = scan(
             t,
-            "g",
-            &format!(
-                "g.globalPid, g.correlationId, g.start, g.\"end\", g.deviceId, {}",
-                schema.col_of(t, "g", "streamId")
-            ),
+            &[
+                "globalPid",
+                "correlationId",
+                "start",
+                "end",
+                "deviceId",
+                "streamId",
+            ],
             sel.sql(
-                "g",
+                "t",
                 true,
                 Some("globalPid"),
                 schema.has_column(t, "deviceId").then_some("deviceId"),
             ),
-        );
-        let mut rows = nsys::Query::new(conn, &sql)?;
+        )
+        .open(conn, schema)?;
         while let Some(r) = rows.next()? {
             let r = &r;
             // `[rowid, process, correlation id, start, end, device, stream, selected]`.

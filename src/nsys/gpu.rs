@@ -1,7 +1,8 @@
 //! GPU activity: kernels, memcpys and memsets, merged in start order into per-stream groups.
 
 use super::info::ProfileInfo;
-use super::{Fetch, KERNEL, MEMCPY, MEMSET, Query, Schema, int_at};
+use super::scan::{Rows, Scan};
+use super::{Fetch, KERNEL, MEMCPY, MEMSET, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::nsys::flows::FlowDb;
@@ -143,25 +144,22 @@ pub struct GpuQuery<'a> {
     pub info: &'a ProfileInfo,
 }
 
-fn query(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> String {
+fn scan(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> Scan {
     let t = kind.table();
-    let mut cols: Vec<String> = COMMON.iter().map(|c| schema.col_of(t, "t", c)).collect();
-    let rowid = schema.rowid_of(t, "t");
     // The launching call's start comes from the flow links, merged by rowid in `read`; the
     // row's own rowid names its flow.
-    cols.push("NULL".into());
-    cols.push(rowid.clone());
-    cols.extend(extra_cols(kind).iter().map(|c| schema.col_of(t, "t", c)));
-    let filter = q.selection.sql(
-        "t",
-        true,
-        schema.has_column(t, "globalPid").then_some("globalPid"),
-        schema.has_column(t, "deviceId").then_some("deviceId"),
-    );
-    format!(
-        "SELECT {} FROM main.\"{t}\" t WHERE {filter} ORDER BY {rowid}",
-        cols.join(", ")
-    )
+    Scan::new(schema, t)
+        .cols(schema, &COMMON)
+        .null()
+        .rowid()
+        .cols(schema, extra_cols(kind))
+        .filter(q.selection.sql(
+            "t",
+            true,
+            schema.has_column(t, "globalPid").then_some("globalPid"),
+            schema.has_column(t, "deviceId").then_some("deviceId"),
+        ))
+        .by_rowid()
 }
 
 fn decode(kind: Kind, r: &impl Fetch) -> Row {
@@ -212,7 +210,7 @@ pub fn read<S: EventSink>(
         };
         cursors.push(Cursor {
             kind: k,
-            rows: Query::new(conn, &query(schema, k, q))?,
+            rows: scan(schema, k, q).open(conn, schema)?,
             launches,
             nvtx,
         });
@@ -241,7 +239,7 @@ pub fn read<S: EventSink>(
 /// One GPU table in rowid order, merged with its rows' launches (also in rowid order).
 struct Cursor<'s> {
     kind: Kind,
-    rows: Query<'s>,
+    rows: Rows<'s>,
     /// `[gpu rowid, launch start]` of the rows whose launching call was found.
     launches: Option<Lookup<'s, [i64; 2]>>,
     /// The names of the push/pop ranges around each row's launch, by rowid.

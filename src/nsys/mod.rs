@@ -4,6 +4,7 @@
 //! 2026.2 (schemas 2.9 to 3.25) differ in both. Readers stream rows and never hold a whole table.
 
 pub mod api;
+pub mod arrow;
 pub mod contexts;
 pub mod enums;
 pub mod flows;
@@ -17,6 +18,7 @@ pub mod projection;
 pub mod query;
 pub mod runs;
 pub mod samples;
+pub mod scan;
 pub mod sched;
 pub mod source;
 pub mod sync;
@@ -88,9 +90,16 @@ pub struct Schema {
     tables: HashMap<String, Vec<String>>,
     /// Tables declared `WITHOUT ROWID` (they have no implicit rowid).
     without_rowid: std::collections::HashSet<String>,
+    /// An Arrow export (a directory of `.arrow` tables), not an SQLite file.
+    arrow: bool,
 }
 
 impl Schema {
+    /// Whether the export is nsys' Arrow export (see [`arrow`]).
+    pub fn is_arrow(&self) -> bool {
+        self.arrow
+    }
+
     pub fn has_table(&self, table: &str) -> bool {
         self.tables.contains_key(table)
     }
@@ -265,8 +274,28 @@ pub fn quote_ident(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// Open the export read-only (see [`read_params`]).
+/// Whether `path` is nsys' Arrow export of a report: a directory holding one of the tables
+/// every export has as an `.arrow` file.
+pub fn is_arrow_export(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+        && NSYS_MARKERS
+            .iter()
+            .any(|t| path.join(format!("{t}.{}", arrow::EXTENSION)).is_file())
+}
+
+/// Open the export read-only (see [`read_params`]). An Arrow export is read through an
+/// in-memory database that declares its tables (see [`arrow`]).
 pub fn open_readonly(path: &Path) -> Result<Connection> {
+    if is_arrow_export(path) {
+        let mut conn = Connection::open_in_memory_with_flags(
+            OpenFlags::SQLITE_OPEN_READ_WRITE
+                | OpenFlags::SQLITE_OPEN_CREATE
+                | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )?;
+        tune(&mut conn)?;
+        arrow::declare(&conn, "main", path)?;
+        return Ok(conn);
+    }
     let uri = sqlite_uri(path, read_params(path));
     let mut conn = Connection::open_with_flags(
         &uri,
@@ -286,15 +315,23 @@ pub fn open_readonly(path: &Path) -> Result<Connection> {
 /// of peak memory and 2-3% more CPU at 20x, from the cache's own churn).
 pub fn tune(conn: &mut Connection) -> Result<()> {
     conn.execute_batch("PRAGMA cache_size = -2048; PRAGMA temp_store = FILE;")?;
-    // NSYS_PERFETTO_SQL=1 prints every statement run (what bench/floor.rs must read too).
-    if std::env::var_os("NSYS_PERFETTO_SQL").is_some() {
+    // NSYS_PERFETTO_SQL=1 prints every statement run (what bench/floor.rs must read too);
+    // NSYS_PERFETTO_SQL=time prints each with the time it took, when it finishes.
+    if let Some(v) = std::env::var_os("NSYS_PERFETTO_SQL") {
         use rusqlite::trace::{TraceEvent, TraceEventCodes};
+        let codes = if v == "time" {
+            TraceEventCodes::SQLITE_TRACE_PROFILE
+        } else {
+            TraceEventCodes::SQLITE_TRACE_STMT
+        };
         conn.trace_v2(
-            TraceEventCodes::SQLITE_TRACE_STMT,
-            Some(|e: TraceEvent<'_>| {
-                if let TraceEvent::Stmt(_, sql) = e {
-                    eprintln!("sql: {sql}");
+            codes,
+            Some(|e: TraceEvent<'_>| match e {
+                TraceEvent::Stmt(_, sql) => eprintln!("sql: {sql}"),
+                TraceEvent::Profile(stmt, took) => {
+                    eprintln!("sql {:.3} s: {}", took.as_secs_f64(), stmt.sql())
                 }
+                _ => {}
             }),
         )?;
     }
@@ -305,14 +342,15 @@ pub fn tune(conn: &mut Connection) -> Result<()> {
 pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
     if meta.is_dir() {
-        bail!("is a directory, not an nsys export");
-    }
-    if !meta.is_file() {
+        if !is_arrow_export(path) {
+            bail!("is a directory, not an nsys export");
+        }
+    } else if !meta.is_file() {
         // Never opened: reading a FIFO would wait for a writer forever.
         bail!("not a regular file (a FIFO, device or socket): give an nsys SQLite export file");
     }
     let mut header = [0u8; 16];
-    {
+    if meta.is_file() {
         use std::io::Read;
         let mut f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
         let n = f.read(&mut header).unwrap_or(0);
@@ -382,6 +420,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             path: path.to_path_buf(),
             tables,
             without_rowid,
+            arrow: meta.is_dir(),
         },
     ))
 }
@@ -522,10 +561,15 @@ pub fn scratch_db(
     )?;
     conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
     tune(&mut conn)?;
-    conn.execute(
-        "ATTACH DATABASE ?1 AS src",
-        [sqlite_uri(&schema.path, read_params(&schema.path))],
-    )?;
+    if is_arrow_export(&schema.path) {
+        conn.execute_batch("ATTACH DATABASE ':memory:' AS src")?;
+        arrow::declare(&conn, "src", &schema.path)?;
+    } else {
+        conn.execute(
+            "ATTACH DATABASE ?1 AS src",
+            [sqlite_uri(&schema.path, read_params(&schema.path))],
+        )?;
+    }
     Ok((dir, path, conn))
 }
 

@@ -2,6 +2,7 @@
 //! domain. Names come from `text` or, for registered strings, `textId`.
 
 use super::info::ProfileInfo;
+use super::scan::Scan;
 use super::{Fetch, NVTX, Schema, int_at, text_at};
 use crate::model::EventSink;
 use crate::model::{
@@ -57,12 +58,9 @@ pub fn read<S: EventSink>(
     if !schema.has_columns(NVTX, &["start", "eventType"]) || !selection.wants(EventType::Nvtx) {
         return Ok(());
     }
-    let mut cols: Vec<String> = COLS.iter().map(|c| schema.col_of(NVTX, "t", c)).collect();
-    let numeric: Vec<String> = NUMERIC_PAYLOADS
-        .iter()
-        .map(|c| schema.col_of(NVTX, "t", c))
-        .collect();
-    cols.push(format!("coalesce({})", numeric.join(", ")));
+    let scan = Scan::new(schema, NVTX)
+        .cols(schema, &COLS)
+        .coalesce(schema, &NUMERIC_PAYLOADS);
     // Naming rows always pass (they are counted); events are filtered by the selection.
     let filter = selection.sql(
         "t",
@@ -71,7 +69,6 @@ pub fn read<S: EventSink>(
         None,
     );
     // Rows stream in storage order, which nsys writes by start; layout copes with stragglers.
-    let rowid = schema.rowid_of(NVTX, "t");
     // Whether an event row is selected: the WHERE clause, or a column when the feed needs every
     // row.
     // `eventType NOT IN (..)` as comparisons: SQLite looks a constant IN list up in a
@@ -84,18 +81,13 @@ pub fn read<S: EventSink>(
              OR ({filter})"
         )
     };
-    let sql = if feed.is_some() {
-        cols.push(rowid.clone());
-        cols.push(passes);
-        format!("SELECT {} FROM {NVTX} t ORDER BY {rowid}", cols.join(", "))
+    let scan = if feed.is_some() {
+        scan.rowid().expr(passes)
     } else {
-        format!(
-            "SELECT {}, NULL, 1 FROM {NVTX} t WHERE {passes} ORDER BY {rowid}",
-            cols.join(", ")
-        )
+        scan.null().expr("1").filter(passes)
     };
     let selected = COLS.len() + 2;
-    let mut rows = super::Query::new(conn, &sql)?;
+    let mut rows = scan.by_rowid().open(conn, schema)?;
     let mut colors: HashMap<i64, String> = HashMap::new();
     let mut categories: HashMap<(i64, i64, i64), String> = HashMap::new();
     let range_columns = range_columns();

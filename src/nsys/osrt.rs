@@ -3,6 +3,7 @@
 //! that table ("OS runtime libraries profiling started/finished") are instants in category
 //! `nsys.marker` on the same track, not calls.
 
+use super::scan::Scan;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
@@ -31,25 +32,26 @@ pub fn read<S: EventSink>(
     if !schema.has_columns(OSRT, &["start", "end"]) || !selection.wants(EventType::Osrt) {
         return Ok(());
     }
-    let c = |n: &str| schema.col_of(OSRT, "t", n);
-    let callchain = super::Callchains::column(schema, OSRT, "OSRT_CALLCHAINS");
-    let filter = selection.sql(
-        "t",
-        true,
-        schema.has_column(OSRT, "globalTid").then_some("globalTid"),
-        None,
+    let has_stacks = super::Callchains::column(schema, OSRT, "OSRT_CALLCHAINS") != "NULL";
+    let scan = Scan::new(schema, OSRT).cols(
+        schema,
+        &["start", "end", "globalTid", "nameId", "returnValue"],
     );
-    let rowid = schema.rowid_of(OSRT, "t");
-    let sql = format!(
-        "SELECT {}, {}, {}, {}, {}, {callchain} FROM {OSRT} t WHERE {filter} ORDER BY {rowid}",
-        c("start"),
-        c("end"),
-        c("globalTid"),
-        c("nameId"),
-        c("returnValue"),
-    );
+    let scan = if has_stacks {
+        scan.col(schema, "callchainId")
+    } else {
+        scan.null()
+    };
+    let scan = scan
+        .filter(selection.sql(
+            "t",
+            true,
+            schema.has_column(OSRT, "globalTid").then_some("globalTid"),
+            None,
+        ))
+        .by_rowid();
     let mut chains = super::Callchains::new(conn, schema, OSRT, "OSRT_CALLCHAINS")?;
-    let mut rows = super::Query::new(conn, &sql)?;
+    let mut rows = scan.open(conn, schema)?;
     let markers = super::tables::marker_ids(conn, schema)?;
     let mut window = Reorder::new(REORDER_WINDOW);
     while let Some(r) = rows.next()? {

@@ -6,6 +6,7 @@
 //! one sample's frames at a time however large the tables are. Each sample goes to its thread
 //! with every frame SAMPLING_CALLCHAINS holds for it, and its thread state's label.
 
+use super::scan::Scan;
 use super::{Schema, int_at};
 use crate::model::{CpuSample, EventSink, Frame};
 use crate::select::{EventType, Selection};
@@ -29,19 +30,20 @@ pub fn read<S: EventSink>(
     let states = super::enums::read_enum(conn, schema, "ENUM_SAMPLING_THREAD_STATE");
     let filter = selection.sql("t", false, Some("globalTid"), None);
     let filtered = filter != "1";
-    let sql = format!(
-        "SELECT t.id, t.start, t.globalTid, {}, {} FROM {COMPOSITE} t WHERE {filter} ORDER BY t.id",
-        schema.col_of(COMPOSITE, "t", "cpu"),
-        schema.col_of(COMPOSITE, "t", "threadState"),
-    );
-    let mut rows = super::Query::new(conn, &sql)?;
+    let mut rows = Scan::new(schema, COMPOSITE)
+        .cols(schema, &["id", "start", "globalTid", "cpu", "threadState"])
+        .filter(filter.clone())
+        .order_by(&["id"])
+        .open(conn, schema)?;
 
     let has_chains = schema.has_columns(CALLCHAINS, &["id", "symbol", "module", "stackDepth"]);
     let mut chains = if has_chains {
-        Some(super::Query::new(
-            conn,
-            &format!("SELECT id, symbol, module FROM {CALLCHAINS} ORDER BY id, stackDepth"),
-        )?)
+        Some(
+            Scan::new(schema, CALLCHAINS)
+                .cols(schema, &["id", "symbol", "module"])
+                .order_by(&["id", "stackDepth"])
+                .open(conn, schema)?,
+        )
     } else {
         None
     };

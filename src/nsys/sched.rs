@@ -4,6 +4,7 @@
 //! decides how a format shows them.
 
 use super::enums::read_enum;
+use super::scan::Scan;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::{CpuSlice, EventSink, FastHash, OffCpu};
 use crate::select::{EventType, Selection};
@@ -149,18 +150,17 @@ pub fn read<S: EventSink>(
     }
     // A point event: the time window keeps switches inside it.
     let filter = selection.sql("t", false, Some("globalTid"), None);
-    let rowid = schema.rowid_of(SCHED, "t");
     // Why threads left their CPUs, where the export records it (read only then: two columns
     // fewer per row otherwise).
     let why: Vec<&str> = ["threadState", "threadBlock"]
         .into_iter()
         .filter(|c| schema.has_column(SCHED, c))
         .collect();
-    let cols: String = why.iter().map(|c| format!(", t.\"{c}\"")).collect();
-    let sql = format!(
-        "SELECT t.start, t.cpu, t.isSchedIn, t.globalTid{cols} FROM {SCHED} t \
-         WHERE {filter} ORDER BY {rowid}"
-    );
+    let scan = Scan::new(schema, SCHED)
+        .cols(schema, &["start", "cpu", "isSchedIn", "globalTid"])
+        .cols(schema, &why)
+        .filter(filter)
+        .by_rowid();
     let at = |c: &str| why.iter().position(|w| *w == c).map(|i| 4 + i);
     let (state_at, block_at) = (at("threadState"), at("threadBlock"));
     let mut state = State {
@@ -180,7 +180,7 @@ pub fn read<S: EventSink>(
             off_by_block,
         ),
     };
-    let mut rows = super::Query::new(conn, &sql)?;
+    let mut rows = scan.open(conn, schema)?;
     let mut window = Reorder::new(REORDER_WINDOW);
     while let Some(r) = rows.next()? {
         let r = &r;

@@ -2,6 +2,7 @@
 //! context synchronization waited, on a "sync" track beside its stream.
 
 use super::info::ProfileInfo;
+use super::scan::Scan;
 use super::{REORDER_WINDOW, Reorder, SYNC, Schema, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
@@ -32,7 +33,6 @@ pub fn read<S: EventSink>(
     if !schema.has_columns(SYNC, &["start", "end"]) || !selection.wants(EventType::Sync) {
         return Ok(());
     }
-    let cols: Vec<String> = COLS.iter().map(|c| schema.col_of(SYNC, "t", c)).collect();
     // The device comes from the context (the rows' own deviceId is 0 in real multi-GPU
     // exports), so `--device` applies after the mapping, not in SQL.
     let filter = selection.sql(
@@ -41,12 +41,11 @@ pub fn read<S: EventSink>(
         schema.has_column(SYNC, "globalPid").then_some("globalPid"),
         None,
     );
-    let rowid = schema.rowid_of(SYNC, "t");
-    let sql = format!(
-        "SELECT {} FROM {SYNC} t WHERE {filter} ORDER BY {rowid}",
-        cols.join(", ")
-    );
-    let mut rows = super::Query::new(conn, &sql)?;
+    let mut rows = Scan::new(schema, SYNC)
+        .cols(schema, &COLS)
+        .filter(filter)
+        .by_rowid()
+        .open(conn, schema)?;
     let mut window = Reorder::new(REORDER_WINDOW);
     let mut labels: HashMap<i64, String, FastHash> = HashMap::default();
     while let Some(r) = rows.next()? {

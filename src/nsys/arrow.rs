@@ -1,0 +1,897 @@
+//! nsys' Arrow export (`nsys export --type arrowdir`: one Arrow IPC stream file a table, with the
+//! SQLite export's tables and columns, typed) read as SQLite virtual tables: every reader and
+//! workflow reads it with the very SQL that reads an SQLite export, so both give the same rows.
+//!
+//! Each `.arrow` file is memory-mapped and decoded in place (Arrow's buffers point into the
+//! mapping; nothing is copied), and a virtual table's cursor hands SQLite one value at a time
+//! from the typed columns. What SQLite asks of a table that a plain scan cannot answer cheaply
+//! is answered here: `rowid = ?` (and `id = ?` where `id` is the key, as in `StringIds`) by a
+//! binary search, and `ORDER BY` on columns the rows are already sorted by without a sort.
+
+use anyhow::{Result, anyhow, bail};
+use arrow_array::cast::AsArray;
+use arrow_array::types::{
+    Float32Type, Float64Type, Int8Type, Int16Type, Int32Type, Int64Type, UInt8Type, UInt16Type,
+    UInt32Type, UInt64Type,
+};
+use arrow_array::{
+    Array, ArrowPrimitiveType, BinaryArray, LargeStringArray, RecordBatch, StringArray,
+};
+use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
+use arrow_schema::DataType;
+use rusqlite::types::ValueRef;
+use rusqlite::vtab::{
+    Context, CreateVTab, Filters, IndexConstraintOp, IndexFlags, IndexInfo, Module, VTab,
+    VTabConnection, VTabCursor, VTabKind,
+};
+use rusqlite::{Connection, ffi};
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::ffi::{CStr, CString, c_int};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+/// The file extension nsys gives a table of an Arrow export.
+pub const EXTENSION: &str = "arrow";
+
+const MODULE_NAME: &CStr = c"nsys_arrow";
+
+/// The tables of an Arrow export directory: (table name, file), by name. A table is named by
+/// its file, as nsys names the files.
+pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let mut tables = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| anyhow!("cannot read the directory: {e}"))? {
+        let path = entry
+            .map_err(|e| anyhow!("cannot read the directory: {e}"))?
+            .path();
+        if path.extension().is_some_and(|e| e == EXTENSION)
+            && std::fs::metadata(&path).is_ok_and(|m| m.is_file())
+            && let Some(name) = path.file_stem().and_then(|s| s.to_str())
+        {
+            tables.push((name.to_string(), path));
+        }
+    }
+    tables.sort();
+    Ok(tables)
+}
+
+/// Declare every table of the Arrow export in `dir` as a virtual table of the database
+/// `schema_name` of `conn` (`main`, or an attached in-memory database), registering the module
+/// on `conn` first. Errors name the file and the problem in one line.
+pub fn declare(conn: &Connection, schema_name: &str, dir: &Path) -> Result<()> {
+    const MODULE: Module<ArrowTable> = Module::read_only_module();
+    conn.create_module(MODULE_NAME, &MODULE, None::<()>)?;
+    for (table, file) in table_files(dir)? {
+        let sql = format!(
+            "CREATE VIRTUAL TABLE {schema_name}.{} USING {}({})",
+            super::quote_ident(&table),
+            MODULE_NAME.to_str().expect("ASCII"),
+            hex(file.as_os_str().as_encoded_bytes()),
+        );
+        conn.execute_batch(&sql).map_err(|e| {
+            let msg = match &e {
+                rusqlite::Error::SqliteFailure(_, Some(m)) => m.clone(),
+                e => e.to_string(),
+            };
+            anyhow!("{}: {msg}", file.display())
+        })?;
+    }
+    Ok(())
+}
+
+/// `p` and the lower-case hex of `bytes`: a path as a module argument (one SQL token, whatever
+/// characters the path holds).
+fn hex(bytes: &[u8]) -> String {
+    std::iter::once("p".to_string())
+        .chain(bytes.iter().map(|b| format!("{b:02x}")))
+        .collect()
+}
+
+fn unhex(text: &[u8]) -> Option<Vec<u8>> {
+    let text = text.strip_prefix(b"p")?;
+    if text.len() % 2 != 0 {
+        return None;
+    }
+    text.chunks(2)
+        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
+        .collect()
+}
+
+/// One column of one record batch: its validity and its typed values, read in place.
+struct Column {
+    nulls: Option<NullBuffer>,
+    data: Data,
+}
+
+enum Data {
+    I64(ScalarBuffer<i64>),
+    I32(ScalarBuffer<i32>),
+    I16(ScalarBuffer<i16>),
+    I8(ScalarBuffer<i8>),
+    U64(ScalarBuffer<u64>),
+    U32(ScalarBuffer<u32>),
+    U16(ScalarBuffer<u16>),
+    U8(ScalarBuffer<u8>),
+    F64(ScalarBuffer<f64>),
+    F32(ScalarBuffer<f32>),
+    Bool(BooleanBuffer),
+    Text(StringArray),
+    LargeText(LargeStringArray),
+    Blob(BinaryArray),
+    Null,
+}
+
+impl Column {
+    fn new(array: &dyn Array) -> Option<Column> {
+        fn values<T: ArrowPrimitiveType>(a: &dyn Array) -> ScalarBuffer<T::Native> {
+            a.as_primitive::<T>().values().clone()
+        }
+        let data = match array.data_type() {
+            DataType::Int64 => Data::I64(values::<Int64Type>(array)),
+            DataType::Int32 => Data::I32(values::<Int32Type>(array)),
+            DataType::Int16 => Data::I16(values::<Int16Type>(array)),
+            DataType::Int8 => Data::I8(values::<Int8Type>(array)),
+            DataType::UInt64 => Data::U64(values::<UInt64Type>(array)),
+            DataType::UInt32 => Data::U32(values::<UInt32Type>(array)),
+            DataType::UInt16 => Data::U16(values::<UInt16Type>(array)),
+            DataType::UInt8 => Data::U8(values::<UInt8Type>(array)),
+            DataType::Float64 => Data::F64(values::<Float64Type>(array)),
+            DataType::Float32 => Data::F32(values::<Float32Type>(array)),
+            DataType::Boolean => Data::Bool(array.as_boolean().values().clone()),
+            DataType::Utf8 => Data::Text(array.as_string().clone()),
+            DataType::LargeUtf8 => Data::LargeText(array.as_string().clone()),
+            DataType::Binary => Data::Blob(array.as_binary().clone()),
+            DataType::Null => Data::Null,
+            _ => return None,
+        };
+        Some(Column {
+            nulls: array.logical_nulls().filter(|n| n.null_count() > 0),
+            data,
+        })
+    }
+
+    /// The SQLite type a column of `t` is declared with (as the SQLite export declares it).
+    fn sql_type(t: &DataType) -> Option<&'static str> {
+        Some(match t {
+            DataType::Int64
+            | DataType::Int32
+            | DataType::Int16
+            | DataType::Int8
+            | DataType::UInt64
+            | DataType::UInt32
+            | DataType::UInt16
+            | DataType::UInt8
+            | DataType::Boolean => "INTEGER",
+            DataType::Float64 | DataType::Float32 => "REAL",
+            DataType::Utf8 | DataType::LargeUtf8 => "TEXT",
+            DataType::Binary => "BLOB",
+            DataType::Null => "",
+            _ => return None,
+        })
+    }
+
+    /// The memory the column reads: its validity bits and its values (and offsets).
+    fn buffers(&self) -> Vec<&[u8]> {
+        let mut out: Vec<&[u8]> = Vec::new();
+        if let Some(n) = &self.nulls {
+            out.push(n.buffer().as_slice());
+        }
+        match &self.data {
+            Data::Text(a) => {
+                out.push(a.offsets().inner().inner().as_slice());
+                out.push(a.values().as_slice());
+            }
+            Data::LargeText(a) => {
+                out.push(a.offsets().inner().inner().as_slice());
+                out.push(a.values().as_slice());
+            }
+            Data::Blob(a) => {
+                out.push(a.offsets().inner().inner().as_slice());
+                out.push(a.values().as_slice());
+            }
+            Data::I64(v) => out.push(v.inner().as_slice()),
+            Data::I32(v) => out.push(v.inner().as_slice()),
+            Data::I16(v) => out.push(v.inner().as_slice()),
+            Data::I8(v) => out.push(v.inner().as_slice()),
+            Data::U64(v) => out.push(v.inner().as_slice()),
+            Data::U32(v) => out.push(v.inner().as_slice()),
+            Data::U16(v) => out.push(v.inner().as_slice()),
+            Data::U8(v) => out.push(v.inner().as_slice()),
+            Data::F64(v) => out.push(v.inner().as_slice()),
+            Data::F32(v) => out.push(v.inner().as_slice()),
+            Data::Bool(v) => out.push(v.inner().as_slice()),
+            Data::Null => {}
+        }
+        out
+    }
+
+    /// Row `i`'s value as an integer (NULL and non-integer columns: `None`). Unsigned 64-bit
+    /// values keep their bits, as the SQLite export stores them.
+    #[inline]
+    fn int(&self, i: usize) -> Option<i64> {
+        if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+            return None;
+        }
+        Some(match &self.data {
+            Data::I64(v) => v[i],
+            Data::I32(v) => v[i].into(),
+            Data::I16(v) => v[i].into(),
+            Data::I8(v) => v[i].into(),
+            Data::U64(v) => v[i] as i64,
+            Data::U32(v) => v[i].into(),
+            Data::U16(v) => v[i].into(),
+            Data::U8(v) => v[i].into(),
+            Data::Bool(v) => v.value(i).into(),
+            _ => return None,
+        })
+    }
+
+    #[inline]
+    fn value(&self, i: usize) -> ValueRef<'_> {
+        if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+            return ValueRef::Null;
+        }
+        match &self.data {
+            Data::I64(v) => ValueRef::Integer(v[i]),
+            Data::F64(v) => ValueRef::Real(v[i]),
+            Data::F32(v) => ValueRef::Real(v[i].into()),
+            Data::Text(a) => ValueRef::Text(a.value(i).as_bytes()),
+            Data::LargeText(a) => ValueRef::Text(a.value(i).as_bytes()),
+            Data::Blob(a) => ValueRef::Blob(a.value(i)),
+            Data::Null => ValueRef::Null,
+            _ => self.int(i).map_or(ValueRef::Null, ValueRef::Integer),
+        }
+    }
+}
+
+/// One table: its record batches, decoded in place from the mapped file.
+struct Table {
+    /// Column names and declared SQLite types.
+    columns: Vec<(String, &'static str)>,
+    batches: Vec<Vec<Column>>,
+    /// Rows of each batch.
+    lengths: Vec<usize>,
+    rows: usize,
+    /// The column SQLite's rowid is an alias of: an integer `id` whose values rise strictly
+    /// (as `StringIds.id` and `COMPOSITE_EVENTS.id`, each the table's `INTEGER PRIMARY KEY`).
+    /// Without one, the rowid is the row's number from 1, as in the SQLite export.
+    key: Option<usize>,
+    /// Whether the rows are in the order of these columns (ascending), found once per list.
+    sorted: Mutex<HashMap<Vec<c_int>, bool>>,
+}
+
+/// Tables loaded by this process and still in use, by file: the readers' connections and
+/// scans of one conversion share one decoding of each file (and what was learnt of its order).
+/// A file is loaded again when its size, time or inode differ.
+#[allow(clippy::type_complexity)]
+static LOADED: Mutex<Vec<(PathBuf, (u64, i64, u64), std::sync::Weak<Table>)>> =
+    Mutex::new(Vec::new());
+
+impl Table {
+    /// The table in the `.arrow` file `path`, shared with any other user of the same file.
+    fn shared(path: &Path) -> Result<Arc<Table>> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(path).map_err(|e| anyhow!("cannot read: {e}"))?;
+        let stamp = (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ino());
+        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        loaded.retain(|(_, _, t)| t.strong_count() > 0);
+        if let Some(t) = loaded
+            .iter()
+            .find(|(p, s, _)| p == path && *s == stamp)
+            .and_then(|(_, _, t)| t.upgrade())
+        {
+            return Ok(t);
+        }
+        let t = Arc::new(Table::load(path)?);
+        loaded.push((path.to_path_buf(), stamp, Arc::downgrade(&t)));
+        Ok(t)
+    }
+
+    /// Forget the pages of this table's mapped columns before row `i` of batch `b`: a scan reads
+    /// each column front to back, so its memory stays a window, not the table. (The pages stay in
+    /// the page cache; a later read of them maps them again.)
+    fn release_before(&self, b: usize, i: usize) {
+        let Some(cols) = self.batches.get(b) else {
+            return;
+        };
+        let n = self.lengths[b].max(1);
+        for c in cols {
+            for buffer in c.buffers() {
+                let (ptr, len) = (buffer.as_ptr() as usize, buffer.len());
+                // Only whole pages behind the cursor; variable-width values are released in
+                // proportion to the rows, one page short, in case they are not evenly spread.
+                let behind = ((len as u128 * i as u128) / n as u128) as usize;
+                let start = ptr.next_multiple_of(PAGE);
+                let end = (ptr + behind).saturating_sub(PAGE) / PAGE * PAGE;
+                if end > start {
+                    // SAFETY: the range lies inside a live read-only file mapping this table
+                    // owns; MADV_DONTNEED on it only drops the process's copy of its pages.
+                    unsafe {
+                        libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
+                    }
+                }
+            }
+        }
+    }
+
+    fn load(path: &Path) -> Result<Table> {
+        let file = std::fs::File::open(path).map_err(|e| anyhow!("cannot read: {e}"))?;
+        // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
+        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| anyhow!("cannot map: {e}"))?;
+        let mut buffer = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
+        let mut decoder = arrow_ipc::reader::StreamDecoder::new();
+        let mut batches: Vec<RecordBatch> = Vec::new();
+        let mut schema = None;
+        let damaged = |e: arrow_schema::ArrowError| {
+            anyhow!(
+                "not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again"
+            )
+        };
+        while !buffer.is_empty() {
+            if let Some(batch) = decoder.decode(&mut buffer).map_err(damaged)? {
+                schema.get_or_insert_with(|| batch.schema());
+                batches.push(batch);
+            }
+        }
+        decoder.finish().map_err(damaged)?;
+        if schema.is_none() {
+            // A stream with a schema and no batch: an empty table.
+            schema = decoder.schema();
+        }
+        let Some(schema) = schema else {
+            bail!("no Arrow schema: a damaged or truncated file; export the report again");
+        };
+        let mut columns = Vec::new();
+        for field in schema.fields() {
+            let Some(t) = Column::sql_type(field.data_type()) else {
+                bail!(
+                    "column {} has type {}, which nsys' Arrow export does not use",
+                    field.name(),
+                    field.data_type()
+                );
+            };
+            columns.push((field.name().clone(), t));
+        }
+        let mut decoded = Vec::with_capacity(batches.len());
+        let mut lengths = Vec::with_capacity(batches.len());
+        for batch in &batches {
+            if batch.schema().fields() != schema.fields() {
+                bail!("record batches of different schemas");
+            }
+            let cols = batch
+                .columns()
+                .iter()
+                .map(|a| Column::new(a.as_ref()).expect("types checked above"))
+                .collect();
+            decoded.push(cols);
+            lengths.push(batch.num_rows());
+        }
+        let mut table = Table {
+            rows: lengths.iter().sum(),
+            columns,
+            batches: decoded,
+            lengths,
+            key: None,
+            sorted: Mutex::default(),
+        };
+        table.key = table
+            .columns
+            .iter()
+            .position(|(n, t)| n == "id" && *t == "INTEGER")
+            .filter(|&c| table.rises_strictly(c));
+        Ok(table)
+    }
+
+    fn rises_strictly(&self, col: usize) -> bool {
+        let mut last = None;
+        for (b, n) in self.lengths.iter().enumerate() {
+            let c = &self.batches[b][col];
+            if let (Data::I64(v), None) = (&c.data, &c.nulls) {
+                let rising = !v.windows(2).any(|w| w[0] >= w[1])
+                    && last.zip(v.first()).is_none_or(|(l, f)| l < *f);
+                self.release_before(b, *n);
+                if !rising {
+                    return false;
+                }
+                last = v.last().copied().or(last);
+                continue;
+            }
+            for i in 0..*n {
+                if i > 0 && i.is_multiple_of(RELEASE_EVERY) {
+                    self.release_before(b, i);
+                }
+                let Some(v) = c.int(i) else {
+                    return false;
+                };
+                if last.is_some_and(|l| v <= l) {
+                    return false;
+                }
+                last = Some(v);
+            }
+        }
+        true
+    }
+
+    /// Whether the rows come in ascending order of these columns (SQLite's order: NULL first;
+    /// integer columns only).
+    fn sorted_by(&self, cols: &[c_int]) -> bool {
+        let mut memo = self.sorted.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&s) = memo.get(cols) {
+            return s;
+        }
+        let integer = |c: c_int| {
+            c < 0
+                || self
+                    .columns
+                    .get(c as usize)
+                    .is_some_and(|t| t.1 == "INTEGER")
+        };
+        let sorted = cols.iter().all(|&c| integer(c)) && self.rows_sorted(cols);
+        memo.insert(cols.to_vec(), sorted);
+        sorted
+    }
+
+    fn rows_sorted(&self, cols: &[c_int]) -> bool {
+        let value = |b: usize, i: usize, row: usize, c: c_int| {
+            if c < 0 {
+                Some(self.rowid(b, i, row))
+            } else {
+                self.batches[b][c as usize].int(i)
+            }
+        };
+        let mut prev: Option<(usize, usize, usize)> = None;
+        let mut row = 0;
+        for (b, n) in self.lengths.iter().enumerate() {
+            for i in 0..*n {
+                if i > 0 && i.is_multiple_of(RELEASE_EVERY) {
+                    self.release_before(b, i);
+                }
+                if let Some((pb, pi, prow)) = prev {
+                    for &c in cols {
+                        match value(pb, pi, prow, c).cmp(&value(b, i, row, c)) {
+                            std::cmp::Ordering::Less => break,
+                            std::cmp::Ordering::Equal => continue,
+                            std::cmp::Ordering::Greater => return false,
+                        }
+                    }
+                }
+                prev = Some((b, i, row));
+                row += 1;
+            }
+            self.release_before(b, *n);
+        }
+        true
+    }
+
+    /// SQLite's rowid of row `i` of batch `b`, row `row` of the table.
+    #[inline]
+    fn rowid(&self, b: usize, i: usize, row: usize) -> i64 {
+        match self.key {
+            Some(k) => self.batches[b][k].int(i).unwrap_or_default(),
+            None => row as i64 + 1,
+        }
+    }
+
+    /// Column `col` of row `row` of the table, as an integer (NULL sorts first: `i64::MIN`).
+    fn int_at(&self, col: usize, mut row: usize) -> i64 {
+        for (b, n) in self.lengths.iter().enumerate() {
+            if row < *n {
+                return self.batches[b][col].int(row).unwrap_or(i64::MIN);
+            }
+            row -= n;
+        }
+        i64::MAX
+    }
+
+    /// The rows `[first, end)` whose column `col`, which the rows are sorted by, equals `v`.
+    fn equal_range(&self, col: usize, v: i64) -> (usize, usize) {
+        let bound = |strict: bool| {
+            let (mut lo, mut hi) = (0, self.rows);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                let x = self.int_at(col, mid);
+                if x < v || (strict && x == v) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        (bound(false), bound(true))
+    }
+
+    /// The row whose rowid is `rowid`, if any.
+    fn find(&self, rowid: i64) -> Option<usize> {
+        let Some(k) = self.key else {
+            return usize::try_from(rowid)
+                .ok()
+                .filter(|r| (1..=self.rows).contains(r))
+                .map(|r| r - 1);
+        };
+        // Keys rise strictly across batches: find the batch, then the row.
+        let mut start = 0;
+        for (b, n) in self.lengths.iter().enumerate() {
+            let col = &self.batches[b][k];
+            if *n > 0 && col.int(n - 1).is_some_and(|last| last >= rowid) {
+                let (mut lo, mut hi) = (0, *n);
+                while lo < hi {
+                    let mid = (lo + hi) / 2;
+                    if col.int(mid).unwrap_or(i64::MIN) < rowid {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                return (col.int(lo) == Some(rowid)).then_some(start + lo);
+            }
+            start += n;
+        }
+        None
+    }
+}
+
+/// Memory pages, for releasing mapped columns behind a scan.
+const PAGE: usize = 4096;
+
+/// How many rows a scan reads between releases of the pages behind it.
+const RELEASE_EVERY: usize = 1 << 14;
+
+/// A column of a direct scan, resolved to the table's columns.
+enum Pick {
+    Column(usize),
+    Rowid,
+    Null,
+    Coalesce(Vec<usize>),
+    Int(i64),
+}
+
+/// A [`super::scan::Scan`] read straight from a table's columns, without SQLite.
+pub struct TableScan {
+    table: Arc<Table>,
+    picks: Vec<Pick>,
+    row: usize,
+    batch: usize,
+    in_batch: usize,
+    started: bool,
+}
+
+impl TableScan {
+    /// The direct reading of `cols` of `table` in the export `dir`, in `order`: `None` when the
+    /// scan needs SQL (an expression, or an order the rows do not have).
+    pub fn open(
+        dir: &Path,
+        table: &str,
+        cols: &[super::scan::Col],
+        order: &[super::scan::Col],
+    ) -> Result<Option<TableScan>> {
+        use super::scan::Col;
+        let file = dir.join(format!("{table}.{EXTENSION}"));
+        let t = Table::shared(&file).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
+        let index = |n: &str| t.columns.iter().position(|(c, _)| c == n);
+        let mut picks = Vec::with_capacity(cols.len());
+        for c in cols {
+            picks.push(match c {
+                Col::Column(n) => index(n).map_or(Pick::Null, Pick::Column),
+                Col::Rowid => Pick::Rowid,
+                Col::Null => Pick::Null,
+                Col::Int(n) => Pick::Int(*n),
+                Col::Coalesce(ns) => Pick::Coalesce(ns.iter().filter_map(|n| index(n)).collect()),
+                Col::Sql(_) => return Ok(None),
+            });
+        }
+        let mut keys = Vec::with_capacity(order.len());
+        for o in order {
+            keys.push(match o {
+                Col::Rowid => -1,
+                Col::Column(n) => match index(n) {
+                    Some(i) => i as c_int,
+                    None => return Ok(None),
+                },
+                _ => return Ok(None),
+            });
+        }
+        let is_key = |c: c_int| c < 0 || t.key.is_some_and(|k| k as c_int == c);
+        if !keys.is_empty() && !keys.iter().all(|&c| is_key(c)) && !t.sorted_by(&keys) {
+            return Ok(None);
+        }
+        Ok(Some(TableScan {
+            table: t,
+            picks,
+            row: 0,
+            batch: 0,
+            in_batch: 0,
+            started: false,
+        }))
+    }
+
+    /// The next row, `None` after the last.
+    #[allow(clippy::should_implement_trait)]
+    #[inline]
+    pub fn next(&mut self) -> Option<RowRef<'_>> {
+        if self.started {
+            self.row += 1;
+            self.in_batch += 1;
+        }
+        self.started = true;
+        while self.batch < self.table.lengths.len()
+            && self.in_batch >= self.table.lengths[self.batch]
+        {
+            self.in_batch = 0;
+            self.batch += 1;
+        }
+        if self.batch >= self.table.lengths.len() {
+            return None;
+        }
+        if self.in_batch > 0 && self.in_batch.is_multiple_of(RELEASE_EVERY) {
+            self.table.release_before(self.batch, self.in_batch);
+        }
+        Some(RowRef {
+            table: &self.table,
+            picks: &self.picks,
+            batch: self.batch,
+            i: self.in_batch,
+            row: self.row,
+        })
+    }
+}
+
+/// The current row of a [`TableScan`].
+pub struct RowRef<'s> {
+    table: &'s Table,
+    picks: &'s [Pick],
+    batch: usize,
+    i: usize,
+    row: usize,
+}
+
+impl super::Fetch for RowRef<'_> {
+    #[inline]
+    fn fetch(&self, k: usize) -> ValueRef<'_> {
+        let cols = &self.table.batches[self.batch];
+        match self.picks.get(k) {
+            Some(Pick::Column(c)) => cols[*c].value(self.i),
+            Some(Pick::Rowid) => ValueRef::Integer(self.table.rowid(self.batch, self.i, self.row)),
+            Some(Pick::Coalesce(cs)) => cs
+                .iter()
+                .map(|&c| cols[c].value(self.i))
+                .find(|v| *v != ValueRef::Null)
+                .unwrap_or(ValueRef::Null),
+            Some(Pick::Int(n)) => ValueRef::Integer(*n),
+            Some(Pick::Null) | None => ValueRef::Null,
+        }
+    }
+}
+
+/// The virtual table: one `.arrow` file of the export.
+#[repr(C)]
+struct ArrowTable {
+    /// SQLite's part; must come first.
+    base: ffi::sqlite3_vtab,
+    table: Arc<Table>,
+}
+
+/// `xFilter`'s plans: a scan, the row of a rowid, or (`SORTED_EQ + c`) the rows whose column `c`,
+/// which the rows are sorted by, equals a value.
+const SCAN: c_int = 0;
+const BY_ROWID: c_int = 1;
+const SORTED_EQ: c_int = 2;
+
+unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
+    type Aux = ();
+    type Cursor = Cursor<'vtab>;
+
+    fn connect(
+        _db: &mut VTabConnection,
+        _aux: Option<&()>,
+        _module: &[u8],
+        _database: &[u8],
+        _table: &[u8],
+        args: &[&[u8]],
+    ) -> rusqlite::Result<(Cow<'static, CStr>, ArrowTable)> {
+        let module_error = |m: String| rusqlite::Error::ModuleError(m);
+        let path = args
+            .first()
+            .and_then(|a| unhex(a))
+            .map(|b| PathBuf::from(unsafe { std::ffi::OsString::from_encoded_bytes_unchecked(b) }))
+            .ok_or_else(|| module_error("nsys_arrow takes the file's path".into()))?;
+        let table = Table::shared(&path).map_err(|e| module_error(format!("{e:#}")))?;
+        // The key is declared as the SQLite export declares it (readers check for it).
+        let columns: Vec<String> = table
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, (n, t))| {
+                let key = if table.key == Some(i) {
+                    " PRIMARY KEY"
+                } else {
+                    ""
+                };
+                format!("{} {t}{key}", super::quote_ident(n))
+            })
+            .collect();
+        let sql = CString::new(format!("CREATE TABLE x({})", columns.join(", ")))
+            .map_err(|_| module_error("a column name holds a NUL character".into()))?;
+        Ok((
+            Cow::Owned(sql),
+            ArrowTable {
+                base: ffi::sqlite3_vtab::default(),
+                table,
+            },
+        ))
+    }
+
+    fn best_index(&self, info: &mut IndexInfo) -> rusqlite::Result<bool> {
+        let t = &self.table;
+        let is_key = |c: c_int| c < 0 || t.key.is_some_and(|k| k as c_int == c);
+        let mut by_rowid = None;
+        let mut sorted_eq = None;
+        for (i, c) in info.constraints().enumerate() {
+            if !c.is_usable() || c.operator() != IndexConstraintOp::SQLITE_INDEX_CONSTRAINT_EQ {
+                continue;
+            }
+            if is_key(c.column()) {
+                by_rowid = Some(i);
+                break;
+            }
+            if sorted_eq.is_none() && c.column() >= 0 && t.sorted_by(&[c.column()]) {
+                sorted_eq = Some((i, c.column()));
+            }
+        }
+        let order: Vec<(c_int, bool)> = info
+            .order_bys()
+            .map(|o| (o.column(), o.is_order_by_desc()))
+            .collect();
+        let cols: Vec<c_int> = order.iter().map(|o| o.0).collect();
+        let ascending = order.iter().all(|o| !o.1);
+        if let Some((i, c)) = sorted_eq.filter(|_| by_rowid.is_none()) {
+            let mut usage = info.constraint_usage(i);
+            usage.set_argv_index(1);
+            usage.set_omit(true);
+            info.set_idx_num(SORTED_EQ + c);
+            info.set_estimated_cost(((t.rows + 2) as f64).log2() + 10.0);
+            info.set_estimated_rows(10);
+            // Rows of one value of `c` keep the table's order.
+            let mut rest = cols.clone();
+            rest.retain(|&o| o != c);
+            if !order.is_empty()
+                && ascending
+                && (rest.is_empty() || t.sorted_by(&[&[c][..], &rest[..]].concat()))
+            {
+                info.set_order_by_consumed(true);
+            }
+        } else if let Some(i) = by_rowid {
+            let mut usage = info.constraint_usage(i);
+            usage.set_argv_index(1);
+            usage.set_omit(true);
+            info.set_idx_num(BY_ROWID);
+            info.set_estimated_cost(1.0);
+            info.set_estimated_rows(1);
+            info.set_idx_flags(IndexFlags::SQLITE_INDEX_SCAN_UNIQUE);
+            info.set_order_by_consumed(true);
+        } else {
+            info.set_idx_num(SCAN);
+            info.set_estimated_cost(t.rows as f64 + 1.0);
+            info.set_estimated_rows(t.rows as i64);
+            if !order.is_empty()
+                && ascending
+                && (cols.iter().all(|&c| is_key(c)) || t.sorted_by(&cols))
+            {
+                info.set_order_by_consumed(true);
+            }
+        }
+        Ok(true)
+    }
+
+    fn open(&'vtab mut self) -> rusqlite::Result<Cursor<'vtab>> {
+        Ok(Cursor {
+            base: ffi::sqlite3_vtab_cursor::default(),
+            table: &self.table,
+            row: 0,
+            end: 0,
+            batch: 0,
+            in_batch: 0,
+        })
+    }
+}
+
+impl CreateVTab<'_> for ArrowTable {
+    const KIND: VTabKind = VTabKind::Default;
+}
+
+/// A scan of a table, or the one row a rowid names.
+#[repr(C)]
+struct Cursor<'vtab> {
+    /// SQLite's part; must come first.
+    base: ffi::sqlite3_vtab_cursor,
+    table: &'vtab Table,
+    /// The current row of the table, and the row to stop at.
+    row: usize,
+    end: usize,
+    /// The current row as a batch and a row in it.
+    batch: usize,
+    in_batch: usize,
+}
+
+impl Cursor<'_> {
+    /// Move to row `row` of the table.
+    fn seek(&mut self, row: usize) {
+        self.row = row;
+        let (mut b, mut rest) = (0, row);
+        while b < self.table.lengths.len() && rest >= self.table.lengths[b] {
+            rest -= self.table.lengths[b];
+            b += 1;
+        }
+        self.batch = b;
+        self.in_batch = rest;
+    }
+}
+
+unsafe impl VTabCursor for Cursor<'_> {
+    fn filter(&mut self, plan: c_int, _: Option<&str>, args: &Filters<'_>) -> rusqlite::Result<()> {
+        if plan >= SORTED_EQ {
+            let col = (plan - SORTED_EQ) as usize;
+            let value = match args.iter().next() {
+                Some(ValueRef::Integer(v)) => Some(v),
+                Some(ValueRef::Real(f)) if f.fract() == 0.0 => Some(f as i64),
+                _ => None,
+            };
+            let (first, end) = value.map_or((0, 0), |v| self.table.equal_range(col, v));
+            self.seek(first);
+            self.end = end;
+        } else if plan == BY_ROWID {
+            let row = match args.iter().next() {
+                Some(ValueRef::Integer(id)) => self.table.find(id),
+                Some(ValueRef::Real(f)) if f.fract() == 0.0 => self.table.find(f as i64),
+                _ => None,
+            };
+            match row {
+                Some(r) => {
+                    self.seek(r);
+                    self.end = r + 1;
+                }
+                None => {
+                    self.seek(0);
+                    self.end = 0;
+                }
+            }
+        } else {
+            self.seek(0);
+            self.end = self.table.rows;
+        }
+        Ok(())
+    }
+
+    fn next(&mut self) -> rusqlite::Result<()> {
+        self.row += 1;
+        self.in_batch += 1;
+        while self.batch < self.table.lengths.len()
+            && self.in_batch >= self.table.lengths[self.batch]
+        {
+            self.in_batch = 0;
+            self.batch += 1;
+        }
+        if self.in_batch > 0
+            && self.in_batch.is_multiple_of(RELEASE_EVERY)
+            && self.end == self.table.rows
+        {
+            self.table.release_before(self.batch, self.in_batch);
+        }
+        Ok(())
+    }
+
+    fn eof(&self) -> bool {
+        self.row >= self.end
+    }
+
+    fn column(&self, ctx: &mut Context, i: c_int) -> rusqlite::Result<()> {
+        let value = self.table.batches[self.batch]
+            .get(i as usize)
+            .map_or(ValueRef::Null, |c| c.value(self.in_batch));
+        ctx.set_result(rusqlite::types::ToSqlOutput::Borrowed(value))
+    }
+
+    fn rowid(&self) -> rusqlite::Result<i64> {
+        Ok(self.table.rowid(self.batch, self.in_batch, self.row))
+    }
+}

@@ -1,0 +1,213 @@
+//! One way for a reader to read a table: a [`Scan`] says which table, which columns, which rows
+//! and in what order; the export answers it. An SQLite export runs the statement the scan
+//! renders; an Arrow export hands out its typed columns directly when the scan needs nothing
+//! but the table's own columns in an order the rows already have (every reader's big scan of a
+//! conversion without a selection), and otherwise runs the same statement over its virtual
+//! tables ([`super::arrow`]). Either way the reader sees rows through [`Fetch`].
+
+use super::query::{Fetch, Query, Values};
+use super::{Schema, arrow};
+use anyhow::Result;
+use rusqlite::Connection;
+use rusqlite::types::ValueRef;
+
+/// A column of a scan's rows.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Col {
+    /// A column of the table (a column the export lacks is a [`Col::Null`]).
+    Column(String),
+    /// The row's rowid (`NULL` where the table has none).
+    Rowid,
+    Null,
+    /// The first of these columns that is not NULL.
+    Coalesce(Vec<String>),
+    /// A constant.
+    Int(i64),
+    /// Any other SQL expression over the table, aliased `t`.
+    Sql(String),
+}
+
+/// A read of one table: `SELECT cols FROM table t WHERE filter ORDER BY order`.
+#[derive(Debug, Clone)]
+pub struct Scan {
+    table: String,
+    cols: Vec<Col>,
+    /// SQL over the table aliased `t`; `None` for every row.
+    filter: Option<String>,
+    /// Columns the rows come ordered by ([`Col::Column`] or [`Col::Rowid`]), ascending.
+    order: Vec<Col>,
+    /// The table's rowid as it can be selected, if it has one.
+    rowid: Option<&'static str>,
+}
+
+impl Scan {
+    pub fn new(schema: &Schema, table: &str) -> Scan {
+        Scan {
+            table: table.to_string(),
+            cols: Vec::new(),
+            filter: None,
+            order: Vec::new(),
+            rowid: schema.rowid(table),
+        }
+    }
+
+    /// A column of the table, by name; NULL where the export lacks it.
+    pub fn col(mut self, schema: &Schema, name: &str) -> Scan {
+        let c = if schema.has_column(&self.table, name) {
+            Col::Column(name.to_string())
+        } else {
+            Col::Null
+        };
+        self.cols.push(c);
+        self
+    }
+
+    /// Several columns, in order (see [`Scan::col`]).
+    pub fn cols(self, schema: &Schema, names: &[&str]) -> Scan {
+        names.iter().fold(self, |s, n| s.col(schema, n))
+    }
+
+    pub fn rowid(mut self) -> Scan {
+        self.cols.push(if self.rowid.is_some() {
+            Col::Rowid
+        } else {
+            Col::Null
+        });
+        self
+    }
+
+    pub fn null(mut self) -> Scan {
+        self.cols.push(Col::Null);
+        self
+    }
+
+    /// The first non-NULL of the columns the export has among `names` (NULL if none).
+    pub fn coalesce(mut self, schema: &Schema, names: &[&str]) -> Scan {
+        let present: Vec<String> = names
+            .iter()
+            .filter(|n| schema.has_column(&self.table, n))
+            .map(|n| n.to_string())
+            .collect();
+        self.cols.push(match present.len() {
+            0 => Col::Null,
+            1 => Col::Column(present[0].clone()),
+            _ => Col::Coalesce(present),
+        });
+        self
+    }
+
+    /// An SQL expression over the table aliased `t` (`NULL` and constants included).
+    pub fn expr(mut self, sql: impl Into<String>) -> Scan {
+        let sql = sql.into();
+        self.cols.push(if sql == "NULL" {
+            Col::Null
+        } else if let Ok(n) = sql.trim().trim_matches(['(', ')']).parse() {
+            Col::Int(n)
+        } else {
+            Col::Sql(sql)
+        });
+        self
+    }
+
+    /// Only rows where `sql` (over the table aliased `t`) holds; `1` keeps every row.
+    pub fn filter(mut self, sql: String) -> Scan {
+        self.filter = (sql.trim() != "1").then_some(sql);
+        self
+    }
+
+    /// Rows in rowid order (storage order: what the readers' reorder windows expect).
+    pub fn by_rowid(mut self) -> Scan {
+        if self.rowid.is_some() {
+            self.order = vec![Col::Rowid];
+        }
+        self
+    }
+
+    /// Rows in the order of these columns.
+    pub fn order_by(mut self, names: &[&str]) -> Scan {
+        self.order = names.iter().map(|n| Col::Column(n.to_string())).collect();
+        self
+    }
+
+    /// The statement this scan is in SQL.
+    pub fn sql(&self) -> String {
+        let render = |c: &Col| match c {
+            Col::Column(n) => format!("t.{}", super::quote_ident(n)),
+            Col::Rowid => format!("t.{}", self.rowid.unwrap_or("rowid")),
+            Col::Null => "NULL".to_string(),
+            Col::Coalesce(ns) => format!(
+                "coalesce({})",
+                ns.iter()
+                    .map(|n| format!("t.{}", super::quote_ident(n)))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Col::Int(n) => n.to_string(),
+            Col::Sql(s) => s.clone(),
+        };
+        let cols: Vec<String> = self.cols.iter().map(render).collect();
+        let mut sql = format!(
+            "SELECT {} FROM main.{} t",
+            if cols.is_empty() {
+                "1".to_string()
+            } else {
+                cols.join(", ")
+            },
+            super::quote_ident(&self.table)
+        );
+        if let Some(f) = &self.filter {
+            sql.push_str(&format!(" WHERE {f}"));
+        }
+        if !self.order.is_empty() {
+            let order: Vec<String> = self.order.iter().map(render).collect();
+            sql.push_str(&format!(" ORDER BY {}", order.join(", ")));
+        }
+        sql
+    }
+
+    /// Start reading the rows, on `conn` (a connection to the export `schema` describes).
+    pub fn open<'c>(&self, conn: &'c Connection, schema: &Schema) -> Result<Rows<'c>> {
+        if schema.is_arrow()
+            && self.filter.is_none()
+            && let Some(direct) =
+                arrow::TableScan::open(&schema.path, &self.table, &self.cols, &self.order)?
+        {
+            return Ok(Rows::Arrow(Box::new(direct)));
+        }
+        Ok(Rows::Sql(Query::new(conn, &self.sql())?))
+    }
+}
+
+/// The rows of a [`Scan`] being read.
+pub enum Rows<'c> {
+    Sql(Query<'c>),
+    Arrow(Box<arrow::TableScan>),
+}
+
+impl Rows<'_> {
+    /// The next row, `None` after the last.
+    #[allow(clippy::should_implement_trait)]
+    #[inline]
+    pub fn next(&mut self) -> Result<Option<Row<'_>>> {
+        Ok(match self {
+            Rows::Sql(q) => q.next()?.map(Row::Sql),
+            Rows::Arrow(a) => a.next().map(Row::Arrow),
+        })
+    }
+}
+
+/// The current row of [`Rows`].
+pub enum Row<'r> {
+    Sql(Values<'r>),
+    Arrow(arrow::RowRef<'r>),
+}
+
+impl Fetch for Row<'_> {
+    #[inline]
+    fn fetch(&self, i: usize) -> ValueRef<'_> {
+        match self {
+            Row::Sql(v) => v.fetch(i),
+            Row::Arrow(a) => a.fetch(i),
+        }
+    }
+}
