@@ -155,7 +155,8 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
     }
     let mut groups: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
     for (i, f) in files.iter().enumerate() {
-        groups.entry(f.with_extension("")).or_default().push(i);
+        let output = crate::convert::default_output(f, crate::convert::OutputFormat::Protobuf);
+        groups.entry(output.with_extension("")).or_default().push(i);
     }
     let mut drop = HashSet::new();
     for members in groups.values().filter(|m| m.len() > 1) {
@@ -202,7 +203,7 @@ fn pick_one(files: &[PathBuf], members: &[usize]) -> (usize, &'static str) {
             r,
             "converting the report, newer than the export (its export is redone)",
         ),
-        (Some(e), Some(_)) => (e, "converting the SQLite export, which needs no nsys"),
+        (Some(e), Some(_)) => (e, "converting the export, which needs no nsys"),
         (Some(e), None) => (e, "converting the newest"),
         (None, Some(r)) => (r, "converting the newest report"),
         (None, None) => (members[0], "converting the first"),

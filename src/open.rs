@@ -228,7 +228,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     if !input.exists() {
         bail!("{}: no such file", input.display());
     }
-    if input.is_dir() {
+    if input.is_dir() && !crate::nsys::is_arrow_export(input) {
         bail!(
             "{}: is a directory; open one trace or profile",
             input.display()
@@ -239,7 +239,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     }
     if !crate::batch::is_profile(input) {
         bail!(
-            "{}: neither a trace (.pftrace, .json, .gz) nor a profile (.nsys-rep, .qdrep, .sqlite)",
+            "{}: neither a trace (.pftrace, .json, .gz) nor a profile (.nsys-rep, .qdrep, .sqlite, an Arrow export)",
             input.display()
         );
     }

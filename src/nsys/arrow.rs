@@ -34,6 +34,9 @@ use std::sync::{Arc, Mutex};
 /// The file extension nsys gives a table of an Arrow export.
 pub const EXTENSION: &str = "arrow";
 
+/// What nsys appends to a report's name for its Arrow export's directory.
+pub const NSYS_DIR_SUFFIX: &str = "_arwdir";
+
 const MODULE_NAME: &CStr = c"nsys_arrow";
 
 /// The tables of an Arrow export directory: (table name, file), by name. A table is named by
