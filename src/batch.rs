@@ -342,15 +342,15 @@ fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options)
                 output.display()
             );
         }
-        let exported = report::export_sqlite(input, &opts.export)?;
-        if convert::same_file(output, exported.sqlite()) {
+        let exported = report::export_report(input, &opts.export)?;
+        if convert::same_file(output, exported.path()) {
             bail!(
                 "-o {} is the SQLite export this report is converted from: choose another \
                  output name",
                 output.display()
             );
         }
-        let s = convert::convert_sqlite_from(exported.sqlite(), input, output, conv)?;
+        let s = convert::convert_sqlite_from(exported.path(), input, output, conv)?;
         text.push_str(&format!("  {}\n", exported.describe()));
         s
     } else {

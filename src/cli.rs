@@ -446,6 +446,21 @@ pub struct NsysArgs {
     /// what is being waited for).
     #[arg(long, value_name = "SECONDS")]
     pub export_timeout: Option<u64>,
+    /// The format reports are exported to: Arrow (X_arwdir, faster) where the nsys found writes
+    /// it (2023 and newer), else SQLite (X.sqlite); or always one of them.
+    #[arg(long, value_enum, value_name = "FORMAT", default_value_t = ExportArg::Auto)]
+    pub export: ExportArg,
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ExportArg {
+    /// Arrow where the nsys found writes it, else SQLite
+    #[default]
+    Auto,
+    /// `nsys export --type sqlite`
+    Sqlite,
+    /// `nsys export --type arrowdir` (nsys 2023 and newer)
+    Arrow,
 }
 
 impl NsysArgs {
@@ -457,6 +472,11 @@ impl NsysArgs {
             cache_dir: None,
             quiet,
             timeout: self.export_timeout.map(std::time::Duration::from_secs),
+            format: match self.export {
+                ExportArg::Auto => crate::report::ExportFormat::Auto,
+                ExportArg::Sqlite => crate::report::ExportFormat::Sqlite,
+                ExportArg::Arrow => crate::report::ExportFormat::Arrow,
+            },
         }
     }
 }

@@ -304,8 +304,8 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
         .transpose()?;
     let prepared = parallel_map(files, opts.jobs, |_, input| -> Result<Source> {
         let (sqlite, exported) = if report::is_report(input) {
-            let e = report::export_sqlite(input, &opts.export)?;
-            (e.sqlite().to_path_buf(), Some(e))
+            let e = report::export_report(input, &opts.export)?;
+            (e.path().to_path_buf(), Some(e))
         } else {
             (input.clone(), None)
         };

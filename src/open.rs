@@ -285,10 +285,10 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
         }
     }
     let summary = if crate::report::is_report(input) {
-        let exported = crate::report::export_sqlite(input, &args.nsys.export_options(false))
+        let exported = crate::report::export_report(input, &args.nsys.export_options(false))
             .map_err(|e| anyhow!("{}: {}", input.display(), crate::errors::error_line(&e)))?;
         eprintln!("  {}", exported.describe());
-        crate::convert::convert_sqlite_from(exported.sqlite(), input, &output, &opts)
+        crate::convert::convert_sqlite_from(exported.path(), input, &output, &opts)
     } else {
         crate::convert::convert_sqlite(input, &output, &opts)
     }

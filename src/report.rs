@@ -12,7 +12,8 @@
 //!   `/usr/local/cuda*/bin`, `/usr/lib/nsight-systems/bin`). [`nsys_for_report`] skips an `nsys`
 //!   that is too old for the report when a newer one is installed.
 //! * [`capture_version`]: the nsys version that captured a report, from the file alone.
-//! * [`export_sqlite`]: the SQLite export of a report, reusing a cached one (see below).
+//! * [`export_report`]: the export of a report (Arrow where the nsys found writes it, else
+//!   SQLite), reusing a cached one (see below).
 //! * [`profile`]: run a command under `nsys profile` and return the `.nsys-rep` it produced,
 //!   importing the `.qdstrm` with `QdstrmImporter` when nsys could not do it itself.
 //!
@@ -23,10 +24,10 @@
 //! # fn main() -> anyhow::Result<()> {
 //! let popts = report::ProfileOptions { output: Some("/tmp/run".into()), ..Default::default() };
 //! let rep = report::profile(&popts, &[OsString::from("./app")])?;
-//! let exported = report::export_sqlite(&rep, &report::ExportOptions::default())?;
+//! let exported = report::export_report(&rep, &report::ExportOptions::default())?;
 //! let opts = convert::Options::default();
 //! let out = convert::default_output(&rep, opts.format);
-//! convert::convert_sqlite(exported.sqlite(), &out, &opts)?;
+//! convert::convert_sqlite(exported.path(), &out, &opts)?;
 //! # Ok(()) }
 //! ```
 //!
@@ -66,6 +67,7 @@
 
 use crate::nsys;
 use anyhow::{Context, Result, anyhow, bail};
+use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -691,7 +693,7 @@ pub fn nsys_for_report(
 // ---------------------------------------------------------------------------------------------
 // Export with cache and lock
 
-/// How [`export_sqlite`] gets the SQLite export of a report (see the module doc).
+/// How [`export_report`] gets the export of a report (see the module doc).
 #[derive(Debug, Clone, Default)]
 pub struct ExportOptions {
     /// The nsys to use (a binary or an install directory); default: searched.
@@ -707,6 +709,69 @@ pub struct ExportOptions {
     pub quiet: bool,
     /// Stop `nsys export` after this long (`--export-timeout`); default: no limit.
     pub timeout: Option<Duration>,
+    /// The export's format (`--export`).
+    pub format: ExportFormat,
+}
+
+/// The format reports are exported to.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ExportFormat {
+    /// Arrow (`nsys export --type arrowdir`) where the nsys found writes it, else SQLite: the
+    /// Arrow export costs nsys less and reads faster.
+    #[default]
+    Auto,
+    Sqlite,
+    Arrow,
+}
+
+impl ExportFormat {
+    /// The formats whose exports may stand for a report, in the order they are looked for.
+    fn reusable(self) -> &'static [Format] {
+        match self {
+            ExportFormat::Auto => &[Format::Arrow, Format::Sqlite],
+            ExportFormat::Sqlite => &[Format::Sqlite],
+            ExportFormat::Arrow => &[Format::Arrow],
+        }
+    }
+}
+
+/// A format an export is written in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Sqlite,
+    Arrow,
+}
+
+impl Format {
+    fn nsys_type(self) -> &'static str {
+        match self {
+            Format::Sqlite => "sqlite",
+            Format::Arrow => "arrowdir",
+        }
+    }
+
+    /// What follows the report's name in the export's name.
+    fn suffix(self) -> &'static str {
+        match self {
+            Format::Sqlite => ".sqlite",
+            Format::Arrow => nsys::arrow::NSYS_DIR_SUFFIX,
+        }
+    }
+
+    /// The format of the export at `path`: a directory is an Arrow export.
+    fn of(path: &Path) -> Format {
+        if fs::metadata(path).is_ok_and(|m| m.is_dir()) {
+            Format::Arrow
+        } else {
+            Format::Sqlite
+        }
+    }
+}
+
+/// Whether `nsys` may write Arrow exports: nsys 2022 and older cannot (a version it does not
+/// say is tried, and falls back to SQLite when it refuses).
+fn writes_arrow(nsys: &Nsys) -> bool {
+    nsys.version.as_ref().is_none_or(|v| v.year >= 2023)
 }
 
 /// How the export came about.
@@ -718,11 +783,11 @@ pub enum ExportKind {
     Exported { seconds: f64 },
 }
 
-/// A report's SQLite export. With `no_cache`, the file lives in a temporary directory that is
-/// deleted when this is dropped.
+/// A report's export. With `no_cache`, it lives in a temporary directory that is deleted when
+/// this is dropped.
 #[derive(Debug)]
 pub struct Exported {
-    sqlite: PathBuf,
+    path: PathBuf,
     pub kind: ExportKind,
     /// The nsys that exported it (None when reused).
     pub nsys: Option<Nsys>,
@@ -737,8 +802,9 @@ pub struct Exported {
 }
 
 impl Exported {
-    pub fn sqlite(&self) -> &Path {
-        &self.sqlite
+    /// The export: an SQLite file or an Arrow directory.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
 
     /// One line for the user: where the export is and how it came about.
@@ -755,10 +821,11 @@ impl Exported {
             .as_ref()
             .map(|n| format!("; {n}"))
             .unwrap_or_default();
+        let format = Format::of(&self.path).nsys_type();
         if self.kept {
-            format!("sqlite: {} ({what}{note})", self.sqlite.display())
+            format!("{format}: {} ({what}{note})", self.path.display())
         } else {
-            format!("sqlite: temporary, deleted after conversion ({what}{note})")
+            format!("{format}: temporary, deleted after conversion ({what}{note})")
         }
     }
 }
@@ -790,20 +857,34 @@ fn stem_of(report: &Path) -> String {
         .unwrap_or_else(|| "report".into())
 }
 
-/// Where the export of `report` lives beside it: `DIR/X.sqlite`.
+/// Where the SQLite export of `report` lives beside it: `DIR/X.sqlite`.
 pub fn sibling_export(report: &Path) -> PathBuf {
-    report.with_extension("sqlite")
+    sibling(report, Format::Sqlite)
 }
 
-/// Where the export of `report` lives in `cache_dir`: `X-<hash of the absolute path>.sqlite`.
+/// Where the export of `report` in `format` lives beside it: `DIR/X.sqlite`, `DIR/X_arwdir`.
+fn sibling(report: &Path, format: Format) -> PathBuf {
+    report.with_file_name(format!("{}{}", stem_of(report), format.suffix()))
+}
+
+/// Where the SQLite export of `report` lives in `cache_dir`: `X-<hash of the absolute
+/// path>.sqlite`.
 pub fn cached_export(report: &Path, cache_dir: &Path) -> PathBuf {
+    cached(report, cache_dir, Format::Sqlite)
+}
+
+fn cached(report: &Path, cache_dir: &Path, format: Format) -> PathBuf {
     let abs = fs::canonicalize(report).unwrap_or_else(|_| {
         std::env::current_dir()
             .map(|d| d.join(report))
             .unwrap_or_else(|_| report.to_path_buf())
     });
     let hash = fnv1a(abs.as_os_str().as_encoded_bytes());
-    cache_dir.join(format!("{}-{hash:016x}.sqlite", stem_of(report)))
+    cache_dir.join(format!(
+        "{}-{hash:016x}{}",
+        stem_of(report),
+        format.suffix()
+    ))
 }
 
 /// Whether `dir` was made read-only: its permission bits let nobody write. Root could write
@@ -838,22 +919,42 @@ struct ExportRecord {
     nsys: Option<Version>,
 }
 
+/// The file in an Arrow export this tool wrote that records what it was made from (the rows of
+/// [`EXPORT_RECORD_TABLE`] as a JSON object): nsys writes no such file, so its presence marks
+/// the directory as this tool's, as [`EXPORT_APPLICATION_ID`] marks an SQLite file.
+pub const EXPORT_RECORD_FILE: &str = ".nsys-perfetto-export.json";
+
+/// The record of an export this tool wrote (`None` for a file of the user's, or one that
+/// records nothing).
+fn read_record(export: &Path) -> Option<ExportRecord> {
+    if !owns_export(export) {
+        return None;
+    }
+    let values: HashMap<String, String> = if Format::of(export) == Format::Arrow {
+        let text = fs::read_to_string(export.join(EXPORT_RECORD_FILE)).ok()?;
+        serde_json::from_str(&text).ok()?
+    } else {
+        let _shm = nsys::ShmGuard::new(export);
+        let conn = nsys::open_readonly(export).ok()?;
+        let mut stmt = conn
+            .prepare(&format!("SELECT key, value FROM {EXPORT_RECORD_TABLE}"))
+            .ok()?;
+        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .ok()?
+            .collect::<rusqlite::Result<_>>()
+            .ok()?
+    };
+    Some(ExportRecord {
+        report: crate::provenance::FileId::from_text(values.get("report")?),
+        report_name: values.get("report_name").cloned().unwrap_or_default(),
+        nsys: values.get("nsys").and_then(|v| Version::parse(v)),
+    })
+}
+
 /// The identity of the report an export this tool wrote was exported from, as it records it
 /// (`None` for a file of the user's, or one that records none).
 pub fn recorded_report(export: &Path) -> Option<crate::provenance::FileId> {
-    if export.extension().is_none_or(|e| e != "sqlite") || !owns_export(export) {
-        return None;
-    }
-    let _shm = nsys::ShmGuard::new(export);
-    let conn = nsys::open_readonly(export).ok()?;
-    let text: String = conn
-        .query_row(
-            &format!("SELECT value FROM {EXPORT_RECORD_TABLE} WHERE key = 'report'"),
-            [],
-            |r| r.get(0),
-        )
-        .ok()?;
-    crate::provenance::FileId::from_text(&text)
+    read_record(export)?.report
 }
 
 /// For an export this tool wrote: whether it records being exported from `report`'s present
@@ -873,25 +974,10 @@ fn reusable_export(
     report: &Path,
     capture: Option<&Version>,
 ) -> std::result::Result<(), Option<String>> {
-    if !fs::metadata(path).is_ok_and(|m| m.is_file()) || !owns_export(path) {
+    if !owns_export(path) {
         return Err(None);
     }
-    let _shm = nsys::ShmGuard::new(path);
-    let record = nsys::open_readonly(path).ok().and_then(|conn| {
-        let get = |key: &str| -> Option<String> {
-            conn.query_row(
-                &format!("SELECT value FROM {EXPORT_RECORD_TABLE} WHERE key = ?1"),
-                [key],
-                |r| r.get(0),
-            )
-            .ok()
-        };
-        Some(ExportRecord {
-            report: crate::provenance::FileId::from_text(&get("report")?),
-            report_name: get("report_name").unwrap_or_default(),
-            nsys: get("nsys").and_then(|v| Version::parse(&v)),
-        })
-    });
+    let record = read_record(path).filter(|r| r.report.is_some());
     let shown = path.display();
     let Some(record) = record else {
         return Err(Some(format!(
@@ -943,6 +1029,10 @@ pub const EXPORT_APPLICATION_ID: u32 = u32::from_be_bytes(*b"nspf");
 /// [`EXPORT_APPLICATION_ID`], bytes 68..72). A SQLite file the tool did not write is never
 /// modified, replaced or deleted.
 pub fn owns_export(export: &Path) -> bool {
+    if Format::of(export) == Format::Arrow {
+        return fs::metadata(export).is_ok_and(|m| m.is_dir())
+            && fs::metadata(export.join(EXPORT_RECORD_FILE)).is_ok_and(|m| m.is_file());
+    }
     let mut header = [0u8; 72];
     fs::metadata(export).is_ok_and(|m| m.is_file())
         && File::open(export)
@@ -956,6 +1046,25 @@ pub fn owns_export(export: &Path) -> bool {
 /// what it was made from (see [`EXPORT_RECORD_TABLE`]; nothing when the report's identity could
 /// not be taken, so it is not reused).
 fn mark_owned(export: &Path, record: &ExportRecord) -> Result<()> {
+    let rows = record.report.as_ref().map(|id| {
+        [
+            ("tool", crate::provenance::TOOL.to_string()),
+            ("report", id.to_text()),
+            ("report_name", record.report_name.clone()),
+            (
+                "nsys",
+                record.nsys.map(|v| v.to_string()).unwrap_or_default(),
+            ),
+        ]
+    });
+    if Format::of(export) == Format::Arrow {
+        let values: HashMap<&str, String> = rows.into_iter().flatten().collect();
+        fs::write(
+            export.join(EXPORT_RECORD_FILE),
+            serde_json::to_string(&values)?,
+        )?;
+        return Ok(());
+    }
     let conn = rusqlite::Connection::open_with_flags(
         export,
         rusqlite::OpenFlags::SQLITE_OPEN_READ_WRITE | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -964,20 +1073,11 @@ fn mark_owned(export: &Path, record: &ExportRecord) -> Result<()> {
         "PRAGMA application_id = {}",
         EXPORT_APPLICATION_ID as i32
     ))?;
-    if let Some(id) = &record.report {
+    if let Some(rows) = rows {
         conn.execute_batch(&format!(
             "CREATE TABLE IF NOT EXISTS {EXPORT_RECORD_TABLE} (key TEXT PRIMARY KEY, value TEXT \
              NOT NULL)"
         ))?;
-        let rows = [
-            ("tool", crate::provenance::TOOL.to_string()),
-            ("report", id.to_text()),
-            ("report_name", record.report_name.clone()),
-            (
-                "nsys",
-                record.nsys.map(|v| v.to_string()).unwrap_or_default(),
-            ),
-        ];
         for (k, v) in rows {
             conn.execute(
                 &format!("INSERT OR REPLACE INTO {EXPORT_RECORD_TABLE} VALUES (?1, ?2)"),
@@ -1033,13 +1133,13 @@ fn export_target(
     Ok((c.clone(), note))
 }
 
-/// The SQLite export of `report`, reused from the cache when it records this report's content,
-/// else exported by nsys. Errors are one line that says what to do (see [`nsys_for_report`]).
+/// The export of `report`, reused from the cache when it records this report's content, else
+/// exported by nsys: as Arrow where that nsys writes it (unless `opts.format` says SQLite), else
+/// as SQLite. Errors are one line that says what to do (see [`nsys_for_report`]).
 ///
-/// An `X.sqlite` beside the report that this tool did not write (no matching marker, see
-/// [`owns_export`]) is never used and left untouched: the export then goes to the cache
-/// directory.
-pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
+/// An export beside the report that this tool did not write (no marker, see [`owns_export`])
+/// is never used and left untouched: the export then goes to the cache directory.
+pub fn export_report(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     let meta = fs::metadata(report).map_err(|e| anyhow!("cannot read: {e}"))?;
     if meta.is_dir() {
         bail!("is a directory, not a report");
@@ -1049,10 +1149,8 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     }
     let capture = capture_version(report)?;
     let cache_dir = opts.cache_dir.clone().or_else(default_cache_dir);
-    let sibling = sibling_export(report);
-    let cached = cache_dir.as_deref().map(|d| cached_export(report, d));
     let reused = |p: &Path, note: Option<String>| Exported {
-        sqlite: p.to_path_buf(),
+        path: p.to_path_buf(),
         kind: ExportKind::Reused,
         nsys: None,
         capture,
@@ -1064,17 +1162,21 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     // Why an export of this tool's was not reused: said with the new export.
     let mut again: Option<String> = None;
     if !opts.no_cache {
-        for p in std::iter::once(&sibling).chain(cached.iter()) {
-            match reusable_export(p, report, capture.as_ref()) {
-                Ok(()) => {
-                    let note = (p != &sibling && is_users_file(&sibling))
-                        .then(|| users_file_note(&sibling, "the export reused from"));
-                    return Ok(reused(p, note));
+        for &format in opts.format.reusable() {
+            let sibling = sibling(report, format);
+            let cached = cache_dir.as_deref().map(|d| cached(report, d, format));
+            for p in std::iter::once(&sibling).chain(cached.iter()) {
+                match reusable_export(p, report, capture.as_ref()) {
+                    Ok(()) => {
+                        let note = (p != &sibling && is_users_file(&sibling))
+                            .then(|| users_file_note(&sibling, "the export reused from"));
+                        return Ok(reused(p, note));
+                    }
+                    Err(Some(why)) => {
+                        again.get_or_insert(why);
+                    }
+                    Err(None) => {}
                 }
-                Err(Some(why)) => {
-                    again.get_or_insert(why);
-                }
-                Err(None) => {}
             }
         }
     }
@@ -1089,7 +1191,41 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
             .unwrap_or_default(),
         nsys: nsys.version,
     };
+    let format = match opts.format {
+        ExportFormat::Sqlite => Format::Sqlite,
+        ExportFormat::Arrow => Format::Arrow,
+        ExportFormat::Auto if writes_arrow(&nsys) => Format::Arrow,
+        ExportFormat::Auto => Format::Sqlite,
+    };
+    let exported = export_as(report, opts, &nsys, &record, capture, format, again.clone());
+    match exported {
+        // An nsys that cannot write Arrow after all: SQLite, as it always could.
+        Err(e) if opts.format == ExportFormat::Auto && format == Format::Arrow => {
+            let why = crate::errors::error_line(&e);
+            let mut sqlite =
+                export_as(report, opts, &nsys, &record, capture, Format::Sqlite, again)?;
+            let note = format!("the Arrow export failed ({why}): exported as SQLite");
+            sqlite.note = Some(match sqlite.note.take() {
+                Some(n) => format!("{note}; {n}"),
+                None => note,
+            });
+            Ok(sqlite)
+        }
+        e => e,
+    }
+}
 
+/// Export `report` in `format` (see [`export_report`]), in its cache place or, with
+/// `no_cache`, in a temporary directory.
+fn export_as(
+    report: &Path,
+    opts: &ExportOptions,
+    nsys: &Nsys,
+    record: &ExportRecord,
+    capture: Option<Version>,
+    format: Format,
+    again: Option<String>,
+) -> Result<Exported> {
     if opts.no_cache && !opts.keep_sqlite {
         let temp = crate::cleanup::create(
             || {
@@ -1100,12 +1236,22 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
             |d| d.path().to_path_buf(),
         )
         .context("cannot create a temporary directory")?;
-        let target = temp.path().join(format!("{}.sqlite", stem_of(report)));
-        let seconds = run_export(&nsys, report, &target, capture.as_ref(), &record, opts)?;
+        let target = temp
+            .path()
+            .join(format!("{}{}", stem_of(report), format.suffix()));
+        let seconds = run_export(
+            nsys,
+            report,
+            &target,
+            capture.as_ref(),
+            record,
+            opts,
+            format,
+        )?;
         return Ok(Exported {
-            sqlite: target,
+            path: target,
             kind: ExportKind::Exported { seconds },
-            nsys: Some(nsys),
+            nsys: Some(nsys.clone()),
             capture,
             kept: false,
             note: None,
@@ -1113,6 +1259,9 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
         });
     }
 
+    let sibling = sibling(report, format);
+    let cache_dir = opts.cache_dir.clone().or_else(default_cache_dir);
+    let cached = cache_dir.as_deref().map(|d| cached(report, d, format));
     let (target, note) = export_target(report, &sibling, cached.as_ref())?;
     if let Some(n) = &note
         && !opts.quiet
@@ -1122,18 +1271,34 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     let _lock = ExportLock::acquire(&target, report, opts.quiet)?;
     // Another conversion may have exported it while we waited.
     if !opts.no_cache && reusable_export(&target, report, capture.as_ref()).is_ok() {
-        return Ok(reused(&target, note));
+        return Ok(Exported {
+            path: target,
+            kind: ExportKind::Reused,
+            nsys: None,
+            capture,
+            kept: true,
+            note,
+            _temp: None,
+        });
     }
     let note = match (note, again) {
         (Some(n), Some(a)) => Some(format!("{n}; exporting again: {a}")),
         (n, None) => n,
         (None, Some(a)) => Some(format!("exporting again: {a}")),
     };
-    let seconds = run_export(&nsys, report, &target, capture.as_ref(), &record, opts)?;
+    let seconds = run_export(
+        nsys,
+        report,
+        &target,
+        capture.as_ref(),
+        record,
+        opts,
+        format,
+    )?;
     Ok(Exported {
-        sqlite: target,
+        path: target,
         kind: ExportKind::Exported { seconds },
-        nsys: Some(nsys),
+        nsys: Some(nsys.clone()),
         capture,
         kept: true,
         note,
@@ -1142,7 +1307,7 @@ pub fn export_sqlite(report: &Path, opts: &ExportOptions) -> Result<Exported> {
 }
 
 /// `nsys export` into a hidden temporary beside `target`, renamed into place when nsys
-/// succeeded and the file opens as an nsys export, then marked as this tool's. Nothing is left
+/// succeeded and the result opens as an nsys export, then marked as this tool's. Nothing is left
 /// behind on failure, timeout or interrupt. Never replaces a file the tool did not write.
 fn run_export(
     nsys: &Nsys,
@@ -1151,6 +1316,7 @@ fn run_export(
     capture: Option<&Version>,
     record: &ExportRecord,
     opts: &ExportOptions,
+    format: Format,
 ) -> Result<f64> {
     let started = Instant::now();
     let dir = parent_dir(target);
@@ -1165,29 +1331,38 @@ fn run_export(
         );
     }
     remove_stale_parts(&dir, &name);
-    let tmp = crate::cleanup::create(
-        || {
-            tempfile::Builder::new()
-                .prefix(&format!(".{name}.{}.", std::process::id()))
-                .suffix(".part")
-                .tempfile_in(&dir)
-                .map(|t| t.into_temp_path())
-        },
-        |t| t.to_path_buf(),
-    )
-    .map_err(|e| crate::errors::write_error(&dir, &e))?;
-    let tmp_path = tmp.to_path_buf();
+    // The temporary: a file for SQLite; for Arrow, a directory nsys writes its files into.
+    let prefix = format!(".{name}.{}.", std::process::id());
+    let builder = || {
+        let mut b = tempfile::Builder::new();
+        b.prefix(&prefix).suffix(".part");
+        b
+    };
+    let tmp: Part = match format {
+        Format::Sqlite => Part::File(
+            crate::cleanup::create(
+                || builder().tempfile_in(&dir).map(|t| t.into_temp_path()),
+                |t| t.to_path_buf(),
+            )
+            .map_err(|e| crate::errors::write_error(&dir, &e))?,
+        ),
+        Format::Arrow => Part::Dir(
+            crate::cleanup::create(|| builder().tempdir_in(&dir), |t| t.path().to_path_buf())
+                .map_err(|e| crate::errors::write_error(&dir, &e))?,
+        ),
+    };
+    let tmp_path = tmp.path().to_path_buf();
     let out = run_bounded(
         Command::new(&nsys.path)
             .args([
                 "export",
                 "--type",
-                "sqlite",
+                format.nsys_type(),
                 "--force-overwrite",
                 "true",
                 "--output",
             ])
-            .arg(&*tmp)
+            .arg(&tmp_path)
             .arg(report),
         &format!("nsys export ({})", nsys.path.display()),
         opts.timeout,
@@ -1221,23 +1396,52 @@ fn run_export(
             }
             bail!(text);
         }
-        nsys::open_schema(&tmp).map_err(|e| {
+        nsys::open_schema(&tmp_path).map_err(|e| {
             anyhow!(
                 "nsys export ({}) reported success but wrote no usable export: {e}",
                 nsys.describe()
             )
         })?;
-        mark_owned(&tmp, record)
+        mark_owned(&tmp_path, record)
             .map_err(|e| anyhow!("cannot mark the export as this tool's: {e}"))?;
         Ok(())
     })();
-    let result = done.and_then(|()| {
-        tmp.persist(target)
-            .map_err(|e| anyhow!("cannot create {}: {}", target.display(), e.error))
-    });
+    let result = done.and_then(|()| tmp.persist(target));
     crate::cleanup::forget(&tmp_path);
     result?;
     Ok(started.elapsed().as_secs_f64())
+}
+
+/// An export being written, removed when dropped unless persisted.
+enum Part {
+    File(tempfile::TempPath),
+    Dir(tempfile::TempDir),
+}
+
+impl Part {
+    fn path(&self) -> &Path {
+        match self {
+            Part::File(p) => p,
+            Part::Dir(d) => d.path(),
+        }
+    }
+
+    /// Move it to `target`, replacing the export of this tool's there (checked by the caller).
+    fn persist(self, target: &Path) -> Result<()> {
+        let cannot = |e: std::io::Error| anyhow!("cannot create {}: {e}", target.display());
+        match self {
+            Part::File(p) => p.persist(target).map_err(|e| cannot(e.error)),
+            Part::Dir(d) => {
+                if fs::symlink_metadata(target).is_ok_and(|m| m.is_dir()) {
+                    fs::remove_dir_all(target).map_err(cannot)?;
+                }
+                fs::rename(d.path(), target).map_err(cannot)?;
+                // Renamed away: nothing is left for the guard to delete.
+                let _ = d.keep();
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Temporaries of exports that died (killed, power cut). Called with the lock held, or for a
@@ -1248,7 +1452,11 @@ fn remove_stale_parts(dir: &Path, name: &str) {
         for e in rd.flatten() {
             let n = e.file_name().to_string_lossy().to_string();
             if n.starts_with(&prefix) && n.ends_with(".part") {
-                let _ = fs::remove_file(e.path());
+                if e.file_type().is_ok_and(|t| t.is_dir()) {
+                    let _ = fs::remove_dir_all(e.path());
+                } else {
+                    let _ = fs::remove_file(e.path());
+                }
             }
         }
     }

@@ -665,12 +665,13 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
             cache_dir: Some(dir.clone()),
             quiet: true,
             timeout: None,
+            format: crate::report::ExportFormat::Auto,
         };
-        match crate::report::export_sqlite(&input, &opts) {
+        match crate::report::export_report(&input, &opts) {
             Ok(e) => {
                 export_line = Some(e.describe());
                 exported = e;
-                exported.sqlite().to_path_buf()
+                exported.path().to_path_buf()
             }
             Err(e) => return fail(422, format!("{name}: {}", crate::errors::error_line(&e))),
         }

@@ -1298,8 +1298,8 @@ pub fn analyze_profile(
     opts: &Options,
 ) -> Result<Vec<RuleReport>> {
     if crate::report::is_report(path) {
-        let exported = crate::report::export_sqlite(path, export)?;
-        analyze_sqlite(exported.sqlite(), opts)
+        let exported = crate::report::export_report(path, export)?;
+        analyze_sqlite(exported.path(), opts)
     } else {
         analyze_sqlite(path, opts)
     }

@@ -338,11 +338,11 @@ impl Export {
 
     pub fn open_with(path: &Path, opts: &ExportOptions) -> Result<Export> {
         let exported = if report::is_report(path) {
-            Some(report::export_sqlite(path, opts)?)
+            Some(report::export_report(path, opts)?)
         } else {
             None
         };
-        let sqlite = exported.as_ref().map_or(path, |e| e.sqlite());
+        let sqlite = exported.as_ref().map_or(path, |e| e.path());
         let (conn, schema) = nsys::open_schema(sqlite)?;
         let enums = Enums::load(&conn, &schema);
         let projection = Projection::build(&schema)?;

@@ -423,10 +423,19 @@ fn corpus_reports_convert_with_manifest_counts() {
 
     for e in &entries {
         let report = work.join(&e.file);
-        let sqlite = report.with_extension("sqlite");
+        // nsys 2023 and newer export as Arrow (X_arwdir), older ones as SQLite (X.sqlite).
+        let arrow = report.with_file_name(format!(
+            "{}_arwdir",
+            report.file_stem().unwrap().to_string_lossy()
+        ));
+        let sqlite = if arrow.is_dir() {
+            arrow
+        } else {
+            report.with_extension("sqlite")
+        };
         let pftrace = report.with_extension("pftrace");
-        assert!(sqlite.is_file(), "{}: no export beside the report", e.file);
-        let conn = Connection::open(&sqlite).unwrap();
+        assert!(sqlite.exists(), "{}: no export beside the report", e.file);
+        let conn = nsys_perfetto::nsys::open_readonly(&sqlite).unwrap();
         // MANIFEST has row counts only for the reports nsys 2022.4 exported when it was made;
         // the others (exported here by a newer nsys) are checked against their own export.
         for (key, table) in TABLES.iter().filter(|_| e.export_ok) {

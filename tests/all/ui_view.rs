@@ -142,9 +142,9 @@ fn exported(name: &str, dir: &Path) -> Option<PathBuf> {
         cache_dir: Some(dir.join("cache")),
         ..Default::default()
     };
-    let e = nsys_perfetto::report::export_sqlite(&report, &opts)
+    let e = nsys_perfetto::report::export_report(&report, &opts)
         .unwrap_or_else(|e| panic!("exporting {name}: {e:#}"));
-    let sqlite = e.sqlite().to_path_buf();
+    let sqlite = e.path().to_path_buf();
     assert!(sqlite.starts_with(dir), "{}", sqlite.display());
     Some(sqlite)
 }
