@@ -20,6 +20,7 @@ pub mod model;
 pub mod nsys;
 pub mod open;
 pub mod output;
+pub mod parallel;
 pub mod progress;
 pub mod proto;
 pub mod provenance;

@@ -70,9 +70,9 @@ pub struct OpenArgs {
     pub port: u16,
     /// Convert with these options (profiles only).
     #[command(flatten)]
-    pub select: crate::cli::SelectArgs,
+    pub select: crate::cli::args::SelectArgs,
     #[command(flatten)]
-    pub nsys: crate::cli::NsysArgs,
+    pub nsys: crate::cli::args::NsysArgs,
 }
 
 /// Listen on 127.0.0.1:`port`; when it is taken, say `why` it must be that port and how to find

@@ -16,7 +16,7 @@ pub mod http;
 pub mod signal;
 pub mod ui_dir;
 
-use crate::cli::SelectArgs;
+use crate::cli::args::SelectArgs;
 use crate::convert::{self, OutputFormat};
 use crate::model::Category;
 use crate::summary::Summary;
