@@ -13,6 +13,7 @@ pub mod cleanup;
 pub mod cli;
 pub mod convert;
 pub mod errors;
+pub mod file_kind;
 pub mod hints;
 pub mod layout;
 pub mod merge;

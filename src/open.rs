@@ -90,23 +90,6 @@ fn bind_local(port: u16, why: &str) -> Result<std::net::TcpListener> {
     })
 }
 
-/// Whether a path is a trace the UI opens as is.
-pub fn is_trace(path: &Path) -> bool {
-    let name = path.to_string_lossy().to_lowercase();
-    [
-        ".pftrace",
-        ".perfetto-trace",
-        ".perfetto",
-        ".pb",
-        ".trace",
-        ".json",
-        ".gz",
-        ".ctrace",
-    ]
-    .iter()
-    .any(|e| name.ends_with(e))
-}
-
 /// Where the UI should open: `visStart`/`visEnd` (and `ts` for `--at`), in trace nanoseconds.
 pub fn deep_link_params(at: Option<&str>, range: Option<&str>) -> Result<String> {
     if let Some(at) = at {
@@ -234,7 +217,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
             input.display()
         );
     }
-    if is_trace(input) && !crate::batch::is_profile(input) {
+    if crate::file_kind::is_trace(input) && !crate::batch::is_profile(input) {
         return Ok((input.clone(), None));
     }
     if !crate::batch::is_profile(input) {
@@ -594,7 +577,5 @@ mod tests {
             "&ts=100000&visStart=0&visEnd=600000"
         );
         assert!(deep_link_params(None, Some("2s..")).is_err());
-        assert!(is_trace(Path::new("a.pftrace")) && is_trace(Path::new("a.json.gz")));
-        assert!(!is_trace(Path::new("a.sqlite")));
     }
 }

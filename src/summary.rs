@@ -179,3 +179,29 @@ pub fn human_bytes(n: u64) -> String {
         format!("{n} B")
     }
 }
+
+/// `1752345` as `1,752,345`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digits_grouped() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(79_564), "79,564");
+        assert_eq!(grouped(1_752_345), "1,752,345");
+    }
+}

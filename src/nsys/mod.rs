@@ -317,7 +317,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
         let mut f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
         let n = f.read(&mut header).unwrap_or(0);
         if n < 16 || &header != b"SQLite format 3\0" {
-            if crate::open::is_trace(path) {
+            if crate::file_kind::is_trace(path) {
                 bail!(
                     "a Perfetto trace, not an nsys SQLite export: open it with `nsys-perfetto \
                      open {}`",
