@@ -74,7 +74,7 @@ fn secs_in(ns: i64, scale: i64) -> String {
 pub fn capture_span(path: &Path) -> Option<(i64, i64)> {
     use crate::nsys;
     let (conn, schema) = nsys::open_schema(path).ok()?;
-    let columns = nsys::EVENT_TABLES
+    let columns = nsys::source::EVENT_TABLES
         .iter()
         .map(|t| (*t, "start", "1".to_string()))
         .chain(nsys::metrics::time_columns(&schema))

@@ -52,22 +52,6 @@ pub mod nvtx_type {
     pub const DOMAIN_DESTROY: i64 = 76;
 }
 
-/// The event tables the readers convert (rows counted for the progress bar).
-pub const EVENT_TABLES: [&str; 12] = [
-    KERNEL,
-    MEMCPY,
-    MEMSET,
-    RUNTIME,
-    DRIVER,
-    NVTX,
-    osrt::OSRT,
-    SYNC,
-    sched::SCHED,
-    samples::COMPOSITE,
-    metrics::GPU_METRICS,
-    gpu_memory::GPU_MEMORY,
-];
-
 /// Tables whose presence marks a file as an Nsight Systems export.
 const NSYS_MARKERS: &[&str] = &[
     "StringIds",

@@ -5,6 +5,7 @@
 use super::flows::{self, FlowDb};
 use super::info::ProfileInfo;
 use super::projection::Projected;
+use super::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
 use super::{Schema, open_readonly, open_schema};
 use crate::model::{Description, EventSink};
 use crate::select::{EventType, Selection};
@@ -13,6 +14,22 @@ use anyhow::{Result, anyhow};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// The event tables the readers convert (rows counted for the progress bar).
+pub const EVENT_TABLES: [&str; 12] = [
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    RUNTIME,
+    DRIVER,
+    NVTX,
+    super::osrt::OSRT,
+    SYNC,
+    super::sched::SCHED,
+    super::samples::COMPOSITE,
+    super::metrics::GPU_METRICS,
+    super::gpu_memory::GPU_MEMORY,
+];
 
 /// An opened export: its tables and what it says about itself.
 pub struct Export {
@@ -79,7 +96,7 @@ impl Export {
         let Ok(conn) = open_readonly(&self.schema.path) else {
             return 0;
         };
-        super::EVENT_TABLES
+        EVENT_TABLES
             .iter()
             .copied()
             .chain(super::tables::present(&self.schema).map(|(t, _)| t))
@@ -278,7 +295,7 @@ impl Export {
 /// by layout, never written at a wrong time.
 fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<i64>> {
     let mut earliest: Option<i64> = None;
-    let columns = super::EVENT_TABLES
+    let columns = EVENT_TABLES
         .iter()
         .map(|t| (*t, "start", "1".to_string()))
         .chain(super::metrics::time_columns(schema))
@@ -306,7 +323,7 @@ fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<
 /// Whether a table is one a conversion reads (or leaves to a reader that does, for a reason
 /// listed in [`super::tables::EXCLUDED`]).
 pub fn is_converted(table: &str) -> bool {
-    super::EVENT_TABLES.contains(&table) || super::tables::spec_of(table).is_some()
+    EVENT_TABLES.contains(&table) || super::tables::spec_of(table).is_some()
 }
 
 /// A table whose rows are timed: it has a `start` or `timestamp` column.
