@@ -25,6 +25,8 @@
 //! changed in place with its old size and modification time is not mistaken for the original.
 //! The CRC reads the input at about memory speed; a conversion reads all of it anyway.
 
+use crate::nsys;
+use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -326,7 +328,7 @@ pub fn check(output: &Path, origin: &Path, options: &str) -> Reuse {
     // A trace made from a report stands for the export this tool made of that report's content
     // (a folder's pair: the export is converted in place of its report).
     let of_report = || {
-        crate::report::recorded_report(origin)
+        recorded_report(origin)
             .is_some_and(|r| (r.size, r.crc32) == (rec.input.size, rec.input.crc32))
     };
     if !rec.input.matches(origin) && !of_report() {
@@ -336,6 +338,48 @@ pub fn check(output: &Path, origin: &Path, options: &str) -> Reuse {
         ));
     }
     Reuse::Same
+}
+
+/// The table in which an export this tool wrote records what it was made from: rows (key,
+/// value) with `report` (the report's [`FileId`] as text), `report_name`,
+/// `nsys` (the version that exported it) and `tool`. It has no time column, so conversions
+/// pass over it.
+pub const EXPORT_RECORD_TABLE: &str = "nsys_perfetto_export";
+
+/// The identity of the report an export this tool wrote was exported from, as it records it
+/// (`None` for a file of the user's, or one that records none).
+pub fn recorded_report(export: &Path) -> Option<FileId> {
+    if export.extension().is_none_or(|e| e != "sqlite") || !owns_export(export) {
+        return None;
+    }
+    let _shm = nsys::ShmGuard::new(export);
+    let conn = nsys::open_readonly(export).ok()?;
+    let text: String = conn
+        .query_row(
+            &format!("SELECT value FROM {EXPORT_RECORD_TABLE} WHERE key = 'report'"),
+            [],
+            |r| r.get(0),
+        )
+        .ok()?;
+    FileId::from_text(&text)
+}
+
+/// The SQLite `application_id` nsys-perfetto sets in the exports it writes ("nspf"): how a
+/// later run knows which `X.sqlite` files are its own. nsys leaves it 0. Set on the temporary
+/// before it is renamed into place, so no file of the user's is ever written.
+pub const EXPORT_APPLICATION_ID: u32 = u32::from_be_bytes(*b"nspf");
+
+/// Whether nsys-perfetto wrote the file at `export` (its SQLite header carries
+/// [`EXPORT_APPLICATION_ID`], bytes 68..72). A SQLite file the tool did not write is never
+/// modified, replaced or deleted.
+pub fn owns_export(export: &Path) -> bool {
+    let mut header = [0u8; 72];
+    fs::metadata(export).is_ok_and(|m| m.is_file())
+        && File::open(export)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .is_ok()
+        && header.starts_with(b"SQLite format 3\0")
+        && u32::from_be_bytes(header[68..72].try_into().expect("4 bytes")) == EXPORT_APPLICATION_ID
 }
 
 #[cfg(test)]

@@ -65,6 +65,7 @@
 //!   agent and the profiled program are killed.
 
 use crate::nsys;
+use crate::provenance::{EXPORT_APPLICATION_ID, EXPORT_RECORD_TABLE, owns_export, recorded_report};
 use anyhow::{Context, Result, anyhow, bail};
 use std::ffi::{OsStr, OsString};
 use std::fmt;
@@ -824,36 +825,12 @@ fn writable_dir(dir: &Path) -> bool {
     }
 }
 
-/// The table in which an export this tool wrote records what it was made from: rows (key,
-/// value) with `report` (the report's [`crate::provenance::FileId`] as text), `report_name`,
-/// `nsys` (the version that exported it) and `tool`. It has no time column, so conversions
-/// pass over it.
-pub const EXPORT_RECORD_TABLE: &str = "nsys_perfetto_export";
-
 /// What an export was made from, as recorded in it.
 #[derive(Debug, Clone)]
 struct ExportRecord {
     report: Option<crate::provenance::FileId>,
     report_name: String,
     nsys: Option<Version>,
-}
-
-/// The identity of the report an export this tool wrote was exported from, as it records it
-/// (`None` for a file of the user's, or one that records none).
-pub fn recorded_report(export: &Path) -> Option<crate::provenance::FileId> {
-    if export.extension().is_none_or(|e| e != "sqlite") || !owns_export(export) {
-        return None;
-    }
-    let _shm = nsys::ShmGuard::new(export);
-    let conn = nsys::open_readonly(export).ok()?;
-    let text: String = conn
-        .query_row(
-            &format!("SELECT value FROM {EXPORT_RECORD_TABLE} WHERE key = 'report'"),
-            [],
-            |r| r.get(0),
-        )
-        .ok()?;
-    crate::provenance::FileId::from_text(&text)
 }
 
 /// For an export this tool wrote: whether it records being exported from `report`'s present
@@ -932,24 +909,6 @@ fn parent_dir(p: &Path) -> PathBuf {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
     }
-}
-
-/// The SQLite `application_id` nsys-perfetto sets in the exports it writes ("nspf"): how a
-/// later run knows which `X.sqlite` files are its own. nsys leaves it 0. Set on the temporary
-/// before it is renamed into place, so no file of the user's is ever written.
-pub const EXPORT_APPLICATION_ID: u32 = u32::from_be_bytes(*b"nspf");
-
-/// Whether nsys-perfetto wrote the file at `export` (its SQLite header carries
-/// [`EXPORT_APPLICATION_ID`], bytes 68..72). A SQLite file the tool did not write is never
-/// modified, replaced or deleted.
-pub fn owns_export(export: &Path) -> bool {
-    let mut header = [0u8; 72];
-    fs::metadata(export).is_ok_and(|m| m.is_file())
-        && File::open(export)
-            .and_then(|mut f| f.read_exact(&mut header))
-            .is_ok()
-        && header.starts_with(b"SQLite format 3\0")
-        && u32::from_be_bytes(header[68..72].try_into().expect("4 bytes")) == EXPORT_APPLICATION_ID
 }
 
 /// Mark an export this tool just wrote (still under its temporary name) as its own, and record
