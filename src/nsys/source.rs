@@ -8,6 +8,7 @@ use super::projection::Projected;
 use super::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
 use super::{Schema, open_readonly, open_schema};
 use crate::model::{Description, EventSink};
+use crate::progress::timing;
 use crate::select::{EventType, Selection};
 use crate::summary::Summary;
 use anyhow::{Result, anyhow};
@@ -426,21 +427,5 @@ fn sqlite_problem(e: &anyhow::Error) -> String {
         format!("damaged SQLite database: {msg}")
     } else {
         msg
-    }
-}
-
-/// Phase timings on stderr when NSYS_PERFETTO_TIMING is set: for benchmarking, not for users.
-pub fn timing(phase: &str, since: Instant) {
-    if std::env::var_os("NSYS_PERFETTO_TIMING").is_some() {
-        // CPU time of this thread in ns (schedstat's first field): stable under machine load,
-        // and finer than the clock ticks of `stat`.
-        let cpu = std::fs::read_to_string("/proc/thread-self/schedstat")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            .map_or(f64::NAN, |ns| ns as f64 / 1e9);
-        crate::say!(
-            "timing: {phase}: {:.3} s wall, thread cpu so far {cpu:.3} s",
-            since.elapsed().as_secs_f64()
-        );
     }
 }
