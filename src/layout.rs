@@ -354,7 +354,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             // One track per rule, in nsys' order, under one top-level group.
             GroupKey::Analysis { rule, .. } => (
                 Some(self.analysis_group()),
-                crate::workflow::analyze::RULES
+                crate::nsys::rules::RULES
                     .get(usize::from(rule))
                     .map_or_else(|| "Findings".to_string(), |r| r.track_name()),
                 Some(i64::from(rule)),

@@ -210,7 +210,7 @@ pub enum GroupKey {
     /// counters, network metrics). `source` is 0 from readers; layout folds in the source index.
     GlobalTrack { kind: TrackKind, source: i64 },
     /// Findings of one of nsys' expert rules (`--analyze`), on the top-level "Analysis" group:
-    /// `rule` indexes [`crate::workflow::analyze::RULES`]. `source` as for `GlobalTrack`.
+    /// `rule` indexes [`crate::nsys::rules::RULES`]. `source` as for `GlobalTrack`.
     Analysis { rule: u8, source: i64 },
 }
 

@@ -15,6 +15,7 @@ pub mod nvtx;
 pub mod osrt;
 pub mod projection;
 pub mod query;
+pub mod rules;
 pub mod runs;
 pub mod samples;
 pub mod sched;
