@@ -4,7 +4,8 @@
 //!
 //! Each CPU's slices become context switches: to the thread at its start; at its end to the
 //! next thread when it starts then, else to the idle task (pid 0, "swapper") until it does.
-//! `prev_state`, how the switched-out thread left, comes from the slice ([`OffCpu`](crate::model::OffCpu)).
+//! `prev_state`, how the switched-out thread left, comes from the slice
+//! ([`OffCpu`](crate::model::OffCpu)).
 //!
 //! - Switches go in `FtraceEventBundle.compact_sched` (one bundle per CPU holds up to
 //!   [`BUNDLE_SWITCHES`]: arrays of delta timestamps, prev_state, next pid, prio and comm, with
