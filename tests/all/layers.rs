@@ -800,6 +800,33 @@ fn src_has_no_import_circle_and_no_upward_import() {
         "",
         &mut files,
     );
+    // A string or char read wrongly would shift every bracket after it, and the `#[cfg(test)]`
+    // item skipped from there could swallow the rest of the file's imports.
+    for (file, text) in &files {
+        let mut open = Vec::new();
+        for (t, line) in lex(text) {
+            match t {
+                Tok::Open(c) => open.push(c),
+                Tok::Close(c) => {
+                    let want = match c {
+                        ')' => '(',
+                        ']' => '[',
+                        _ => '{',
+                    };
+                    assert_eq!(
+                        open.pop(),
+                        Some(want),
+                        "src/{file}:{line}: brackets read unbalanced"
+                    );
+                }
+                _ => {}
+            }
+        }
+        assert!(
+            open.is_empty(),
+            "src/{file}: brackets read unbalanced at its end"
+        );
+    }
     let g = graph(&files);
     if std::env::var_os("LAYERS_PRINT").is_some() {
         for e in g.edges.values() {
