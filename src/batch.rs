@@ -443,7 +443,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         }
         todo.push((tag, input, output, why));
     }
-    let jobs = crate::merge::default_jobs(Some(opts.jobs)).min(todo.len().max(1));
+    let jobs = crate::parallel::default_jobs(Some(opts.jobs)).min(todo.len().max(1));
     // Several at a time: one progress display (files done) for the run, not one per file.
     let files_progress = crate::progress::Progress::default();
     files_progress
@@ -477,7 +477,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         if jobs > 1 && conv.progress && !opts.quiet {
             s.spawn(|| files_progress.draw_until_finished_in("converting", "files"));
         }
-        let r = crate::merge::parallel_map(&todo, jobs, |i, (tag, input, output, why)| {
+        let r = crate::parallel::parallel_map(&todo, jobs, |i, (tag, input, output, why)| {
             let ok = match convert_one(input, output, opts, &conv_one) {
                 Ok(text) => {
                     report(

@@ -488,7 +488,7 @@ fn run<F: Format>(
                 })
             };
             let findings = if opts.analyze {
-                match crate::workflow::analyze::for_trace(&export.schema) {
+                match crate::nsys::rules::for_trace(&export.schema) {
                     Ok(f) => f,
                     Err(e) => {
                         failure = Some(anyhow!("analysis: {}", error_line(&e)));
@@ -498,7 +498,7 @@ fn run<F: Format>(
             } else {
                 Default::default()
             };
-            let make_sink = || crate::workflow::analyze::Blamed {
+            let make_sink = || crate::nsys::rules::Blamed {
                 sink: Floor {
                     sink: Router::new(
                         format.writer(desc.clone()),
@@ -515,7 +515,7 @@ fn run<F: Format>(
             };
             let part = export.read(&opts.selection, &make_sink).and_then(|mut p| {
                 if opts.analyze {
-                    p.merge(crate::workflow::analyze::write_findings(
+                    p.merge(crate::nsys::rules::write_findings(
                         &findings,
                         &opts.selection,
                         make_sink(),

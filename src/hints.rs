@@ -4,19 +4,6 @@
 use crate::select::{EventType, NameFilter, Selection};
 use std::path::Path;
 
-/// `1752345` as `1,752,345`.
-pub fn grouped(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i).is_multiple_of(3) {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
-}
-
 /// A path as the user would type it in a shell.
 fn shell_word(path: &Path) -> String {
     let s = path.display().to_string();
@@ -42,7 +29,7 @@ fn is_sqlite(path: &Path) -> bool {
 /// When `path` is a trace (a `.pftrace` or `.json` output, say) rather than a profile: the
 /// message that points to `open`.
 pub fn already_a_trace(path: &Path) -> Option<String> {
-    if !crate::open::is_trace(path) || is_sqlite(path) {
+    if !crate::file_kind::is_trace(path) || is_sqlite(path) {
         return None;
     }
     Some(format!(
@@ -87,7 +74,7 @@ fn secs_in(ns: i64, scale: i64) -> String {
 pub fn capture_span(path: &Path) -> Option<(i64, i64)> {
     use crate::nsys;
     let (conn, schema) = nsys::open_schema(path).ok()?;
-    let columns = nsys::EVENT_TABLES
+    let columns = nsys::source::EVENT_TABLES
         .iter()
         .map(|t| (*t, "start", "1".to_string()))
         .chain(nsys::metrics::time_columns(&schema))
@@ -197,13 +184,5 @@ mod tests {
         assert_eq!(secs(630_846_976), "0.631s");
         assert_eq!(secs(4_200_000), "0.0042s");
         assert_eq!(secs_in(-38_000, 609_000_000), "-0.000038s");
-    }
-
-    #[test]
-    fn digits_grouped() {
-        assert_eq!(grouped(0), "0");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(79_564), "79,564");
-        assert_eq!(grouped(1_752_345), "1,752,345");
     }
 }

@@ -8,7 +8,7 @@ mod sched;
 
 use crate::model::{
     Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CpuSample, Description,
-    Event, EventSink, Flows, GroupKey, Name, TextNo, pid_of, with_source,
+    Event, EventSink, FastHash, Flows, GroupKey, Name, TextNo, pid_of, with_source,
 };
 use crate::output::{CHUNK_BYTES, Chunk, CustomTrack, EventWriter, Ids, WellKnown};
 use crate::summary::Summary;
@@ -50,6 +50,34 @@ struct Group {
     lanes_under_lane0: bool,
 }
 
+/// One counter track of one router.
+struct Counter {
+    name: Box<str>,
+    unit: Box<str>,
+    uuid: u64,
+    /// The sequence its samples go on, and the last time written there.
+    seq: u32,
+    last_ts: i64,
+}
+
+/// Threads on CPUs so far (see `sched.rs`).
+#[derive(Default)]
+struct Sched {
+    /// The sequence scheduling packets go on, once one came.
+    seq: Option<u32>,
+    /// By trace CPU number: the end of the last slice written natively there (`None` before
+    /// the first).
+    cpus: Vec<Option<i64>>,
+    /// Threads met on CPUs (placed global tid) -> whether they go natively (their descriptor
+    /// was then required).
+    threads: HashMap<i64, bool, FastHash>,
+    /// Trace tid -> the thread that has it natively.
+    tids: HashMap<i64, i64, FastHash>,
+    /// Slice names ("name 1234", "Thread 1234") of the slices written as slices, by the
+    /// source's own thread id.
+    names: HashMap<i64, String, FastHash>,
+}
+
 /// Where a source sits in the trace: its index (folded into its process/thread ids and flow ids
 /// so that several sources never share a track or an arrow) and what its times are shifted by.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -89,7 +117,7 @@ pub struct Router<'a, W: EventWriter> {
     /// GPU contexts (device, index) this router has put tracks under (for the track count).
     context_tracks: std::collections::HashSet<(i64, u32)>,
     /// Counter tracks by owner (few per owner: found by a short scan, no allocation per value).
-    counters: HashMap<CounterOwner, Vec<counters::Counter>>,
+    counters: HashMap<CounterOwner, Vec<Counter>>,
     /// Each GPU's "GPU metrics" group track (below its streams), once this router made one.
     metrics_groups: HashMap<i64, u64>,
     /// The sequence of this router's CPU samples, once one came.
@@ -97,7 +125,7 @@ pub struct Router<'a, W: EventWriter> {
     /// Threads whose samples this router has written (their descriptors were required).
     sample_threads: std::collections::HashSet<i64>,
     /// Threads on CPUs, where the format shows scheduling natively.
-    sched: sched::Sched,
+    sched: Sched,
     pub summary: Summary,
     progress: Option<&'a crate::progress::Progress>,
     /// Rows handled since progress was last reported (reported in batches: less contention).
@@ -354,7 +382,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             // One track per rule, in nsys' order, under one top-level group.
             GroupKey::Analysis { rule, .. } => (
                 Some(self.analysis_group()),
-                crate::workflow::analyze::RULES
+                crate::nsys::rules::RULES
                     .get(usize::from(rule))
                     .map_or_else(|| "Findings".to_string(), |r| r.track_name()),
                 Some(i64::from(rule)),

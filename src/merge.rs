@@ -14,9 +14,10 @@
 //!   ([`crate::convert::merge_sqlite`]): memory follows the largest report, not their number.
 
 use crate::batch;
-use crate::cli::{FormatArg, NsysArgs, SelectArgs};
+use crate::cli::args::{FormatArg, NsysArgs, SelectArgs};
 use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
 use crate::nsys::source::Export;
+use crate::parallel::{default_jobs, parallel_map};
 use crate::report::{self, ExportOptions, Exported};
 use crate::summary::{Summary, human_ns};
 use anyhow::{Result, anyhow, bail};
@@ -24,8 +25,6 @@ use clap::{Args, ValueEnum};
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 /// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace.
 #[derive(Args, Debug, Clone)]
@@ -231,43 +230,6 @@ fn unique_labels(labels: &mut [String], paths: &[PathBuf]) {
             *l = format!("{l} #{}", i + 1);
         }
     }
-}
-
-/// The number of parallel jobs: `-j N`, else every core.
-pub fn default_jobs(jobs: Option<usize>) -> usize {
-    jobs.filter(|&j| j > 0).unwrap_or_else(|| {
-        std::thread::available_parallelism()
-            .map(|n| n.get())
-            .unwrap_or(1)
-    })
-}
-
-/// Run `f` over `items` on up to `jobs` threads; results in input order.
-pub fn parallel_map<T: Sync, R: Send>(
-    items: &[T],
-    jobs: usize,
-    f: impl Fn(usize, &T) -> R + Sync,
-) -> Vec<R> {
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
-    std::thread::scope(|s| {
-        for _ in 0..jobs.clamp(1, items.len().max(1)) {
-            s.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(item) = items.get(i) else { break };
-                    let r = f(i, item);
-                    results.lock().unwrap()[i] = Some(r);
-                }
-            });
-        }
-    });
-    results
-        .into_inner()
-        .unwrap()
-        .into_iter()
-        .map(|r| r.expect("every item ran"))
-        .collect()
 }
 
 /// One input of a merge, ready: its export (kept alive while the merge runs) and its name.
@@ -611,15 +573,5 @@ mod tests {
             ],
         );
         assert_eq!(ls, ["a · p", "a · q", "b"]);
-    }
-
-    #[test]
-    fn parallel_map_keeps_order() {
-        let v: Vec<usize> = (0..50).collect();
-        assert_eq!(
-            parallel_map(&v, 4, |_, x| x * 2),
-            (0..50).map(|x| x * 2).collect::<Vec<_>>()
-        );
-        assert!(parallel_map(&Vec::<usize>::new(), 4, |_, x| *x).is_empty());
     }
 }

@@ -8,6 +8,7 @@
 //! laptop are printed instead. `--native` hands the trace to a `trace_processor_shell --httpd`
 //! instead, for traces too large for a browser tab.
 
+use crate::serve::ui_dir::{LOCAL_UI_PORT, TRACE_PREFIX, UiDir};
 use crate::serve::{http, signal};
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Write;
@@ -70,9 +71,9 @@ pub struct OpenArgs {
     pub port: u16,
     /// Convert with these options (profiles only).
     #[command(flatten)]
-    pub select: crate::cli::SelectArgs,
+    pub select: crate::cli::args::SelectArgs,
     #[command(flatten)]
-    pub nsys: crate::cli::NsysArgs,
+    pub nsys: crate::cli::args::NsysArgs,
 }
 
 /// Listen on 127.0.0.1:`port`; when it is taken, say `why` it must be that port and how to find
@@ -88,23 +89,6 @@ fn bind_local(port: u16, why: &str) -> Result<std::net::TcpListener> {
             anyhow!("cannot listen on 127.0.0.1:{port}: {e}")
         }
     })
-}
-
-/// Whether a path is a trace the UI opens as is.
-pub fn is_trace(path: &Path) -> bool {
-    let name = path.to_string_lossy().to_lowercase();
-    [
-        ".pftrace",
-        ".perfetto-trace",
-        ".perfetto",
-        ".pb",
-        ".trace",
-        ".json",
-        ".gz",
-        ".ctrace",
-    ]
-    .iter()
-    .any(|e| name.ends_with(e))
 }
 
 /// Where the UI should open: `visStart`/`visEnd` (and `ts` for `--at`), in trace nanoseconds.
@@ -234,7 +218,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
             input.display()
         );
     }
-    if is_trace(input) && !crate::batch::is_profile(input) {
+    if crate::file_kind::is_trace(input) && !crate::batch::is_profile(input) {
         return Ok((input.clone(), None));
     }
     if !crate::batch::is_profile(input) {
@@ -347,7 +331,7 @@ impl OpenArgs {
             return self.open_native(&tp, &trace, &link_params);
         }
         if let Some(ui) = &ui {
-            return crate::serve::ui_dir::open_with_local_ui(self, ui, &trace, size, &link_params);
+            return open_with_local_ui(self, ui, &trace, size, &link_params);
         }
         if size > BIG_TRACE {
             let gb = size as f64 / 1e9;
@@ -441,7 +425,7 @@ impl OpenArgs {
                         .header("Vary", "Origin")
                 };
                 // Only requests for the loopback address (no DNS rebinding to this file).
-                if !req.header("host").is_some_and(crate::serve::loopback_host) {
+                if !req.header("host").is_some_and(http::loopback_host) {
                     return cors(http::Response::text(403, "only for 127.0.0.1"));
                 }
                 let path_ok = req.path == format!("/{name}");
@@ -574,6 +558,107 @@ impl OpenArgs {
     }
 }
 
+/// `open --ui DIR`: serve the UI at `/` and the trace at `/nsys-perfetto/NAME` on one port, and
+/// open `http://127.0.0.1:PORT/#!/?url=...`. The UI loads its files from us after the trace
+/// too, so this serves until Ctrl-C (or `--timeout`), not only until the trace is fetched.
+fn open_with_local_ui(
+    args: &OpenArgs,
+    ui: &UiDir,
+    trace: &Path,
+    size: u64,
+    link_params: &str,
+) -> Result<ExitCode> {
+    let port = if args.port == PERFETTO_PORT {
+        LOCAL_UI_PORT
+    } else {
+        args.port
+    };
+    let listener =
+        http::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).map_err(|e| anyhow!("{e:#}"))?;
+    let port = listener.local_addr()?.port();
+    let name = trace
+        .file_name()
+        .map(|n| n.to_string_lossy().to_string())
+        .unwrap_or_else(|| "trace".into());
+    let trace_path = format!("{TRACE_PREFIX}{name}");
+    let origin = format!("http://127.0.0.1:{port}");
+    let url = format!(
+        "{origin}/#!/?url={origin}{TRACE_PREFIX}{}{link_params}",
+        http::percent_encode(&name)
+    );
+    eprintln!(
+        "serving the Perfetto UI from {} and {} ({}) on {origin}/ until Ctrl-C",
+        ui.root().display(),
+        trace.display(),
+        crate::summary::human_bytes(size)
+    );
+    let fetched = Arc::new(AtomicBool::new(false));
+    let stop = Arc::new(AtomicBool::new(false));
+    let handler: Arc<http::Handler> = {
+        let (ui, trace, fetched) = (ui.clone(), trace.to_path_buf(), fetched.clone());
+        Arc::new(move |req: &mut http::Request| {
+            // Only requests for the loopback address (no DNS rebinding to these files).
+            if !req.header("host").is_some_and(http::loopback_host) {
+                return http::Response::text(403, "only for 127.0.0.1");
+            }
+            if !matches!(req.method.as_str(), "GET" | "HEAD") {
+                return http::Response::text(405, "read-only");
+            }
+            if req.path == trace_path {
+                return match std::fs::File::open(&trace)
+                    .and_then(|f| http::Response::file("application/octet-stream", f))
+                {
+                    Ok(mut r) => {
+                        if req.method == "GET" {
+                            let fetched = fetched.clone();
+                            r.on_sent = Some(Box::new(move || {
+                                if !fetched.swap(true, Ordering::SeqCst) {
+                                    eprintln!("the Perfetto UI fetched the trace");
+                                }
+                            }));
+                        }
+                        r
+                    }
+                    Err(e) => http::Response::text(500, &format!("cannot read the trace: {e}")),
+                };
+            }
+            ui.respond(&req.path)
+        })
+    };
+    let mut shown = args.clone();
+    shown.port = port;
+    shown.announce(&url);
+    signal::stop_on_interrupt(&stop);
+    let deadline = args
+        .timeout
+        .map(|secs| Instant::now() + Duration::from_secs(secs));
+    if let Some(end) = deadline {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+    http::run(&listener, handler, stop, 64)?;
+    let was_fetched = fetched.load(Ordering::SeqCst);
+    if signal::interrupted() {
+        eprintln!("stopped");
+        Ok(if was_fetched {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(130)
+        })
+    } else if was_fetched {
+        eprintln!("--timeout reached; stopped");
+        Ok(ExitCode::SUCCESS)
+    } else {
+        eprintln!("timed out: the trace was not fetched");
+        Ok(ExitCode::FAILURE)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -594,7 +679,5 @@ mod tests {
             "&ts=100000&visStart=0&visEnd=600000"
         );
         assert!(deep_link_params(None, Some("2s..")).is_err());
-        assert!(is_trace(Path::new("a.pftrace")) && is_trace(Path::new("a.json.gz")));
-        assert!(!is_trace(Path::new("a.sqlite")));
     }
 }

@@ -2,7 +2,7 @@
 
 use std::io::{IsTerminal, Write};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Rows handled so far, shared by the reader threads (each adds in batches).
 #[derive(Debug, Default)]
@@ -60,5 +60,21 @@ pub fn clear_line() {
     if err.is_terminal() {
         let _ = write!(err, "\r\x1b[2K");
         let _ = err.flush();
+    }
+}
+
+/// Phase timings on stderr when NSYS_PERFETTO_TIMING is set: for benchmarking, not for users.
+pub fn timing(phase: &str, since: Instant) {
+    if std::env::var_os("NSYS_PERFETTO_TIMING").is_some() {
+        // CPU time of this thread in ns (schedstat's first field): stable under machine load,
+        // and finer than the clock ticks of `stat`.
+        let cpu = std::fs::read_to_string("/proc/thread-self/schedstat")
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
+            .map_or(f64::NAN, |ns| ns as f64 / 1e9);
+        crate::say!(
+            "timing: {phase}: {:.3} s wall, thread cpu so far {cpu:.3} s",
+            since.elapsed().as_secs_f64()
+        );
     }
 }

@@ -25,6 +25,8 @@
 //! changed in place with its old size and modification time is not mistaken for the original.
 //! The CRC reads the input at about memory speed; a conversion reads all of it anyway.
 
+use crate::nsys;
+use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
@@ -376,7 +378,7 @@ pub fn check(output: &Path, origin: &Path, options: &str) -> Reuse {
     // A trace made from a report stands for the export this tool made of that report's content
     // (a folder's pair: the export is converted in place of its report).
     let of_report = || {
-        crate::report::recorded_report(origin)
+        recorded_report(origin)
             .is_some_and(|r| (r.size, r.crc32) == (rec.input.size, rec.input.crc32))
     };
     if !rec.input.matches(origin) && !of_report() {
@@ -386,6 +388,66 @@ pub fn check(output: &Path, origin: &Path, options: &str) -> Reuse {
         ));
     }
     Reuse::Same
+}
+
+/// The table in which an export this tool wrote records what it was made from: rows (key,
+/// value) with `report` (the report's [`FileId`] as text), `report_name`,
+/// `nsys` (the version that exported it) and `tool`. It has no time column, so conversions
+/// pass over it.
+pub const EXPORT_RECORD_TABLE: &str = "nsys_perfetto_export";
+
+/// The file in an Arrow export this tool wrote that records what it was made from (the rows of
+/// [`EXPORT_RECORD_TABLE`] as a JSON object): nsys writes no such file, so its presence marks
+/// the directory as this tool's, as [`EXPORT_APPLICATION_ID`] marks an SQLite file.
+pub const EXPORT_RECORD_FILE: &str = ".nsys-perfetto-export.json";
+
+/// The rows (key, value) an export this tool wrote records; `None` for an export of the user's,
+/// or one that records nothing.
+pub fn export_record(export: &Path) -> Option<std::collections::HashMap<String, String>> {
+    if !owns_export(export) {
+        return None;
+    }
+    if std::fs::metadata(export).is_ok_and(|m| m.is_dir()) {
+        let text = fs::read_to_string(export.join(EXPORT_RECORD_FILE)).ok()?;
+        return serde_json::from_str(&text).ok();
+    }
+    let _shm = nsys::ShmGuard::new(export);
+    let conn = nsys::open_readonly(export).ok()?;
+    let mut stmt = conn
+        .prepare(&format!("SELECT key, value FROM {EXPORT_RECORD_TABLE}"))
+        .ok()?;
+    stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+        .ok()?
+        .collect::<rusqlite::Result<_>>()
+        .ok()
+}
+
+/// The identity of the report an export this tool wrote was exported from, as it records it
+/// (`None` for a file of the user's, or one that records none).
+pub fn recorded_report(export: &Path) -> Option<FileId> {
+    FileId::from_text(export_record(export)?.get("report")?)
+}
+
+/// The SQLite `application_id` nsys-perfetto sets in the exports it writes ("nspf"): how a
+/// later run knows which `X.sqlite` files are its own. nsys leaves it 0. Set on the temporary
+/// before it is renamed into place, so no file of the user's is ever written.
+pub const EXPORT_APPLICATION_ID: u32 = u32::from_be_bytes(*b"nspf");
+
+/// Whether nsys-perfetto wrote the export at `export`: an SQLite file whose header carries
+/// [`EXPORT_APPLICATION_ID`] (bytes 68..72), or an Arrow export directory holding
+/// [`EXPORT_RECORD_FILE`]. An export the tool did not write is never modified, replaced or
+/// deleted.
+pub fn owns_export(export: &Path) -> bool {
+    if fs::metadata(export).is_ok_and(|m| m.is_dir()) {
+        return fs::metadata(export.join(EXPORT_RECORD_FILE)).is_ok_and(|m| m.is_file());
+    }
+    let mut header = [0u8; 72];
+    fs::metadata(export).is_ok_and(|m| m.is_file())
+        && File::open(export)
+            .and_then(|mut f| f.read_exact(&mut header))
+            .is_ok()
+        && header.starts_with(b"SQLite format 3\0")
+        && u32::from_be_bytes(header[68..72].try_into().expect("4 bytes")) == EXPORT_APPLICATION_ID
 }
 
 #[cfg(test)]

@@ -66,8 +66,10 @@
 //!   agent and the profiled program are killed.
 
 use crate::nsys;
+use crate::provenance::{
+    EXPORT_APPLICATION_ID, EXPORT_RECORD_FILE, EXPORT_RECORD_TABLE, owns_export, recorded_report,
+};
 use anyhow::{Context, Result, anyhow, bail};
-use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
@@ -905,12 +907,6 @@ fn writable_dir(dir: &Path) -> bool {
     }
 }
 
-/// The table in which an export this tool wrote records what it was made from: rows (key,
-/// value) with `report` (the report's [`crate::provenance::FileId`] as text), `report_name`,
-/// `nsys` (the version that exported it) and `tool`. It has no time column, so conversions
-/// pass over it.
-pub const EXPORT_RECORD_TABLE: &str = "nsys_perfetto_export";
-
 /// What an export was made from, as recorded in it.
 #[derive(Debug, Clone)]
 struct ExportRecord {
@@ -919,42 +915,15 @@ struct ExportRecord {
     nsys: Option<Version>,
 }
 
-/// The file in an Arrow export this tool wrote that records what it was made from (the rows of
-/// [`EXPORT_RECORD_TABLE`] as a JSON object): nsys writes no such file, so its presence marks
-/// the directory as this tool's, as [`EXPORT_APPLICATION_ID`] marks an SQLite file.
-pub const EXPORT_RECORD_FILE: &str = ".nsys-perfetto-export.json";
-
-/// The record of an export this tool wrote (`None` for a file of the user's, or one that
+/// The record of an export this tool wrote (`None` for an export of the user's, or one that
 /// records nothing).
 fn read_record(export: &Path) -> Option<ExportRecord> {
-    if !owns_export(export) {
-        return None;
-    }
-    let values: HashMap<String, String> = if Format::of(export) == Format::Arrow {
-        let text = fs::read_to_string(export.join(EXPORT_RECORD_FILE)).ok()?;
-        serde_json::from_str(&text).ok()?
-    } else {
-        let _shm = nsys::ShmGuard::new(export);
-        let conn = nsys::open_readonly(export).ok()?;
-        let mut stmt = conn
-            .prepare(&format!("SELECT key, value FROM {EXPORT_RECORD_TABLE}"))
-            .ok()?;
-        stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .ok()?
-            .collect::<rusqlite::Result<_>>()
-            .ok()?
-    };
+    let values = crate::provenance::export_record(export)?;
     Some(ExportRecord {
         report: crate::provenance::FileId::from_text(values.get("report")?),
         report_name: values.get("report_name").cloned().unwrap_or_default(),
         nsys: values.get("nsys").and_then(|v| Version::parse(v)),
     })
-}
-
-/// The identity of the report an export this tool wrote was exported from, as it records it
-/// (`None` for a file of the user's, or one that records none).
-pub fn recorded_report(export: &Path) -> Option<crate::provenance::FileId> {
-    read_record(export)?.report
 }
 
 /// For an export this tool wrote: whether it records being exported from `report`'s present
@@ -1020,28 +989,6 @@ fn parent_dir(p: &Path) -> PathBuf {
     }
 }
 
-/// The SQLite `application_id` nsys-perfetto sets in the exports it writes ("nspf"): how a
-/// later run knows which `X.sqlite` files are its own. nsys leaves it 0. Set on the temporary
-/// before it is renamed into place, so no file of the user's is ever written.
-pub const EXPORT_APPLICATION_ID: u32 = u32::from_be_bytes(*b"nspf");
-
-/// Whether nsys-perfetto wrote the file at `export` (its SQLite header carries
-/// [`EXPORT_APPLICATION_ID`], bytes 68..72). A SQLite file the tool did not write is never
-/// modified, replaced or deleted.
-pub fn owns_export(export: &Path) -> bool {
-    if Format::of(export) == Format::Arrow {
-        return fs::metadata(export).is_ok_and(|m| m.is_dir())
-            && fs::metadata(export.join(EXPORT_RECORD_FILE)).is_ok_and(|m| m.is_file());
-    }
-    let mut header = [0u8; 72];
-    fs::metadata(export).is_ok_and(|m| m.is_file())
-        && File::open(export)
-            .and_then(|mut f| f.read_exact(&mut header))
-            .is_ok()
-        && header.starts_with(b"SQLite format 3\0")
-        && u32::from_be_bytes(header[68..72].try_into().expect("4 bytes")) == EXPORT_APPLICATION_ID
-}
-
 /// Mark an export this tool just wrote (still under its temporary name) as its own, and record
 /// what it was made from (see [`EXPORT_RECORD_TABLE`]; nothing when the report's identity could
 /// not be taken, so it is not reused).
@@ -1058,7 +1005,7 @@ fn mark_owned(export: &Path, record: &ExportRecord) -> Result<()> {
         ]
     });
     if Format::of(export) == Format::Arrow {
-        let values: HashMap<&str, String> = rows.into_iter().flatten().collect();
+        let values: std::collections::HashMap<&str, String> = rows.into_iter().flatten().collect();
         fs::write(
             export.join(EXPORT_RECORD_FILE),
             serde_json::to_string(&values)?,

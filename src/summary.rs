@@ -1,7 +1,7 @@
 //! What a conversion did: events per category, tracks, flows and every skipped row with its
 //! reason. Printed at the end of a run and returned to library users.
 
-use crate::model::Category;
+use crate::model::category::Category;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
@@ -177,5 +177,31 @@ pub fn human_bytes(n: u64) -> String {
         format!("{:.1} kB", n as f64 / 1e3)
     } else {
         format!("{n} B")
+    }
+}
+
+/// `1752345` as `1,752,345`.
+pub fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn digits_grouped() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(79_564), "79,564");
+        assert_eq!(grouped(1_752_345), "1,752,345");
     }
 }

@@ -10,22 +10,12 @@
 //! CPU samples are not on tracks: each names its thread, which the writer describes, and all
 //! samples of one reader share one sequence that interns their frames.
 
-use super::{Placement, Router};
+use super::{Counter, Placement, Router};
 use crate::model::{
     Category, CounterKey, CounterOwner, CounterSample, CpuSample, EventSink, with_source,
 };
 use crate::output::{CounterTrack, CustomTrack, EventWriter, WellKnown};
 use anyhow::Result;
-
-/// One counter track of one router.
-pub(super) struct Counter {
-    name: Box<str>,
-    unit: Box<str>,
-    uuid: u64,
-    /// The sequence its samples go on, and the last time written there.
-    seq: u32,
-    last_ts: i64,
-}
 
 impl<W: EventWriter> Router<'_, W> {
     pub(super) fn place_counter(&mut self, key: &CounterKey<'_>, s: CounterSample) -> Result<()> {

@@ -16,29 +16,11 @@
 
 use super::{Placement, Router};
 use crate::model::{
-    ArgList, Category, CpuSlice, Event, EventSink, FastHash, Flows, GroupKey, Name, pid_of, tid_of,
+    ArgList, Category, CpuSlice, Event, EventSink, Flows, GroupKey, Name, pid_of, tid_of,
     trace_tid_of, with_source,
 };
 use crate::output::{EventWriter, MAX_CPUS, WellKnown};
 use anyhow::Result;
-use std::collections::HashMap;
-
-#[derive(Default)]
-pub(super) struct Sched {
-    /// The sequence scheduling packets go on, once one came.
-    seq: Option<u32>,
-    /// By trace CPU number: the end of the last slice written natively there (`None` before
-    /// the first).
-    cpus: Vec<Option<i64>>,
-    /// Threads met on CPUs (placed global tid) -> whether they go natively (their descriptor
-    /// was then required).
-    threads: HashMap<i64, bool, FastHash>,
-    /// Trace tid -> the thread that has it natively.
-    tids: HashMap<i64, i64, FastHash>,
-    /// Slice names ("name 1234", "Thread 1234") of the slices written as slices, by the
-    /// source's own thread id.
-    names: HashMap<i64, String, FastHash>,
-}
 
 impl<W: EventWriter> Router<'_, W> {
     pub(super) fn place_cpu_slice(&mut self, s: &CpuSlice) -> Result<()> {

@@ -67,7 +67,7 @@ pub fn declare(conn: &Connection, schema_name: &str, dir: &Path) -> Result<()> {
     for (table, file) in table_files(dir)? {
         let sql = format!(
             "CREATE VIRTUAL TABLE {schema_name}.{} USING {}({})",
-            super::quote_ident(&table),
+            super::query::quote_ident(&table),
             MODULE_NAME.to_str().expect("ASCII"),
             hex(file.as_os_str().as_encoded_bytes()),
         );
@@ -549,7 +549,7 @@ enum Pick {
     Int(i64),
 }
 
-/// A [`super::scan::Scan`] read straight from a table's columns, without SQLite.
+/// A scan (see `nsys::scan`) read straight from a table's columns, without SQLite.
 pub struct TableScan {
     table: Arc<Table>,
     picks: Vec<Pick>,
@@ -565,10 +565,10 @@ impl TableScan {
     pub fn open(
         dir: &Path,
         table: &str,
-        cols: &[super::scan::Col],
-        order: &[super::scan::Col],
+        cols: &[super::column::Col],
+        order: &[super::column::Col],
     ) -> Result<Option<TableScan>> {
-        use super::scan::Col;
+        use super::column::Col;
         let file = dir.join(format!("{table}.{EXTENSION}"));
         let t = Table::shared(&file).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
         let index = |n: &str| t.columns.iter().position(|(c, _)| c == n);
@@ -648,7 +648,7 @@ pub struct RowRef<'s> {
     row: usize,
 }
 
-impl super::Fetch for RowRef<'_> {
+impl super::query::Fetch for RowRef<'_> {
     #[inline]
     fn fetch(&self, k: usize) -> ValueRef<'_> {
         let cols = &self.table.batches[self.batch];
@@ -710,7 +710,7 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
                 } else {
                     ""
                 };
-                format!("{} {t}{key}", super::quote_ident(n))
+                format!("{} {t}{key}", super::query::quote_ident(n))
             })
             .collect();
         let sql = CString::new(format!("CREATE TABLE x({})", columns.join(", ")))

@@ -161,7 +161,7 @@ pub fn generic_note(
             r.get(0)
         })?;
     let total = total.max(0) as u64;
-    let g = crate::hints::grouped;
+    let g = crate::summary::grouped;
     let mut parts = Vec::new();
     if !selection.wants(EventType::GpuMetrics) {
         parts.push(format!(

@@ -5,6 +5,7 @@
 
 pub mod api;
 pub mod arrow;
+pub mod column;
 pub mod contexts;
 pub mod enums;
 pub mod flows;
@@ -16,6 +17,7 @@ pub mod nvtx;
 pub mod osrt;
 pub mod projection;
 pub mod query;
+pub mod rules;
 pub mod runs;
 pub mod samples;
 pub mod scan;
@@ -25,7 +27,7 @@ pub mod sync;
 pub mod tables;
 
 use anyhow::{Context, Result, bail};
-pub use query::{Fetch, Query};
+pub use query::{Fetch, Query, quote_ident};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -53,22 +55,6 @@ pub mod nvtx_type {
     pub const DOMAIN_CREATE: i64 = 75;
     pub const DOMAIN_DESTROY: i64 = 76;
 }
-
-/// The event tables the readers convert (rows counted for the progress bar).
-pub const EVENT_TABLES: [&str; 12] = [
-    KERNEL,
-    MEMCPY,
-    MEMSET,
-    RUNTIME,
-    DRIVER,
-    NVTX,
-    osrt::OSRT,
-    SYNC,
-    sched::SCHED,
-    samples::COMPOSITE,
-    metrics::GPU_METRICS,
-    gpu_memory::GPU_MEMORY,
-];
 
 /// Tables whose presence marks a file as an Nsight Systems export.
 const NSYS_MARKERS: &[&str] = &[
@@ -269,11 +255,6 @@ pub fn check_rowid_order(table: &str, last: &mut Option<i64>, rowid: i64) -> Res
     Ok(())
 }
 
-/// Quote an SQL identifier (a table or column name), doubling any `"` in it.
-pub fn quote_ident(name: &str) -> String {
-    format!("\"{}\"", name.replace('"', "\"\""))
-}
-
 /// Whether `path` is nsys' Arrow export of a report: a directory holding one of the tables
 /// every export has as an `.arrow` file.
 pub fn is_arrow_export(path: &Path) -> bool {
@@ -355,7 +336,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
         let mut f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
         let n = f.read(&mut header).unwrap_or(0);
         if n < 16 || &header != b"SQLite format 3\0" {
-            if crate::open::is_trace(path) {
+            if crate::file_kind::is_trace(path) {
                 bail!(
                     "a Perfetto trace, not an nsys SQLite export: open it with `nsys-perfetto \
                      open {}`",

@@ -804,7 +804,7 @@ fn sweep_all(
         let t0 = std::time::Instant::now();
         match sweep(conn, &cols, launches, nvtx_sorted) {
             Ok(p) => {
-                crate::nsys::source::timing("projection: sweep", t0);
+                crate::progress::timing("projection: sweep", t0);
                 return Ok(Some(p));
             }
             Err(Stop::Fail(e)) => return Err(e),

@@ -25,6 +25,11 @@ use std::ffi::c_int;
 use std::marker::PhantomData;
 use std::ptr::NonNull;
 
+/// Quote an SQL identifier (a table or column name), doubling any `"` in it.
+pub fn quote_ident(name: &str) -> String {
+    format!("\"{}\"", name.replace('"', "\"\""))
+}
+
 /// A row's values by column number.
 pub trait Fetch {
     /// The value of column `i` (NULL where there is no such column).

@@ -5,27 +5,12 @@
 //! conversion without a selection), and otherwise runs the same statement over its virtual
 //! tables ([`super::arrow`]). Either way the reader sees rows through [`Fetch`].
 
+pub use super::column::Col;
 use super::query::{Fetch, Query, Values};
 use super::{Schema, arrow};
 use anyhow::Result;
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
-
-/// A column of a scan's rows.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Col {
-    /// A column of the table (a column the export lacks is a [`Col::Null`]).
-    Column(String),
-    /// The row's rowid (`NULL` where the table has none).
-    Rowid,
-    Null,
-    /// The first of these columns that is not NULL.
-    Coalesce(Vec<String>),
-    /// A constant.
-    Int(i64),
-    /// Any other SQL expression over the table, aliased `t`.
-    Sql(String),
-}
 
 /// A read of one table: `SELECT cols FROM table t WHERE filter ORDER BY order`.
 #[derive(Debug, Clone)]

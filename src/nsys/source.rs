@@ -5,14 +5,32 @@
 use super::flows::{self, FlowDb};
 use super::info::ProfileInfo;
 use super::projection::Projected;
+use super::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
 use super::{Schema, open_readonly, open_schema};
 use crate::model::{Description, EventSink};
+use crate::progress::timing;
 use crate::select::{EventType, Selection};
 use crate::summary::Summary;
 use anyhow::{Result, anyhow};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
+
+/// The event tables the readers convert (rows counted for the progress bar).
+pub const EVENT_TABLES: [&str; 12] = [
+    KERNEL,
+    MEMCPY,
+    MEMSET,
+    RUNTIME,
+    DRIVER,
+    NVTX,
+    super::osrt::OSRT,
+    SYNC,
+    super::sched::SCHED,
+    super::samples::COMPOSITE,
+    super::metrics::GPU_METRICS,
+    super::gpu_memory::GPU_MEMORY,
+];
 
 /// An opened export: its tables and what it says about itself.
 pub struct Export {
@@ -79,7 +97,7 @@ impl Export {
         let Ok(conn) = open_readonly(&self.schema.path) else {
             return 0;
         };
-        super::EVENT_TABLES
+        EVENT_TABLES
             .iter()
             .copied()
             .chain(super::tables::present(&self.schema).map(|(t, _)| t))
@@ -278,7 +296,7 @@ impl Export {
 /// by layout, never written at a wrong time.
 fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<i64>> {
     let mut earliest: Option<i64> = None;
-    let columns = super::EVENT_TABLES
+    let columns = EVENT_TABLES
         .iter()
         .map(|t| (*t, "start", "1".to_string()))
         .chain(super::metrics::time_columns(schema))
@@ -306,7 +324,7 @@ fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<
 /// Whether a table is one a conversion reads (or leaves to a reader that does, for a reason
 /// listed in [`super::tables::EXCLUDED`]).
 pub fn is_converted(table: &str) -> bool {
-    super::EVENT_TABLES.contains(&table) || super::tables::spec_of(table).is_some()
+    EVENT_TABLES.contains(&table) || super::tables::spec_of(table).is_some()
 }
 
 /// A table whose rows are timed: it has a `start` or `timestamp` column.
@@ -409,21 +427,5 @@ fn sqlite_problem(e: &anyhow::Error) -> String {
         format!("damaged SQLite database: {msg}")
     } else {
         msg
-    }
-}
-
-/// Phase timings on stderr when NSYS_PERFETTO_TIMING is set: for benchmarking, not for users.
-pub fn timing(phase: &str, since: Instant) {
-    if std::env::var_os("NSYS_PERFETTO_TIMING").is_some() {
-        // CPU time of this thread in ns (schedstat's first field): stable under machine load,
-        // and finer than the clock ticks of `stat`.
-        let cpu = std::fs::read_to_string("/proc/thread-self/schedstat")
-            .ok()
-            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok())
-            .map_or(f64::NAN, |ns| ns as f64 / 1e9);
-        crate::say!(
-            "timing: {phase}: {:.3} s wall, thread cpu so far {cpu:.3} s",
-            since.elapsed().as_secs_f64()
-        );
     }
 }

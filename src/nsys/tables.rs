@@ -1322,7 +1322,7 @@ mod tests {
         for s in SPECS {
             assert!(seen.insert(s.table), "{} twice", s.table);
             assert!(!EXCLUDED.iter().any(|(t, _)| *t == s.table));
-            assert!(!super::super::EVENT_TABLES.contains(&s.table));
+            assert!(!super::super::source::EVENT_TABLES.contains(&s.table));
         }
     }
 }

@@ -233,9 +233,17 @@ pub struct JsonWriter {
     /// Top-level pseudo-processes whose own pseudo-thread holds events (named once).
     event_pseudo_pids: std::collections::HashSet<u32>,
     /// Counter tracks by uuid (see `samples`).
-    counters: HashMap<u64, samples::JsonCounter>,
+    counters: HashMap<u64, JsonCounter>,
     /// (pid, tid) taken by tracks whose tid is their number ([`natural_number`]).
     natural_tids: std::collections::HashSet<(u32, u32)>,
+}
+
+/// What a counter's `C` events say besides their value (written by `samples.rs`).
+struct JsonCounter {
+    pid: u32,
+    name: String,
+    key: String,
+    category: Category,
 }
 
 /// A string id's text through a writer's cache; the cache starts over past 64k names.

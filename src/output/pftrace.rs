@@ -5,6 +5,7 @@
 //! its first lane as the default track (events on it omit `track_uuid`), and interns names, arg
 //! keys and repeating string values on first use.
 
+mod kernel;
 mod samples;
 mod sched;
 
@@ -12,15 +13,16 @@ use super::{
     Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
 };
 use crate::model::{
-    ArgValue, Category, CounterValue, CpuSample, CpuSlice, Description, Event, FastHash, Name,
-    TextNo, source_of, without_source,
+    ArgValue, Category, CounterValue, CpuSample, CpuSlice, Description, Event, FastHash, Frame,
+    Name, TextNo, source_of, without_source,
 };
 use crate::proto::{
-    ClockSnapshot, ProcessDescriptor, ThreadDescriptor, TracePacket, TrackDescriptor, TrackEvent,
-    clock_snapshot, trace_packet, track_descriptor, track_event,
+    ClockSnapshot, ProcessDescriptor, SystemInfo, ThreadDescriptor, TracePacket, TrackDescriptor,
+    TrackEvent, Utsname, clock_snapshot, trace_packet, track_descriptor, track_event,
 };
 use prost::Message;
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 /// Sequence-scoped clock ids are 64..=127; each sequence declares its own incremental clock.
@@ -53,7 +55,7 @@ impl Protobuf {
     pub fn new(sources: &[Placed]) -> Protobuf {
         let with_kernel = sources.iter().find_map(|p| {
             let r = p.kernel_release.as_deref()?;
-            Some((p, r.to_string(), sched::kernel_version(r)?))
+            Some((p, r.to_string(), kernel::kernel_version(r)?))
         });
         let machine = match &with_kernel {
             Some((p, _, _)) => p.machine.clone(),
@@ -79,7 +81,7 @@ impl Format for Protobuf {
             interned: Vec::new(),
             samples: HashMap::default(),
             sched: Default::default(),
-            state_codes: sched::StateCodes::for_kernel(self.kernel.as_ref().map(|k| k.1)),
+            state_codes: kernel::StateCodes::for_kernel(self.kernel.as_ref().map(|k| k.1)),
         }
     }
 
@@ -97,7 +99,7 @@ impl Format for Protobuf {
         };
         let release = self.kernel.as_ref().map(|k| k.0.as_str());
         if release.is_some() || self.machine.is_some() {
-            out.extend(sched::system_info(release, self.machine.as_deref()));
+            out.extend(system_info(release, self.machine.as_deref()));
         }
         let zero = first.offset.max(0) as u64;
         if let Some(utc) = first.session_start_utc_ns {
@@ -635,11 +637,109 @@ pub struct ProtoWriter {
     /// What the event interns (InternedData fields), empty when it interns nothing.
     interned: Vec<u8>,
     /// Interning state of CPU sample sequences (see `samples`).
-    samples: HashMap<u32, samples::SampleSeq, FastHash>,
+    samples: HashMap<u32, SampleSeq, FastHash>,
     /// Context switches not yet written, per CPU (see `sched`).
-    sched: sched::SchedState,
+    sched: SchedState,
     /// How `prev_state` is written for the trace's kernel.
-    state_codes: sched::StateCodes,
+    state_codes: kernel::StateCodes,
+}
+
+/// Context switches not yet written, per CPU (written by `sched.rs`).
+#[derive(Default)]
+struct SchedState {
+    /// The sequence of this writer's scheduling packets.
+    seq: u32,
+    /// By CPU number (below [`crate::output::MAX_CPUS`]); `None` until the CPU's first slice.
+    cpus: Vec<Option<Cpu>>,
+}
+
+/// One CPU's switches not yet written: the bundle's packed arrays, varint-encoded as they grow
+/// (written by hand like the other hot packets: no message is built, nothing is encoded twice).
+#[derive(Default)]
+struct Cpu {
+    /// The switch away from the thread last placed here: (time, its prev_state), written once
+    /// the next slice (or the end) says what follows.
+    pending: (i64, i64),
+    switches: usize,
+    timestamps: Vec<u8>,
+    prev_states: Vec<u8>,
+    next_pids: Vec<u8>,
+    next_prios: Vec<u8>,
+    comm_indices: Vec<u8>,
+    /// The bundle's intern table, as its encoded `intern_table` entries.
+    intern: Vec<u8>,
+    interned: u32,
+    /// Absolute time of the bundle's last switch (the next one is a delta from it).
+    last_ts: i64,
+    /// pid -> its comm's index in the bundle's intern table.
+    comms: HashMap<i32, u32, FastHash>,
+}
+
+/// Interning state of one sample sequence (one generation).
+#[derive(Default)]
+struct SampleSeq {
+    /// Whether this generation's first packet (which clears the incremental state) is written.
+    started: bool,
+    functions: IdMap<i64, u64>,
+    mappings: IdMap<i64, u64>,
+    frames: IdMap<Frame, u64>,
+    callstacks: IdMap<Box<[u64]>, u64>,
+    callstack_frames: usize,
+    /// Scratch: the callstack being looked up, root first.
+    stack: Vec<u64>,
+}
+
+/// Interning keys are small integers (string ids, iids), hashed a few million times per large
+/// profile: a multiply-and-rotate hash (FxHash's) instead of SipHash. Nothing here is keyed by
+/// untrusted input that could be chosen to collide.
+#[derive(Default)]
+struct IdHasher(u64);
+
+impl std::hash::Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.add(u64::from(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.add(v);
+    }
+    fn write_i64(&mut self, v: i64) {
+        self.add(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.add(v as u64);
+    }
+}
+
+impl IdHasher {
+    #[inline]
+    fn add(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
+    }
+}
+
+type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+
+/// The SystemInfo packet naming the kernel, so trace_processor decodes `prev_state` as written.
+fn system_info(release: Option<&str>, machine: Option<&str>) -> Vec<u8> {
+    let packet = TracePacket {
+        data: Some(trace_packet::Data::SystemInfo(SystemInfo {
+            utsname: Some(Utsname {
+                sysname: release.map(|_| "Linux".to_string()),
+                release: release.map(str::to_string),
+                machine: machine.map(str::to_string),
+                ..Default::default()
+            }),
+        })),
+        ..Default::default()
+    };
+    let mut out = Vec::new();
+    frame(&packet, &mut out);
+    out
 }
 
 // The hot packets are written by hand, field by field, as Perfetto's protozero does: the schema

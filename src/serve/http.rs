@@ -8,7 +8,7 @@
 //! panicking handler gets a 500. Nothing here allocates in proportion to what a client sends.
 
 use std::io::{self, BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
@@ -672,9 +672,45 @@ pub fn run(
     Ok(())
 }
 
+/// Bind with a clear message when the port is taken.
+pub fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::AddrInUse {
+            anyhow::anyhow!(
+                "port {} is busy on {}: another program listens there (find it with `ss -ltnp \
+                 'sport = :{}'`); stop it or choose another port",
+                addr.port(),
+                addr.ip(),
+                addr.port()
+            )
+        } else {
+            anyhow::anyhow!("cannot listen on {addr}: {e}")
+        }
+    })
+}
+
+/// Whether a `Host` header names this machine's loopback: `127.x.y.z`, `localhost` or `[::1]`,
+/// with any port.
+pub fn loopback_host(host: &str) -> bool {
+    let name = if let Some(rest) = host.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        host.rsplit_once(':').map_or(host, |(h, _)| h)
+    };
+    name.eq_ignore_ascii_case("localhost")
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn loopback_hosts() {
+        assert!(loopback_host("127.0.0.1:8080") && loopback_host("localhost"));
+        assert!(loopback_host("[::1]:80") && loopback_host("LOCALHOST:1"));
+        assert!(!loopback_host("evil.example:8080") && !loopback_host("10.0.0.1"));
+    }
 
     #[test]
     fn percent_coding() {

@@ -16,17 +16,17 @@ pub mod http;
 pub mod signal;
 pub mod ui_dir;
 
-use crate::cli::SelectArgs;
+use crate::cli::args::SelectArgs;
 use crate::convert::{self, OutputFormat};
 use crate::model::Category;
 use crate::summary::Summary;
 use anyhow::{Context, Result};
-use http::{Request, Response};
+use http::{Request, Response, bind, loopback_host};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -256,23 +256,6 @@ impl Drop for Server {
     }
 }
 
-/// Bind with a clear message when the port is taken.
-pub fn bind(addr: SocketAddr) -> Result<TcpListener> {
-    TcpListener::bind(addr).map_err(|e| {
-        if e.kind() == std::io::ErrorKind::AddrInUse {
-            anyhow::anyhow!(
-                "port {} is busy on {}: another program listens there (find it with `ss -ltnp \
-                 'sport = :{}'`); stop it or choose another port",
-                addr.port(),
-                addr.ip(),
-                addr.port()
-            )
-        } else {
-            anyhow::anyhow!("cannot listen on {addr}: {e}")
-        }
-    })
-}
-
 impl ServeArgs {
     pub fn run(&self) -> ExitCode {
         if !self.bind.is_loopback() {
@@ -315,18 +298,6 @@ impl ServeArgs {
 
 fn error(status: u16, msg: impl Into<String>) -> Response {
     Response::json(status, &json!({ "error": msg.into() }))
-}
-
-/// Whether a `Host` header names this machine's loopback: `127.x.y.z`, `localhost` or `[::1]`,
-/// with any port.
-pub fn loopback_host(host: &str) -> bool {
-    let name = if let Some(rest) = host.strip_prefix('[') {
-        rest.split(']').next().unwrap_or("")
-    } else {
-        host.rsplit_once(':').map_or(host, |(h, _)| h)
-    };
-    name.eq_ignore_ascii_case("localhost")
-        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 fn handle(state: &Arc<State>, req: &mut Request) -> Response {
@@ -816,8 +787,5 @@ mod tests {
         assert_eq!(parse_size("100"), Ok(100));
         assert_eq!(parse_size("2MiB"), Ok(2 << 20));
         assert!(parse_size("x").is_err());
-        assert!(loopback_host("127.0.0.1:8080") && loopback_host("localhost"));
-        assert!(loopback_host("[::1]:80") && loopback_host("LOCALHOST:1"));
-        assert!(!loopback_host("evil.example:8080") && !loopback_host("10.0.0.1"));
     }
 }

@@ -8,14 +8,11 @@
 //! Files are served read-only, only from inside that directory.
 
 use super::http::{self, Response};
-use crate::open::OpenArgs;
 use anyhow::{Context, Result, anyhow, bail};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Component, Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, Instant};
 
 /// The port `open --ui` serves on unless told otherwise: not 9001, which the UI probes for a
 /// native trace processor, and one Perfetto's `trace_processor_shell` accepts as an origin.
@@ -108,107 +105,6 @@ pub fn content_type(path: &Path) -> &'static str {
         "ttf" => "font/ttf",
         "txt" | "md" => "text/plain; charset=utf-8",
         _ => "application/octet-stream",
-    }
-}
-
-/// `open --ui DIR`: serve the UI at `/` and the trace at `/nsys-perfetto/NAME` on one port, and
-/// open `http://127.0.0.1:PORT/#!/?url=...`. The UI loads its files from us after the trace
-/// too, so this serves until Ctrl-C (or `--timeout`), not only until the trace is fetched.
-pub fn open_with_local_ui(
-    args: &OpenArgs,
-    ui: &UiDir,
-    trace: &Path,
-    size: u64,
-    link_params: &str,
-) -> Result<ExitCode> {
-    let port = if args.port == crate::open::PERFETTO_PORT {
-        LOCAL_UI_PORT
-    } else {
-        args.port
-    };
-    let listener =
-        super::bind(SocketAddr::from((Ipv4Addr::LOCALHOST, port))).map_err(|e| anyhow!("{e:#}"))?;
-    let port = listener.local_addr()?.port();
-    let name = trace
-        .file_name()
-        .map(|n| n.to_string_lossy().to_string())
-        .unwrap_or_else(|| "trace".into());
-    let trace_path = format!("{TRACE_PREFIX}{name}");
-    let origin = format!("http://127.0.0.1:{port}");
-    let url = format!(
-        "{origin}/#!/?url={origin}{TRACE_PREFIX}{}{link_params}",
-        http::percent_encode(&name)
-    );
-    eprintln!(
-        "serving the Perfetto UI from {} and {} ({}) on {origin}/ until Ctrl-C",
-        ui.root().display(),
-        trace.display(),
-        crate::summary::human_bytes(size)
-    );
-    let fetched = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
-    let handler: Arc<http::Handler> = {
-        let (ui, trace, fetched) = (ui.clone(), trace.to_path_buf(), fetched.clone());
-        Arc::new(move |req: &mut http::Request| {
-            // Only requests for the loopback address (no DNS rebinding to these files).
-            if !req.header("host").is_some_and(super::loopback_host) {
-                return Response::text(403, "only for 127.0.0.1");
-            }
-            if !matches!(req.method.as_str(), "GET" | "HEAD") {
-                return Response::text(405, "read-only");
-            }
-            if req.path == trace_path {
-                return match std::fs::File::open(&trace)
-                    .and_then(|f| Response::file("application/octet-stream", f))
-                {
-                    Ok(mut r) => {
-                        if req.method == "GET" {
-                            let fetched = fetched.clone();
-                            r.on_sent = Some(Box::new(move || {
-                                if !fetched.swap(true, Ordering::SeqCst) {
-                                    eprintln!("the Perfetto UI fetched the trace");
-                                }
-                            }));
-                        }
-                        r
-                    }
-                    Err(e) => Response::text(500, &format!("cannot read the trace: {e}")),
-                };
-            }
-            ui.respond(&req.path)
-        })
-    };
-    let mut shown = args.clone();
-    shown.port = port;
-    shown.announce(&url);
-    super::signal::stop_on_interrupt(&stop);
-    let deadline = args
-        .timeout
-        .map(|secs| Instant::now() + Duration::from_secs(secs));
-    if let Some(end) = deadline {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while Instant::now() < end && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            stop.store(true, Ordering::SeqCst);
-        });
-    }
-    http::run(&listener, handler, stop, 64)?;
-    let was_fetched = fetched.load(Ordering::SeqCst);
-    if super::signal::interrupted() {
-        eprintln!("stopped");
-        Ok(if was_fetched {
-            ExitCode::SUCCESS
-        } else {
-            ExitCode::from(130)
-        })
-    } else if was_fetched {
-        eprintln!("--timeout reached; stopped");
-        Ok(ExitCode::SUCCESS)
-    } else {
-        eprintln!("timed out: the trace was not fetched");
-        Ok(ExitCode::FAILURE)
     }
 }
 

@@ -384,7 +384,7 @@ impl Export {
                     let kind = s.col(MEMCPY, "copyKind");
                     let (mut long, mut short) = (String::new(), String::new());
                     for k in 0..=13 {
-                        long.push_str(&format!(" WHEN {k} THEN '{}'", reports::memcpy_label(k)));
+                        long.push_str(&format!(" WHEN {k} THEN '{}'", memcpy_label(k)));
                         short.push_str(&format!(
                             " WHEN {k} THEN '{}'",
                             self.enums.copy_kind(k).replace('\'', "''")
@@ -415,7 +415,7 @@ impl Export {
                                 "SELECT coalesce({}, '(unnamed API call)') AS key, s.value AS alt, \
                                  a.\"end\" - a.start AS dur FROM main.\"{t}\" a \
                                  LEFT JOIN main.StringIds s ON s.id = {} WHERE a.\"end\" >= a.start",
-                                reports::api_name_sql("s.value"),
+                                api_name_sql("s.value"),
                                 s.col_of(t, "a", "nameId")
                             )
                         } else {
@@ -632,4 +632,35 @@ impl OutputArgs {
             }
         }
     }
+}
+
+/// The label nsys gives a CUDA memcpy kind (`ENUM_CUDA_MEMCPY_OPER.label`), for exports without
+/// that table.
+pub fn memcpy_label(kind: i64) -> &'static str {
+    match kind {
+        1 => "Host-to-Device",
+        2 => "Device-to-Host",
+        3 => "Host-to-Array",
+        4 => "Array-to-Host",
+        5 => "Array-to-Array",
+        6 => "Array-to-Device",
+        7 => "Device-to-Array",
+        8 => "Device-to-Device",
+        9 => "Host-to-Host",
+        10 => "Peer-to-Peer",
+        11 => "Unified Host-to-Device",
+        12 => "Unified Device-to-Host",
+        13 => "Unified Device-to-Device",
+        _ => "Unknown",
+    }
+}
+
+/// The SQL expression of an API name as `cuda_api_sum` shows it: a `_vNNNN` suffix of exactly
+/// six characters dropped (so `cudaLaunchKernel_v7000` becomes `cudaLaunchKernel`, while
+/// `cudaStreamIsCapturing_v10000` stays).
+pub fn api_name_sql(value: &str) -> String {
+    format!(
+        "CASE substr({value}, -6, 2) WHEN '_v' THEN substr({value}, 1, length({value}) - 6) \
+         ELSE {value} END"
+    )
 }

@@ -8,7 +8,7 @@
 //!
 //! A report whose tables the export lacks is left out, as nsys skips it.
 
-use super::Export;
+use super::{Export, api_name_sql, memcpy_label};
 use crate::nsys::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
 use anyhow::Result;
 
@@ -426,27 +426,6 @@ pub fn register_functions(conn: &rusqlite::Connection) -> Result<()> {
     Ok(())
 }
 
-/// The label nsys gives a CUDA memcpy kind (`ENUM_CUDA_MEMCPY_OPER.label`), for exports without
-/// that table.
-pub fn memcpy_label(kind: i64) -> &'static str {
-    match kind {
-        1 => "Host-to-Device",
-        2 => "Device-to-Host",
-        3 => "Host-to-Array",
-        4 => "Array-to-Host",
-        5 => "Array-to-Array",
-        6 => "Array-to-Device",
-        7 => "Device-to-Array",
-        8 => "Device-to-Device",
-        9 => "Host-to-Host",
-        10 => "Peer-to-Peer",
-        11 => "Unified Host-to-Device",
-        12 => "Unified Device-to-Host",
-        13 => "Unified Device-to-Device",
-        _ => "Unknown",
-    }
-}
-
 /// nsys' name of a memory operation: `[CUDA memcpy Host-to-Device]`, `[CUDA memset]`.
 pub fn memory_op_name(copy_kind: Option<i64>, label: Option<&str>) -> String {
     match copy_kind {
@@ -472,16 +451,6 @@ fn memcpy_name_sql(s: &Schema) -> (String, String) {
             format!("'[CUDA memcpy ' || (CASE {kind}{cases} ELSE 'Unknown' END) || ']'"),
         )
     }
-}
-
-/// The SQL expression of an API name as `cuda_api_sum` shows it: a `_vNNNN` suffix of exactly
-/// six characters dropped (so `cudaLaunchKernel_v7000` becomes `cudaLaunchKernel`, while
-/// `cudaStreamIsCapturing_v10000` stays).
-pub fn api_name_sql(value: &str) -> String {
-    format!(
-        "CASE substr({value}, -6, 2) WHEN '_v' THEN substr({value}, 1, length({value}) - 6) \
-         ELSE {value} END"
-    )
 }
 
 /// [`api_name_sql`] in Rust.

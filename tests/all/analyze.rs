@@ -4,7 +4,7 @@
 //! window, NVTX range, process, gap, threshold, chunks); the CLI's output forms and bad input.
 
 use crate::common::{corpus_dir, csv_fields, manifest_dir, skip};
-use nsys_perfetto::workflow::analyze::{self, Options, Outcome, RULES, Rule, RuleReport};
+use nsys_perfetto::nsys::rules::{self, Options, Outcome, RULES, Rule, RuleReport};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -120,7 +120,7 @@ fn ours(report: &RuleReport) -> Vec<Row> {
                             .unwrap_or_else(|| panic!("{:?} has no {c}", report.rule));
                         match (c, v) {
                             // nsys prints bytes in MB, to 3 decimals.
-                            (&"Bytes", analyze::Value::Int(b)) => format!("{:.3}", *b as f64 / 1e6),
+                            (&"Bytes", rules::Value::Int(b)) => format!("{:.3}", *b as f64 / 1e6),
                             _ => normalize(c, &v.text()),
                         }
                     })
@@ -228,7 +228,7 @@ fn every_corpus_export_equals_nsys_analyze() {
         for file in files {
             let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
             let (rule, opts) = options_of(&stem);
-            let reports = analyze::analyze_sqlite(export, &opts)
+            let reports = rules::analyze_sqlite(export, &opts)
                 .unwrap_or_else(|e| panic!("{name} {stem}: {e:#}"));
             let nsys = (file.extension().unwrap() == "csv")
                 .then(|| std::fs::read_to_string(&file).unwrap());
@@ -465,7 +465,7 @@ fn options_equal_nsys_analyze_live() {
         opts.rules = vec![rule];
         let theirs = nsys_analyze(&nsys, export, &spec);
         let reports =
-            analyze::analyze_sqlite(export, &opts).unwrap_or_else(|e| panic!("{spec}: {e:#}"));
+            rules::analyze_sqlite(export, &opts).unwrap_or_else(|e| panic!("{spec}: {e:#}"));
         total += check(&spec, &reports[0], theirs.as_deref());
     }
     assert!(total > 100, "{total} findings compared");
@@ -484,7 +484,7 @@ fn cli_output_forms() {
     };
     let export = corpus.join("NVIDIA__Fuser__report1@8fa9ec2.sqlite");
     let e = export.to_str().unwrap();
-    let all = analyze::analyze_sqlite(
+    let all = rules::analyze_sqlite(
         &export,
         &Options {
             gap_ms: 0,
@@ -668,7 +668,7 @@ fn findings_on_the_timeline() {
         "NVIDIA__Fuser__report1@8fa9ec2.sqlite",
     ] {
         let input = corpus.join(name);
-        let findings = analyze::analyze_sqlite(&input, &Options::default()).unwrap();
+        let findings = rules::analyze_sqlite(&input, &Options::default()).unwrap();
         let (summary, out) = convert_analyzed(
             &input,
             dir.path(),
@@ -800,7 +800,7 @@ fn findings_with_a_selection_and_in_json() {
         return;
     };
     let input = corpus.join("quasiben__nvtx-examples__cudf.sqlite");
-    let n: usize = analyze::analyze_sqlite(&input, &Options::default())
+    let n: usize = rules::analyze_sqlite(&input, &Options::default())
         .unwrap()
         .iter()
         .map(|r| r.findings().len())
@@ -917,7 +917,7 @@ fn serve_checkbox_adds_the_findings() {
         return;
     };
     let input = corpus.join("NVIDIA__Fuser__report1@8fa9ec2.sqlite");
-    let n: usize = analyze::analyze_sqlite(&input, &Options::default())
+    let n: usize = rules::analyze_sqlite(&input, &Options::default())
         .unwrap()
         .iter()
         .map(|r| r.findings().len())

@@ -22,6 +22,7 @@ mod fidelity;
 mod fixture;
 mod install;
 mod json_output;
+mod layers;
 mod merge;
 mod nsys_e2e;
 mod nsys_stats;

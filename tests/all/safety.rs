@@ -412,7 +412,7 @@ fn users_own_export_is_never_touched() {
     );
     assert!(o.status.success(), "{}", text(&o));
     assert!(d.join("r.sqlite").is_file());
-    assert!(nsys_perfetto::report::owns_export(&d.join("r.sqlite")));
+    assert!(nsys_perfetto::provenance::owns_export(&d.join("r.sqlite")));
     set_mtime(&d.join("r.sqlite"), 9000);
     let o = run_in(
         d,
@@ -453,7 +453,7 @@ fn changed_report_with_an_old_time_is_exported_again() {
     std::fs::copy(common::fixture("nvtx_workload.nsys-rep"), &rep).unwrap();
     let first = run_in(d, &[os("r.qdrep")], &[("XDG_CACHE_HOME", &cache)]);
     assert!(first.status.success(), "{}", text(&first));
-    assert!(nsys_perfetto::report::owns_export(&d.join("r.sqlite")));
+    assert!(nsys_perfetto::provenance::owns_export(&d.join("r.sqlite")));
     let events = |o: &Output| -> String {
         let err = String::from_utf8_lossy(&o.stderr).to_string();
         err.lines()

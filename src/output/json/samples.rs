@@ -7,18 +7,10 @@
 //!   after the leaf function, with the whole stack (leaf first, one "function (module)" a line)
 //!   as the `stack` arg, and the CPU and thread state where recorded.
 
-use super::{JsonWriter, gpu_pid, push_int, push_pid_tid, push_str, push_us};
+use super::{JsonCounter, JsonWriter, gpu_pid, push_int, push_pid_tid, push_str, push_us};
 use crate::model::{Category, CounterValue, CpuSample, tid_of, trace_pid_of};
 use crate::output::{CounterTrack, WellKnown};
 use std::io::Write as _;
-
-/// What a counter's `C` events say besides their value.
-pub(super) struct JsonCounter {
-    pid: u32,
-    name: String,
-    key: String,
-    category: Category,
-}
 
 impl JsonWriter {
     pub(super) fn write_counter_track(&mut self, track: &CounterTrack) {

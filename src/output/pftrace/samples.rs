@@ -12,51 +12,16 @@
 //!   tables pass a bound, the sequence clears its incremental state and starts again, so memory
 //!   stays bounded however many distinct frames a profile holds.
 
-use super::{ProtoWriter, bytes_len, field_len, frame, put_field, put_varint, tag};
-use crate::model::{CounterValue, CpuSample, Frame, trace_pid_of, trace_tid_of};
+use super::{
+    IdMap, ProtoWriter, SampleSeq, bytes_len, field_len, frame, put_field, put_varint, tag,
+};
+use crate::model::{CounterValue, CpuSample, trace_pid_of, trace_tid_of};
 use crate::output::CounterTrack;
 use crate::proto::{
     Callstack, CounterDescriptor, InternedData, InternedString, Mapping, PerfSample, TracePacket,
     TrackDescriptor, TrackEvent, counter_descriptor, trace_packet, track_descriptor, track_event,
 };
 use prost::Message;
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
-/// Interning keys are small integers (string ids, iids), hashed a few million times per large
-/// profile: a multiply-and-rotate hash (FxHash's) instead of SipHash. Nothing here is keyed by
-/// untrusted input that could be chosen to collide.
-#[derive(Default)]
-pub(super) struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.add(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.add(v);
-    }
-    fn write_i64(&mut self, v: i64) {
-        self.add(v as u64);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.add(v as u64);
-    }
-}
-
-impl IdHasher {
-    #[inline]
-    fn add(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
-    }
-}
-
-type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
 const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
@@ -65,20 +30,6 @@ const SEQ_NEEDS_INCREMENTAL_STATE: u32 = 2;
 const MAX_INTERNED: usize = 100_000;
 /// Frame ids held in callstack keys before the same happens (8 bytes each).
 const MAX_CALLSTACK_FRAMES: usize = 1_000_000;
-
-/// Interning state of one sample sequence (one generation).
-#[derive(Default)]
-pub(super) struct SampleSeq {
-    /// Whether this generation's first packet (which clears the incremental state) is written.
-    started: bool,
-    functions: IdMap<i64, u64>,
-    mappings: IdMap<i64, u64>,
-    frames: IdMap<Frame, u64>,
-    callstacks: IdMap<Box<[u64]>, u64>,
-    callstack_frames: usize,
-    /// Scratch: the callstack being looked up, root first.
-    stack: Vec<u64>,
-}
 
 impl SampleSeq {
     fn entries(&self) -> usize {

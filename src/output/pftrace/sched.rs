@@ -4,7 +4,8 @@
 //!
 //! Each CPU's slices become context switches: to the thread at its start; at its end to the
 //! next thread when it starts then, else to the idle task (pid 0, "swapper") until it does.
-//! `prev_state`, how the switched-out thread left, comes from the slice ([`OffCpu`]).
+//! `prev_state`, how the switched-out thread left, comes from the slice
+//! ([`OffCpu`](crate::model::OffCpu)).
 //!
 //! - Switches go in `FtraceEventBundle.compact_sched` (one bundle per CPU holds up to
 //!   [`BUNDLE_SWITCHES`]: arrays of delta timestamps, prev_state, next pid, prio and comm, with
@@ -23,13 +24,11 @@
 //! - Nothing marks where tracing started (`tracing_started`, `previous_bundle_end_timestamp`):
 //!   trace_processor would drop every event before such a mark.
 
-use super::{ProtoWriter, frame, put_bytes, put_field, put_varint, varint_len};
-use crate::model::{CpuSlice, FastHash, OffCpu, trace_tid_of};
+use super::{Cpu, ProtoWriter, frame, put_bytes, put_field, put_varint, varint_len};
+use crate::model::{CpuSlice, trace_tid_of};
 use crate::proto::{
-    FtraceEvent, FtraceEventBundle, SchedSwitchFtraceEvent, SystemInfo, TracePacket, Utsname,
-    ftrace_event, trace_packet,
+    FtraceEvent, FtraceEventBundle, SchedSwitchFtraceEvent, TracePacket, ftrace_event, trace_packet,
 };
-use std::collections::HashMap;
 
 /// Switches one CPU's bundle holds before it is written.
 pub const BUNDLE_SWITCHES: usize = 512;
@@ -37,101 +36,6 @@ pub const BUNDLE_SWITCHES: usize = 512;
 const IDLE_COMM: &str = "swapper";
 /// Linux's priority of a normal task (nice 0): nsys records none.
 const PRIO: i32 = 120;
-
-/// How trace_processor reads `prev_state`: by the kernel release the trace names, with 4.4's
-/// layout when it names none. Only the preemption flag moved between releases among the
-/// states written here.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct StateCodes {
-    preempted: i64,
-}
-
-impl StateCodes {
-    /// For a kernel release ("6.8.0-generic": 6.8), or 4.4's layout without one.
-    pub fn for_kernel(version: Option<(u32, u32)>) -> StateCodes {
-        let version = version.unwrap_or((4, 4));
-        let preempted = if version >= (4, 14) {
-            0x100 // TASK_REPORT_MAX
-        } else if version >= (4, 8) {
-            0x1000 // TASK_STATE_MAX with TASK_NEW
-        } else {
-            0x800
-        };
-        StateCodes { preempted }
-    }
-
-    /// `prev_state` of a thread leaving its CPU. A thread that left for a reason the export
-    /// does not record (most exports) reads as sleeping ("S"): it was off its CPU, and nothing
-    /// says it waited for one (Runnable would claim CPU contention the data does not show).
-    pub fn prev_state(self, off: OffCpu) -> i64 {
-        match off {
-            OffCpu::Unknown | OffCpu::Sleeping => 0x1,
-            OffCpu::Preempted => self.preempted,
-            OffCpu::Runnable => 0,
-            OffCpu::Uninterruptible => 0x2,
-            OffCpu::Stopped => 0x4,
-            OffCpu::Exited => 0x10, // EXIT_DEAD
-        }
-    }
-}
-
-/// `MAJOR.MINOR` of a kernel release ("6.8.0-generic": 6.8), parsed as trace_processor parses
-/// `SystemInfo.utsname.release` (digits up to the first and the second dot); `None` where it
-/// would find no version, and then decode `prev_state` as for 4.4.
-pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
-    let mut parts = release.splitn(3, '.');
-    let major = parts.next()?.parse().ok()?;
-    let minor = parts.next()?.parse().ok()?;
-    Some((major, minor))
-}
-
-/// The SystemInfo packet naming the kernel, so trace_processor decodes `prev_state` as written.
-pub fn system_info(release: Option<&str>, machine: Option<&str>) -> Vec<u8> {
-    let packet = TracePacket {
-        data: Some(trace_packet::Data::SystemInfo(SystemInfo {
-            utsname: Some(Utsname {
-                sysname: release.map(|_| "Linux".to_string()),
-                release: release.map(str::to_string),
-                machine: machine.map(str::to_string),
-                ..Default::default()
-            }),
-        })),
-        ..Default::default()
-    };
-    let mut out = Vec::new();
-    frame(&packet, &mut out);
-    out
-}
-
-/// One CPU's switches not yet written: the bundle's packed arrays, varint-encoded as they grow
-/// (written by hand like the other hot packets: no message is built, nothing is encoded twice).
-#[derive(Default)]
-struct Cpu {
-    /// The switch away from the thread last placed here: (time, its prev_state), written once
-    /// the next slice (or the end) says what follows.
-    pending: (i64, i64),
-    switches: usize,
-    timestamps: Vec<u8>,
-    prev_states: Vec<u8>,
-    next_pids: Vec<u8>,
-    next_prios: Vec<u8>,
-    comm_indices: Vec<u8>,
-    /// The bundle's intern table, as its encoded `intern_table` entries.
-    intern: Vec<u8>,
-    interned: u32,
-    /// Absolute time of the bundle's last switch (the next one is a delta from it).
-    last_ts: i64,
-    /// pid -> its comm's index in the bundle's intern table.
-    comms: HashMap<i32, u32, FastHash>,
-}
-
-#[derive(Default)]
-pub(super) struct SchedState {
-    /// The sequence of this writer's scheduling packets.
-    seq: u32,
-    /// By CPU number (below [`crate::output::MAX_CPUS`]); `None` until the CPU's first slice.
-    cpus: Vec<Option<Cpu>>,
-}
 
 /// `CompactSched` and `FtraceEventBundle` field tags.
 mod tag {
