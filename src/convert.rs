@@ -436,8 +436,9 @@ fn run<F: Format>(
         };
         let mut summary = Summary::default();
         let mut failure = None;
-        // In a merge, each source's CPUs get numbers of their own (Perfetto's CPU tracks are
-        // one per CPU number): the next source's start after this one's highest CPU.
+        // In a merge without machines, each source's CPUs get numbers of their own (Perfetto's
+        // CPU tracks are one per CPU number): the next source's start after this one's highest
+        // CPU. With machines, every machine numbers its own CPUs.
         let mut next_cpu = 0;
         for (i, slot) in opened.into_iter().enumerate() {
             let export = match slot {
@@ -465,7 +466,7 @@ fn run<F: Format>(
                 offset: placed.get(i).map_or(0, |p| p.offset),
                 cpu_base: next_cpu,
             };
-            if n_sources > 1 {
+            if n_sources > 1 && !format.machines() {
                 next_cpu += export.sched_cpus();
             }
             let (chunks_tx, chunks_rx) = sync_channel::<Chunk>(8);
@@ -494,7 +495,7 @@ fn run<F: Format>(
             let make_sink = || crate::workflow::analyze::Blamed {
                 sink: Floor {
                     sink: Router::new(
-                        format.writer(desc.clone()),
+                        format.writer(i, desc.clone()),
                         &ids,
                         &desc,
                         placement,

@@ -17,14 +17,14 @@
 //!   the importer keeps file order; inside one bundle, compact switches go before full events).
 //! - Times are the trace's BOOTTIME nanoseconds, the clock trace_processor assumes for ftrace
 //!   and the one every TrackEvent resolves to, so a switch lands where the slice began.
-//! - pid is the thread's tid in the trace (unique across merged sources, see
-//!   [`trace_tid_of`]); its process and name come from the thread's TrackDescriptor, which
+//! - pid is the thread's own tid (in a merge, each report is a machine of its own, see
+//!   [`super::Protobuf`]); its process and name come from the thread's TrackDescriptor, which
 //!   outranks ftrace's comm (written anyway: the thread's name).
 //! - Nothing marks where tracing started (`tracing_started`, `previous_bundle_end_timestamp`):
 //!   trace_processor would drop every event before such a mark.
 
 use super::{ProtoWriter, frame, put_bytes, put_field, put_varint, varint_len};
-use crate::model::{CpuSlice, FastHash, OffCpu, trace_tid_of};
+use crate::model::{CpuSlice, FastHash, OffCpu, tid_of};
 use crate::proto::{
     FtraceEvent, FtraceEventBundle, SchedSwitchFtraceEvent, SystemInfo, TracePacket, Utsname,
     ftrace_event, trace_packet,
@@ -86,20 +86,34 @@ pub fn kernel_version(release: &str) -> Option<(u32, u32)> {
 }
 
 /// The SystemInfo packet naming the kernel, so trace_processor decodes `prev_state` as written.
-pub fn system_info(release: Option<&str>, machine: Option<&str>) -> Vec<u8> {
-    let packet = TracePacket {
-        data: Some(trace_packet::Data::SystemInfo(SystemInfo {
-            utsname: Some(Utsname {
-                sysname: release.map(|_| "Linux".to_string()),
-                release: release.map(str::to_string),
-                machine: machine.map(str::to_string),
-                ..Default::default()
-            }),
-        })),
-        ..Default::default()
+/// In a merge, `machine` is the report's machine (its `TracePacket.machine_id`, 0 the host)
+/// and its name (`SystemInfo.machine_name`, field 17, newer than the schema in `proto/`, so
+/// written by hand), which the UI shows after the process and CPU names of the machine.
+pub fn system_info(
+    release: Option<&str>,
+    arch: Option<&str>,
+    machine: Option<(u32, &str)>,
+) -> Vec<u8> {
+    use prost::Message;
+    let info = SystemInfo {
+        utsname: (release.is_some() || arch.is_some()).then(|| Utsname {
+            sysname: release.map(|_| "Linux".to_string()),
+            release: release.map(str::to_string),
+            machine: arch.map(str::to_string),
+            ..Default::default()
+        }),
     };
+    let mut info = info.encode_to_vec();
+    let mut packet = Vec::new();
+    if let Some((id, name)) = machine {
+        put_bytes(&mut info, 17 << 3 | 2, name.as_bytes());
+        if id != 0 {
+            put_field(&mut packet, super::tag::PACKET_MACHINE_ID, u64::from(id));
+        }
+    }
+    put_bytes(&mut packet, 45 << 3 | 2, &info);
     let mut out = Vec::new();
-    frame(&packet, &mut out);
+    put_bytes(&mut out, 1 << 3 | 2, &packet);
     out
 }
 
@@ -228,7 +242,7 @@ fn bundle_packet(seq: u32, bundle: FtraceEventBundle) -> TracePacket {
 impl ProtoWriter {
     pub(super) fn write_cpu_slice(&mut self, group: u32, s: &CpuSlice) {
         let cpu = s.cpu as u32;
-        let pid = trace_tid_of(s.global_tid) as i32;
+        let pid = tid_of(s.global_tid) as i32;
         let prev_state = self.state_codes.prev_state(s.off);
         let desc = &self.desc;
         let comm = || desc.thread_name(s.global_tid);
