@@ -56,8 +56,6 @@ struct Group {
 pub struct Placement {
     pub source: usize,
     pub offset: i64,
-    /// Added to its CPU numbers (a merge numbers each source's CPUs apart).
-    pub cpu_base: i64,
 }
 
 /// Routes events of one reader to groups and lanes, and hands encoded chunks to the file writer.

@@ -276,13 +276,6 @@ pub trait Format: Sync {
     type Writer: EventWriter;
     /// A writer for source number `source` (its index among the trace's sources).
     fn writer(&self, source: usize, desc: Arc<Description>) -> Self::Writer;
-    /// Whether each source of a merge is a machine of its own (its own namespace of pids,
-    /// tids and CPUs: Perfetto's `machine_id`), so that ids stay as recorded; otherwise the
-    /// merge keeps sources apart by their ids (see [`crate::model::trace_pid_of`]) and numbers
-    /// their CPUs apart.
-    fn machines(&self) -> bool {
-        false
-    }
     /// What opens the file.
     fn header(&self) -> Vec<u8>;
     /// The first records: the trace's clock and each source's time zero.

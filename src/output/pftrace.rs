@@ -121,10 +121,6 @@ impl Format for Protobuf {
         }
     }
 
-    fn machines(&self) -> bool {
-        true
-    }
-
     /// The trace's clock and time zero: a REALTIME snapshot at the session start (the UI can then
     /// show wall-clock time, and reports of one job line up), and a "Session start" instant
     /// there, so Perfetto's zero is nsys' zero unless rows precede the session start.
@@ -1378,5 +1374,56 @@ mod tests {
         }
         assert_eq!(got, want);
         assert!(names.len() > SMALL as usize && values.len() > SMALL as usize);
+    }
+
+    /// A merged report's chunk: every packet the same but for its machine, whatever its size
+    /// (a length that needs one more varint byte once the field is added), and the root
+    /// track's hand-written packet decodes as a TrackDescriptor with uuid 0 on that machine.
+    #[test]
+    fn every_packet_of_a_chunk_goes_on_its_machine() {
+        let mut data = Vec::new();
+        let mut want = Vec::new();
+        for len in [
+            0, 1, 120, 124, 125, 126, 127, 128, 300, 16_380, 16_383, 20_000,
+        ] {
+            let packet = TracePacket {
+                data: Some(trace_packet::Data::TrackDescriptor(TrackDescriptor {
+                    uuid: Some(len as u64 + 1),
+                    static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(
+                        "x".repeat(len),
+                    )),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            frame(&packet, &mut data);
+            want.push(packet);
+        }
+        let decode = |bytes: &[u8]| {
+            crate::proto::Trace::decode(bytes)
+                .expect("a valid trace")
+                .packet
+        };
+        for machine in [1, 63, 300] {
+            let got = decode(&on_machine(&data, machine));
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.machine_id, Some(machine));
+                assert_eq!(
+                    TracePacket {
+                        machine_id: None,
+                        ..g.clone()
+                    },
+                    *w
+                );
+            }
+        }
+        let root = decode(&explicit_process_order(5));
+        assert_eq!(root.len(), 1);
+        assert_eq!(root[0].machine_id, Some(5));
+        match &root[0].data {
+            Some(trace_packet::Data::TrackDescriptor(d)) => assert_eq!(d.uuid, Some(0)),
+            other => panic!("{other:?}"),
+        }
     }
 }
