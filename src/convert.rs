@@ -443,9 +443,6 @@ fn run<F: Format>(
         };
         let mut summary = Summary::default();
         let mut failure = None;
-        // In a merge, each source's CPUs get numbers of their own (Perfetto's CPU tracks are
-        // one per CPU number): the next source's start after this one's highest CPU.
-        let mut next_cpu = 0;
         for (i, slot) in opened.into_iter().enumerate() {
             let export = match slot {
                 Some(e) => e,
@@ -470,11 +467,7 @@ fn run<F: Format>(
             let placement = Placement {
                 source: i,
                 offset: placed.get(i).map_or(0, |p| p.offset),
-                cpu_base: next_cpu,
             };
-            if n_sources > 1 {
-                next_cpu += export.sched_cpus();
-            }
             let (chunks_tx, chunks_rx) = sync_channel::<Chunk>(8);
             // Chunks of this source go to the file writer through one forwarding thread.
             let forward = {
@@ -501,7 +494,7 @@ fn run<F: Format>(
             let make_sink = || crate::nsys::rules::Blamed {
                 sink: Floor {
                     sink: Router::new(
-                        format.writer(desc.clone()),
+                        format.writer(i, desc.clone()),
                         &ids,
                         &desc,
                         placement,

@@ -84,8 +84,6 @@ struct Sched {
 pub struct Placement {
     pub source: usize,
     pub offset: i64,
-    /// Added to its CPU numbers (a merge numbers each source's CPUs apart).
-    pub cpu_base: i64,
 }
 
 /// Routes events of one reader to groups and lanes, and hands encoded chunks to the file writer.

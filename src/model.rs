@@ -327,15 +327,15 @@ pub const EARLY_ROWS: (&str, &str) = (
     "earlier than the trace's time zero (table out of time order)",
 );
 
-/// The pid a trace shows for a global id: unique across merged sources (the source index sits
-/// above the 24-bit pid), equal to the real pid for a single report.
+/// The pid a JSON trace shows for a global id: unique across merged sources (the source index
+/// sits above the 24-bit pid), equal to the real pid for a single report. (A protobuf merge
+/// puts each source on a machine of its own instead, with its real pids.)
 pub fn trace_pid_of(global_id: i64) -> i64 {
     pid_of(global_id) | (source_of(global_id) as i64) << 24
 }
 
-/// The tid a trace shows for a global thread id: unique across merged sources like
-/// [`trace_pid_of`] (Perfetto's scheduling names threads by tid alone), the real tid for a
-/// single report.
+/// The tid a JSON trace shows for a global thread id: unique across merged sources like
+/// [`trace_pid_of`], the real tid for a single report.
 pub fn trace_tid_of(global_tid: i64) -> i64 {
     tid_of(global_tid) | (source_of(global_tid) as i64) << 24
 }

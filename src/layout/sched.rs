@@ -5,8 +5,7 @@
 //! thread and times; the writer turns them into context switches. Every other format, and any
 //! slice the native form cannot hold, becomes a slice named after its thread on the CPU's own
 //! track ("CPU 3" under "CPUs"), as JSON shows scheduling:
-//! - CPU numbers from [`MAX_CPUS`] on (trace_processor refuses them), also where a merge numbers
-//!   several sources' CPUs apart;
+//! - CPU numbers from [`MAX_CPUS`] on (trace_processor refuses them);
 //! - thread id 0 (nsys did not know the thread; to Perfetto it is the idle task), and a
 //!   thread whose tid another thread of the source has (Perfetto's scheduling names a thread
 //!   by its tid alone: nsys ids carry the pid too, and tids are reused);
@@ -17,20 +16,18 @@
 use super::{Placement, Router};
 use crate::model::{
     ArgList, Category, CpuSlice, Event, EventSink, Flows, GroupKey, Name, pid_of, tid_of,
-    trace_tid_of, with_source,
+    with_source,
 };
 use crate::output::{EventWriter, MAX_CPUS, WellKnown};
 use anyhow::Result;
 
 impl<W: EventWriter> Router<'_, W> {
     pub(super) fn place_cpu_slice(&mut self, s: &CpuSlice) -> Result<()> {
-        let Placement {
-            source,
-            offset,
-            cpu_base,
-        } = self.placement;
+        let Placement { source, offset } = self.placement;
         let (start, end) = (s.start + offset, s.end + offset);
-        let cpu = cpu_base + s.cpu;
+        // In a merge, each source's CPUs keep their numbers: the protobuf writer puts every
+        // source on a machine of its own (see `output::pftrace::Protobuf`).
+        let cpu = s.cpu;
         let global_tid = with_source(s.global_tid, source);
         let native = self.writer.native_sched()
             && start >= 0
@@ -82,9 +79,9 @@ impl<W: EventWriter> Router<'_, W> {
         if let Some(&ok) = self.sched.threads.get(&global_tid) {
             return ok;
         }
-        let tid = trace_tid_of(global_tid);
-        let ok = tid_of(global_tid) != 0
-            && *self.sched.tids.entry(tid).or_insert(global_tid) == global_tid;
+        // The tid the writer shows: the source's own (each source is a machine of its own).
+        let tid = tid_of(global_tid);
+        let ok = tid != 0 && *self.sched.tids.entry(tid).or_insert(global_tid) == global_tid;
         self.sched.threads.insert(global_tid, ok);
         if ok {
             self.writer.require(WellKnown::Thread(global_tid));

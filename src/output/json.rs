@@ -55,7 +55,7 @@ pub struct Json {
 impl Format for Json {
     type Writer = JsonWriter;
 
-    fn writer(&self, desc: Arc<Description>) -> JsonWriter {
+    fn writer(&self, _source: usize, desc: Arc<Description>) -> JsonWriter {
         JsonWriter {
             info: desc,
             colors: self.colors,

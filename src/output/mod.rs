@@ -76,7 +76,7 @@ impl WellKnown {
         }
     }
 
-    /// The pid the trace shows (unique across merged sources).
+    /// The pid a trace without machines shows (unique across merged sources).
     pub fn pid(self) -> i64 {
         match self {
             WellKnown::Process(g) | WellKnown::Thread(g) => trace_pid_of(g),
@@ -94,7 +94,7 @@ impl WellKnown {
         }
     }
 
-    /// The tid the trace shows (unique across merged sources, like the pid).
+    /// The tid a trace without machines shows (unique across merged sources, like the pid).
     pub fn tid(self) -> Option<i64> {
         match self {
             WellKnown::Process(_) | WellKnown::Gpu(_) | WellKnown::GpuContext { .. } => None,
@@ -274,7 +274,8 @@ pub trait EventWriter: Send {
 /// times were shifted by to place it on the trace's timeline.
 pub trait Format: Sync {
     type Writer: EventWriter;
-    fn writer(&self, desc: Arc<Description>) -> Self::Writer;
+    /// A writer for source number `source` (its index among the trace's sources).
+    fn writer(&self, source: usize, desc: Arc<Description>) -> Self::Writer;
     /// What opens the file.
     fn header(&self) -> Vec<u8>;
     /// The first records: the trace's clock and each source's time zero.

@@ -14,7 +14,7 @@ use super::{
 };
 use crate::model::{
     ArgValue, Category, CounterValue, CpuSample, CpuSlice, Description, Event, FastHash, Frame,
-    Name, TextNo, source_of, without_source,
+    Name, TextNo, pid_of, source_of, tid_of, without_source,
 };
 use crate::proto::{
     ClockSnapshot, ProcessDescriptor, SystemInfo, ThreadDescriptor, TracePacket, TrackDescriptor,
@@ -39,9 +39,19 @@ pub const MAX_INTERNED: usize = 1 << 16;
 /// The file writer's own sequence, for process and thread descriptors.
 const DESCRIPTOR_SEQUENCE: u32 = 1;
 
-/// The protobuf format. A trace names one kernel (`SystemInfo`), the first source's that
-/// trace_processor can read a version from; `prev_state` of every source's context switches is
+/// The protobuf format. A single report's trace names one kernel (`SystemInfo`), the first
+/// that trace_processor can read a version from; `prev_state` of its context switches is
 /// written as that kernel's layout (see `sched`).
+///
+/// A merge puts each report on a machine of its own (`TracePacket.machine_id`, the report's
+/// index; the first report is machine 0, Perfetto's host): each machine is its own namespace
+/// of pids, tids and CPUs, so every report keeps its real ids, and names its own machine and
+/// kernel (one `SystemInfo` per machine, named by the report's label). Every packet of a report
+/// carries its machine: the descriptors the file writer writes, and each writer's chunks.
+/// Processes come in report order where a UI reads an order: the root track (uuid 0) of every
+/// machine asks for explicit process ordering and each process track's `sibling_order_rank`
+/// is its report's index (trace_processor v58 turns that into `process_sort_index_hint`, which
+/// the UI sorts processes by), as is its `legacy_sort_index` (older and other readers).
 #[derive(Debug, Clone, Default)]
 pub struct Protobuf {
     kernel: Option<(String, (u32, u32))>,
@@ -49,6 +59,8 @@ pub struct Protobuf {
     /// else the first source's that recorded one. Without it, trace_processor warns that
     /// syscalls cannot be decoded.
     machine: Option<String>,
+    /// In a merge (two reports or more), each report's own kernel, as [`Protobuf::kernel`].
+    machines: Vec<Option<(String, (u32, u32))>>,
 }
 
 impl Protobuf {
@@ -61,9 +73,30 @@ impl Protobuf {
             Some((p, _, _)) => p.machine.clone(),
             None => sources.iter().find_map(|p| p.machine.clone()),
         };
+        let machines = if sources.len() > 1 {
+            sources
+                .iter()
+                .map(|p| {
+                    let r = p.kernel_release.as_deref()?;
+                    Some((r.to_string(), kernel::kernel_version(r)?))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         Protobuf {
             kernel: with_kernel.map(|(_, r, v)| (r, v)),
             machine,
+            machines,
+        }
+    }
+
+    /// The machine a source's packets go on: its index in a merge, else none (0).
+    fn machine_of(&self, source: usize) -> u32 {
+        if self.machines.len() > 1 {
+            source as u32
+        } else {
+            0
         }
     }
 }
@@ -71,7 +104,11 @@ impl Protobuf {
 impl Format for Protobuf {
     type Writer = ProtoWriter;
 
-    fn writer(&self, desc: Arc<Description>) -> ProtoWriter {
+    fn writer(&self, source: usize, desc: Arc<Description>) -> ProtoWriter {
+        let kernel = match self.machines.get(source) {
+            Some(own) => own.as_ref(),
+            None => self.kernel.as_ref(),
+        };
         ProtoWriter {
             desc,
             out: ChunkBuffer::default(),
@@ -81,7 +118,8 @@ impl Format for Protobuf {
             interned: Vec::new(),
             samples: HashMap::default(),
             sched: Default::default(),
-            state_codes: kernel::StateCodes::for_kernel(self.kernel.as_ref().map(|k| k.1)),
+            state_codes: kernel::StateCodes::for_kernel(kernel.map(|k| k.1)),
+            machine: self.machine_of(source),
         }
     }
 
@@ -97,9 +135,23 @@ impl Format for Protobuf {
         let Some(first) = sources.first() else {
             return out;
         };
-        let release = self.kernel.as_ref().map(|k| k.0.as_str());
-        if release.is_some() || self.machine.is_some() {
-            out.extend(system_info(release, self.machine.as_deref()));
+        if self.machines.len() > 1 {
+            for (i, src) in sources.iter().enumerate() {
+                let machine = self.machine_of(i);
+                let release = self.machines.get(i).and_then(|k| k.as_ref());
+                let name = src.label.as_deref().unwrap_or_default();
+                out.extend(system_info(
+                    release.map(|k| k.0.as_str()),
+                    src.machine.as_deref(),
+                    Some((machine, name)),
+                ));
+                out.extend(explicit_process_order(machine));
+            }
+        } else {
+            let release = self.kernel.as_ref().map(|k| k.0.as_str());
+            if release.is_some() || self.machine.is_some() {
+                out.extend(system_info(release, self.machine.as_deref(), None));
+            }
         }
         let zero = first.offset.max(0) as u64;
         if let Some(utc) = first.session_start_utc_ns {
@@ -168,17 +220,27 @@ impl Format for Protobuf {
     }
 
     fn describe_well_known(&self, track: WellKnown, info: &Description) -> Vec<u8> {
+        let machine = self.machine_of(track.source());
         let desc = match track {
             WellKnown::Process(gp) => TrackDescriptor {
                 uuid: Some(track.uuid()),
                 process: Some(ProcessDescriptor {
-                    pid: Some(track.pid() as i32),
-                    process_name: Some(info.process_name(gp)),
+                    pid: Some(pid_of(gp) as i32),
+                    // Among several reports the UI appends the pid (and the machine's name
+                    // to every machine's but the first's): "rank 1 · vm · jacobi 4242 (rank
+                    // 1 · vm)".
+                    process_name: Some(match &info.label {
+                        Some(l) => format!("{l} · {}", info.bare_process_name(gp)),
+                        None => info.process_name(gp),
+                    }),
                     // Among several reports (a merge, in rank order), the UI lists processes in
                     // report order, as it does their GPUs, instead of by its activity measures.
                     legacy_sort_index: info.label.is_some().then_some(source_of(gp) as i32),
                     ..Default::default()
                 }),
+                // Read as the process's place where the machine's root track asks for
+                // explicit process ordering (a merge, see `explicit_process_order`).
+                sibling_order_rank: info.label.is_some().then_some(source_of(gp) as i32),
                 ..Default::default()
             },
             WellKnown::Gpu(device) => TrackDescriptor {
@@ -207,16 +269,18 @@ impl Format for Protobuf {
             WellKnown::Thread(gt) => TrackDescriptor {
                 uuid: Some(track.uuid()),
                 thread: Some(ThreadDescriptor {
-                    pid: Some(track.pid() as i32),
-                    tid: track.tid().map(|t| t as i32),
+                    pid: Some(pid_of(gt) as i32),
+                    tid: Some(tid_of(gt) as i32),
                     thread_name: Some(info.thread_name(gt)),
                     ..Default::default()
                 }),
                 ..Default::default()
             },
         };
+        let mut packet = descriptor_packet(desc);
+        packet.machine_id = (machine != 0).then_some(machine);
         let mut out = Vec::new();
-        frame(&descriptor_packet(desc), &mut out);
+        frame(&packet, &mut out);
         out
     }
 
@@ -236,6 +300,61 @@ fn descriptor_packet(desc: TrackDescriptor) -> TracePacket {
         ),
         ..Default::default()
     }
+}
+
+/// A machine's root track (uuid 0) asking for explicit process ordering: trace_processor then
+/// reads each process track's `sibling_order_rank` as the process's place (v58: the
+/// `process_sort_index_hint` the UI sorts processes by). `TrackDescriptor.process_ordering`
+/// (field 19, PROCESS_ORDERING_EXPLICIT = 1) is newer than the schema in `proto/`: written by
+/// hand.
+fn explicit_process_order(machine: u32) -> Vec<u8> {
+    let mut desc = Vec::new();
+    put_field(&mut desc, 1 << 3, 0);
+    put_field(&mut desc, 19 << 3, 1);
+    let mut packet = Vec::new();
+    put_bytes(&mut packet, 60 << 3 | 2, &desc);
+    put_field(
+        &mut packet,
+        tag::PACKET_SEQUENCE_ID,
+        u64::from(DESCRIPTOR_SEQUENCE),
+    );
+    if machine != 0 {
+        put_field(&mut packet, tag::PACKET_MACHINE_ID, u64::from(machine));
+    }
+    let mut out = Vec::new();
+    put_bytes(&mut out, 1 << 3 | 2, &packet);
+    out
+}
+
+/// Every packet of `data` (framed `Trace.packet`s, as a writer's chunk holds them) with
+/// `machine_id` added: a merged report's packets all go on its machine.
+fn on_machine(data: &[u8], machine: u32) -> Vec<u8> {
+    let extra = field_len(tag::PACKET_MACHINE_ID, u64::from(machine));
+    let mut out = Vec::with_capacity(data.len() + data.len() / 16 + 64);
+    let mut rest = data;
+    while let Some((&0x0A, after)) = rest.split_first() {
+        let (len, n) = read_varint(after);
+        let (packet, next) = after[n..].split_at(len as usize);
+        out.push(0x0A);
+        put_varint(&mut out, len + extra as u64);
+        out.extend_from_slice(packet);
+        put_field(&mut out, tag::PACKET_MACHINE_ID, u64::from(machine));
+        rest = next;
+    }
+    debug_assert!(rest.is_empty(), "a chunk holds framed packets only");
+    out
+}
+
+/// A varint at the start of `data`: its value and length.
+fn read_varint(data: &[u8]) -> (u64, usize) {
+    let mut v = 0u64;
+    for (i, &b) in data.iter().enumerate().take(10) {
+        v |= u64::from(b & 0x7F) << (7 * i);
+        if b & 0x80 == 0 {
+            return (v, i + 1);
+        }
+    }
+    (v, data.len().min(10))
 }
 
 /// The `ChromeMetadata` name under which a trace carries what it was made from
@@ -642,6 +761,8 @@ pub struct ProtoWriter {
     sched: SchedState,
     /// How `prev_state` is written for the trace's kernel.
     state_codes: kernel::StateCodes,
+    /// The machine this writer's source is on (a merge), 0 for the host.
+    machine: u32,
 }
 
 /// Context switches not yet written, per CPU (written by `sched.rs`).
@@ -725,20 +846,29 @@ impl IdHasher {
 type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
 
 /// The SystemInfo packet naming the kernel, so trace_processor decodes `prev_state` as written.
-fn system_info(release: Option<&str>, machine: Option<&str>) -> Vec<u8> {
-    let packet = TracePacket {
-        data: Some(trace_packet::Data::SystemInfo(SystemInfo {
-            utsname: Some(Utsname {
-                sysname: release.map(|_| "Linux".to_string()),
-                release: release.map(str::to_string),
-                machine: machine.map(str::to_string),
-                ..Default::default()
-            }),
-        })),
-        ..Default::default()
+/// In a merge, `machine` is the report's machine (its `TracePacket.machine_id`, 0 the host)
+/// and its name (`SystemInfo.machine_name`, field 17, newer than the schema in `proto/`, so
+/// written by hand), which the UI shows after the process and CPU names of the machine.
+fn system_info(release: Option<&str>, arch: Option<&str>, machine: Option<(u32, &str)>) -> Vec<u8> {
+    let info = SystemInfo {
+        utsname: (release.is_some() || arch.is_some()).then(|| Utsname {
+            sysname: release.map(|_| "Linux".to_string()),
+            release: release.map(str::to_string),
+            machine: arch.map(str::to_string),
+            ..Default::default()
+        }),
     };
+    let mut info = info.encode_to_vec();
+    let mut packet = Vec::new();
+    if let Some((id, name)) = machine {
+        put_bytes(&mut info, 17 << 3 | 2, name.as_bytes());
+        if id != 0 {
+            put_field(&mut packet, tag::PACKET_MACHINE_ID, u64::from(id));
+        }
+    }
+    put_bytes(&mut packet, 45 << 3 | 2, &info);
     let mut out = Vec::new();
-    frame(&packet, &mut out);
+    put_bytes(&mut out, 1 << 3 | 2, &packet);
     out
 }
 
@@ -755,6 +885,7 @@ mod tag {
     pub const PACKET_SEQUENCE_FLAGS: u64 = 13 << 3;
     pub const PACKET_DEFAULTS: u64 = 59 << 3 | 2;
     pub const PACKET_FIRST_ON_SEQUENCE: u64 = 87 << 3;
+    pub const PACKET_MACHINE_ID: u64 = 98 << 3;
     // ClockSnapshot, its Clock
     pub const SNAPSHOT_CLOCKS: u64 = 1 << 3 | 2;
     pub const CLOCK_ID: u64 = 1 << 3;
@@ -1193,7 +1324,11 @@ impl EventWriter for ProtoWriter {
     }
 
     fn take_chunk(&mut self) -> Option<Chunk> {
-        self.out.take()
+        let mut chunk = self.out.take()?;
+        if self.machine != 0 {
+            chunk.data = on_machine(&chunk.data, self.machine);
+        }
+        Some(chunk)
     }
 }
 
@@ -1261,7 +1396,7 @@ mod tests {
         const SET_A: [&str; 7] = ["a0", "a1", "a2", "a3", "a4", "a5", "a6"];
         const SET_B: [&str; 7] = ["b0", "b1", "b2", "b3", "b4", "b5", "b6"];
         let (a, b) = (TextNo::new_set(), TextNo::new_set());
-        let mut w = Protobuf::default().writer(Arc::new(Description::default()));
+        let mut w = Protobuf::default().writer(0, Arc::new(Description::default()));
         let mut want = Vec::new();
         w.open_group(2, 7, 0);
         for i in 0..80usize {
@@ -1348,5 +1483,56 @@ mod tests {
         }
         assert_eq!(got, want);
         assert!(names.len() > SMALL as usize && values.len() > SMALL as usize);
+    }
+
+    /// A merged report's chunk: every packet the same but for its machine, whatever its size
+    /// (a length that needs one more varint byte once the field is added), and the root
+    /// track's hand-written packet decodes as a TrackDescriptor with uuid 0 on that machine.
+    #[test]
+    fn every_packet_of_a_chunk_goes_on_its_machine() {
+        let mut data = Vec::new();
+        let mut want = Vec::new();
+        for len in [
+            0, 1, 120, 124, 125, 126, 127, 128, 300, 16_380, 16_383, 20_000,
+        ] {
+            let packet = TracePacket {
+                data: Some(trace_packet::Data::TrackDescriptor(TrackDescriptor {
+                    uuid: Some(len as u64 + 1),
+                    static_or_dynamic_name: Some(track_descriptor::StaticOrDynamicName::Name(
+                        "x".repeat(len),
+                    )),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            };
+            frame(&packet, &mut data);
+            want.push(packet);
+        }
+        let decode = |bytes: &[u8]| {
+            crate::proto::Trace::decode(bytes)
+                .expect("a valid trace")
+                .packet
+        };
+        for machine in [1, 63, 300] {
+            let got = decode(&on_machine(&data, machine));
+            assert_eq!(got.len(), want.len());
+            for (g, w) in got.iter().zip(&want) {
+                assert_eq!(g.machine_id, Some(machine));
+                assert_eq!(
+                    TracePacket {
+                        machine_id: None,
+                        ..g.clone()
+                    },
+                    *w
+                );
+            }
+        }
+        let root = decode(&explicit_process_order(5));
+        assert_eq!(root.len(), 1);
+        assert_eq!(root[0].machine_id, Some(5));
+        match &root[0].data {
+            Some(trace_packet::Data::TrackDescriptor(d)) => assert_eq!(d.uuid, Some(0)),
+            other => panic!("{other:?}"),
+        }
     }
 }

@@ -23,31 +23,48 @@ fn bin() -> Command {
     Command::new(env!("CARGO_BIN_EXE_nsys-perfetto"))
 }
 
-/// Which merged source a track belongs to: processes and threads carry the source index above
-/// their 24-bit pid; GPU groups in bits 56..61 of their uuid (`WellKnown::Gpu`).
+/// Which merged source a track belongs to: processes and threads are on their source's machine
+/// (`TracePacket.machine_id`, the source's index); GPU groups carry it in bits 56..61 of their
+/// uuid (`WellKnown::Gpu`).
 fn source_of_track(t: &Trace, uuid: u64) -> Option<usize> {
     t.ancestry(uuid).into_iter().find_map(|tr| {
         if let Some(th) = &tr.thread {
-            return Some((th.pid >> 24) as usize);
+            return Some(th.machine as usize);
         }
         if let Some(p) = &tr.process {
-            return Some((p.pid >> 24) as usize);
+            return Some(p.machine as usize);
         }
         (tr.uuid >> 62 == 3).then_some(((tr.uuid >> 56) & 0x3F) as usize)
     })
 }
 
-/// The name of the process a slice's track is under.
+/// The name of the process a slice's track is under (pids repeat across machines: the
+/// process of the thread's machine).
 fn process_name(t: &Trace, s: &Slice) -> String {
     t.process_of(s.track)
         .and_then(|p| p.name.clone())
         .or_else(|| {
-            let pid = t.pid_of(s.track)?;
+            let th = t.thread_of(s.track)?;
             t.process_tracks()
-                .find(|tr| tr.process.as_ref().is_some_and(|p| p.pid == pid))
+                .find(|tr| {
+                    tr.process
+                        .as_ref()
+                        .is_some_and(|p| p.pid == th.pid && p.machine == th.machine)
+                })
                 .and_then(|tr| tr.process.as_ref()?.name.clone())
         })
         .unwrap_or_default()
+}
+
+/// The pid of the profiled program ("../mpi_nvtx") as the report records it.
+fn program_pid(sqlite: &Path) -> i32 {
+    let c = rusqlite::Connection::open(sqlite).unwrap();
+    c.query_row(
+        "SELECT pid FROM PROCESSES WHERE name = '../mpi_nvtx'",
+        [],
+        |r| r.get(0),
+    )
+    .unwrap()
 }
 
 fn utc_start(sqlite: &Path) -> i64 {
@@ -151,11 +168,34 @@ fn mpi_fixture_ranks_line_up() {
         spread as f64 / 1e6
     );
 
-    // Every process is "rank N · host · pid P"; each rank's ranges are on its own process.
-    let pname = regex::Regex::new(r"^rank (\d) · vm · pid (\d+)$").unwrap();
+    // Every process is "rank N · host · program", with the pid it had, on its report's machine
+    // (rank N's report is machine N: the reports in rank order), which is named by its label
+    // and asks for the processes in that order; each rank's ranges are on its own process.
+    let pname = regex::Regex::new(r"^rank (\d) · vm · \.\./mpi_nvtx$").unwrap();
+    let mut seen = Vec::new();
     for p in t.process_tracks() {
-        let name = p.process.as_ref().unwrap().name.clone().unwrap_or_default();
-        assert!(pname.is_match(&name), "process name {name:?}");
+        let info = p.process.as_ref().unwrap();
+        let name = info.name.clone().unwrap_or_default();
+        let rank: u32 = pname
+            .captures(&name)
+            .unwrap_or_else(|| panic!("process name {name:?}"))[1]
+            .parse()
+            .unwrap();
+        assert_eq!(info.machine, rank, "{name}");
+        assert_eq!(info.pid, program_pid(&mpi_fixture(rank as i64)), "{name}");
+        assert_eq!(info.sort_index, Some(rank as i32), "{name}");
+        assert_eq!(p.sibling_order_rank, Some(rank as i32), "{name}");
+        seen.push(rank);
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1, 2, 3]);
+    for r in 0..RANKS as u32 {
+        assert_eq!(t.machine_names.get(&r), Some(&labels[r as usize]));
+    }
+    assert_eq!(t.explicit_process_order, [0, 1, 2, 3]);
+    // The program's threads keep their own tids, on their process's machine.
+    for th in t.thread_tracks().filter_map(|tr| tr.thread.as_ref()) {
+        assert!(th.tid > 0 && th.tid < 1 << 22, "{th:?}");
     }
     let mut barrier_ends: Vec<Vec<i64>> = vec![Vec::new(); RANKS as usize];
     let mut barrier_durs: Vec<Vec<i64>> = vec![Vec::new(); RANKS as usize];

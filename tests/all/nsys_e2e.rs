@@ -438,7 +438,13 @@ fn corpus_reports_convert_with_manifest_counts() {
         let conn = nsys_perfetto::nsys::open_readonly(&sqlite).unwrap();
         // MANIFEST has row counts only for the reports nsys 2022.4 exported when it was made;
         // the others (exported here by a newer nsys) are checked against their own export.
-        for (key, table) in TABLES.iter().filter(|_| e.export_ok) {
+        // nsys leaves CUPTI_ACTIVITY_KIND_CUDA_EVENT out of its Arrow exports.
+        let arrow = sqlite.is_dir();
+        for (key, table) in TABLES
+            .iter()
+            .filter(|_| e.export_ok)
+            .filter(|(_, t)| !(arrow && *t == "CUPTI_ACTIVITY_KIND_CUDA_EVENT"))
+        {
             assert_eq!(
                 table_rows(&conn, table),
                 e.counts.get(*key).copied().unwrap_or(0),

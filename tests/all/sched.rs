@@ -360,8 +360,8 @@ fn unnamed_threads_are_named_once() {
 }
 
 /// Merged reports keep their CPUs and threads apart: the same report twice gives twice its
-/// rows, the second on CPU numbers after the first's and on tids of its own, each under its
-/// own process.
+/// rows, each report on a machine of its own (`TracePacket.machine_id`) with its real CPU
+/// numbers and tids, each under its own process on its machine.
 #[test]
 fn merged_reports_keep_cpus_and_threads_apart() {
     let exports = sched_exports();
@@ -374,9 +374,6 @@ fn merged_reports_keep_cpus_and_threads_apart() {
     };
     let conn = open(input);
     let pairs = sql_pairs(&conn, "1");
-    let cpus: i64 = conn
-        .query_row("SELECT max(cpu) + 1 FROM SCHED_EVENTS", [], |r| r.get(0))
-        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("merged.pftrace");
     let inputs = vec![
@@ -389,45 +386,49 @@ fn merged_reports_keep_cpus_and_threads_apart() {
     let rows: Vec<_> = t.sched_rows().collect();
     assert_eq!(rows.len(), 2 * pairs.len());
     let zero = t.session_start("one");
-    let mut first: Vec<_> = rows
-        .iter()
-        .filter(|r| i64::from(r.cpu) < cpus)
-        .map(|r| {
-            (
-                r.ts - zero,
-                r.end.unwrap() - zero,
-                i64::from(r.cpu),
-                i64::from(r.tid),
-            )
-        })
-        .collect();
-    let mut second: Vec<_> = rows
-        .iter()
-        .filter(|r| i64::from(r.cpu) >= cpus)
-        .map(|r| {
-            (
-                r.ts - zero,
-                r.end.unwrap() - zero,
-                i64::from(r.cpu) - cpus,
-                i64::from(r.tid) - (1 << 24),
-            )
-        })
-        .collect();
-    first.sort();
-    second.sort();
-    assert_eq!(first, keys(&pairs), "the first report's rows");
+    let of_machine = |m: u32| {
+        let mut v: Vec<_> = rows
+            .iter()
+            .filter(|r| r.machine == m)
+            .map(|r| {
+                (
+                    r.ts - zero,
+                    r.end.unwrap() - zero,
+                    i64::from(r.cpu),
+                    i64::from(r.tid),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(of_machine(0), keys(&pairs), "the first report's rows");
     assert_eq!(
-        second,
+        of_machine(1),
         keys(&pairs),
-        "the second's: CPUs and tids moved apart"
+        "the second's: the same CPUs and tids, on its own machine"
     );
     for r in &rows {
-        let th = t.thread_with_tid(r.tid).unwrap();
-        let source = i32::from(i64::from(r.cpu) >= cpus);
-        assert_eq!(th.pid >> 24, source, "{r:?} under its report's process");
+        let th = t.thread_on(r.machine, r.tid).unwrap();
+        assert!(
+            t.process_tracks()
+                .filter_map(|p| p.process.as_ref())
+                .any(|p| p.machine == r.machine && p.pid == th.pid),
+            "{r:?} under its report's process"
+        );
     }
     if let Some(Err(report)) = common::tpcheck(&out) {
         panic!("tpcheck --strict failed:\n{report}");
+    }
+    // What trace_processor makes of it: two machines, each with the report's CPUs and threads.
+    if let Some(rows) = common::tp_query(
+        &out,
+        "select c.machine_id, count(*), count(distinct s.utid) \
+         from sched s join cpu c using (ucpu) join thread t using (utid) where t.tid != 0 \
+         group by 1 order by 1",
+    ) {
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows[0][1..], rows[1][1..], "{rows:?}");
     }
 }
 

@@ -385,6 +385,40 @@ fn check_loaded(ui: &str, s: &Sample, l: &Loaded) {
                 "{ctx}: rank {rank} not shown: {text:?}"
             );
         }
+        // Each rank on a machine of its own: the process drawn with the pid the report
+        // recorded, and (v58, which orders processes by the sort hint a protobuf can give it)
+        // in rank order; v52 lists them by activity.
+        let process =
+            regex::Regex::new(r"^rank (\d) · vm · \.\./mpi_nvtx (\d+)( \(.*\))?$").unwrap();
+        let shown: Vec<(u32, i64)> = l
+            .groups
+            .iter()
+            .filter_map(|g| {
+                let c = process.captures(&g.title)?;
+                Some((c[1].parse().unwrap(), c[2].parse().unwrap()))
+            })
+            .collect();
+        let recorded: Vec<(u32, i64)> = (0..4)
+            .map(|r| {
+                let db =
+                    rusqlite::Connection::open(common::fixture(&format!("mpi/rank_{r}.sqlite")))
+                        .unwrap();
+                let pid = db
+                    .query_row(
+                        "SELECT pid FROM PROCESSES WHERE name = '../mpi_nvtx'",
+                        [],
+                        |row| row.get(0),
+                    )
+                    .unwrap();
+                (r, pid)
+            })
+            .collect();
+        let mut sorted = shown.clone();
+        sorted.sort_unstable();
+        assert_eq!(sorted, recorded, "{ctx}: the ranks' processes and pids");
+        if ui == "v58" {
+            assert_eq!(shown, recorded, "{ctx}: the processes in rank order");
+        }
     }
 }
 

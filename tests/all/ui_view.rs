@@ -343,10 +343,13 @@ fn json_tracks_read_as_nsys_names_them() {
     }
 }
 
-/// Merged ranks: processes were listed 6, 2, 4 while GPU groups went 2, 4, 6. The GPUs sort by
-/// report (reports in rank order), and so do the processes now: `process_sort_index` in JSON,
-/// `legacy_sort_index` in protobuf (read by Perfetto after v58; v58 orders processes by
-/// activity).
+/// Merged ranks: processes were listed 6, 2, 4 while GPU groups went 2, 4, 6, and read "rank 6
+/// · pid 32935 33587367" (the UI appended the offset pid the merge made up). The GPUs sort by
+/// report (reports in rank order), and so do the processes now: `process_sort_index` in JSON;
+/// in protobuf each report is a machine of its own (`machine_id`, named by its label) whose
+/// root track asks for explicit process order, each process track ranked by its report (the
+/// `process_sort_index_hint` trace_processor v58 makes of it, which the UI sorts by), with the
+/// pid and tids it had.
 #[test]
 fn merged_ranks_sort_in_rank_order() {
     let dir = tempfile::tempdir().unwrap();
@@ -365,31 +368,86 @@ fn merged_ranks_sort_in_rank_order() {
     let sources = merge::prepare(&[two, one], &opts).unwrap();
     let ranks: Vec<Option<i64>> = sources.iter().map(|s| s.identity.rank).collect();
     assert_eq!(ranks, [Some(3), Some(7)]);
-    let out = dir.path().join("job.pftrace");
-    merge::merge(&sources, &out, &opts, &Options::default()).unwrap();
-    use prost::Message;
-    let trace = nsys_perfetto::proto::Trace::decode(&std::fs::read(&out).unwrap()[..]).unwrap();
-    let mut sorted: Vec<(i32, String)> = trace
-        .packet
+    // The pid of each rank's program as the report converted on its own shows it.
+    let real_pids: Vec<i32> = sources
         .iter()
-        .filter_map(|p| match &p.data {
-            Some(nsys_perfetto::proto::trace_packet::Data::TrackDescriptor(d)) => d.process.clone(),
-            _ => None,
-        })
-        .map(|p| {
-            (
-                p.legacy_sort_index.expect("a sort index"),
-                p.process_name.unwrap(),
-            )
+        .enumerate()
+        .map(|(i, s)| {
+            let single = dir.path().join(format!("single{i}.pftrace"));
+            convert(&s.sqlite, &single, &Options::default());
+            let t = common::validate_file(&single);
+            let jacobi: Vec<i32> = t
+                .process_tracks()
+                .filter_map(|p| p.process.as_ref())
+                .filter(|p| p.name.as_deref() == Some("jacobi"))
+                .map(|p| p.pid)
+                .collect();
+            assert_eq!(jacobi.len(), 1, "{jacobi:?}");
+            jacobi[0]
         })
         .collect();
-    sorted.sort();
-    let names: Vec<&str> = sorted.iter().map(|s| s.1.as_str()).collect();
-    assert_eq!(names.len(), 2, "{names:?}");
-    assert!(
-        names[0].starts_with("rank 3 ") && names[1].starts_with("rank 7 "),
-        "{names:?}"
+    assert_ne!(real_pids[0], real_pids[1]);
+    let out = dir.path().join("job.pftrace");
+    merge::merge(&sources, &out, &opts, &Options::default()).unwrap();
+    let t = common::validate_file(&out);
+    let mut procs: Vec<(i32, String, i32, u32)> = t
+        .process_tracks()
+        .filter_map(|p| {
+            let info = p.process.as_ref()?;
+            Some((
+                info.sort_index.expect("a sort index"),
+                info.name.clone().unwrap_or_default(),
+                info.pid,
+                info.machine,
+            ))
+        })
+        .collect();
+    procs.sort();
+    assert_eq!(
+        procs,
+        [
+            (0, "rank 3 · jacobi".to_string(), real_pids[0], 0),
+            (1, "rank 7 · jacobi".to_string(), real_pids[1], 1),
+        ]
     );
+    // Threads keep their tids, each on its report's machine.
+    for th in t.thread_tracks().filter_map(|tr| tr.thread.as_ref()) {
+        assert!(th.machine < 2 && th.tid < 1 << 22, "{th:?}");
+        assert!(
+            procs.iter().any(|p| p.2 == th.pid && p.3 == th.machine),
+            "{th:?}"
+        );
+    }
+    assert_eq!(t.explicit_process_order, [0, 1]);
+    // What the UI reads (trace_processor v58.2): a machine per report named by its label, the
+    // real pids, and a sort hint in rank order, first of the keys the UI orders processes by.
+    if let Some(rows) = tp_query(
+        &out,
+        "select p.pid, p.name, p.machine_id, m.name, \
+         extract_arg(p.arg_set_id, 'process_sort_index_hint') as hint \
+         from process p join machine m on m.id = p.machine_id \
+         where p.name is not null order by hint",
+    ) {
+        let want = |i: usize, rank: i64| {
+            vec![
+                real_pids[i].to_string(),
+                format!("rank {rank} · jacobi"),
+                i.to_string(),
+                format!("rank {rank}"),
+                i.to_string(),
+            ]
+        };
+        assert_eq!(rows, [want(0, 3), want(1, 7)]);
+        // Each machine schedules on its own CPUs, numbered as recorded.
+        let cpus = tp_query(
+            &out,
+            "select c.machine_id, min(c.cpu), max(c.cpu) from sched s \
+             join cpu c using (ucpu) group by 1 order by 1",
+        )
+        .unwrap();
+        assert_eq!(cpus.len(), 2, "{cpus:?}");
+        assert_eq!(cpus[0][1..], ["20", "78"], "{cpus:?}");
+    }
 
     let json = dir.path().join("job.json");
     let conv = Options {

@@ -209,6 +209,10 @@ impl Slice {
 pub struct ProcessInfo {
     pub pid: i32,
     pub name: Option<String>,
+    /// The packet's `machine_id` (0: the host; a merge puts each report on its own).
+    pub machine: u32,
+    /// `legacy_sort_index` of its ProcessDescriptor.
+    pub sort_index: Option<i32>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -216,6 +220,8 @@ pub struct ThreadInfo {
     pub pid: i32,
     pub tid: i32,
     pub name: Option<String>,
+    /// The packet's `machine_id`, as [`ProcessInfo::machine`].
+    pub machine: u32,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -262,14 +268,20 @@ pub struct Trace {
     /// Rows of trace_processor's `sched` table (idle rows, tid 0, included), by CPU then time,
     /// in session time like slices.
     pub sched: Vec<SchedRow>,
-    /// `SystemInfo.utsname.release`, when written.
+    /// `SystemInfo.utsname.release`, when written (the host's, machine 0, in a merge).
     pub kernel_release: Option<String>,
+    /// Per machine (`TracePacket.machine_id`), its `SystemInfo.machine_name`, when written.
+    pub machine_names: BTreeMap<u32, String>,
+    /// Machines whose root track (uuid 0) asks for explicit process ordering.
+    pub explicit_process_order: Vec<u32>,
 }
 
 /// One row of trace_processor's `sched` table: a task's time on a CPU, from one sched_switch to
 /// the next on that CPU.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SchedRow {
+    /// The machine of the CPU (each numbers its own CPUs; 0 the host).
+    pub machine: u32,
     pub cpu: u32,
     pub ts: i64,
     /// `None` while open: the CPU's last row (the idle task after the capture's last thread).
@@ -307,6 +319,7 @@ pub struct CounterInfo {
 /// A PerfSample with its call stack resolved, leaf first: (function, mapping path).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sample {
+    pub machine: u32,
     pub ts: i64,
     pub pid: u32,
     pub tid: u32,
@@ -322,13 +335,16 @@ struct Collected {
     samples: Vec<Sample>,
     counter_tracks: BTreeMap<u64, CounterInfo>,
     switches: Vec<Switch>,
-    /// (major, minor) of `SystemInfo.utsname.release`, and the release itself.
-    kernel: Option<((u32, u32), String)>,
+    /// Per machine, (major, minor) of `SystemInfo.utsname.release`, and the release itself.
+    kernel: BTreeMap<u32, ((u32, u32), String)>,
+    machine_names: BTreeMap<u32, String>,
+    explicit_process_order: Vec<u32>,
 }
 
 /// One sched_switch as the importer tokenizes it.
 struct Switch {
     packet: usize,
+    machine: u32,
     cpu: u32,
     ts: i64,
     /// A full `sched_switch` names the task it switches from; a compact one does not.
@@ -386,6 +402,14 @@ impl Trace {
             .values()
             .filter_map(|t| t.thread.as_ref())
             .find(|th| th.tid == tid)
+    }
+
+    /// The thread descriptor of a tid on a machine (a merge: each report is one).
+    pub fn thread_on(&self, machine: u32, tid: i32) -> Option<&ThreadInfo> {
+        self.tracks
+            .values()
+            .filter_map(|t| t.thread.as_ref())
+            .find(|th| th.tid == tid && th.machine == machine)
     }
 
     /// Counter values of the counter track named `name` under the track `parent`.
@@ -551,7 +575,7 @@ pub fn validate_file(path: &Path) -> Trace {
 /// Decode and check a trace; the decoded model, or every violation found.
 pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
     let mut v = Violations::default();
-    let mut seqs: HashMap<u32, SeqState> = HashMap::new();
+    let mut seqs: HashMap<(u32, u32), SeqState> = HashMap::new();
     let mut tracks: BTreeMap<u64, Track> = BTreeMap::new();
     let mut raw: Vec<RawEvent> = Vec::new();
     let mut collected = Collected::default();
@@ -601,6 +625,7 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
                 continue;
             }
         };
+        raw_extras(body, packet.machine_id.unwrap_or(0), &mut collected);
         replay_packet(
             index,
             packet,
@@ -656,10 +681,11 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
         }
     }
     let flows = match_flows(&slices, &mut v);
-    let kernel_version = collected.kernel.as_ref().map(|k| k.0);
+    let kernel_version: BTreeMap<u32, (u32, u32)> =
+        collected.kernel.iter().map(|(m, k)| (*m, k.0)).collect();
     let sched = replay_sched(
         std::mem::take(&mut collected.switches),
-        kernel_version,
+        &kernel_version,
         &tracks,
         &mut v,
     );
@@ -678,8 +704,77 @@ pub fn validate(bytes: &[u8]) -> Result<Trace, Violations> {
         counter_tracks: collected.counter_tracks,
         samples: collected.samples,
         sched,
-        kernel_release: collected.kernel.map(|k| k.1),
+        kernel_release: collected.kernel.remove(&0).map(|k| k.1),
+        machine_names: collected.machine_names,
+        explicit_process_order: collected.explicit_process_order,
     })
+}
+
+/// A raw field's value: a varint, or a length-delimited body.
+#[derive(PartialEq)]
+enum RawValue<'a> {
+    Int(u64),
+    Bytes(&'a [u8]),
+}
+
+/// The fields of a message: (number, value), in order, fixed-size ones left out; `None` where
+/// it does not parse (the prost decode reports that).
+fn raw_fields(mut b: &[u8]) -> Option<Vec<(u64, RawValue<'_>)>> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        let (key, n) = varint(b)?;
+        b = &b[n..];
+        match key & 7 {
+            0 => {
+                let (x, n) = varint(b)?;
+                b = &b[n..];
+                out.push((key >> 3, RawValue::Int(x)));
+            }
+            1 => b = b.get(8..)?,
+            5 => b = b.get(4..)?,
+            2 => {
+                let (len, n) = varint(b)?;
+                let body = b.get(n..n + len as usize)?;
+                b = &b[n + len as usize..];
+                out.push((key >> 3, RawValue::Bytes(body)));
+            }
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// What a packet holds in fields newer than the crate's schema (prost drops them):
+/// `SystemInfo.machine_name` (17) and the root track's `process_ordering` (19).
+fn raw_extras(packet: &[u8], machine: u32, collected: &mut Collected) {
+    let Some(fields) = raw_fields(packet) else {
+        return;
+    };
+    for (number, value) in fields {
+        let RawValue::Bytes(body) = value else {
+            continue;
+        };
+        let Some(inner) = raw_fields(body) else {
+            continue;
+        };
+        match number {
+            45 => {
+                for (n, v) in &inner {
+                    if let (17, RawValue::Bytes(name)) = (n, v) {
+                        collected
+                            .machine_names
+                            .insert(machine, String::from_utf8_lossy(name).into_owned());
+                    }
+                }
+            }
+            60 if inner.contains(&(1, RawValue::Int(0)))
+                && inner.contains(&(19, RawValue::Int(1))) =>
+            {
+                collected.explicit_process_order.push(machine);
+            }
+            _ => {}
+        }
+    }
 }
 
 fn varint(b: &[u8]) -> Option<(u64, usize)> {
@@ -701,7 +796,7 @@ fn seq_id_of(p: &TracePacket) -> Option<u32> {
 fn replay_packet(
     index: usize,
     packet: TracePacket,
-    seqs: &mut HashMap<u32, SeqState>,
+    seqs: &mut HashMap<(u32, u32), SeqState>,
     tracks: &mut BTreeMap<u64, Track>,
     raw: &mut Vec<RawEvent>,
     collected: &mut Collected,
@@ -717,7 +812,9 @@ fn replay_packet(
         return;
     }
     let sid = seq_id.unwrap_or(0);
-    let state = seqs.entry(sid).or_default();
+    // Each machine (a merged report) has sequences of its own, as trace_processor reads them.
+    let machine = packet.machine_id.unwrap_or(0);
+    let state = seqs.entry((machine, sid)).or_default();
     let flags = packet.sequence_flags.unwrap_or(0);
     if flags & SEQ_INCREMENTAL_STATE_CLEARED != 0 || packet.incremental_state_cleared == Some(true)
     {
@@ -907,7 +1004,7 @@ fn replay_packet(
                     },
                 );
             }
-            describe(index, td, tracks, v)
+            describe(index, machine, td, tracks, v)
         }
         Some(trace_packet::Data::PerfSample(ps)) => {
             if !state.valid {
@@ -963,6 +1060,7 @@ fn replay_packet(
                 }
             }
             collected.samples.push(Sample {
+                machine,
                 ts,
                 pid,
                 tid,
@@ -1099,7 +1197,9 @@ fn replay_packet(
                 let major = parts.next().and_then(|p| p.parse().ok());
                 let minor = parts.next().and_then(|p| p.parse().ok());
                 match (major, minor) {
-                    (Some(a), Some(b)) => collected.kernel = Some(((a, b), r)),
+                    (Some(a), Some(b)) => {
+                        collected.kernel.insert(machine, ((a, b), r));
+                    }
                     _ => v.push(
                         R_SCHED,
                         format!("packet #{index}: SystemInfo release {r:?} is not MAJOR.MINOR"),
@@ -1108,7 +1208,7 @@ fn replay_packet(
             }
         }
         Some(trace_packet::Data::FtraceEvents(bundle)) => {
-            collect_switches(index, &bundle, &mut collected.switches, v);
+            collect_switches(index, machine, &bundle, &mut collected.switches, v);
         }
         None => {}
     }
@@ -1118,6 +1218,7 @@ fn replay_packet(
 /// ones first, then the full ones.
 fn collect_switches(
     index: usize,
+    machine: u32,
     bundle: &nsys_perfetto::proto::FtraceEventBundle,
     out: &mut Vec<Switch>,
     v: &mut Violations,
@@ -1172,6 +1273,7 @@ fn collect_switches(
             };
             out.push(Switch {
                 packet: index,
+                machine,
                 cpu,
                 ts: ts as i64,
                 prev_pid: None,
@@ -1189,6 +1291,7 @@ fn collect_switches(
         };
         out.push(Switch {
             packet: index,
+            machine,
             cpu,
             ts: e.timestamp.unwrap_or(0) as i64,
             prev_pid: Some(s.prev_pid.unwrap_or(0)),
@@ -1226,17 +1329,18 @@ pub fn decode_prev_state(raw: i64, kernel: Option<(u32, u32)>) -> Option<&'stati
 /// Replay the switches per CPU, as trace_processor fills `sched`.
 fn replay_sched(
     mut switches: Vec<Switch>,
-    kernel: Option<(u32, u32)>,
+    kernels: &BTreeMap<u32, (u32, u32)>,
     tracks: &BTreeMap<u64, Track>,
     v: &mut Violations,
 ) -> Vec<SchedRow> {
     // Stable: file order (then a bundle's compact switches before its full ones) breaks ties.
     switches.sort_by_key(|s| s.ts);
     let mut rows: Vec<SchedRow> = Vec::new();
-    // CPU -> index of its open row.
-    let mut open: HashMap<u32, usize> = HashMap::new();
+    // (machine, CPU) -> index of its open row.
+    let mut open: HashMap<(u32, u32), usize> = HashMap::new();
     for s in switches {
-        match (open.get(&s.cpu).copied(), s.prev_pid) {
+        let kernel = kernels.get(&s.machine).copied();
+        match (open.get(&(s.machine, s.cpu)).copied(), s.prev_pid) {
             (None, None) => {
                 v.push(
                     R_SCHED,
@@ -1268,8 +1372,9 @@ fn replay_sched(
             }
             (None, Some(_)) => {}
         }
-        open.insert(s.cpu, rows.len());
+        open.insert((s.machine, s.cpu), rows.len());
         rows.push(SchedRow {
+            machine: s.machine,
             cpu: s.cpu,
             ts: s.ts,
             end: None,
@@ -1279,14 +1384,14 @@ fn replay_sched(
             end_state: None,
         });
     }
-    let mut described: HashMap<i32, Vec<(i32, i32)>> = HashMap::new();
+    let mut described: HashMap<(u32, i32), Vec<(i32, i32)>> = HashMap::new();
     for th in tracks.values().filter_map(|t| t.thread.as_ref()) {
-        let e = described.entry(th.tid).or_default();
+        let e = described.entry((th.machine, th.tid)).or_default();
         if !e.contains(&(th.pid, th.tid)) {
             e.push((th.pid, th.tid));
         }
     }
-    let mut checked: HashMap<i32, ()> = HashMap::new();
+    let mut checked: HashMap<(u32, i32), ()> = HashMap::new();
     for r in rows.iter().filter(|r| r.tid != 0) {
         if r.end.is_none() {
             v.push(
@@ -1297,8 +1402,8 @@ fn replay_sched(
                 ),
             );
         }
-        if checked.insert(r.tid, ()).is_none() {
-            match described.get(&r.tid).map(Vec::len) {
+        if checked.insert((r.machine, r.tid), ()).is_none() {
+            match described.get(&(r.machine, r.tid)).map(Vec::len) {
                 Some(1) => {}
                 n => v.push(
                     R_SCHED_THREAD,
@@ -1312,7 +1417,7 @@ fn replay_sched(
             }
         }
     }
-    rows.sort_by_key(|r| (r.cpu, r.ts));
+    rows.sort_by_key(|r| (r.machine, r.cpu, r.ts));
     rows
 }
 
@@ -1454,10 +1559,21 @@ fn annotation(
 
 fn describe(
     index: usize,
+    machine: u32,
     td: TrackDescriptor,
     tracks: &mut BTreeMap<u64, Track>,
     v: &mut Violations,
 ) {
+    // The root track (uuid 0) of a machine, which only configures the order of processes (a
+    // merge; its `process_ordering` is read from the raw packet, see `raw_extras`).
+    if td.uuid == Some(0)
+        && td.process.is_none()
+        && td.thread.is_none()
+        && td.static_or_dynamic_name.is_none()
+        && td.parent_uuid.is_none()
+    {
+        return;
+    }
     let Some(uuid) = td.uuid.filter(|u| *u != 0) else {
         v.push(
             R_TRACK,
@@ -1484,6 +1600,8 @@ fn describe(
     let process = td.process.as_ref().map(|p| ProcessInfo {
         pid: p.pid.unwrap_or(0),
         name: p.process_name.clone(),
+        machine,
+        sort_index: p.legacy_sort_index,
     });
     if td.process.as_ref().is_some_and(|p| p.pid.is_none()) {
         v.push(
@@ -1495,6 +1613,7 @@ fn describe(
         pid: t.pid.unwrap_or(0),
         tid: t.tid.unwrap_or(0),
         name: t.thread_name.clone(),
+        machine,
     });
     if td
         .thread

@@ -15,7 +15,7 @@
 use super::{
     IdMap, ProtoWriter, SampleSeq, bytes_len, field_len, frame, put_field, put_varint, tag,
 };
-use crate::model::{CounterValue, CpuSample, trace_pid_of, trace_tid_of};
+use crate::model::{CounterValue, CpuSample, pid_of, tid_of};
 use crate::output::CounterTrack;
 use crate::proto::{
     Callstack, CounterDescriptor, InternedData, InternedString, Mapping, PerfSample, TracePacket,
@@ -185,8 +185,8 @@ impl ProtoWriter {
         };
         let sample = PerfSample {
             cpu: s.cpu.map(|c| c.clamp(0, u32::MAX as i64) as u32),
-            pid: Some(trace_pid_of(s.global_tid) as u32),
-            tid: Some(trace_tid_of(s.global_tid) as u32),
+            pid: Some(pid_of(s.global_tid) as u32),
+            tid: Some(tid_of(s.global_tid) as u32),
             callstack_iid,
         };
         put_sample_packet(

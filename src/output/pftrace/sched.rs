@@ -18,14 +18,14 @@
 //!   the importer keeps file order; inside one bundle, compact switches go before full events).
 //! - Times are the trace's BOOTTIME nanoseconds, the clock trace_processor assumes for ftrace
 //!   and the one every TrackEvent resolves to, so a switch lands where the slice began.
-//! - pid is the thread's tid in the trace (unique across merged sources, see
-//!   [`trace_tid_of`]); its process and name come from the thread's TrackDescriptor, which
+//! - pid is the thread's own tid (in a merge, each report is a machine of its own, see
+//!   [`super::Protobuf`]); its process and name come from the thread's TrackDescriptor, which
 //!   outranks ftrace's comm (written anyway: the thread's name).
 //! - Nothing marks where tracing started (`tracing_started`, `previous_bundle_end_timestamp`):
 //!   trace_processor would drop every event before such a mark.
 
 use super::{Cpu, ProtoWriter, frame, put_bytes, put_field, put_varint, varint_len};
-use crate::model::{CpuSlice, trace_tid_of};
+use crate::model::{CpuSlice, tid_of};
 use crate::proto::{
     FtraceEvent, FtraceEventBundle, SchedSwitchFtraceEvent, TracePacket, ftrace_event, trace_packet,
 };
@@ -132,7 +132,7 @@ fn bundle_packet(seq: u32, bundle: FtraceEventBundle) -> TracePacket {
 impl ProtoWriter {
     pub(super) fn write_cpu_slice(&mut self, group: u32, s: &CpuSlice) {
         let cpu = s.cpu as u32;
-        let pid = trace_tid_of(s.global_tid) as i32;
+        let pid = tid_of(s.global_tid) as i32;
         let prev_state = self.state_codes.prev_state(s.off);
         let desc = &self.desc;
         let comm = || desc.thread_name(s.global_tid);
