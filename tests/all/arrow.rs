@@ -513,6 +513,49 @@ fn truncated_table_is_one_line_naming_it() {
     );
 }
 
+/// Where the first non-empty buffer of the first record batch of an Arrow IPC stream records
+/// its offset in the message body.
+fn first_buffer_offset_field(bytes: &[u8]) -> usize {
+    let word = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut pos = 0;
+    loop {
+        let mut len = word(pos);
+        pos += 4;
+        if len == -1 {
+            len = word(pos);
+            pos += 4;
+        }
+        assert!(len > 0, "no record batch with a buffer");
+        let meta = &bytes[pos..pos + len as usize];
+        let message = arrow_ipc::root_as_message(meta).unwrap();
+        if let Some(buffers) = message.header_as_record_batch().and_then(|b| b.buffers())
+            && let Some(b) = buffers.iter().find(|b| b.length() > 0)
+        {
+            return b as *const _ as usize - bytes.as_ptr() as usize;
+        }
+        pos += len as usize + message.bodyLength() as usize;
+    }
+}
+
+/// A damaged file whose record batch puts a buffer outside its message (Arrow's decoder
+/// trusts the offset, and panicked inside SQLite's call, an abort): one line, as any damage.
+#[test]
+fn buffer_outside_its_message_is_one_line_naming_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let table = arrow.join("CUPTI_ACTIVITY_KIND_KERNEL.arrow");
+    let mut bytes = std::fs::read(&table).unwrap();
+    let at = first_buffer_offset_field(&bytes);
+    bytes[at..at + 8].copy_from_slice(&(1i64 << 28).to_le_bytes());
+    std::fs::write(&table, bytes).unwrap();
+    expect_failure(
+        &arrow,
+        dir.path(),
+        "CUPTI_ACTIVITY_KIND_KERNEL.arrow",
+        &["damaged"],
+    );
+}
+
 #[test]
 fn garbage_table_is_one_line_naming_it() {
     let dir = tempfile::tempdir().unwrap();
