@@ -556,6 +556,107 @@ fn buffer_outside_its_message_is_one_line_naming_the_table() {
     );
 }
 
+/// The metadata (the flatbuffer header: batch length, field nodes, buffers) of the first record
+/// batch of an Arrow IPC stream, as a byte range of the file.
+fn first_batch_header(bytes: &[u8]) -> Option<std::ops::Range<usize>> {
+    let word = |at: usize| Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+    let mut pos = 0;
+    loop {
+        let mut len = word(pos)?;
+        pos += 4;
+        if len == -1 {
+            len = word(pos)?;
+            pos += 4;
+        }
+        let len = usize::try_from(len).ok().filter(|&l| l > 0)?;
+        let message = arrow_ipc::root_as_message(bytes.get(pos..pos + len)?).ok()?;
+        if message.header_as_record_batch().is_some() {
+            return Some(pos..pos + len);
+        }
+        pos += len + usize::try_from(message.bodyLength()).ok()?;
+    }
+}
+
+/// Seeded damage to the fixture's tables where Arrow's decoder trusts what it reads (bits
+/// flipped in a record batch's header, the stream cut anywhere, runs of zeros): every run of
+/// the conversion and of `stats` either succeeds or fails with exit 1 and one line naming the
+/// table, never a panic, and a failed conversion writes nothing.
+#[test]
+fn seeded_damage_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let tables: Vec<PathBuf> = listing(&arrow)
+        .into_iter()
+        .filter(|p| std::fs::metadata(p).unwrap().len() > 2000)
+        .collect();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: usize| {
+        // xorshift64*: a fixed sequence, so a failure repeats.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    };
+    let out = dir.path().join("out.pftrace");
+    for case in 0..60 {
+        let table = &tables[next(tables.len())];
+        let original = std::fs::read(table).unwrap();
+        let mut bytes = original.clone();
+        let header = first_batch_header(&bytes).expect("a record batch");
+        let how = match next(3) {
+            0 => {
+                for _ in 0..1 + next(4) {
+                    let at = header.start + next(header.len());
+                    bytes[at] ^= 1 << next(8);
+                }
+                "bits flipped in the batch header"
+            }
+            1 => {
+                bytes.truncate(next(bytes.len()));
+                "cut"
+            }
+            _ => {
+                let at = next(bytes.len());
+                let end = (at + 64).min(bytes.len());
+                bytes[at..end].fill(0);
+                "64 bytes zeroed"
+            }
+        };
+        std::fs::write(table, &bytes).unwrap();
+        let name = table.file_name().unwrap().to_str().unwrap();
+        for convert in [true, false] {
+            let o = if convert {
+                cli([
+                    arrow.as_os_str(),
+                    OsStr::new("-q"),
+                    OsStr::new("-o"),
+                    out.as_os_str(),
+                ])
+            } else {
+                cli([OsStr::new("stats"), arrow.as_os_str()])
+            };
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            let ctx = format!(
+                "case {case}, {name} {how}, {}: exit {:?}\n{stderr}",
+                if convert { "convert" } else { "stats" },
+                o.status.code()
+            );
+            assert!(!stderr.contains("panicked"), "a panic: {ctx}");
+            match o.status.code() {
+                Some(0) => {}
+                Some(1) => {
+                    assert!(lines.len() == 1 && lines[0].contains(name), "{ctx}");
+                    assert!(!convert || !out.exists(), "output left behind: {ctx}");
+                }
+                _ => panic!("{ctx}"),
+            }
+        }
+        let _ = std::fs::remove_file(&out);
+        std::fs::write(table, original).unwrap();
+    }
+}
+
 #[test]
 fn garbage_table_is_one_line_naming_it() {
     let dir = tempfile::tempdir().unwrap();
