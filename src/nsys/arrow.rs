@@ -31,6 +31,57 @@ use std::ffi::{CStr, CString, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// Check that every message of an Arrow IPC stream lies inside the file and every buffer of a
+/// record batch inside its message's body. Arrow's decoder trusts the offsets and lengths a
+/// message gives: in a damaged file they make it panic (inside SQLite's call into a virtual
+/// table, an abort) rather than fail.
+fn check_layout(bytes: &[u8]) -> std::result::Result<(), String> {
+    let word = |at: usize| -> Option<i32> {
+        Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    let mut pos = 0usize;
+    // The decoder reports an unfinished stream itself: only what it would read is checked.
+    while let Some(mut len) = word(pos) {
+        pos += 4;
+        if len == -1 {
+            // The continuation marker, then the metadata's length.
+            let Some(l) = word(pos) else { return Ok(()) };
+            len = l;
+            pos += 4;
+        }
+        if len == 0 {
+            return Ok(());
+        }
+        let end = usize::try_from(len)
+            .ok()
+            .and_then(|l| pos.checked_add(l))
+            .filter(|&e| e <= bytes.len())
+            .ok_or("a message runs past the end of the file")?;
+        let message = arrow_ipc::root_as_message(&bytes[pos..end])
+            .map_err(|e| format!("a message's header is damaged: {e}"))?;
+        pos = end;
+        let body = usize::try_from(message.bodyLength())
+            .ok()
+            .filter(|&b| pos.checked_add(b).is_some_and(|e| e <= bytes.len()))
+            .ok_or("a message's body runs past the end of the file")?;
+        let batch = message
+            .header_as_record_batch()
+            .or_else(|| message.header_as_dictionary_batch().and_then(|d| d.data()));
+        for b in batch.and_then(|b| b.buffers()).iter().flatten() {
+            let inside = u64::try_from(b.offset())
+                .ok()
+                .zip(u64::try_from(b.length()).ok())
+                .and_then(|(o, l)| o.checked_add(l))
+                .is_some_and(|e| e <= body as u64);
+            if !inside {
+                return Err("a buffer lies outside its message".into());
+            }
+        }
+        pos += body;
+    }
+    Ok(())
+}
+
 /// The file extension nsys gives a table of an Arrow export.
 pub const EXTENSION: &str = "arrow";
 
@@ -321,6 +372,9 @@ impl Table {
         let file = std::fs::File::open(path).map_err(|e| anyhow!("cannot read: {e}"))?;
         // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| anyhow!("cannot map: {e}"))?;
+        check_layout(&map).map_err(|e| {
+            anyhow!("not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again")
+        })?;
         let mut buffer = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
         let mut decoder = arrow_ipc::reader::StreamDecoder::new();
         let mut batches: Vec<RecordBatch> = Vec::new();

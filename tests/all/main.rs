@@ -13,6 +13,7 @@
 mod common;
 
 mod analyze;
+mod arrow;
 mod bad_input;
 mod batch;
 mod cli_messages;

@@ -1986,3 +1986,47 @@ pub fn skip(requirement: &str, why: &str) {
         let _ = writeln!(f, "{line}");
     }
 }
+
+/// What a trace holds as trace_processor reads it, one fact a line (`bench/content.py`: per
+/// category count, sums of ts and dur, names, args, flows, tracks, threads, processes, sched,
+/// thread states, counters, samples): two traces with equal digests have the same content.
+/// `None` (a recorded skip) when Python's `perfetto` package or `trace_processor_shell` is
+/// absent.
+pub fn content_digest(trace: &Path) -> Option<Vec<String>> {
+    let script = manifest_dir().join("bench/content.py");
+    let out = match std::process::Command::new("python3")
+        .arg(&script)
+        .arg(trace)
+        .output()
+    {
+        Ok(o) => o,
+        Err(e) => {
+            skip("tpcheck", &format!("cannot run python3: {e}"));
+            return None;
+        }
+    };
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    if !out.status.success()
+        && (stderr.contains("No module named") || stderr.contains("trace_processor_shell"))
+    {
+        skip(
+            "tpcheck",
+            &format!(
+                "bench/content.py cannot run: {}",
+                stderr.lines().last().unwrap_or("")
+            ),
+        );
+        return None;
+    }
+    assert!(
+        out.status.success(),
+        "bench/content.py {} failed: {stderr}",
+        trace.display()
+    );
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(str::to_string)
+            .collect(),
+    )
+}

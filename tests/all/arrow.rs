@@ -1,0 +1,759 @@
+//! nsys' Arrow export (`nsys export --type arrowdir`, a directory `REPORT_arwdir` of one `.arrow`
+//! file a table) as an input, against the SQLite export of the same report:
+//! - exactness: corpus reports exported both ways by nsys 2023.4.4 at test time convert to traces
+//!   of the same trace_processor content (`bench/content.py`: per category count, sums of ts and
+//!   dur, names, args, flows, counters, samples, sched), and the Arrow one passes `tpcheck
+//!   --strict`;
+//! - workflows: `stats`, `analyze`, `extract` print the same from both, `--types`,
+//!   `--time-range` and `--pid` select the same trace, two arrowdirs merge as their SQLite twins;
+//! - bad input: a truncated table, a table of garbage bytes, an empty `x_arwdir`: one line naming
+//!   the file, exit 1, no output; a missing table converts without its events; a batch folder
+//!   holding an arrowdir beside other inputs;
+//! - the shipped fixture (`tests/fixtures/arrow/`, see its `gen.sh`), converted without nsys,
+//!   against its SQLite twin.
+
+use crate::common::{self, skip};
+use std::collections::BTreeMap;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const BIN: &str = env!("CARGO_BIN_EXE_nsys-perfetto");
+
+/// The reports of the exactness check: GPU kernels with NVTX (AI-Profiler), GPU metrics
+/// (als244), an MPI rank of a multi-GPU job in a `.qdrep`, CPU samples with OSRT call chains
+/// (lawrencium), NVTX ranges projected onto the GPU (AI-Profiler's NVTX baseline).
+const EXACT: &[&str] = &[
+    "openhackathons-org__AI-Profiler__firstOptimization.nsys-rep",
+    "als244__ResourceEstimation__reports_report2.nsys-rep",
+    "openhackathons-org__gpubootcamp__mpi_report1.qdrep",
+    "hypdeb__lawrencium__report1.nsys-rep",
+    "openhackathons-org__AI-Profiler__baseline_nvtx.nsys-rep",
+];
+
+/// nsys 2023.4 or newer (the first with `--type arrowdir`), when installed.
+fn nsys_2023() -> Option<PathBuf> {
+    let candidates = nsys_perfetto::report::nsys_candidates(None).unwrap_or_default();
+    let fixed = PathBuf::from("/opt/nvidia/nsight-systems/2023.4.4/bin/nsys");
+    let found = candidates
+        .into_iter()
+        .map(|(p, _)| p)
+        .chain(fixed.is_file().then_some(fixed))
+        .find(|p| {
+            Command::new(p).arg("--version").output().is_ok_and(|o| {
+                String::from_utf8_lossy(&o.stdout)
+                    .split_whitespace()
+                    .any(|w| {
+                        let mut parts = w.split('.').map(|x| x.parse::<u32>().unwrap_or(0));
+                        matches!((parts.next(), parts.next()),
+                            (Some(y), Some(m)) if y > 2023 || y == 2023 && m >= 4)
+                    })
+            })
+        });
+    if found.is_none() {
+        skip("nsys", "nsys 2023.4 or newer (Arrow export) not found");
+    }
+    found
+}
+
+fn corpus() -> Option<PathBuf> {
+    let dir = common::corpus_dir();
+    if dir.is_none() {
+        skip("corpus", "../shared/corpus is absent");
+    }
+    dir
+}
+
+/// Export a copy of `report` (in `dir`) as SQLite and as an arrowdir, as nsys names them:
+/// (`dir/STEM.sqlite`, `dir/STEM_arwdir`).
+fn export_twins(nsys: &Path, report: &Path, dir: &Path) -> (PathBuf, PathBuf) {
+    let name = report.file_name().unwrap().to_str().unwrap();
+    let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
+    let copy = dir.join(name);
+    std::fs::copy(report, &copy).unwrap();
+    let sqlite = dir.join(format!("{stem}.sqlite"));
+    let arrow = dir.join(format!("{stem}_arwdir"));
+    for (kind, out) in [("sqlite", &sqlite), ("arrowdir", &arrow)] {
+        let o = Command::new(nsys)
+            .current_dir(dir)
+            .args(["export", "--type", kind, "-o"])
+            .arg(out)
+            .arg(&copy)
+            .output()
+            .unwrap();
+        assert!(
+            o.status.success() && out.exists(),
+            "nsys export --type {kind} {name}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    std::fs::remove_file(&copy).unwrap();
+    (sqlite, arrow)
+}
+
+fn cli<I, S>(args: I) -> Output
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    Command::new(BIN)
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .output()
+        .expect("run nsys-perfetto")
+}
+
+/// Run the CLI and return its standard output, failing on a non-zero exit.
+fn cli_ok<I, S>(args: I) -> String
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<_> = args.into_iter().map(|a| a.as_ref().to_owned()).collect();
+    let o = cli(&args);
+    assert!(
+        o.status.success(),
+        "nsys-perfetto {args:?}: exit {:?}\n{}",
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+/// Convert `input` into `out` with `extra` options.
+fn convert(input: &Path, out: &Path, extra: &[&str]) {
+    let mut args: Vec<&OsStr> = vec![input.as_os_str(), OsStr::new("-q"), OsStr::new("-o")];
+    args.push(out.as_os_str());
+    args.extend(extra.iter().map(OsStr::new));
+    cli_ok(args);
+    assert!(out.is_file(), "{} was not written", out.display());
+}
+
+/// The digest's lines of one kind (`slices`, `counters`, ...).
+fn facts<'a>(digest: &'a [String], kind: &str) -> Vec<&'a str> {
+    let prefix = format!("{kind}\t");
+    digest
+        .iter()
+        .filter_map(|l| l.strip_prefix(&prefix))
+        .collect()
+}
+
+/// The first number of a digest line of `kind` (its count), 0 when absent.
+fn count(digest: &[String], kind: &str) -> u64 {
+    facts(digest, kind)
+        .first()
+        .and_then(|l| l.split('\t').next()?.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Events per slice category, from a digest's `slices` lines.
+fn per_category(digest: &[String]) -> BTreeMap<String, u64> {
+    facts(digest, "slices")
+        .into_iter()
+        .map(|l| {
+            let mut f = l.split('\t');
+            let cat = f.next().unwrap().to_string();
+            (cat, f.next().unwrap().parse().unwrap())
+        })
+        .collect()
+}
+
+/// Assert two traces hold the same content, and return the digest.
+fn assert_same_content(sqlite_trace: &Path, arrow_trace: &Path, what: &str) -> Option<Vec<String>> {
+    let from_sqlite = common::content_digest(sqlite_trace)?;
+    let from_arrow = common::content_digest(arrow_trace)?;
+    if from_sqlite != from_arrow {
+        let mut diff = String::new();
+        for l in from_sqlite.iter().filter(|l| !from_arrow.contains(l)) {
+            diff += &format!("  sqlite only: {l}\n");
+        }
+        for l in from_arrow.iter().filter(|l| !from_sqlite.contains(l)) {
+            diff += &format!("  arrow only:  {l}\n");
+        }
+        panic!("{what}: the Arrow export's trace differs from the SQLite export's:\n{diff}");
+    }
+    Some(from_arrow)
+}
+
+fn tpcheck_clean(trace: &Path) {
+    if let Some(Err(report)) = common::tpcheck(trace) {
+        panic!("tpcheck --strict {}: {report}", trace.display());
+    }
+}
+
+#[test]
+fn corpus_reports_convert_to_the_same_content_as_from_sqlite() {
+    let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
+        return;
+    };
+    for name in EXACT {
+        let dir = tempfile::tempdir().unwrap();
+        let (sqlite, arrow) = export_twins(&nsys, &corpus.join(name), dir.path());
+        let (a, s) = (dir.path().join("a.pftrace"), dir.path().join("s.pftrace"));
+        convert(&sqlite, &s, &[]);
+        convert(&arrow, &a, &[]);
+        common::validate_file(&a);
+        let Some(digest) = assert_same_content(&s, &a, name) else {
+            return;
+        };
+        tpcheck_clean(&a);
+        // What each report is in the sample for is in both traces, not absent from both.
+        let cats = per_category(&digest);
+        assert!(cats.values().sum::<u64>() > 0, "{name}: no slices");
+        match *name {
+            n if n.starts_with("als244") => {
+                assert!(count(&digest, "counters") > 0, "{name}: GPU metrics")
+            }
+            n if n.starts_with("hypdeb") => {
+                assert!(count(&digest, "samples") > 0, "{name}: CPU samples")
+            }
+            n if n.contains("mpi_report") => {
+                assert!(count(&digest, "flows") > 0, "{name}: launch flows")
+            }
+            _ => assert!(
+                cats.keys().any(|c| c.contains("nvtx")),
+                "{name}: NVTX ranges, in {cats:?}"
+            ),
+        }
+        if name.ends_with("baseline_nvtx.nsys-rep") {
+            // NVTX ranges projected onto the GPU, by SQL over the virtual tables.
+            let (a, s) = (dir.path().join("ga.pftrace"), dir.path().join("gs.pftrace"));
+            convert(&sqlite, &s, &["--types", "nvtx-gpu"]);
+            convert(&arrow, &a, &["--types", "nvtx-gpu"]);
+            let Some(digest) = assert_same_content(&s, &a, "--types nvtx-gpu") else {
+                return;
+            };
+            assert!(
+                per_category(&digest).values().sum::<u64>() > 0,
+                "{name}: NVTX projected on the GPU"
+            );
+        }
+    }
+}
+
+/// `stats`, `analyze` and `extract` print the same from both exports but for the file's name.
+#[test]
+fn workflows_print_the_same_from_both() {
+    let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (sqlite, arrow) = export_twins(
+        &nsys,
+        &corpus.join("openhackathons-org__AI-Profiler__firstOptimization.nsys-rep"),
+        dir.path(),
+    );
+    let sqlite_name = sqlite.file_name().unwrap().to_str().unwrap().to_string();
+    let arrow_name = arrow.file_name().unwrap().to_str().unwrap().to_string();
+    let same = |args: &[&str]| {
+        let from = |input: &Path| {
+            let mut a: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+            a.push(input.as_os_str());
+            cli_ok(a)
+        };
+        let s = from(&sqlite).replace(&sqlite_name, "EXPORT");
+        let a = from(&arrow).replace(&arrow_name, "EXPORT");
+        assert_eq!(
+            s, a,
+            "nsys-perfetto {args:?}: SQLite (left) and Arrow (right)"
+        );
+        assert!(
+            s.lines().count() > 2,
+            "{args:?} printed next to nothing:\n{s}"
+        );
+        s
+    };
+    let stats = same(&["stats", "--csv"]);
+    for report in ["cuda_api_sum", "cuda_gpu_kern_sum", "nvtx_sum"] {
+        assert!(stats.contains(report), "stats has {report}:\n{stats}");
+    }
+    same(&["stats", "--csv", "--nvtx-gpu", "-r", "nvtx_gpu_proj_sum"]);
+    same(&["analyze", "--csv"]);
+    same(&["extract", "--csv", "-e", "cudaMemcpy", "-e", "re:.*"]);
+}
+
+/// Selections run SQL over the virtual tables: `--types` and `--time-range` (on a report with
+/// CPU samples, OSRT calls and scheduling) and `--pid` (on a report of 4 processes) select the
+/// same trace from both exports.
+#[test]
+fn selections_select_the_same_from_both() {
+    let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let samples = export_twins(
+        &nsys,
+        &corpus.join("hypdeb__lawrencium__report1.nsys-rep"),
+        dir.path(),
+    );
+    let processes = export_twins(
+        &nsys,
+        &corpus.join("quasiben__nvtx-examples__multiprocessing.qdrep"),
+        dir.path(),
+    );
+    // A process with NVTX ranges, of several.
+    let pid: i64 = rusqlite::Connection::open(&processes.0)
+        .unwrap()
+        .query_row(
+            "SELECT globalTid / 0x1000000 % 0x1000000 FROM NVTX_EVENTS \
+             WHERE globalTid IS NOT NULL ORDER BY start LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    let pid = pid.to_string();
+    let selections: [(&(PathBuf, PathBuf), &[&str]); 4] = [
+        (&samples, &["--types", "kernel,cuda-api,cpu-samples"]),
+        (&samples, &["--types=-osrt,-sched"]),
+        (&samples, &["--time-range", "1s..1.5s"]),
+        (&processes, &["--pid", &pid]),
+    ];
+    for (i, ((sqlite, arrow), sel)) in selections.into_iter().enumerate() {
+        let (a, s, w) = (
+            dir.path().join(format!("a{i}.pftrace")),
+            dir.path().join(format!("s{i}.pftrace")),
+            dir.path().join(format!("w{i}.pftrace")),
+        );
+        convert(sqlite, &s, sel);
+        convert(arrow, &a, sel);
+        convert(sqlite, &w, &[]);
+        let Some(digest) = assert_same_content(&s, &a, &format!("{sel:?}")) else {
+            return;
+        };
+        let Some(whole) = common::content_digest(&w) else {
+            return;
+        };
+        // The selection kept something and left something out.
+        let kept: u64 = per_category(&digest).values().sum();
+        let all: u64 = per_category(&whole).values().sum();
+        assert!(kept > 0 && kept < all, "{sel:?}: {kept} of {all} slices");
+    }
+}
+
+/// Two MPI ranks' arrowdirs merge into the trace their SQLite exports merge into.
+#[test]
+fn merge_of_two_arrowdirs_equals_that_of_their_sqlite_twins() {
+    let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut sqlites = Vec::new();
+    let mut arrows = Vec::new();
+    for r in ["mpi_report1", "mpi_report2"] {
+        let report = corpus.join(format!("openhackathons-org__gpubootcamp__{r}.qdrep"));
+        let (s, a) = export_twins(&nsys, &report, dir.path());
+        sqlites.push(s);
+        arrows.push(a);
+    }
+    let merged = |inputs: &[PathBuf], out: &Path| {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("merge"), OsStr::new("-q")];
+        args.extend([OsStr::new("-o"), out.as_os_str()]);
+        args.extend(inputs.iter().map(|p| p.as_os_str()));
+        cli_ok(args);
+    };
+    let (a, s) = (dir.path().join("a.pftrace"), dir.path().join("s.pftrace"));
+    merged(&sqlites, &s);
+    merged(&arrows, &a);
+    common::validate_file(&a);
+    let Some(digest) = assert_same_content(&s, &a, "merge") else {
+        return;
+    };
+    assert!(
+        facts(&digest, "processes").first().is_some_and(|l| l
+            .split('\t')
+            .nth(1)
+            .is_some_and(|pids| pids.parse::<u32>().unwrap() >= 2)),
+        "both ranks' processes: {:?}",
+        facts(&digest, "processes")
+    );
+    tpcheck_clean(&a);
+}
+
+/// The shipped fixture (`tests/fixtures/arrow/kmeans_arwdir`), copied into `dir`.
+fn fixture_copy(dir: &Path) -> PathBuf {
+    let to = dir.join("kmeans_arwdir");
+    std::fs::create_dir(&to).unwrap();
+    for e in std::fs::read_dir(common::fixture("arrow/kmeans_arwdir")).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    to
+}
+
+/// Events per category as the converter counted them, and as the validator decoded them.
+fn counts(input: &Path, dir: &Path) -> BTreeMap<String, u64> {
+    let out = dir.join(format!(
+        "{}.pftrace",
+        input.file_name().unwrap().to_str().unwrap()
+    ));
+    let summary = nsys_perfetto::convert::convert_sqlite(
+        input,
+        &out,
+        &nsys_perfetto::convert::Options::default(),
+    )
+    .unwrap_or_else(|e| panic!("converting {}: {e:#}", input.display()));
+    let decoded = common::validate_file(&out).count_by_category();
+    let written: u64 = summary.events.iter().sum();
+    assert_eq!(
+        written,
+        decoded.values().sum::<u64>(),
+        "{}: events the summary counts and the trace holds",
+        input.display()
+    );
+    decoded
+}
+
+/// The shipped arrowdir converts with no nsys, to the events its SQLite twin converts to: the
+/// twin exported now where nsys 2023.4 and the corpus are here, else the shipped one.
+#[test]
+fn shipped_fixture_converts_as_its_sqlite_twin() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let from_arrow = counts(&arrow, dir.path());
+    let shipped_twin = dir.path().join("kmeans.sqlite");
+    std::fs::copy(common::fixture("arrow/kmeans.sqlite"), &shipped_twin).unwrap();
+    let from_shipped = counts(&shipped_twin, dir.path());
+    assert_eq!(
+        from_arrow, from_shipped,
+        "arrowdir (left), shipped twin (right)"
+    );
+    for cat in ["cuda.kernel", "cuda.memcpy", "cuda.api", "cuda.sync"] {
+        assert!(
+            from_arrow.get(cat).is_some_and(|&n| n > 0),
+            "{cat} in {from_arrow:?}"
+        );
+    }
+    let fresh = common::corpus_dir()
+        .map(|c| c.join("martisu1631998__kmeans-parallel__report2.qdrep"))
+        .filter(|r| r.is_file());
+    match (fresh, nsys_2023()) {
+        (Some(report), Some(nsys)) => {
+            let now = dir.path().join("now");
+            std::fs::create_dir(&now).unwrap();
+            let (sqlite, fresh_arrow) = export_twins(&nsys, &report, &now);
+            assert_eq!(
+                from_arrow,
+                counts(&sqlite, &now),
+                "shipped arrowdir (left), SQLite exported now (right)"
+            );
+            assert_eq!(
+                from_arrow,
+                counts(&fresh_arrow, &now),
+                "shipped arrowdir (left), arrowdir exported now (right): remake with gen.sh"
+            );
+        }
+        (None, _) => skip(
+            "corpus",
+            "the fixture's report is absent: compared with the shipped twin only",
+        ),
+        (_, None) => {}
+    }
+}
+
+/// Convert `input` with the CLI into `out_dir/out.pftrace` and expect one line on stderr naming
+/// `names` and saying one of `reasons`, exit 1, and nothing written.
+fn expect_failure(input: &Path, out_dir: &Path, names: &str, reasons: &[&str]) {
+    let output = out_dir.join("out.pftrace");
+    let before = listing(out_dir);
+    let o = cli([input.as_os_str(), OsStr::new("-o"), output.as_os_str()]);
+    let stderr = String::from_utf8_lossy(&o.stderr);
+    let ctx = format!("{}: exit {:?}\n{stderr}", input.display(), o.status.code());
+    assert!(!stderr.contains("panicked"), "a panic: {ctx}");
+    assert_eq!(o.status.code(), Some(1), "exit 1: {ctx}");
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "one line: {ctx}");
+    assert!(lines[0].contains(names), "names {names}: {ctx}");
+    let lower = lines[0].to_lowercase();
+    assert!(
+        reasons.iter().any(|r| lower.contains(r)),
+        "says one of {reasons:?}: {ctx}"
+    );
+    assert_eq!(listing(out_dir), before, "nothing written: {ctx}");
+    // The workflows read it with the same checks.
+    for cmd in ["stats", "analyze"] {
+        let o = cli([OsStr::new(cmd), input.as_os_str()]);
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert!(
+            o.status.code() == Some(1) && lines.len() == 1 && lines[0].contains(names),
+            "{cmd} {}: exit {:?}, want one line naming {names}:\n{stderr}",
+            input.display(),
+            o.status.code()
+        );
+    }
+    assert_eq!(listing(out_dir), before, "nothing written: {ctx}");
+}
+
+fn listing(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn truncated_table_is_one_line_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let table = arrow.join("CUPTI_ACTIVITY_KIND_RUNTIME.arrow");
+    let len = std::fs::metadata(&table).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&table)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    expect_failure(
+        &arrow,
+        dir.path(),
+        "CUPTI_ACTIVITY_KIND_RUNTIME.arrow",
+        &["truncated", "damaged"],
+    );
+}
+
+/// Where the first non-empty buffer of the first record batch of an Arrow IPC stream records
+/// its offset in the message body.
+fn first_buffer_offset_field(bytes: &[u8]) -> usize {
+    let word = |at: usize| i32::from_le_bytes(bytes[at..at + 4].try_into().unwrap());
+    let mut pos = 0;
+    loop {
+        let mut len = word(pos);
+        pos += 4;
+        if len == -1 {
+            len = word(pos);
+            pos += 4;
+        }
+        assert!(len > 0, "no record batch with a buffer");
+        let meta = &bytes[pos..pos + len as usize];
+        let message = arrow_ipc::root_as_message(meta).unwrap();
+        if let Some(buffers) = message.header_as_record_batch().and_then(|b| b.buffers())
+            && let Some(b) = buffers.iter().find(|b| b.length() > 0)
+        {
+            return b as *const _ as usize - bytes.as_ptr() as usize;
+        }
+        pos += len as usize + message.bodyLength() as usize;
+    }
+}
+
+/// A damaged file whose record batch puts a buffer outside its message (Arrow's decoder
+/// trusts the offset, and panicked inside SQLite's call, an abort): one line, as any damage.
+#[test]
+fn buffer_outside_its_message_is_one_line_naming_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let table = arrow.join("CUPTI_ACTIVITY_KIND_KERNEL.arrow");
+    let mut bytes = std::fs::read(&table).unwrap();
+    let at = first_buffer_offset_field(&bytes);
+    bytes[at..at + 8].copy_from_slice(&(1i64 << 28).to_le_bytes());
+    std::fs::write(&table, bytes).unwrap();
+    expect_failure(
+        &arrow,
+        dir.path(),
+        "CUPTI_ACTIVITY_KIND_KERNEL.arrow",
+        &["damaged"],
+    );
+}
+
+/// The metadata (the flatbuffer header: batch length, field nodes, buffers) of the first record
+/// batch of an Arrow IPC stream, as a byte range of the file.
+fn first_batch_header(bytes: &[u8]) -> Option<std::ops::Range<usize>> {
+    let word = |at: usize| Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?));
+    let mut pos = 0;
+    loop {
+        let mut len = word(pos)?;
+        pos += 4;
+        if len == -1 {
+            len = word(pos)?;
+            pos += 4;
+        }
+        let len = usize::try_from(len).ok().filter(|&l| l > 0)?;
+        let message = arrow_ipc::root_as_message(bytes.get(pos..pos + len)?).ok()?;
+        if message.header_as_record_batch().is_some() {
+            return Some(pos..pos + len);
+        }
+        pos += len + usize::try_from(message.bodyLength()).ok()?;
+    }
+}
+
+/// Seeded damage to the fixture's tables where Arrow's decoder trusts what it reads (bits
+/// flipped in a record batch's header, the stream cut anywhere, runs of zeros): every run of
+/// the conversion and of `stats` either succeeds or fails with exit 1 and one line naming the
+/// table, never a panic, and a failed conversion writes nothing.
+#[test]
+fn seeded_damage_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let tables: Vec<PathBuf> = listing(&arrow)
+        .into_iter()
+        .filter(|p| std::fs::metadata(p).unwrap().len() > 2000)
+        .collect();
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = |n: usize| {
+        // xorshift64*: a fixed sequence, so a failure repeats.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    };
+    let out = dir.path().join("out.pftrace");
+    for case in 0..60 {
+        let table = &tables[next(tables.len())];
+        let original = std::fs::read(table).unwrap();
+        let mut bytes = original.clone();
+        let header = first_batch_header(&bytes).expect("a record batch");
+        let how = match next(3) {
+            0 => {
+                for _ in 0..1 + next(4) {
+                    let at = header.start + next(header.len());
+                    bytes[at] ^= 1 << next(8);
+                }
+                "bits flipped in the batch header"
+            }
+            1 => {
+                bytes.truncate(next(bytes.len()));
+                "cut"
+            }
+            _ => {
+                let at = next(bytes.len());
+                let end = (at + 64).min(bytes.len());
+                bytes[at..end].fill(0);
+                "64 bytes zeroed"
+            }
+        };
+        std::fs::write(table, &bytes).unwrap();
+        let name = table.file_name().unwrap().to_str().unwrap();
+        for convert in [true, false] {
+            let o = if convert {
+                cli([
+                    arrow.as_os_str(),
+                    OsStr::new("-q"),
+                    OsStr::new("-o"),
+                    out.as_os_str(),
+                ])
+            } else {
+                cli([OsStr::new("stats"), arrow.as_os_str()])
+            };
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            let ctx = format!(
+                "case {case}, {name} {how}, {}: exit {:?}\n{stderr}",
+                if convert { "convert" } else { "stats" },
+                o.status.code()
+            );
+            assert!(!stderr.contains("panicked"), "a panic: {ctx}");
+            match o.status.code() {
+                Some(0) => {}
+                Some(1) => {
+                    assert!(lines.len() == 1 && lines[0].contains(name), "{ctx}");
+                    assert!(!convert || !out.exists(), "output left behind: {ctx}");
+                }
+                _ => panic!("{ctx}"),
+            }
+        }
+        let _ = std::fs::remove_file(&out);
+        std::fs::write(table, original).unwrap();
+    }
+}
+
+#[test]
+fn garbage_table_is_one_line_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let garbage: Vec<u8> = (0..40_000u32).map(|i| (i * 7919 % 251) as u8).collect();
+    std::fs::write(arrow.join("CUPTI_ACTIVITY_KIND_KERNEL.arrow"), garbage).unwrap();
+    expect_failure(
+        &arrow,
+        dir.path(),
+        "CUPTI_ACTIVITY_KIND_KERNEL.arrow",
+        &["damaged", "not an arrow", "arrow"],
+    );
+}
+
+#[test]
+fn empty_arwdir_is_not_an_export() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("x_arwdir");
+    std::fs::create_dir(&empty).unwrap();
+    expect_failure(&empty, dir.path(), "x_arwdir", &["not an", "no ", "empty"]);
+}
+
+/// A table nsys did not write converts as a report without those events.
+#[test]
+fn missing_table_converts_without_its_events() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let whole = counts(&arrow, dir.path());
+    std::fs::remove_file(arrow.join("CUPTI_ACTIVITY_KIND_KERNEL.arrow")).unwrap();
+    let less = counts(&arrow, dir.path());
+    let mut want = whole.clone();
+    assert!(want.remove("cuda.kernel").is_some_and(|n| n > 0));
+    assert_eq!(less, want, "all but the kernels");
+}
+
+/// NVTX_EVENTS deleted from a real arrowdir with NVTX: converts, without the NVTX ranges.
+#[test]
+fn missing_nvtx_table_converts_without_nvtx() {
+    let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_, arrow) = export_twins(
+        &nsys,
+        &corpus.join("quasiben__nvtx-examples__multiprocessing.qdrep"),
+        dir.path(),
+    );
+    let whole = counts(&arrow, dir.path());
+    std::fs::remove_file(arrow.join("NVTX_EVENTS.arrow")).unwrap();
+    let less = counts(&arrow, dir.path());
+    assert!(
+        whole.keys().any(|c| c.starts_with("nvtx")) && !less.keys().any(|c| c.starts_with("nvtx")),
+        "NVTX before {whole:?}, none after {less:?}"
+    );
+    assert!(
+        less.values().sum::<u64>() > 0,
+        "the rest converts: {less:?}"
+    );
+}
+
+/// A folder holding an arrowdir and another export converts both, the arrowdir to
+/// `REPORT.pftrace` beside it; an arrowdir beside the SQLite export of the same report converts
+/// once.
+#[test]
+fn batch_folder_with_an_arrowdir() {
+    let dir = tempfile::tempdir().unwrap();
+    let folder = dir.path().join("runs");
+    std::fs::create_dir(&folder).unwrap();
+    let arrow = fixture_copy(&folder);
+    std::fs::copy(
+        common::fixture("nvtx_workload.sqlite"),
+        folder.join("nvtx_workload.sqlite"),
+    )
+    .unwrap();
+    cli_ok([folder.as_os_str(), OsStr::new("-q")]);
+    let out = folder.join("kmeans.pftrace");
+    let want = counts(&arrow, dir.path());
+    assert_eq!(common::validate_file(&out).count_by_category(), want);
+    assert!(folder.join("nvtx_workload.pftrace").is_file());
+    assert!(
+        !arrow.join("kmeans_arwdir.pftrace").exists() && listing(&arrow).len() > 60,
+        "nothing written inside the arrowdir"
+    );
+    // With the SQLite twin beside it: one trace of the report.
+    std::fs::remove_file(&out).unwrap();
+    std::fs::remove_file(folder.join("nvtx_workload.pftrace")).unwrap();
+    std::fs::copy(
+        common::fixture("arrow/kmeans.sqlite"),
+        folder.join("kmeans.sqlite"),
+    )
+    .unwrap();
+    let o = cli([folder.as_os_str()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(common::validate_file(&out).count_by_category(), want);
+    let pftraces: Vec<PathBuf> = listing(&folder)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "pftrace"))
+        .collect();
+    assert_eq!(pftraces.len(), 2, "{pftraces:?}");
+}
