@@ -77,6 +77,7 @@ for r in openhackathons-org__AI-Profiler__firstOptimization.nsys-rep \
   cp "$shared/corpus/$r" "$tmp/r.$ext"
   echo "== $r ($(du -h "$tmp/r.$ext" | cut -f1))"
   bench/interleave.sh "$e2e_rounds" \
+    cli-sqlite "$bin -q --no-cache --export sqlite --nsys $nsys $tmp/r.$ext -o $tmp/c.pftrace" \
     cli "$bin -q --no-cache --nsys $nsys $tmp/r.$ext -o $tmp/c.pftrace" \
     via-sqlite "rm -f $tmp/r.sqlite && $nsys export --type sqlite -o $tmp/r.sqlite $tmp/r.$ext && $bin -q $tmp/r.sqlite -o $tmp/s.pftrace" \
     via-arrow "rm -rf $tmp/r_arwdir && $nsys export --type arrowdir -o $tmp/r_arwdir $tmp/r.$ext && $bin -q $tmp/r_arwdir -o $tmp/a.pftrace"
