@@ -143,9 +143,12 @@ fn seconds(ns: i64) -> String {
 
 /// Where the output goes by default: next to the input, with the format's extension.
 pub fn default_output(input: &Path, format: OutputFormat) -> PathBuf {
-    // nsys names an Arrow export `REPORT_arwdir`: the trace is `REPORT.pftrace`.
+    // nsys names an Arrow export `REPORT_arwdir`, a Parquet one `REPORT_pqtdir`: the trace is
+    // `REPORT.pftrace`.
     if let Some(name) = input.file_name().and_then(|n| n.to_str())
-        && let Some(report) = name.strip_suffix(crate::nsys::arrow::NSYS_DIR_SUFFIX)
+        && let Some(report) = name
+            .strip_suffix(crate::nsys::arrow::NSYS_DIR_SUFFIX)
+            .or_else(|| name.strip_suffix(crate::nsys::parquet::NSYS_DIR_SUFFIX))
         && !report.is_empty()
     {
         return input.with_file_name(format!("{report}.{}", format.extension()));

@@ -212,7 +212,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     if !input.exists() {
         bail!("{}: no such file", input.display());
     }
-    if input.is_dir() && !crate::nsys::is_arrow_export(input) {
+    if input.is_dir() && !crate::nsys::is_export_dir(input) {
         bail!(
             "{}: is a directory; open one trace or profile",
             input.display()

@@ -15,6 +15,7 @@ pub mod info;
 pub mod metrics;
 pub mod nvtx;
 pub mod osrt;
+pub mod parquet;
 pub mod projection;
 pub mod query;
 pub mod rules;
@@ -78,6 +79,9 @@ pub struct Schema {
     without_rowid: std::collections::HashSet<String>,
     /// An Arrow export (a directory of `.arrow` tables), not an SQLite file.
     arrow: bool,
+    /// The Arrow rewriting of a Parquet export, which `path` names: removed when the last
+    /// copy of the schema goes.
+    _rewritten: Option<std::sync::Arc<tempfile::TempDir>>,
 }
 
 impl Schema {
@@ -264,6 +268,20 @@ pub fn is_arrow_export(path: &Path) -> bool {
             .any(|t| path.join(format!("{t}.{}", arrow::EXTENSION)).is_file())
 }
 
+/// Whether `path` is nsys' Parquet export of a report: a directory holding one of the tables
+/// every export has as a `.parquet` file.
+pub fn is_parquet_export(path: &Path) -> bool {
+    std::fs::metadata(path).is_ok_and(|m| m.is_dir())
+        && NSYS_MARKERS
+            .iter()
+            .any(|t| path.join(format!("{t}.{}", parquet::EXTENSION)).is_file())
+}
+
+/// Whether `path` is an export this tool reads as a directory (Arrow or Parquet).
+pub fn is_export_dir(path: &Path) -> bool {
+    is_arrow_export(path) || is_parquet_export(path)
+}
+
 /// Open the export read-only (see [`read_params`]). An Arrow export is read through an
 /// in-memory database that declares its tables (see [`arrow`]).
 pub fn open_readonly(path: &Path) -> Result<Connection> {
@@ -323,6 +341,12 @@ pub fn tune(conn: &mut Connection) -> Result<()> {
 pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
     if meta.is_dir() {
+        if is_parquet_export(path) && !is_arrow_export(path) {
+            let rewritten = parquet::to_arrow(path)?;
+            let (conn, mut schema) = open_schema(rewritten.path())?;
+            schema._rewritten = Some(std::sync::Arc::new(rewritten));
+            return Ok((conn, schema));
+        }
         if !is_arrow_export(path) {
             bail!("is a directory, not an nsys export");
         }
@@ -402,6 +426,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             tables,
             without_rowid,
             arrow: meta.is_dir(),
+            _rewritten: None,
         },
     ))
 }

@@ -757,3 +757,104 @@ fn batch_folder_with_an_arrowdir() {
         .collect();
     assert_eq!(pftraces.len(), 2, "{pftraces:?}");
 }
+
+/// Export a copy of `report` (in `dir`) as a Parquet directory, as nsys names it
+/// (`dir/STEM_pqtdir`).
+fn export_parquet(nsys: &Path, report: &Path, dir: &Path) -> PathBuf {
+    let name = report.file_name().unwrap().to_str().unwrap();
+    let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
+    let copy = dir.join(name);
+    std::fs::copy(report, &copy).unwrap();
+    let out = dir.join(format!("{stem}_pqtdir"));
+    let o = Command::new(nsys)
+        .current_dir(dir)
+        .args(["export", "--type", "parquetdir", "-o"])
+        .arg(&out)
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success() && out.is_dir(),
+        "nsys export --type parquetdir {name}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    std::fs::remove_file(&copy).unwrap();
+    out
+}
+
+/// nsys' Parquet export converts to the content of the SQLite export of the same report (it is
+/// rewritten as an Arrow export in a temporary folder, which is removed), names its trace after
+/// the report, and its workflows print the same.
+#[test]
+fn parquet_exports_convert_as_their_sqlite_twins() {
+    let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
+        return;
+    };
+    for name in [EXACT[0], EXACT[1], EXACT[3]] {
+        let dir = tempfile::tempdir().unwrap();
+        let (sqlite, _) = export_twins(&nsys, &corpus.join(name), dir.path());
+        let parquet = export_parquet(&nsys, &corpus.join(name), dir.path());
+        let s = dir.path().join("s.pftrace");
+        convert(&sqlite, &s, &[]);
+        // The default output: REPORT_pqtdir -> REPORT.pftrace.
+        cli_ok([parquet.as_os_str(), OsStr::new("-q")]);
+        let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
+        let p = dir.path().join(format!("{stem}.pftrace"));
+        assert!(p.is_file(), "{name}: no {}", p.display());
+        let Some(digest) = assert_same_content(&s, &p, name) else {
+            return;
+        };
+        assert!(
+            per_category(&digest).values().sum::<u64>() > 0,
+            "{name}: no slices"
+        );
+        tpcheck_clean(&p);
+        let csv =
+            |input: &Path| cli_ok([OsStr::new("stats"), OsStr::new("--csv"), input.as_os_str()]);
+        assert_eq!(csv(&sqlite), csv(&parquet), "{name}: stats --csv");
+    }
+}
+
+#[test]
+fn truncated_parquet_table_is_one_line_naming_it() {
+    let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let parquet = export_parquet(&nsys, &corpus.join(EXACT[0]), dir.path());
+    let table = parquet.join("CUPTI_ACTIVITY_KIND_KERNEL.parquet");
+    let len = std::fs::metadata(&table).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&table)
+        .unwrap()
+        .set_len(len / 2)
+        .unwrap();
+    let before: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .contains("nsys-perfetto-parquet-")
+        })
+        .map(|e| e.path())
+        .collect();
+    expect_failure(
+        &parquet,
+        dir.path(),
+        "CUPTI_ACTIVITY_KIND_KERNEL.parquet",
+        &["truncated", "damaged"],
+    );
+    let after: Vec<_> = std::fs::read_dir(std::env::temp_dir())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| {
+            e.file_name()
+                .to_string_lossy()
+                .contains("nsys-perfetto-parquet-")
+        })
+        .map(|e| e.path())
+        .collect();
+    assert_eq!(before, after, "a temporary rewriting was left behind");
+}
