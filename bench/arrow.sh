@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Conversion from nsys' Arrow export (arrowdir) against conversion from its SQLite export, in
+# Conversion from nsys' Arrow export (arrowdir) and Parquet export (parquetdir) against
+# conversion from its SQLite export, in
 # interleaved rounds (bench/interleave.sh: CPU s = user+sys, peak RSS MB, per round; medians):
 #  - the corpus's AI-Profiler firstOptimization report exported by nsys 2023.4.4 as SQLite and
 #    as an arrowdir, the SQLite export grown COPIES-fold (../shared/tools/amplify_trace.py) and
-#    its Arrow twin written in nsys' layout (bench/amplify_arrow.py, pyarrow in bench/.venv):
+#    its Arrow and Parquet twins written in nsys' layout (bench/amplify_arrow.py,
+#    bench/amplify_parquet.py, pyarrow in bench/.venv):
 #    conversion from each, and each one's floor (bench/floor.rs: the columns a conversion reads,
 #    through SQLite; bench/floor_arrow.rs: the same columns from the arrowdir, with arrow-ipc);
 #  - end to end on the corpus's 3 largest reports nsys 2023.4 reads: `nsys-perfetto --no-cache
@@ -38,6 +40,11 @@ if [ ! -s "$base.sqlite" ] || [ ! -d "${base}_arwdir" ]; then
   mv "$tmp/ai_arwdir" "${base}_arwdir"
   mv "$tmp/ai.sqlite" "$base.sqlite"
 fi
+if [ ! -d "${base}_pqtdir" ]; then
+  cp "$shared/corpus/openhackathons-org__AI-Profiler__firstOptimization.nsys-rep" "$tmp/ai.nsys-rep"
+  "$nsys" export --type parquetdir -o "$tmp/ai_pqtdir" "$tmp/ai.nsys-rep" >/dev/null 2>&1
+  mv "$tmp/ai_pqtdir" "${base}_pqtdir"
+fi
 
 # Grown COPIES-fold, and its Arrow twin (made once).
 grown=$work/arrow-ai$copies.sqlite
@@ -46,25 +53,40 @@ if [ ! -s "$grown" ]; then
   python3 "$shared/tools/amplify_trace.py" "$base.sqlite" "$grown.part" --copies "$copies" >/dev/null
   mv "$grown.part" "$grown"
 fi
-if [ ! -d "$arrow" ]; then
-  venv=bench/.venv
+# pyarrow, for writing the twins, in bench/.venv.
+venv=bench/.venv
+pyarrow() {
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
   "$venv/bin/python" -c 'import pyarrow' 2>/dev/null || "$venv/bin/pip" install -q pyarrow
+}
+if [ ! -d "$arrow" ]; then
+  pyarrow
   rm -rf "$arrow.part"
   "$venv/bin/python" bench/amplify_arrow.py "$grown" "${base}_arwdir" "$arrow.part"
   mv "$arrow.part" "$arrow"
 fi
-echo "${copies}x: $grown ($(du -sh "$grown" | cut -f1)), $arrow ($(du -sh "$arrow" | cut -f1))"
+parquet=$work/arrow-ai${copies}_pqtdir
+if [ ! -d "$parquet" ]; then
+  pyarrow
+  rm -rf "$parquet.part"
+  "$venv/bin/python" bench/amplify_parquet.py "$arrow" "${base}_pqtdir" "$parquet.part"
+  mv "$parquet.part" "$parquet"
+fi
+echo "${copies}x: $grown ($(du -sh "$grown" | cut -f1)), $arrow ($(du -sh "$arrow" | cut -f1)), $parquet ($(du -sh "$parquet" | cut -f1))"
 
 # The same trace from both (content as trace_processor reads it).
 "$bin" -q "$grown" -o "$tmp/s.pftrace"
 "$bin" -q "$arrow" -o "$tmp/a.pftrace"
+"$bin" -q "$parquet" -o "$tmp/p.pftrace"
 python3 bench/content.py --diff "$tmp/s.pftrace" "$tmp/a.pftrace" ||
+  echo "(content not compared, or different: see above)"
+python3 bench/content.py --diff "$tmp/s.pftrace" "$tmp/p.pftrace" ||
   echo "(content not compared, or different: see above)"
 
 bench/interleave.sh "$rounds" \
   sqlite "$bin -q $grown -o $tmp/s.pftrace" \
   arrow "$bin -q $arrow -o $tmp/a.pftrace" \
+  parquet "$bin -q $parquet -o $tmp/p.pftrace" \
   floor-sqlite "target/release/examples/floor $grown" \
   floor-arrow "target/release/examples/floor_arrow $arrow"
 

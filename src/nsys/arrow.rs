@@ -674,6 +674,9 @@ impl TableScan {
         while self.batch < self.table.lengths.len()
             && self.in_batch >= self.table.lengths[self.batch]
         {
+            // A batch read to its end is all behind the scan.
+            self.table
+                .release_before(self.batch, self.table.lengths[self.batch]);
             self.in_batch = 0;
             self.batch += 1;
         }
@@ -925,6 +928,10 @@ unsafe impl VTabCursor for Cursor<'_> {
         while self.batch < self.table.lengths.len()
             && self.in_batch >= self.table.lengths[self.batch]
         {
+            if self.end == self.table.rows {
+                self.table
+                    .release_before(self.batch, self.table.lengths[self.batch]);
+            }
             self.in_batch = 0;
             self.batch += 1;
         }

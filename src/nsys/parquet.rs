@@ -15,7 +15,7 @@ pub const EXTENSION: &str = "parquet";
 pub const NSYS_DIR_SUFFIX: &str = "_pqtdir";
 
 /// Rows a rewritten record batch holds: the memory a table's rewriting needs.
-const BATCH_ROWS: usize = 1 << 16;
+const BATCH_ROWS: usize = 1 << 14;
 
 /// Rewrite the Parquet export `dir` as an Arrow export in a new temporary directory (removed
 /// when dropped, or on an interrupt). Errors name the table's file and the problem in one line.
