@@ -105,7 +105,7 @@ pub struct ConvertArgs {
     #[arg(long)]
     pub force: bool,
     /// Check the SQLite file first (PRAGMA quick_check) and refuse it when damaged. Off by
-    /// default (it adds about 40% to a conversion); damage met while reading fails anyway.
+    /// default (it reads the whole file once more); damage met while reading fails anyway.
     #[arg(long)]
     pub check: bool,
     /// Files exported and converted at the same time (default: all cores).

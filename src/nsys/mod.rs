@@ -310,8 +310,8 @@ pub fn open_readonly(path: &Path) -> Result<Connection> {
 /// Bounded memory for sorts and caches: big tables stream, they are never loaded whole.
 ///
 /// 2 MB of page cache per connection: the readers scan their tables once, in order, so a page
-/// is rarely read twice, and a conversion holds six connections at once (8 MB each cost 20 MB
-/// of peak memory and 2-3% more CPU at 20x, from the cache's own churn).
+/// is rarely read twice, and a conversion holds six connections at once (a larger cache costs
+/// memory and, from its own churn, CPU).
 pub fn tune(conn: &mut Connection) -> Result<()> {
     conn.execute_batch("PRAGMA cache_size = -2048; PRAGMA temp_store = FILE;")?;
     // NSYS_PERFETTO_SQL=1 prints every statement run (what bench/floor.rs must read too);
@@ -582,8 +582,8 @@ pub fn scratch_db(
 /// Call stacks of the rows of a table (CUDA_CALLCHAINS, OSRT_CALLCHAINS by `callchainId`),
 /// innermost frame first, one symbol a line (`?` for a symbol missing from StringIds). A
 /// profile repeats a few hundred stacks over many calls, so each is looked up once and kept,
-/// up to [`Callchains::CACHED`] of them (a correlated subquery per row cost 25x the reading
-/// of the table itself).
+/// up to [`Callchains::CACHED`] of them (a correlated subquery per row costs many times the
+/// reading of the table itself).
 pub struct Callchains<'c> {
     stmt: Option<rusqlite::Statement<'c>>,
     cache: HashMap<i64, Option<std::rc::Rc<str>>, crate::model::FastHash>,

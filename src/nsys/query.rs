@@ -4,10 +4,9 @@
 //! `get_ref` asks for the column count, then the value's type, then the value: three calls
 //! into SQLite per value, the last two each taking (and leaving) the connection's mutex slot
 //! and checking for a failed allocation. Reading a value here is one such call
-//! (`sqlite3_column_value`) and two plain reads of the value it returns. Column access was
-//! more than a fifth of a conversion's instructions (callgrind, the 20x benchmark), so the
-//! readers' big scans use [`Query`]; everything else keeps rusqlite's API, and both are read
-//! through [`Fetch`].
+//! (`sqlite3_column_value`) and two plain reads of the value it returns. Column access is a large
+//! share of a conversion's instructions (docs/performance.md), so the readers' big scans use
+//! [`Query`]; everything else keeps rusqlite's API, and both are read through [`Fetch`].
 //!
 //! The unsafe code is confined to this module: a statement prepared on the connection's
 //! handle, stepped and finalized here, whose values are borrowed no longer than until the
