@@ -1217,35 +1217,30 @@ fn export_as(
     }
     let _lock = ExportLock::acquire(&target, report, opts.quiet)?;
     // Another conversion may have exported it while we waited.
-    if !opts.no_cache && reusable_export(&target, report, capture.as_ref()).is_ok() {
-        return Ok(Exported {
-            path: target,
-            kind: ExportKind::Reused,
-            nsys: None,
-            capture,
-            kept: true,
-            note,
-            _temp: None,
-        });
-    }
-    let note = match (note, again) {
-        (Some(n), Some(a)) => Some(format!("{n}; exporting again: {a}")),
-        (n, None) => n,
-        (None, Some(a)) => Some(format!("exporting again: {a}")),
-    };
-    let seconds = run_export(
-        nsys,
-        report,
-        &target,
-        capture.as_ref(),
-        record,
-        opts,
-        format,
-    )?;
+    let (kind, nsys, note) =
+        if !opts.no_cache && reusable_export(&target, report, capture.as_ref()).is_ok() {
+            (ExportKind::Reused, None, note)
+        } else {
+            let note = match (note, again) {
+                (Some(n), Some(a)) => Some(format!("{n}; exporting again: {a}")),
+                (n, None) => n,
+                (None, Some(a)) => Some(format!("exporting again: {a}")),
+            };
+            let seconds = run_export(
+                nsys,
+                report,
+                &target,
+                capture.as_ref(),
+                record,
+                opts,
+                format,
+            )?;
+            (ExportKind::Exported { seconds }, Some(nsys.clone()), note)
+        };
     Ok(Exported {
         path: target,
-        kind: ExportKind::Exported { seconds },
-        nsys: Some(nsys.clone()),
+        kind,
+        nsys,
         capture,
         kept: true,
         note,

@@ -67,28 +67,33 @@ fn corpus() -> Option<PathBuf> {
 /// Export a copy of `report` (in `dir`) as SQLite and as an arrowdir, as nsys names them:
 /// (`dir/STEM.sqlite`, `dir/STEM_arwdir`).
 fn export_twins(nsys: &Path, report: &Path, dir: &Path) -> (PathBuf, PathBuf) {
+    (
+        nsys_export(nsys, report, dir, "sqlite", ".sqlite"),
+        nsys_export(nsys, report, dir, "arrowdir", "_arwdir"),
+    )
+}
+
+/// `nsys export --type KIND` of a copy of `report` (in `dir`) into `dir/STEM{suffix}`.
+fn nsys_export(nsys: &Path, report: &Path, dir: &Path, kind: &str, suffix: &str) -> PathBuf {
     let name = report.file_name().unwrap().to_str().unwrap();
     let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
     let copy = dir.join(name);
     std::fs::copy(report, &copy).unwrap();
-    let sqlite = dir.join(format!("{stem}.sqlite"));
-    let arrow = dir.join(format!("{stem}_arwdir"));
-    for (kind, out) in [("sqlite", &sqlite), ("arrowdir", &arrow)] {
-        let o = Command::new(nsys)
-            .current_dir(dir)
-            .args(["export", "--type", kind, "-o"])
-            .arg(out)
-            .arg(&copy)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success() && out.exists(),
-            "nsys export --type {kind} {name}: {}",
-            String::from_utf8_lossy(&o.stderr)
-        );
-    }
+    let out = dir.join(format!("{stem}{suffix}"));
+    let o = Command::new(nsys)
+        .current_dir(dir)
+        .args(["export", "--type", kind, "-o"])
+        .arg(&out)
+        .arg(&copy)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success() && out.exists(),
+        "nsys export --type {kind} {name}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     std::fs::remove_file(&copy).unwrap();
-    (sqlite, arrow)
+    out
 }
 
 fn cli<I, S>(args: I) -> Output
@@ -758,30 +763,6 @@ fn batch_folder_with_an_arrowdir() {
     assert_eq!(pftraces.len(), 2, "{pftraces:?}");
 }
 
-/// Export a copy of `report` (in `dir`) as a Parquet directory, as nsys names it
-/// (`dir/STEM_pqtdir`).
-fn export_parquet(nsys: &Path, report: &Path, dir: &Path) -> PathBuf {
-    let name = report.file_name().unwrap().to_str().unwrap();
-    let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
-    let copy = dir.join(name);
-    std::fs::copy(report, &copy).unwrap();
-    let out = dir.join(format!("{stem}_pqtdir"));
-    let o = Command::new(nsys)
-        .current_dir(dir)
-        .args(["export", "--type", "parquetdir", "-o"])
-        .arg(&out)
-        .arg(&copy)
-        .output()
-        .unwrap();
-    assert!(
-        o.status.success() && out.is_dir(),
-        "nsys export --type parquetdir {name}: {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
-    std::fs::remove_file(&copy).unwrap();
-    out
-}
-
 /// nsys' Parquet export converts to the content of the SQLite export of the same report (it is
 /// rewritten as an Arrow export in a temporary folder, which is removed), names its trace after
 /// the report, and its workflows print the same.
@@ -793,7 +774,13 @@ fn parquet_exports_convert_as_their_sqlite_twins() {
     for name in [EXACT[0], EXACT[1], EXACT[3]] {
         let dir = tempfile::tempdir().unwrap();
         let (sqlite, _) = export_twins(&nsys, &corpus.join(name), dir.path());
-        let parquet = export_parquet(&nsys, &corpus.join(name), dir.path());
+        let parquet = nsys_export(
+            &nsys,
+            &corpus.join(name),
+            dir.path(),
+            "parquetdir",
+            "_pqtdir",
+        );
         let s = dir.path().join("s.pftrace");
         convert(&sqlite, &s, &[]);
         // The default output: REPORT_pqtdir -> REPORT.pftrace.
@@ -821,7 +808,13 @@ fn truncated_parquet_table_is_one_line_naming_it() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let parquet = export_parquet(&nsys, &corpus.join(EXACT[0]), dir.path());
+    let parquet = nsys_export(
+        &nsys,
+        &corpus.join(EXACT[0]),
+        dir.path(),
+        "parquetdir",
+        "_pqtdir",
+    );
     let table = parquet.join("CUPTI_ACTIVITY_KIND_KERNEL.parquet");
     let len = std::fs::metadata(&table).unwrap().len();
     std::fs::OpenOptions::new()
