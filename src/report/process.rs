@@ -1,0 +1,126 @@
+//! Child processes (nsys) that are bounded in time, visible while they run, and stopped with us.
+
+use anyhow::{Context, Result, anyhow, bail};
+use std::fs::File;
+use std::io::{Read, Seek, SeekFrom};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long `nsys --version` may take: a hung nsys (a licence prompt, a dead network mount)
+/// must not hang the conversion.
+pub const PROBE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// What a child process printed and how it ended.
+pub struct Finished {
+    pub status: std::process::ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Run `cmd` (stdin closed, output captured) in its own process group, registered to be stopped
+/// on Ctrl-C or SIGTERM ([`crate::cleanup`]); stopped after `timeout`. While it runs, stderr
+/// says what it waits for: a line redrawn every second on a terminal, else a line after 10 s
+/// and every 30 s (none when `quiet`).
+pub fn run_bounded(
+    cmd: &mut Command,
+    what: &str,
+    timeout: Option<Duration>,
+    quiet: bool,
+) -> Result<Finished> {
+    use std::io::IsTerminal;
+    let out = tempfile::tempfile().context("cannot create a temporary file")?;
+    let err = tempfile::tempfile().context("cannot create a temporary file")?;
+    cmd.stdin(Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(err.try_clone()?);
+    let mut child =
+        crate::cleanup::spawn_group(cmd).map_err(|e| anyhow!("cannot run {what}: {e}"))?;
+    let pid = child.id();
+    let started = Instant::now();
+    let terminal = !quiet && std::io::stderr().is_terminal();
+    let mut said = 0u64;
+    let clear = |drawn: bool| {
+        if drawn {
+            crate::term::err(format_args!("\r\x1b[2K"));
+        }
+    };
+    let status = loop {
+        match child.try_wait() {
+            Ok(Some(s)) => break s,
+            Ok(None) => {}
+            Err(e) => {
+                crate::cleanup::kill_group(pid);
+                let _ = child.wait();
+                crate::cleanup::forget_group(pid);
+                clear(terminal && said > 0);
+                bail!("cannot wait for {what}: {e}");
+            }
+        }
+        let secs = started.elapsed().as_secs();
+        if let Some(limit) = timeout
+            && started.elapsed() >= limit
+        {
+            crate::cleanup::kill_group(pid);
+            let _ = child.wait();
+            crate::cleanup::forget_group(pid);
+            clear(terminal && said > 0);
+            bail!(
+                "{what} did not finish within {} s and was stopped",
+                limit.as_secs()
+            );
+        }
+        if terminal && secs >= 1 && secs > said {
+            crate::term::err(format_args!("\r\x1b[2Kwaiting for {what}: {secs} s"));
+            said = secs;
+        } else if !quiet && !terminal && secs >= 10 && (said == 0 || secs >= said + 30) {
+            crate::say!("waiting for {what}: {secs} s so far");
+            said = secs;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    crate::cleanup::forget_group(pid);
+    clear(terminal && said > 0);
+    let read = |mut f: File| -> Vec<u8> {
+        let mut v = Vec::new();
+        let _ = f.seek(SeekFrom::Start(0));
+        let _ = f.read_to_end(&mut v);
+        v
+    };
+    Ok(Finished {
+        status,
+        stdout: read(out),
+        stderr: read(err),
+    })
+}
+
+/// nsys's own message, trimmed: its error lines (stderr, else stdout), without progress bars.
+pub(super) fn nsys_message(stderr: &[u8], stdout: &[u8]) -> String {
+    let pick = |b: &[u8]| -> String {
+        let text = String::from_utf8_lossy(b);
+        let lines: Vec<&str> = text
+            .split(['\n', '\r'])
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.contains("[=") && !l.contains("%]"))
+            .collect();
+        let mut s = lines.join(" | ");
+        if s.len() > 600 {
+            let mut cut = 600;
+            while !s.is_char_boundary(cut) {
+                cut -= 1;
+            }
+            s.truncate(cut);
+            s.push_str(" ...");
+        }
+        s
+    };
+    let e = pick(stderr);
+    if !e.is_empty() {
+        return e;
+    }
+    let o = pick(stdout);
+    if o.is_empty() {
+        "(no message)".into()
+    } else {
+        o
+    }
+}
