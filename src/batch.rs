@@ -15,7 +15,7 @@
 //!   carries, see [`crate::provenance`]) is not converted again; `force` converts it anyway. An
 //!   output without such a record, or made otherwise, is converted again and a line says why. A
 //!   single file named on the command line is always converted.
-//! * Reports go through [`crate::report::export_sqlite`] first.
+//! * Reports go through [`crate::report::export_report`] first.
 
 use crate::convert::{self, Options};
 use crate::report::{self, ExportOptions};

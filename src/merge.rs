@@ -2,7 +2,7 @@
 //! workers) or of separate runs in one trace.
 //!
 //! * Inputs are expanded as batch conversion expands them ([`crate::batch::expand`]); reports are
-//!   exported to SQLite first ([`crate::report::export_sqlite`]), several at a time (`-j`).
+//!   exported first ([`crate::report::export_report`]), several at a time (`-j`).
 //! * Each report is named by a label, "rank 3 · host-a": the rank the report records (the MPI or
 //!   launcher environment nsys kept, a thread nsys or the program named "MPI Rank N"), else the
 //!   one its file name tells (`rank_%q{OMPI_COMM_WORLD_RANK}`, a trailing number), or a capture
@@ -241,7 +241,7 @@ pub struct Source {
     pub label: String,
 }
 
-/// How [`prepare`] and [`run`] work.
+/// How [`prepare`] and `run` work.
 #[derive(Debug, Clone, Default)]
 pub struct MergeOptions {
     pub align: Align,

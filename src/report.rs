@@ -3,9 +3,9 @@
 //! and capture new reports with `nsys profile`.
 //!
 //! The converter reads exports (SQLite, Arrow, Parquet); everything here exists to get one from a
-//! report. One concern a file: [`version`] (which nsys captured a report), [`process`] (bounded
-//! child processes), [`finding`] (which nsys to run), [`export`] (the cached, locked, atomic
-//! export) and [`profile`] (capturing new reports).
+//! report. One concern a file: `version` (which nsys captured a report), `process` (bounded
+//! child processes), `finding` (which nsys to run), `export` (the cached, locked, atomic
+//! export) and `profile` (capturing new reports).
 //!
 //! # Library API
 //!

@@ -6,7 +6,7 @@
 //!
 //! The links are computed once, before the API and GPU readers start, by a sort-merge join:
 //! the API calls `(process, correlation id, table, rowid, start)` and the GPU rows
-//! `(process, correlation id, table, rowid, start)` are each sorted with [`runs`] (bounded
+//! `(process, correlation id, table, rowid, start)` are each sorted with [`super::runs`] (bounded
 //! memory: large inputs spill sorted runs to a scratch directory), then walked together. The
 //! launching call of a key is its first API row (runtime before driver, then lowest rowid), as
 //! nsys repeats none in practice. Two sorted outputs come out of the walk:

@@ -325,7 +325,7 @@ pub struct Export {
 
 impl Export {
     /// Open an nsys SQLite export, or a report (`.nsys-rep`, `.qdrep`) through its SQLite
-    /// export (made by nsys, or reused, see [`crate::report::export_sqlite`]).
+    /// export (made by nsys, or reused, see [`crate::report::export_report`]).
     pub fn open(path: &Path) -> Result<Export> {
         Export::open_with(
             path,
