@@ -372,25 +372,23 @@ impl Table {
         let file = std::fs::File::open(path).map_err(|e| anyhow!("cannot read: {e}"))?;
         // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| anyhow!("cannot map: {e}"))?;
-        check_layout(&map).map_err(|e| {
-            anyhow!("not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again")
-        })?;
-        let mut buffer = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
-        let mut decoder = arrow_ipc::reader::StreamDecoder::new();
-        let mut batches: Vec<RecordBatch> = Vec::new();
-        let mut schema = None;
-        let damaged = |e: arrow_schema::ArrowError| {
+        let damaged = |e: &dyn std::fmt::Display| {
             anyhow!(
                 "not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again"
             )
         };
+        check_layout(&map).map_err(|e| damaged(&e))?;
+        let mut buffer = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
+        let mut decoder = arrow_ipc::reader::StreamDecoder::new();
+        let mut batches: Vec<RecordBatch> = Vec::new();
+        let mut schema = None;
         while !buffer.is_empty() {
-            if let Some(batch) = decoder.decode(&mut buffer).map_err(damaged)? {
+            if let Some(batch) = decoder.decode(&mut buffer).map_err(|e| damaged(&e))? {
                 schema.get_or_insert_with(|| batch.schema());
                 batches.push(batch);
             }
         }
-        decoder.finish().map_err(damaged)?;
+        decoder.finish().map_err(|e| damaged(&e))?;
         if schema.is_none() {
             // A stream with a schema and no batch: an empty table.
             schema = decoder.schema();
@@ -530,14 +528,39 @@ impl Table {
     }
 
     /// Column `col` of row `row` of the table, as an integer (NULL sorts first: `i64::MIN`).
-    fn int_at(&self, col: usize, mut row: usize) -> i64 {
+    fn int_at(&self, col: usize, row: usize) -> i64 {
+        match self.locate(row) {
+            (b, i) if b < self.lengths.len() => self.batches[b][col].int(i).unwrap_or(i64::MIN),
+            _ => i64::MAX,
+        }
+    }
+
+    /// Row `row` of the table as (batch, row in it); past the end, (number of batches, 0).
+    fn locate(&self, mut row: usize) -> (usize, usize) {
         for (b, n) in self.lengths.iter().enumerate() {
             if row < *n {
-                return self.batches[b][col].int(row).unwrap_or(i64::MIN);
+                return (b, row);
             }
             row -= n;
         }
-        i64::MAX
+        (self.lengths.len(), 0)
+    }
+
+    /// Move a scan at (`batch`, `in_batch`) past the batches it has read to their end, and
+    /// with `release`, give back the pages behind it (see [`Table::release_before`]).
+    #[inline]
+    fn step(&self, batch: &mut usize, in_batch: &mut usize, release: bool) {
+        while *batch < self.lengths.len() && *in_batch >= self.lengths[*batch] {
+            // A batch read to its end is all behind the scan.
+            if release {
+                self.release_before(*batch, self.lengths[*batch]);
+            }
+            *in_batch = 0;
+            *batch += 1;
+        }
+        if release && *in_batch > 0 && in_batch.is_multiple_of(RELEASE_EVERY) {
+            self.release_before(*batch, *in_batch);
+        }
     }
 
     /// The rows `[first, end)` whose column `col`, which the rows are sorted by, equals `v`.
@@ -566,25 +589,9 @@ impl Table {
                 .filter(|r| (1..=self.rows).contains(r))
                 .map(|r| r - 1);
         };
-        // Keys rise strictly across batches: find the batch, then the row.
-        let mut start = 0;
-        for (b, n) in self.lengths.iter().enumerate() {
-            let col = &self.batches[b][k];
-            if *n > 0 && col.int(n - 1).is_some_and(|last| last >= rowid) {
-                let (mut lo, mut hi) = (0, *n);
-                while lo < hi {
-                    let mid = (lo + hi) / 2;
-                    if col.int(mid).unwrap_or(i64::MIN) < rowid {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                return (col.int(lo) == Some(rowid)).then_some(start + lo);
-            }
-            start += n;
-        }
-        None
+        // The key rises strictly: at most one row holds it.
+        let (first, end) = self.equal_range(k, rowid);
+        (end > first).then_some(first)
     }
 }
 
@@ -671,20 +678,9 @@ impl TableScan {
             self.in_batch += 1;
         }
         self.started = true;
-        while self.batch < self.table.lengths.len()
-            && self.in_batch >= self.table.lengths[self.batch]
-        {
-            // A batch read to its end is all behind the scan.
-            self.table
-                .release_before(self.batch, self.table.lengths[self.batch]);
-            self.in_batch = 0;
-            self.batch += 1;
-        }
+        self.table.step(&mut self.batch, &mut self.in_batch, true);
         if self.batch >= self.table.lengths.len() {
             return None;
-        }
-        if self.in_batch > 0 && self.in_batch.is_multiple_of(RELEASE_EVERY) {
-            self.table.release_before(self.batch, self.in_batch);
         }
         Some(RowRef {
             table: &self.table,
@@ -877,13 +873,7 @@ impl Cursor<'_> {
     /// Move to row `row` of the table.
     fn seek(&mut self, row: usize) {
         self.row = row;
-        let (mut b, mut rest) = (0, row);
-        while b < self.table.lengths.len() && rest >= self.table.lengths[b] {
-            rest -= self.table.lengths[b];
-            b += 1;
-        }
-        self.batch = b;
-        self.in_batch = rest;
+        (self.batch, self.in_batch) = self.table.locate(row);
     }
 }
 
@@ -925,22 +915,9 @@ unsafe impl VTabCursor for Cursor<'_> {
     fn next(&mut self) -> rusqlite::Result<()> {
         self.row += 1;
         self.in_batch += 1;
-        while self.batch < self.table.lengths.len()
-            && self.in_batch >= self.table.lengths[self.batch]
-        {
-            if self.end == self.table.rows {
-                self.table
-                    .release_before(self.batch, self.table.lengths[self.batch]);
-            }
-            self.in_batch = 0;
-            self.batch += 1;
-        }
-        if self.in_batch > 0
-            && self.in_batch.is_multiple_of(RELEASE_EVERY)
-            && self.end == self.table.rows
-        {
-            self.table.release_before(self.batch, self.in_batch);
-        }
+        // Only a scan of the whole table leaves pages behind it for good.
+        let whole = self.end == self.table.rows;
+        self.table.step(&mut self.batch, &mut self.in_batch, whole);
         Ok(())
     }
 
