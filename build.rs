@@ -3,7 +3,10 @@
 //! No system `protoc` is needed: `protox` (a pure-Rust protobuf compiler)
 //! parses the `.proto` files into a `FileDescriptorSet`, which is handed to
 //! `prost_build::Config::compile_fds`. The generated module is written to
-//! `$OUT_DIR/perfetto.protos.rs` and included by `src/proto.rs`.
+//! `$OUT_DIR/perfetto.protos.rs` and included by `crates/write/src/proto.rs`.
+//!
+//! This is the writing crate's build script (`crates/write/Cargo.toml` names it); the schema
+//! stays at the repository's top, in `proto/`.
 
 use std::error::Error;
 use std::fs;
@@ -23,11 +26,12 @@ fn collect_protos(dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
 
 fn main() -> Result<(), Box<dyn Error>> {
     let manifest_dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR")?);
-    let proto_root = manifest_dir.join("proto");
+    // The writing crate's folder is crates/write; the schema is two levels up.
+    let proto_root = manifest_dir.join("../../proto");
 
     // A directory path makes cargo rescan everything below it for changes.
-    println!("cargo:rerun-if-changed=proto");
-    println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=../../proto");
+    println!("cargo:rerun-if-changed=../../build.rs");
 
     let mut files = Vec::new();
     collect_protos(&proto_root, &mut files)?;

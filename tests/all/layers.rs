@@ -1,14 +1,22 @@
-//! The crate's layers, checked on its sources: no two modules import each other, directly or
-//! through others, and no module imports one of a higher layer (`docs/design.md` draws them).
+//! The layers, checked on the sources: no two modules import each other, directly or through
+//! others, and no module imports one of a higher layer (`docs/design.md` draws them).
 //!
-//! A module is a file's module path (`src/nsys/gpu.rs` is `nsys::gpu`, `src/nsys/mod.rs` is
-//! `nsys`; an inline `mod` belongs to its file). An edge is any path in non-test code that names
-//! something of another module: `use` lines and paths in code that start with `crate`, `super`,
-//! `self`, a child module or a name a `use` bound, resolved to the module that defines the item
-//! (a `pub use` re-export is seen through; it is an edge of the re-exporting module only where
-//! that module uses the name itself). Comments, strings and `#[cfg(test)]` items are left out.
+//! The compiler already refuses imports between the layers' crates that go upward
+//! (`crates/model` below `crates/read` and `crates/write`, the app in `src/` above them all);
+//! this check covers what it cannot see: circles inside a crate, and the layers that share a
+//! crate (base and model; writers and layout; one conversion and the workflows).
 //!
-//! This file uses nothing but `std`, so that it can be checked on its own while the crate is
+//! The crates are read as one tree of modules, named as the app re-exports them: the reading
+//! crate's files are `nsys::*` (`crates/read/src/gpu.rs` is `nsys::gpu`, its `lib.rs` is
+//! `nsys`), every other crate's files are named from its `src/` (`crates/model/src/model.rs` is
+//! `model`, `src/cli/args.rs` is `cli::args`); an inline `mod` belongs to its file. An edge is
+//! any path in non-test code that names something of another module: `use` lines and paths in
+//! code that start with `crate`, a crate of the workspace, `super`, `self`, a child module or a
+//! name a `use` bound, resolved to the module that defines the item (a `pub use` re-export is
+//! seen through; it is an edge of the re-exporting module only where that module uses the name
+//! itself). Comments, strings and `#[cfg(test)]` items are left out.
+//!
+//! This file uses nothing but `std`, so that it can be checked on its own while the code is
 //! being rearranged: `CARGO_MANIFEST_DIR=$PWD rustc --edition 2024 --test tests/all/layers.rs`.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -44,7 +52,8 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
 ];
 
-/// Imports forbidden beyond the layer order: (from, to) by top-level module.
+/// Imports forbidden beyond the layer order: (from, to) by top-level module. The crates make
+/// these impossible to compile; the check still names them should files move between crates.
 const FORBIDDEN: &[(&str, &str)] = &[("output", "nsys"), ("nsys", "layout"), ("nsys", "output")];
 
 #[derive(Debug, Clone, PartialEq)]
@@ -466,9 +475,42 @@ fn module_name(m: &[String]) -> String {
     }
 }
 
-/// The module path of a file under `src/` (`None` for the crate root, `lib.rs`).
+/// Where a crate's files sit in the one tree of modules: (its `src/`, the module its root is).
+const CRATES: &[(&str, &str)] = &[
+    ("src/", ""),
+    ("crates/model/src/", ""),
+    ("crates/read/src/", "nsys"),
+    ("crates/write/src/", ""),
+];
+
+/// The module a workspace crate's name stands for (`None`: not one of ours).
+fn crate_root(name: &str) -> Option<Vec<String>> {
+    match name {
+        "nsys_perfetto" | "nsys_perfetto_model" | "nsys_perfetto_write" => Some(Vec::new()),
+        "nsys_perfetto_read" => Some(vec!["nsys".to_string()]),
+        _ => None,
+    }
+}
+
+/// A file's crate root and its path in the one tree (`nsys/gpu.rs` for
+/// `crates/read/src/gpu.rs`, `nsys/mod.rs` for that crate's `lib.rs`).
+fn place_of(file: &str) -> (Vec<String>, String) {
+    for (src, root) in CRATES {
+        if let Some(rest) = file.strip_prefix(src) {
+            if root.is_empty() {
+                return (Vec::new(), rest.to_string());
+            }
+            let rest = if rest == "lib.rs" { "mod.rs" } else { rest };
+            return (vec![root.to_string()], format!("{root}/{rest}"));
+        }
+    }
+    panic!("{file}: not in a crate of the workspace");
+}
+
+/// The module path of a file (`None` for the app's crate root, `src/lib.rs`).
 fn module_of(file: &str) -> Option<Vec<String>> {
-    let f = file.strip_suffix(".rs")?;
+    let (_, tree_path) = place_of(file);
+    let f = tree_path.strip_suffix(".rs")?;
     if f == "lib" {
         return None;
     }
@@ -481,6 +523,8 @@ fn module_of(file: &str) -> Option<Vec<String>> {
 
 struct Resolver<'a> {
     modules: BTreeSet<Vec<String>>,
+    /// Each module's crate root (`[]`, or `nsys` for the reading crate's modules).
+    roots: BTreeMap<Vec<String>, Vec<String>>,
     /// Each module's bindings, crate root included (`[]`).
     bindings: BTreeMap<Vec<String>, &'a [Binding]>,
 }
@@ -506,7 +550,16 @@ impl Resolver<'_> {
         let first = path.first()?.as_str();
         let mut rest = &path[1..];
         match first {
-            "crate" | "nsys_perfetto" => return Some(rest.to_vec()),
+            "crate" => {
+                let mut abs = self.roots.get(module).cloned().unwrap_or_default();
+                abs.extend_from_slice(rest);
+                return Some(abs);
+            }
+            name if crate_root(name).is_some() => {
+                let mut abs = crate_root(name).unwrap_or_default();
+                abs.extend_from_slice(rest);
+                return Some(abs);
+            }
             "self" => {}
             "super" => {
                 here.pop();
@@ -559,8 +612,14 @@ impl Resolver<'_> {
     }
 }
 
-/// The import graph of the sources given as (path under `src/`, text).
+/// The import graph of the sources given as (path from the repository's top, text). The
+/// crate roots of the model and writing crates only declare modules and bring the model's
+/// modules into scope under their names; they are left out, as the app's root stands for them.
 pub fn graph(files: &[(String, String)]) -> Graph {
+    let files: Vec<&(String, String)> = files
+        .iter()
+        .filter(|(f, _)| f != "crates/model/src/lib.rs" && f != "crates/write/src/lib.rs")
+        .collect();
     let scanned: Vec<(Option<Vec<String>>, &String, FileRefs)> = files
         .iter()
         .map(|(f, text)| (module_of(f), f, scan(text)))
@@ -573,10 +632,16 @@ pub fn graph(files: &[(String, String)]) -> Graph {
         }
     }
     let mut bindings = BTreeMap::new();
-    for (m, _, refs) in &scanned {
+    let mut roots = BTreeMap::new();
+    for (m, file, refs) in &scanned {
         bindings.insert(m.clone().unwrap_or_default(), &refs.bindings[..]);
+        roots.insert(m.clone().unwrap_or_default(), place_of(file).0);
     }
-    let res = Resolver { modules, bindings };
+    let res = Resolver {
+        modules,
+        roots,
+        bindings,
+    };
     let mut edges: BTreeMap<(String, String), Edge> = BTreeMap::new();
     for (m, file, refs) in &scanned {
         let Some(m) = m else { continue };
@@ -590,7 +655,7 @@ pub fn graph(files: &[(String, String)]) -> Graph {
             let e = Edge {
                 from: key.0.clone(),
                 to: key.1.clone(),
-                file: format!("src/{file}"),
+                file: file.to_string(),
                 line,
             };
             edges
@@ -795,11 +860,14 @@ fn sources(dir: &Path, under: &str, out: &mut Vec<(String, String)>) {
 #[test]
 fn src_has_no_import_circle_and_no_upward_import() {
     let mut files = Vec::new();
-    sources(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src"),
-        "",
-        &mut files,
-    );
+    for (src, _) in CRATES {
+        let src = src.trim_end_matches('/');
+        sources(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join(src),
+            src,
+            &mut files,
+        );
+    }
     // A string or char read wrongly would shift every bracket after it, and the `#[cfg(test)]`
     // item skipped from there could swallow the rest of the file's imports.
     for (file, text) in &files {
@@ -816,7 +884,7 @@ fn src_has_no_import_circle_and_no_upward_import() {
                     assert_eq!(
                         open.pop(),
                         Some(want),
-                        "src/{file}:{line}: brackets read unbalanced"
+                        "{file}:{line}: brackets read unbalanced"
                     );
                 }
                 _ => {}
@@ -824,7 +892,7 @@ fn src_has_no_import_circle_and_no_upward_import() {
         }
         assert!(
             open.is_empty(),
-            "src/{file}: brackets read unbalanced at its end"
+            "{file}: brackets read unbalanced at its end"
         );
     }
     let g = graph(&files);
@@ -835,12 +903,12 @@ fn src_has_no_import_circle_and_no_upward_import() {
     }
     assert!(
         g.modules.len() > 50,
-        "only {} modules found in src/",
+        "only {} modules found in the crates",
         g.modules.len()
     );
     assert!(
         g.edges.len() > 100,
-        "only {} imports found in src/",
+        "only {} imports found in the crates",
         g.edges.len()
     );
     let p = problems(&g);
@@ -856,36 +924,36 @@ fn src_has_no_import_circle_and_no_upward_import() {
 fn a_planted_circle_and_upward_import_are_reported() {
     let files: Vec<(String, String)> = [
         (
-            "lib.rs",
+            "src/lib.rs",
             "pub mod model; pub mod convert; pub mod nsys; pub mod output;\npub use nsys::gpu;",
         ),
         (
-            "model.rs",
+            "crates/model/src/model.rs",
             "//! crate::output::x in a comment is no import\nuse crate::errors;\n\
              pub fn f() -> u32 { let s = \"crate::cli::main\"; crate::convert::run(s) }\n\
              #[cfg(test)]\nmod tests { use crate::serve::x; }",
         ),
-        ("errors.rs", "pub struct E;"),
+        ("crates/model/src/errors.rs", "pub struct E;"),
         (
-            "convert.rs",
+            "src/convert.rs",
             "use super::model::{self, f as g};\npub fn run() { model::h(); }",
         ),
         (
-            "nsys/mod.rs",
+            "crates/read/src/lib.rs",
             "pub mod gpu; pub mod api;\npub use gpu::Row;",
         ),
         (
-            "nsys/gpu.rs",
+            "crates/read/src/gpu.rs",
             "pub struct Row; fn x() { super::api::read(); }",
         ),
         (
-            "nsys/api.rs",
-            "use crate::nsys::Row as R;\nuse crate::output::json;",
+            "crates/read/src/api.rs",
+            "use crate::Row as R;\nuse nsys_perfetto_write::output::json;",
         ),
-        ("output/mod.rs", "pub mod json;"),
+        ("crates/write/src/output/mod.rs", "pub mod json;"),
         (
-            "output/json.rs",
-            "fn w() { crate::gpu::Row::new(); let r#type = 'a'; let c = '{'; }",
+            "crates/write/src/output/json.rs",
+            "fn w() { nsys_perfetto_read::gpu::Row::new(); let r#type = 'a'; let c = '{'; }",
         ),
     ]
     .iter()
@@ -908,12 +976,12 @@ fn a_planted_circle_and_upward_import_are_reported() {
     let p = problems(&g).join("\n");
     for want in [
         "import circle of 2 modules: convert, model",
-        "model -> convert (src/model.rs:3)",
+        "model -> convert (crates/model/src/model.rs:3)",
         "import circle of 3 modules: nsys::api, nsys::gpu, output::json",
-        "nsys::api -> nsys::gpu (src/nsys/api.rs:1), nsys::gpu -> nsys::api (src/nsys/gpu.rs:1)",
-        "upward import: model (model) imports convert (conversion) at src/model.rs:3",
-        "upward import: nsys::api (sources) imports output::json (writers) at src/nsys/api.rs:2",
-        "forbidden import: output::json imports nsys::gpu at src/output/json.rs:1",
+        "nsys::api -> nsys::gpu (crates/read/src/api.rs:1), nsys::gpu -> nsys::api (crates/read/src/gpu.rs:1)",
+        "upward import: model (model) imports convert (conversion) at crates/model/src/model.rs:3",
+        "upward import: nsys::api (sources) imports output::json (writers) at crates/read/src/api.rs:2",
+        "forbidden import: output::json imports nsys::gpu at crates/write/src/output/json.rs:1",
     ] {
         assert!(p.contains(want), "{want:?} not in:\n{p}");
     }

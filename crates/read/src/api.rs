@@ -3,10 +3,10 @@
 use super::info::ProfileInfo;
 use super::scan::Scan;
 use super::{DRIVER, RUNTIME, Schema, int_at};
+use crate::flows::{FlowDb, SRC_DRIVER, SRC_RUNTIME};
 use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, FastHash, Flows, GroupKey, Name};
-use crate::nsys::flows::{FlowDb, SRC_DRIVER, SRC_RUNTIME};
-use crate::nsys::runs::Lookup;
+use crate::runs::Lookup;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -126,7 +126,7 @@ impl Cursor<'_> {
         }
         if let Some(links) = self.links.as_mut() {
             links.matching(row.rowid, |[_, src, rid]| {
-                row.flows.push(crate::nsys::flows::flow_id(src, rid))
+                row.flows.push(crate::flows::flow_id(src, rid))
             })?;
         }
         Ok(Some(row))

@@ -2,26 +2,8 @@
 //! message would not say: a damaged or truncated file, a full temporary folder, a read-only
 //! destination. The lowest layer: every other module may use it, it uses none of them.
 
-use anyhow::{Result, anyhow, bail};
+use anyhow::anyhow;
 use std::path::Path;
-
-/// `PRAGMA quick_check`: an error quoting SQLite's first findings when the file is damaged.
-pub fn quick_check(conn: &rusqlite::Connection) -> Result<()> {
-    let mut stmt = conn
-        .prepare("PRAGMA quick_check(5)")
-        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
-    let found: Vec<String> = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .and_then(|rows| rows.collect())
-        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
-    if found.len() == 1 && found[0] == "ok" {
-        return Ok(());
-    }
-    bail!(
-        "damaged SQLite database (PRAGMA quick_check: {})",
-        found.join("; ").replace('\n', " ")
-    )
-}
 
 /// An OS error without the path `tempfile` adds (the internal temporary name means nothing to
 /// the user).

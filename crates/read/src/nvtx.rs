@@ -9,7 +9,7 @@ use crate::model::{
     ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, TextNo, global_pid_of, pid_of,
     tid_of,
 };
-use crate::nsys::projection::{Feed, Projected, RangeColumns, RangeValues};
+use crate::projection::{Feed, Projected, RangeColumns, RangeValues};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;

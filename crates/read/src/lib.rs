@@ -1,7 +1,12 @@
-//! Reading Nsight Systems SQLite exports.
+//! Reading Nsight Systems exports (SQLite, Arrow, Parquet) into the neutral model of
+//! `nsys-perfetto-model`: nsys-perfetto's sources. This crate knows nothing of layout or the
+//! output formats (it does not depend on the writing crate), and the compiler holds it to that.
 //!
 //! Every table is optional and every column is looked up by name: exports from nsys 2020.3 to
 //! 2026.2 (schemas 2.9 to 3.25) differ in both. Readers stream rows and never hold a whole table.
+
+// The model's modules under the names the whole code base uses (`crate::model::Event`).
+use nsys_perfetto_model::{cleanup, errors, file_kind, model, progress, select, summary};
 
 pub mod api;
 pub mod arrow;
@@ -27,7 +32,7 @@ pub mod source;
 pub mod sync;
 pub mod tables;
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result, anyhow, bail};
 pub use query::{Fetch, Query, quote_ident};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
@@ -55,6 +60,24 @@ pub mod nvtx_type {
     pub const THREAD_NAME: i64 = 39;
     pub const DOMAIN_CREATE: i64 = 75;
     pub const DOMAIN_DESTROY: i64 = 76;
+}
+
+/// `PRAGMA quick_check`: an error quoting SQLite's first findings when the file is damaged.
+pub fn quick_check(conn: &rusqlite::Connection) -> Result<()> {
+    let mut stmt = conn
+        .prepare("PRAGMA quick_check(5)")
+        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
+    let found: Vec<String> = stmt
+        .query_map([], |r| r.get::<_, String>(0))
+        .and_then(|rows| rows.collect())
+        .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
+    if found.len() == 1 && found[0] == "ok" {
+        return Ok(());
+    }
+    bail!(
+        "damaged SQLite database (PRAGMA quick_check: {})",
+        found.join("; ").replace('\n', " ")
+    )
 }
 
 /// Tables whose presence marks a file as an Nsight Systems export.

@@ -6,7 +6,7 @@
 //! NVTX range on the same thread whose interval contains the call's start encloses the launch.
 //!
 //! The result ([`Projected`]) is two sorted streams, kept with bounded memory by
-//! [`crate::nsys::runs`] (runs spill to a scratch directory past a few MB):
+//! [`crate::runs`] (runs spill to a scratch directory past a few MB):
 //!
 //! - **spans**: one record per (NVTX range, GPU device) for ranges that launched GPU work there,
 //!   in `(gpu_start, gpu_end descending, nvtx rowid, device)` order, which is the order the
@@ -40,7 +40,7 @@
 //!
 //! | column   | meaning |
 //! |----------|---------|
-//! | `src`    | 0 kernel, 1 memcpy, 2 memset (the numbering of [`crate::nsys::flows`]) |
+//! | `src`    | 0 kernel, 1 memcpy, 2 memset (the numbering of [`crate::flows`]) |
 //! | `rid`    | `rowid` of the GPU row in its table |
 //! | `ranges` | names of the push/pop ranges on the launching thread that contain the launching call's start, outermost first, joined with `" > "` |
 //!
@@ -53,7 +53,7 @@
 //!
 //! # How
 //!
-//! [`crate::nsys::flows::prepare`] links each GPU row to its launching call in the same
+//! [`crate::flows::prepare`] links each GPU row to its launching call in the same
 //! sort-merge join as the flow arrows, and hands over the links sorted by the call's start
 //! ([`Launches`]). Then one sweep in time order over two streams, the NVTX ranges by start and
 //! the launches by start, keeps per thread the ranges open at the current time (at equal times
@@ -72,10 +72,10 @@
 //! the definition in SQL joins (exact too, but each launch is visited once per enclosing range,
 //! then grouped), whose tables are then read into the same streams.
 
+use crate::flows::Launches;
 use crate::model::TextNo;
-use crate::nsys::flows::Launches;
-use crate::nsys::runs::{Lookup, Named, NearlySorted, Sorted, Sorter, Spill};
-use crate::nsys::{self, DRIVER, NVTX, RUNTIME, Schema};
+use crate::runs::{Lookup, Named, NearlySorted, Sorted, Sorter, Spill};
+use crate::{DRIVER, NVTX, RUNTIME, Schema};
 use anyhow::Result;
 use rusqlite::Connection;
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -94,7 +94,7 @@ pub const KERNEL_NVTX: &str = "kernel_nvtx";
 /// The separator between range names in `kernel_nvtx.ranges`.
 pub const RANGE_SEPARATOR: &str = " > ";
 
-/// `src` numbers of the GPU tables, as in [`crate::nsys::flows`].
+/// `src` numbers of the GPU tables, as in [`crate::flows`].
 pub const SRC_KERNEL: i64 = 0;
 pub const SRC_MEMCPY: i64 = 1;
 pub const SRC_MEMSET: i64 = 2;
@@ -421,7 +421,7 @@ pub struct Projected {
 }
 
 impl Projected {
-    /// Compute the projection from the launches [`crate::nsys::flows::prepare`] found, or
+    /// Compute the projection from the launches [`crate::flows::prepare`] found, or
     /// `None` when the export lacks NVTX ranges (or there are no launches).
     pub fn build(
         conn: &Connection,
@@ -509,7 +509,7 @@ impl Projected {
         ))?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
-            let i = |k| nsys::int_at(r, k);
+            let i = |k| crate::int_at(r, k);
             let (Some(gpu_start), Some(gpu_end), Some(global_tid), Some(device)) =
                 (i(0), i(1), i(5), i(3))
             else {
@@ -538,7 +538,7 @@ impl Projected {
         let mut st = conn.prepare(&format!("SELECT src, rid, ranges FROM {KERNEL_NVTX}"))?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
-            let (Some(src), Some(rid)) = (nsys::int_at(r, 0), nsys::int_at(r, 1)) else {
+            let (Some(src), Some(rid)) = (crate::int_at(r, 0), crate::int_at(r, 1)) else {
                 continue;
             };
             if let (Some(k), ValueRef::Text(b) | ValueRef::Blob(b)) =
@@ -611,12 +611,12 @@ impl SqlTables {
 
     /// The tables by the SQL definition.
     fn build(schema: &Schema) -> Result<SqlTables> {
-        let gpu: Vec<(i64, &'static str)> = crate::nsys::flows::gpu_tables(schema)
+        let gpu: Vec<(i64, &'static str)> = crate::flows::gpu_tables(schema)
             .into_iter()
-            .filter(|(_, t)| crate::nsys::flows::gpu_projects(schema, t))
+            .filter(|(_, t)| crate::flows::gpu_projects(schema, t))
             .collect();
         let (dir, path, conn) =
-            nsys::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
+            crate::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
         let mut sql = String::from(
             "BEGIN;
              CREATE TABLE api_first(pkey INTEGER, corr INTEGER, tid INTEGER, start INTEGER, \
@@ -625,7 +625,7 @@ impl SqlTables {
         // The launching call of each (process, correlation id); should an export repeat one,
         // the first row wins, as for flow arrows.
         for t in [RUNTIME, DRIVER] {
-            if crate::nsys::flows::api_projects(schema, t) {
+            if crate::flows::api_projects(schema, t) {
                 sql += &format!(
                     "INSERT OR IGNORE INTO api_first SELECT globalTid >> 24, correlationId, \
                      globalTid, start FROM src.\"{t}\" WHERE correlationId IS NOT NULL \
@@ -649,12 +649,12 @@ impl Projection {
         if !nvtx_usable(schema) {
             return Ok(None);
         }
-        let conn = nsys::open_readonly(&schema.path)?;
+        let conn = crate::open_readonly(&schema.path)?;
         let nothing = crate::select::Selection {
             types: Default::default(),
             ..Default::default()
         };
-        let Some(launches) = crate::nsys::flows::prepare(&conn, schema, &nothing, true)?.1 else {
+        let Some(launches) = crate::flows::prepare(&conn, schema, &nothing, true)?.1 else {
             return Ok(None);
         };
         let projected = if launches.unsupported {
@@ -678,7 +678,7 @@ impl Projection {
 
     /// Attach the tables, read-only, to a connection as schema [`PROJ_DB`].
     pub fn attach(&self, conn: &Connection) -> Result<()> {
-        let uri = nsys::sqlite_uri(&self.path, "mode=ro");
+        let uri = crate::sqlite_uri(&self.path, "mode=ro");
         conn.execute(&format!("ATTACH DATABASE ?1 AS {PROJ_DB}"), [uri])?;
         Ok(())
     }
@@ -693,7 +693,7 @@ impl Projected {
     /// Write the streams as the tables.
     fn into_tables(self, schema: &Schema) -> Result<SqlTables> {
         let (dir, path, conn) =
-            nsys::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
+            crate::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
         conn.execute_batch("PRAGMA page_size = 16384;")?;
         SqlTables::create(&conn, &RangeCols::new(schema))?;
         conn.execute_batch("DETACH DATABASE src; BEGIN;")?;
@@ -1316,7 +1316,7 @@ const NVTX_WINDOW: usize = 64;
 /// inside it).
 struct Sweep<'l> {
     out: Out,
-    launches: crate::nsys::runs::Merge<'l, [i64; 7]>,
+    launches: crate::runs::Merge<'l, [i64; 7]>,
     next_launch: Option<[i64; 7]>,
     nvtx: Window<Box<Range>>,
     threads: Threads,
@@ -1511,10 +1511,7 @@ pub struct RangeValues<'a> {
 }
 
 impl<'a> RangeValues<'a> {
-    pub fn of(
-        r: &'a impl crate::nsys::Fetch,
-        c: &RangeColumns,
-    ) -> rusqlite::Result<RangeValues<'a>> {
+    pub fn of(r: &'a impl crate::Fetch, c: &RangeColumns) -> rusqlite::Result<RangeValues<'a>> {
         Ok(RangeValues {
             rowid: r.fetch(c.rowid),
             event_type: r.fetch(c.event_type),

@@ -378,11 +378,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
             ),
             GroupKey::GlobalTrack { kind, .. } => (None, info.per_source(kind.label()), None),
             // One track per rule, in nsys' order, under one top-level group.
-            GroupKey::Analysis { rule, .. } => (
+            GroupKey::Analysis { rule, track, .. } => (
                 Some(self.analysis_group()),
-                crate::nsys::rules::RULES
-                    .get(usize::from(rule))
-                    .map_or_else(|| "Findings".to_string(), |r| r.track_name()),
+                track.to_string(),
                 Some(i64::from(rule)),
             ),
             // Below the streams.
@@ -602,7 +600,7 @@ impl<W: EventWriter> EventSink for Router<'_, W> {
             },
             ..ev.clone()
         };
-        let result = self.place(key.with_source(source), &placed);
+        let result = self.place(key_with_source(key, source), &placed);
         self.flow_scratch = scratch;
         result
     }
@@ -653,85 +651,88 @@ fn tag_flow(id: u64, source: usize) -> u64 {
     id ^ ((source as u64) << 46)
 }
 
-impl GroupKey {
-    /// The key with a source's index folded into its process, thread and device ids.
-    fn with_source(self, source: usize) -> GroupKey {
-        let s = |id: i64| with_source(id, source);
-        match self {
-            GroupKey::ThreadApi { global_tid } => GroupKey::ThreadApi {
-                global_tid: s(global_tid),
-            },
-            GroupKey::ThreadNvtx { global_tid, domain } => GroupKey::ThreadNvtx {
-                global_tid: s(global_tid),
-                domain,
-            },
-            GroupKey::ProcessNvtx { global_pid, domain } => GroupKey::ProcessNvtx {
-                global_pid: s(global_pid),
-                domain,
-            },
-            GroupKey::GpuStream {
-                device,
-                global_pid,
-                context,
-                stream,
-            } => GroupKey::GpuStream {
-                device: s(device),
-                global_pid: s(global_pid),
-                context,
-                stream,
-            },
-            GroupKey::ThreadOsrt { global_tid } => GroupKey::ThreadOsrt {
-                global_tid: s(global_tid),
-            },
-            GroupKey::GpuSync {
-                device,
-                global_pid,
-                context,
-                stream,
-            } => GroupKey::GpuSync {
-                device: s(device),
-                global_pid: s(global_pid),
-                context,
-                stream,
-            },
-            // CPUs of several hosts stay apart too.
-            GroupKey::Cpu { cpu } => GroupKey::Cpu { cpu: s(cpu) },
-            GroupKey::GpuNvtx { device, global_tid } => GroupKey::GpuNvtx {
-                device: s(device),
-                global_tid: s(global_tid),
-            },
-            GroupKey::GpuMemory { device, global_pid } => GroupKey::GpuMemory {
-                device: s(device),
-                global_pid: s(global_pid),
-            },
-            GroupKey::ThreadTrack { global_tid, kind } => GroupKey::ThreadTrack {
-                global_tid: s(global_tid),
-                kind,
-            },
-            GroupKey::ProcessTrack { global_pid, kind } => GroupKey::ProcessTrack {
-                global_pid: s(global_pid),
-                kind,
-            },
-            GroupKey::GpuTrack {
-                device,
-                global_pid,
-                context,
-                kind,
-            } => GroupKey::GpuTrack {
-                device: s(device),
-                global_pid: s(global_pid),
-                context,
-                kind,
-            },
-            GroupKey::GlobalTrack { kind, source } => GroupKey::GlobalTrack {
-                kind,
-                source: s(source),
-            },
-            GroupKey::Analysis { rule, source } => GroupKey::Analysis {
-                rule,
-                source: s(source),
-            },
-        }
+/// The key with a source's index folded into its process, thread and device ids.
+fn key_with_source(key: GroupKey, source: usize) -> GroupKey {
+    let s = |id: i64| with_source(id, source);
+    match key {
+        GroupKey::ThreadApi { global_tid } => GroupKey::ThreadApi {
+            global_tid: s(global_tid),
+        },
+        GroupKey::ThreadNvtx { global_tid, domain } => GroupKey::ThreadNvtx {
+            global_tid: s(global_tid),
+            domain,
+        },
+        GroupKey::ProcessNvtx { global_pid, domain } => GroupKey::ProcessNvtx {
+            global_pid: s(global_pid),
+            domain,
+        },
+        GroupKey::GpuStream {
+            device,
+            global_pid,
+            context,
+            stream,
+        } => GroupKey::GpuStream {
+            device: s(device),
+            global_pid: s(global_pid),
+            context,
+            stream,
+        },
+        GroupKey::ThreadOsrt { global_tid } => GroupKey::ThreadOsrt {
+            global_tid: s(global_tid),
+        },
+        GroupKey::GpuSync {
+            device,
+            global_pid,
+            context,
+            stream,
+        } => GroupKey::GpuSync {
+            device: s(device),
+            global_pid: s(global_pid),
+            context,
+            stream,
+        },
+        // CPUs of several hosts stay apart too.
+        GroupKey::Cpu { cpu } => GroupKey::Cpu { cpu: s(cpu) },
+        GroupKey::GpuNvtx { device, global_tid } => GroupKey::GpuNvtx {
+            device: s(device),
+            global_tid: s(global_tid),
+        },
+        GroupKey::GpuMemory { device, global_pid } => GroupKey::GpuMemory {
+            device: s(device),
+            global_pid: s(global_pid),
+        },
+        GroupKey::ThreadTrack { global_tid, kind } => GroupKey::ThreadTrack {
+            global_tid: s(global_tid),
+            kind,
+        },
+        GroupKey::ProcessTrack { global_pid, kind } => GroupKey::ProcessTrack {
+            global_pid: s(global_pid),
+            kind,
+        },
+        GroupKey::GpuTrack {
+            device,
+            global_pid,
+            context,
+            kind,
+        } => GroupKey::GpuTrack {
+            device: s(device),
+            global_pid: s(global_pid),
+            context,
+            kind,
+        },
+        GroupKey::GlobalTrack { kind, source } => GroupKey::GlobalTrack {
+            kind,
+            source: s(source),
+        },
+        GroupKey::Analysis {
+            rule,
+            track,
+            source,
+        } => GroupKey::Analysis {
+            rule,
+            track,
+            source: s(source),
+        },
     }
 }
 

@@ -1,13 +1,13 @@
 //! The neutral event model: what the readers produce and the writers consume.
 //!
-//! A source (one nsys report: `crate::nsys::source`) yields two things in these terms:
+//! A source (one nsys report, read by the reading crate) yields two things in these terms:
 //! - its [`Description`]: the names of its processes, threads and GPUs, its interned strings,
 //!   its clock (the session's wall-clock start), a label when several reports are merged;
 //! - a stream of [`Event`]s, each addressed to a [`GroupKey`] (a logical track such as "stream 7
 //!   of GPU 0" or "NVTX domain 1 on thread 42"), pushed into an [`EventSink`].
 //!
-//! Layout (`crate::layout`) is the sink: it splits each group into strictly nested lanes and
-//! hands the result to a writer (`crate::output`). Readers know nothing of layout or formats;
+//! Layout (in the writing crate) is the sink: it splits each group into strictly nested lanes
+//! and hands the result to a writer (an output format). Readers know nothing of layout or formats;
 //! writers know nothing of nsys.
 
 pub mod category;
@@ -210,8 +210,13 @@ pub enum GroupKey {
     /// counters, network metrics). `source` is 0 from readers; layout folds in the source index.
     GlobalTrack { kind: TrackKind, source: i64 },
     /// Findings of one of nsys' expert rules (`--analyze`), on the top-level "Analysis" group:
-    /// `rule` indexes [`crate::nsys::rules::RULES`]. `source` as for `GlobalTrack`.
-    Analysis { rule: u8, source: i64 },
+    /// `rule` is the rule's place in nsys' order (the tracks' order), `track` the track's name.
+    /// `source` as for `GlobalTrack`.
+    Analysis {
+        rule: u8,
+        track: &'static str,
+        source: i64,
+    },
 }
 
 /// What a [`GroupKey::ThreadTrack`], [`GroupKey::ProcessTrack`], [`GroupKey::GpuTrack`] or

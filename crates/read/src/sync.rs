@@ -86,7 +86,7 @@ fn emit<S: EventSink>(
     let Some((start, end)) = sink.interval(SYNC, start, end) else {
         return Ok(());
     };
-    // The context's device (`crate::nsys::contexts`), else the row's own.
+    // The context's device (`crate::contexts`), else the row's own.
     let device = info.contexts.device(gpid, ctx, device);
     let (Some(device), Some(stream)) = (device, stream) else {
         sink.skip(SYNC, "no device or stream id");

@@ -3,11 +3,11 @@
 use super::info::ProfileInfo;
 use super::scan::{Rows, Scan};
 use super::{Fetch, KERNEL, MEMCPY, MEMSET, Schema, int_at};
+use crate::flows::FlowDb;
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
-use crate::nsys::flows::FlowDb;
-use crate::nsys::projection::{KernelNames, Projected};
-use crate::nsys::runs::Lookup;
+use crate::projection::{KernelNames, Projected};
+use crate::runs::Lookup;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
 use rusqlite::Connection;
@@ -93,7 +93,7 @@ struct Row {
     extra: Values<EXTRA>,
     /// Enclosing NVTX ranges of the launch, outermost first (with their number, where the
     /// projection numbered them).
-    nvtx: Option<crate::nsys::projection::RangeNames>,
+    nvtx: Option<crate::projection::RangeNames>,
 }
 
 /// Integer columns, some NULL: half the size of `[Option<i64>; N]`, which matters as rows are
@@ -272,7 +272,7 @@ struct Formatter {
 }
 
 impl Formatter {
-    fn prepare(&mut self, slot: u8, v: Option<i64>, enums: &crate::nsys::enums::Enums) {
+    fn prepare(&mut self, slot: u8, v: Option<i64>, enums: &crate::enums::Enums) {
         if let Some(v) = v {
             self.labels.entry((slot, v)).or_insert_with(|| match slot {
                 0 => enums.launch_type(v).into_owned(),
@@ -318,7 +318,7 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
         context: ctx.unwrap_or(0),
         stream,
     };
-    let linked = crate::nsys::flows::links(start, row.launch_start);
+    let linked = crate::flows::links(start, row.launch_start);
     if row.launch_start.is_some() && !linked {
         // The row itself is converted; only its arrow is left out (and counted).
         sink.note(
@@ -327,7 +327,7 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
         );
     }
     let flows = Flows {
-        terminating: linked.then(|| crate::nsys::flows::flow_id(row.kind.src(), row.rowid)),
+        terminating: linked.then(|| crate::flows::flow_id(row.kind.src(), row.rowid)),
         ..Default::default()
     };
     let x = &row.extra.get();

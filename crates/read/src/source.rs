@@ -47,7 +47,7 @@ impl Export {
         let shm = super::ShmGuard::new(path);
         let (conn, schema) = open_schema(path)?;
         if check {
-            crate::errors::quick_check(&conn)?;
+            crate::quick_check(&conn)?;
         }
         let mut info = ProfileInfo::load(&conn, &schema)
             .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;

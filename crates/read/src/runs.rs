@@ -319,7 +319,7 @@ pub struct Spill {
 impl Spill {
     fn file(&mut self) -> Result<(PathBuf, File)> {
         if self.dir.is_none() {
-            self.dir = Some(crate::nsys::scratch_dir("nsys-perfetto-")?);
+            self.dir = Some(crate::scratch_dir("nsys-perfetto-")?);
         }
         let dir = self.dir.as_ref().expect("created above");
         self.next += 1;
@@ -488,7 +488,7 @@ fn cannot_write(path: Option<&PathBuf>) -> String {
 pub struct NearlySorted<R: Record> {
     /// In (key, record) order.
     window: VecDeque<(i64, u32)>,
-    slots: crate::nsys::Slab<R>,
+    slots: crate::Slab<R>,
     sorter: Sorter<R>,
 }
 

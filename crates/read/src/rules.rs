@@ -26,7 +26,7 @@
 //! the first N gaps or chunks *found* (unsorted) before sorting, so only the full lists (`rows=-1`,
 //! `--top 0`) are the same sets in both tools.
 
-use crate::nsys::{self, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
+use crate::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
 use anyhow::{Result, bail};
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
@@ -227,8 +227,16 @@ impl Rule {
     }
 
     /// The name of the rule's track in a trace's "Analysis" group.
-    pub fn track_name(self) -> String {
-        format!("{} · {}", self.title(), self.name())
+    pub fn track_name(self) -> &'static str {
+        // Built once: a group key carries the name, and keys are copied with every event.
+        static NAMES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(|| {
+            RULES
+                .iter()
+                .map(|r| format!("{} · {}", r.title(), r.name()))
+                .collect()
+        });
+        let index = RULES.iter().position(|r| *r == self).unwrap_or(0);
+        &NAMES[index]
     }
 
     /// Whether the finding's slice on the timeline is the GPU's time (the memory rules, the GPU
@@ -362,7 +370,7 @@ impl RuleReport {
 
 /// Run the rules of `opts` on an nsys SQLite export.
 pub fn analyze_sqlite(path: &Path, opts: &Options) -> Result<Vec<RuleReport>> {
-    let (conn, schema) = nsys::open_schema(path)?;
+    let (conn, schema) = crate::open_schema(path)?;
     analyze(&conn, &schema, opts)
 }
 
@@ -832,9 +840,9 @@ fn run(conn: &Connection, schema: &Schema, rule: Rule, opts: &Options) -> Result
                 // Shown as the trace and nsys' reports show calls: without the runtime's version
                 // suffix (`cudaStreamSynchronize_v3020`).
                 _ if rule.columns()[i - own] == "API Name" => match Value::of(r.get_ref(i)?) {
-                    Value::Text(t) => Value::Text(
-                        crate::nsys::api::display_name(&t).map_or(t.clone(), str::to_string),
-                    ),
+                    Value::Text(t) => {
+                        Value::Text(crate::api::display_name(&t).map_or(t.clone(), str::to_string))
+                    }
                     v => v,
                 },
                 _ => Value::of(r.get_ref(i)?),
@@ -1081,14 +1089,14 @@ impl TraceFindings {
 }
 
 /// Flow ids of findings: `n << 2 | 3`, beside the GPU rows' (`rowid << 2 | table`, tables 0 to
-/// 2, see [`crate::nsys::flows::flow_id`]), so the two never meet.
+/// 2, see [`crate::flows::flow_id`]), so the two never meet.
 fn finding_flow(n: u64) -> u64 {
     n << 2 | 3
 }
 
 /// Run every rule (nsys' defaults) on a conversion's export.
 pub fn for_trace(schema: &Schema) -> Result<TraceFindings> {
-    let conn = nsys::open_readonly(&schema.path)?;
+    let conn = crate::open_readonly(&schema.path)?;
     let reports = analyze(&conn, schema, &Options::default())?;
     let mut out = TraceFindings::default();
     let mut n = 0;
@@ -1273,6 +1281,7 @@ pub fn write_findings<S: crate::model::EventSink>(
         sink.event(
             GroupKey::Analysis {
                 rule: index,
+                track: rule.track_name(),
                 source: 0,
             },
             &ev,
