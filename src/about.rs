@@ -106,7 +106,7 @@ pub fn long_version(timeout: Duration) -> String {
              without it\n",
         ),
         Ok(v) => {
-            s.push_str("nsys installs found (reports use the first that can read them; --nsys or NSYS picks one):\n");
+            s.push_str("nsys installs found (reports use the newest that can read them; --nsys or NSYS picks one):\n");
             for (path, source, probe) in v {
                 let version = match probe {
                     Probe::Version(v) => v.to_string(),

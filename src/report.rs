@@ -12,8 +12,8 @@
 //! * [`find_nsys`] / [`nsys_for_report`]: the `nsys` to use, found from an explicit path, then
 //!   the `NSYS` environment variable, then `PATH`, then the usual install places
 //!   (`/opt/nvidia/nsight-systems/*/bin`, `/opt/nvidia/nsight-systems-cli/*/bin`,
-//!   `/usr/local/cuda*/bin`, `/usr/lib/nsight-systems/bin`). [`nsys_for_report`] skips an `nsys`
-//!   that is too old for the report when a newer one is installed.
+//!   `/usr/local/cuda*/bin`, `/usr/lib/nsight-systems/bin`). [`find_nsys`] takes the first;
+//!   [`nsys_for_report`] the newest that can read the report (the first among equals).
 //! * [`capture_version`]: the nsys version that captured a report, from the file alone.
 //! * [`export_report`]: the export of a report (Arrow where the nsys found writes it, else
 //!   SQLite), reusing a cached one (see below).

@@ -202,19 +202,41 @@ pub fn find_nsys(explicit: Option<&Path>) -> Result<Nsys> {
     Nsys::probe(&path, source)
 }
 
-/// The nsys to read a report captured by `capture`: the first candidate, unless it is too old
-/// and a later one is new enough. Errors say which versions were found and what to install.
+/// The nsys to read a report captured by `capture`: the newest one found that can read it
+/// (a newer nsys exports faster, as Arrow from 2023 on, and knows more of the report's
+/// tables), the first in the search order among equals or where no version is known. With an
+/// explicit nsys (`--nsys`, `NSYS`), only that one. Errors say which versions were found and
+/// what to install.
 pub fn nsys_for_report(
     explicit: Option<&Path>,
     capture: Option<&Version>,
     report: Option<&Path>,
 ) -> Result<Nsys> {
     let candidates = nsys_candidates(explicit)?;
+    // Probed side by side: each is a process start of its own, and the newest may come last.
+    let probed: Vec<(NsysSource, Result<Nsys>)> = std::thread::scope(|s| {
+        let probes: Vec<_> = candidates
+            .iter()
+            .map(|(path, source)| (*source, s.spawn(move || Nsys::probe(path, *source))))
+            .collect();
+        probes
+            .into_iter()
+            .map(|(source, h)| {
+                let r = h
+                    .join()
+                    .unwrap_or_else(|_| Err(anyhow!("nsys --version: probe panicked")));
+                (source, r)
+            })
+            .collect()
+    });
     let mut first: Option<Nsys> = None;
     let mut others: Vec<Nsys> = Vec::new();
-    for (path, source) in candidates {
-        let n = match Nsys::probe(&path, source) {
+    let mut best: Option<Nsys> = None;
+    for (source, probe) in probed {
+        let n = match probe {
             Ok(n) => n,
+            // The user's own nsys (PATH, the first found) that does not run is an error to
+            // show, not one to step over.
             Err(e) if first.is_none() && others.is_empty() && source != NsysSource::InstallDir => {
                 return Err(e);
             }
@@ -225,13 +247,23 @@ pub fn nsys_for_report(
             _ => true,
         };
         if fits {
-            return Ok(n);
+            let newer = match &best {
+                None => true,
+                Some(b) => n.version.is_some() && n.version > b.version,
+            };
+            if newer {
+                best = Some(n);
+            }
+            continue;
         }
         if first.is_none() {
             first = Some(n);
         } else {
             others.push(n);
         }
+    }
+    if let Some(best) = best {
+        return Ok(best);
     }
     let Some(first) = first else {
         return Err(not_found());

@@ -98,3 +98,51 @@ fn completions_and_man_pages() {
         assert!(tmp.path().join(f).is_file(), "{f}");
     }
 }
+
+/// A report goes to the newest nsys that can read it, wherever it comes in the search order:
+/// with an older nsys first on PATH, the newer one behind it exports.
+#[test]
+fn reports_go_to_the_newest_nsys() {
+    let tmp = tempfile::tempdir().unwrap();
+    let report = tmp.path().join("rank_0.nsys-rep");
+    std::fs::copy(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/mpi/reports/rank_0.nsys-rep"),
+        &report,
+    )
+    .unwrap();
+    let mut dirs = Vec::new();
+    for (name, version) in [("older", "2099.1.1.1"), ("newer", "2099.5.1.1")] {
+        let dir = tmp.path().join(name);
+        std::fs::create_dir(&dir).unwrap();
+        // Says its version; any other command is an export that fails, leaving a mark.
+        let body = format!(
+            "case \"$1\" in --version) echo \"NVIDIA Nsight Systems version {version}-0\";; \
+             *) : > \"{}\"; exit 1;; esac",
+            dir.join("exported").display()
+        );
+        script(&dir, "nsys", &body);
+        dirs.push(dir);
+    }
+    let path = std::env::join_paths(&dirs).unwrap();
+    let out = bin()
+        .arg(&report)
+        .arg("-o")
+        .arg(tmp.path().join("out.pftrace"))
+        .arg("--no-cache")
+        .env("PATH", &path)
+        .env_remove("NSYS")
+        .env("XDG_CACHE_HOME", tmp.path().join("cache"))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the fake nsys cannot export: {stderr}");
+    assert!(
+        dirs[1].join("exported").exists(),
+        "the newer nsys was not asked to export: {stderr}"
+    );
+    assert!(
+        !dirs[0].join("exported").exists(),
+        "the older nsys, first on PATH, exported: {stderr}"
+    );
+    assert!(!tmp.path().join("out.pftrace").exists());
+}

@@ -31,7 +31,7 @@ fn nsys() -> Option<Nsys> {
     }
 }
 
-/// The newest version among every nsys found: reports go to the first nsys that can read them
+/// The newest version among every nsys found: reports go to the newest nsys that can read them
 /// (`report::nsys_for_report`), so with nsys 2022.4 and 2023.4.4 installed (as `.ci/run`
 /// does) a report captured with 2023.2 converts.
 fn newest_version() -> Option<Version> {
