@@ -135,7 +135,10 @@ fn reports_go_to_the_newest_nsys() {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the fake nsys cannot export: {stderr}");
+    assert!(
+        !out.status.success(),
+        "the fake nsys cannot export: {stderr}"
+    );
     assert!(
         dirs[1].join("exported").exists(),
         "the newer nsys was not asked to export: {stderr}"

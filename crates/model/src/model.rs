@@ -292,8 +292,11 @@ impl GroupKey {
     }
 }
 
-/// nsys packs ids: PID = (globalTid >> 24) & 0xFFFFFF, TID = globalTid & 0xFFFFFF; the bits above
-/// the PID name the machine/VM. `global_pid` keeps those high bits so PIDs of two machines differ.
+/// The model's process and thread ids: one `i64` each, TID in bits 0..23, PID in bits 24..47,
+/// the machine (host or VM) in bits 48..55 (a process id has TID 0), and the source index above
+/// ([`with_source`]). A reader maps its profiler's ids into this; nsys' `globalTid` already has
+/// this layout (the reading crate's `global_tid_of` takes it as is). `global_pid_of` keeps the
+/// machine bits, so PIDs of two machines differ.
 pub fn global_pid_of(global_tid: i64) -> i64 {
     global_tid & !0xFF_FFFF
 }
@@ -305,9 +308,8 @@ pub fn tid_of(global_tid: i64) -> i64 {
 }
 
 /// Where one source's ids live once several sources share a trace: its index goes into bits
-/// 56..61 of every global process/thread id (nsys uses bits 0..47 for pid and tid and sets bits
-/// 48..55 to its own machine id), so the processes of two reports never merge, even when their
-/// pids are equal.
+/// 56..61 of every global process/thread id (above the machine), so the processes of two
+/// reports never merge, even when their pids are equal.
 pub const SOURCE_SHIFT: u32 = 56;
 pub const MAX_SOURCES: usize = 64;
 

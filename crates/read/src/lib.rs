@@ -497,7 +497,9 @@ pub fn tid_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
     global_tid_of(row.fetch(idx))
 }
 
-/// [`tid_at`] of a value already fetched.
+/// [`tid_at`] of a value already fetched. This is where nsys' `globalTid` (and `globalPid`)
+/// becomes the model's thread (process) id: both pack the machine, PID and TID alike (see
+/// `model::global_pid_of`), so a valid one is taken as it is.
 #[inline]
 pub fn global_tid_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
     int_of(v).filter(|t| (0..MAX_GLOBAL_ID).contains(t))

@@ -316,7 +316,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 };
                 (Some(parent), name, Some(stream))
             }
-            // Thread id 0 means nsys did not know the thread: keep those calls on the process
+            // Thread id 0 means the source did not know the thread: keep those calls on the process
             // rather than inventing a "Thread 0".
             GroupKey::ThreadOsrt { global_tid } if crate::model::tid_of(global_tid) == 0 => (
                 Some(self.process_track(global_tid)),

@@ -6,9 +6,9 @@
 //! slice the native form cannot hold, becomes a slice named after its thread on the CPU's own
 //! track ("CPU 3" under "CPUs"), as JSON shows scheduling:
 //! - CPU numbers from [`MAX_CPUS`] on (trace_processor refuses them);
-//! - thread id 0 (nsys did not know the thread; to Perfetto it is the idle task), and a
+//! - thread id 0 (the source did not know the thread; to Perfetto it is the idle task), and a
 //!   thread whose tid another thread of the source has (Perfetto's scheduling names a thread
-//!   by its tid alone: nsys ids carry the pid too, and tids are reused);
+//!   by its tid alone: the model's ids carry the pid too, and tids are reused);
 //! - a slice starting before the last one written on its CPU ended, or ending before it
 //!   starts (rows out of time order beyond the reader's window): a CPU's switches must follow
 //!   each other in time.

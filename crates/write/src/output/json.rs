@@ -34,7 +34,7 @@ use std::collections::HashMap;
 use std::io::Write as _;
 use std::sync::Arc;
 
-/// Pseudo-processes (GPUs) and pseudo-threads get ids above the 24 bits nsys gives real pids and
+/// Pseudo-processes (GPUs) and pseudo-threads get ids above the 24 bits the model gives real pids and
 /// tids, so they never collide with them or with each other (custom uuids are small counters).
 const PSEUDO_PID_BASE: u32 = 0x7000_0000;
 const PSEUDO_TID_BASE: u32 = 0x4000_0000;

@@ -125,7 +125,7 @@ impl Format for Protobuf {
 
     /// The trace's clock and time zero: a REALTIME snapshot at the session start (the UI can then
     /// show wall-clock time, and reports of one job line up), and a "Session start" instant
-    /// there, so Perfetto's zero is nsys' zero unless rows precede the session start.
+    /// there, so Perfetto's zero is the source's zero unless rows precede the session start.
     fn header(&self) -> Vec<u8> {
         Vec::new()
     }

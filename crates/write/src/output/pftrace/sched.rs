@@ -34,7 +34,7 @@ use crate::proto::{
 pub const BUNDLE_SWITCHES: usize = 512;
 /// The idle task, as Linux names it.
 const IDLE_COMM: &str = "swapper";
-/// Linux's priority of a normal task (nice 0): nsys records none.
+/// Linux's priority of a normal task (nice 0): the model carries none.
 const PRIO: i32 = 120;
 
 /// `CompactSched` and `FtraceEventBundle` field tags.
