@@ -333,6 +333,8 @@ fn set_mtime(p: &Path, secs_ago: u64) {
 
 #[test]
 fn users_own_export_is_never_touched() {
+    // On SQLite exports (`--export sqlite`), which a user's own `r.sqlite` beside the report
+    // competes with, whichever nsys is the newest found.
     if !have_nsys() {
         return;
     }
@@ -350,7 +352,13 @@ fn users_own_export_is_never_touched() {
     );
     let o = run_in(
         d,
-        &[os("r.qdrep"), os("-o"), os("r.pftrace")],
+        &[
+            os("r.qdrep"),
+            os("-o"),
+            os("r.pftrace"),
+            os("--export"),
+            os("sqlite"),
+        ],
         &[("XDG_CACHE_HOME", &cache)],
     );
     assert!(o.status.success(), "{}", text(&o));
@@ -382,7 +390,13 @@ fn users_own_export_is_never_touched() {
     );
     let o = run_in(
         d,
-        &[os("r.qdrep"), os("-o"), os("r2.pftrace")],
+        &[
+            os("r.qdrep"),
+            os("-o"),
+            os("r2.pftrace"),
+            os("--export"),
+            os("sqlite"),
+        ],
         &[("XDG_CACHE_HOME", &cache)],
     );
     assert!(o.status.success(), "{}", text(&o));
@@ -407,7 +421,13 @@ fn users_own_export_is_never_touched() {
     std::fs::remove_dir_all(&cache).unwrap();
     let o = run_in(
         d,
-        &[os("r.qdrep"), os("-o"), os("r3.pftrace")],
+        &[
+            os("r.qdrep"),
+            os("-o"),
+            os("r3.pftrace"),
+            os("--export"),
+            os("sqlite"),
+        ],
         &[("XDG_CACHE_HOME", &cache)],
     );
     assert!(o.status.success(), "{}", text(&o));
@@ -416,7 +436,13 @@ fn users_own_export_is_never_touched() {
     set_mtime(&d.join("r.sqlite"), 9000);
     let o = run_in(
         d,
-        &[os("r.qdrep"), os("-o"), os("r4.pftrace")],
+        &[
+            os("r.qdrep"),
+            os("-o"),
+            os("r4.pftrace"),
+            os("--export"),
+            os("sqlite"),
+        ],
         &[("XDG_CACHE_HOME", &cache)],
     );
     assert!(o.status.success(), "{}", text(&o));
@@ -438,6 +464,7 @@ fn users_own_export_is_never_touched() {
 /// `rsync -t`) is exported again, and its trace converted again.
 #[test]
 fn changed_report_with_an_old_time_is_exported_again() {
+    // On SQLite exports (`--export sqlite`), whichever nsys is the newest found.
     if !have_nsys() {
         return;
     }
@@ -451,7 +478,11 @@ fn changed_report_with_an_old_time_is_exported_again() {
     let cache = d.join("cache");
     let rep = d.join("r.qdrep");
     std::fs::copy(common::fixture("nvtx_workload.nsys-rep"), &rep).unwrap();
-    let first = run_in(d, &[os("r.qdrep")], &[("XDG_CACHE_HOME", &cache)]);
+    let first = run_in(
+        d,
+        &[os("r.qdrep"), os("--export"), os("sqlite")],
+        &[("XDG_CACHE_HOME", &cache)],
+    );
     assert!(first.status.success(), "{}", text(&first));
     assert!(nsys_perfetto::provenance::owns_export(&d.join("r.sqlite")));
     let events = |o: &Output| -> String {
@@ -464,7 +495,11 @@ fn changed_report_with_an_old_time_is_exported_again() {
     // Another report under the same name, its time an hour before the export's.
     std::fs::copy(&other, &rep).unwrap();
     set_mtime(&rep, 3600);
-    let second = run_in(d, &[os("r.qdrep")], &[("XDG_CACHE_HOME", &cache)]);
+    let second = run_in(
+        d,
+        &[os("r.qdrep"), os("--export"), os("sqlite")],
+        &[("XDG_CACHE_HOME", &cache)],
+    );
     let err = String::from_utf8_lossy(&second.stderr);
     assert!(second.status.success(), "{err}");
     assert!(
@@ -475,7 +510,11 @@ fn changed_report_with_an_old_time_is_exported_again() {
     let fresh_dir = d.join("fresh");
     std::fs::create_dir(&fresh_dir).unwrap();
     std::fs::copy(&other, fresh_dir.join("o.qdrep")).unwrap();
-    let fresh = run_in(&fresh_dir, &[os("o.qdrep")], &[("XDG_CACHE_HOME", &cache)]);
+    let fresh = run_in(
+        &fresh_dir,
+        &[os("o.qdrep"), os("--export"), os("sqlite")],
+        &[("XDG_CACHE_HOME", &cache)],
+    );
     assert!(fresh.status.success(), "{}", text(&fresh));
     assert_eq!(events(&second), events(&fresh));
     assert_ne!(events(&second), events(&first));
@@ -485,7 +524,11 @@ fn changed_report_with_an_old_time_is_exported_again() {
     // trace holds the first report's events again.
     std::fs::copy(common::fixture("nvtx_workload.nsys-rep"), &rep).unwrap();
     set_mtime(&rep, 7200);
-    let third = run_in(d, &[os(".")], &[("XDG_CACHE_HOME", &cache)]);
+    let third = run_in(
+        d,
+        &[os("."), os("--export"), os("sqlite")],
+        &[("XDG_CACHE_HOME", &cache)],
+    );
     let err = String::from_utf8_lossy(&third.stderr);
     assert!(third.status.success(), "{err}");
     assert!(
