@@ -227,6 +227,50 @@ impl Category {
 mod tests {
     use super::*;
 
+    /// The words users write and query by (`--types`, `category = '...'` in Perfetto's SQL,
+    /// the summary's lines, in this order) and which `--types` word selects each category.
+    #[test]
+    fn the_words_users_rely_on() {
+        let types: Vec<&str> = EventType::ALL.iter().map(|t| t.name()).collect();
+        assert_eq!(
+            types.join(","),
+            "kernel,memcpy,memset,cuda-api,nvtx,nvtx-gpu,osrt,sync,sched,um,cuda-graph,cudnn,\
+             cublas,openacc,openmp,mpi,ucx,cpu-counters,network,video,graphics,diagnostics,\
+             overhead,cpu-samples,gpu-metrics,gpu-memory"
+        );
+        let cats: Vec<String> = Category::ALL
+            .iter()
+            .map(|c| match c.event_type() {
+                Some(t) => format!("{}:{}", c.as_str(), t.name()),
+                None => c.as_str().to_string(),
+            })
+            .collect();
+        assert_eq!(
+            cats.join(","),
+            "cuda.kernel:kernel,cuda.memcpy:memcpy,cuda.memset:memset,cuda.api:cuda-api,\
+             nvtx:nvtx,nvtx.mark:nvtx,nvtx.gpu:nvtx-gpu,osrt:osrt,cuda.sync:sync,sched:sched,\
+             cuda.um.cpu_fault:um,cuda.um.gpu_fault:um,cuda.graph:cuda-graph,cudnn:cudnn,\
+             cublas:cublas,openacc:openacc,openmp:openmp,mpi:mpi,ucx:ucx,\
+             cpu.counters:cpu-counters,network:network,nvvideo:video,graphics.api:graphics,\
+             graphics.gpu:graphics,nsys.diagnostic:diagnostics,nsys.overhead:overhead,\
+             nsys.marker:diagnostics,cuda.event:sync,gpu.context_switch:graphics,\
+             cpu.sample:cpu-samples,gpu.metric:gpu-metrics,cuda.memory:gpu-memory,analysis"
+        );
+        let tracks: Vec<String> = TrackKind::ALL
+            .iter()
+            .map(|k| format!("{}:{}", k.label(), k.event_type().name()))
+            .collect();
+        assert_eq!(
+            tracks.join(","),
+            "Unified memory:um,CUDA graphs:cuda-graph,cuDNN:cudnn,cuBLAS:cublas,\
+             OpenACC:openacc,OpenMP:openmp,MPI:mpi,UCX:ucx,CPU performance counters:cpu-counters,\
+             Network:network,Video codecs:video,Vulkan:graphics,OpenGL:graphics,\
+             DirectX:graphics,WDDM:graphics,SLI:graphics,GPU context switches:graphics,\
+             Diagnostics:diagnostics,Profiler overhead:overhead,\
+             Profiler overhead (CUPTI):overhead,Load balance:graphics,CUDA events:sync"
+        );
+    }
+
     #[test]
     fn names_are_unique_and_every_type_selects_something() {
         let mut types: Vec<&str> = EventType::ALL.iter().map(|t| t.name()).collect();
