@@ -151,7 +151,9 @@ pub fn identity_of(export: &Export, path: &Path) -> Identity {
         // The smallest rank any thread is named after (a report holds one rank, as a rule).
         // Every name a thread had counts: nsys keeps one per thread for display, and a thread
         // named "MPI Rank 3" by MPI tracing may show as the program's name.
-        let ranks = thread_names_of(export)
+        let ranks = export
+            .info
+            .every_thread_name
             .iter()
             .chain(desc.thread_names.values())
             .filter_map(|n| rank_from_thread_name(n))
@@ -165,35 +167,6 @@ pub fn identity_of(export: &Export, path: &Path) -> Identity {
         }
     }
     id
-}
-
-/// Every name any thread of the export had: ThreadNames rows and NVTX thread-naming rows.
-fn thread_names_of(export: &Export) -> Vec<String> {
-    let schema = &export.schema;
-    let Ok(conn) = crate::nsys::open_readonly(&schema.path) else {
-        return Vec::new();
-    };
-    let mut sql = Vec::new();
-    if schema.has_columns("ThreadNames", &["nameId"]) && schema.has_table("StringIds") {
-        sql.push(
-            "SELECT s.value FROM ThreadNames t JOIN StringIds s ON s.id = t.nameId".to_string(),
-        );
-    }
-    if schema.has_columns(crate::nsys::NVTX, &["eventType", "text"]) {
-        sql.push(format!(
-            "SELECT text FROM {} WHERE eventType = 39 AND text IS NOT NULL",
-            crate::nsys::NVTX
-        ));
-    }
-    let mut names = Vec::new();
-    for q in sql {
-        if let Ok(mut stmt) = conn.prepare(&q)
-            && let Ok(rows) = stmt.query_map([], |r| r.get::<_, String>(0))
-        {
-            names.extend(rows.flatten());
-        }
-    }
-    names
 }
 
 /// "rank 3 · host-a", "rank 3", "NAME · host-a" (NAME: the file's stem, without rank).

@@ -29,6 +29,7 @@ pub mod stats;
 pub mod sweep;
 
 use crate::nsys::enums::Enums;
+use crate::nsys::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
 use crate::nsys::projection::{NVTX_GPU, PROJ_DB, Projection};
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
 use crate::report::{self, ExportOptions};
@@ -437,7 +438,7 @@ impl Export {
                 Some(format!(
                     "SELECT {name} AS key, {bare} AS alt, r.\"end\" - r.start AS dur \
                      FROM main.\"{NVTX}\" r{join} \
-                     WHERE r.eventType IN (59, 60) AND r.\"end\" >= r.start"
+                     WHERE r.eventType IN ({PUSH_POP}, {START_END}) AND r.\"end\" >= r.start"
                 ))
             }
             Kind::NvtxGpu => {
@@ -474,7 +475,7 @@ impl Export {
                 format!(
                     "SELECT {name} AS key, {tid} AS tid, r.start AS s, r.\"end\" AS e, \
                      r.\"end\" - r.start AS dur, {bare} AS alt FROM main.\"{NVTX}\" r{join} \
-                     WHERE r.eventType IN (59, 60) AND r.\"end\" >= r.start"
+                     WHERE r.eventType IN ({PUSH_POP}, {START_END}) AND r.\"end\" >= r.start"
                 )
             }
             Kind::NvtxGpu => {
@@ -525,7 +526,7 @@ impl Export {
         }
         join.push_str(&format!(
             " LEFT JOIN (SELECT domainId AS id, globalTid & 0x0000FFFFFF000000 AS pid, \
-             text AS name, min(start) FROM main.\"{NVTX}\" WHERE eventType = 75 \
+             text AS name, min(start) FROM main.\"{NVTX}\" WHERE eventType = {DOMAIN_CREATE} \
              GROUP BY 1, 2) dom ON dom.id = {row}.domainId \
              AND dom.pid = ({row}.globalTid & 0x0000FFFFFF000000)"
         ));

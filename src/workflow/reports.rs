@@ -9,6 +9,7 @@
 //! A report whose tables the export lacks is left out, as nsys skips it.
 
 use super::{Export, api_name_sql, memcpy_label};
+use crate::nsys::nvtx_type::{DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END};
 use crate::nsys::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
 use anyhow::Result;
 
@@ -573,19 +574,19 @@ fn nvtx_ranges_sql(s: &Schema, group_nvtx: bool) -> Option<String> {
     Some(format!(
         "nvtx_minmax AS MATERIALIZED (SELECT min(min(start), min(\"end\")) AS min, \
            max(max(start), max(\"end\")) AS max FROM main.\"{NVTX}\" \
-           WHERE eventType IN (59, 60, 70, 71)), \
+           WHERE eventType IN ({PUSH_POP}, {START_END}, {NVTXT_PUSH_POP}, {NVTXT_START_END})), \
          nvtx_domains AS (SELECT min(start), {dom} AS id, {dtid} AS globalTid, {dtxt} AS name \
-           FROM main.\"{NVTX}\" WHERE eventType = 75 GROUP BY 2, 3), \
+           FROM main.\"{NVTX}\" WHERE eventType = {DOMAIN_CREATE} GROUP BY 2, 3), \
          nvtx_ranges AS MATERIALIZED (SELECT e.{rowid} AS rangeId, e.start AS startNS, \
            ifnull(e.\"end\", (SELECT max FROM nvtx_minmax)) AS endNS, e.globalTid AS tid, \
            {name} AS name, \
-           CASE e.eventType WHEN 59 THEN 'PushPop' WHEN 60 THEN 'StartEnd' \
-             WHEN 70 THEN 'PushPop' WHEN 71 THEN 'StartEnd' ELSE 'Unknown' END AS style \
+           CASE e.eventType WHEN {PUSH_POP} THEN 'PushPop' WHEN {START_END} THEN 'StartEnd' \
+             WHEN {NVTXT_PUSH_POP} THEN 'PushPop' WHEN {NVTXT_START_END} THEN 'StartEnd' ELSE 'Unknown' END AS style \
            FROM main.\"{NVTX}\" e \
            LEFT JOIN nvtx_domains d ON {edom} = d.id \
              AND (e.globalTid & 0x0000FFFFFF000000) = (d.globalTid & 0x0000FFFFFF000000) \
            LEFT JOIN main.StringIds sid ON {etext_id} = sid.id \
-           WHERE e.eventType IN (59, 60, 70, 71) AND {end_tid} IS NULL)",
+           WHERE e.eventType IN ({PUSH_POP}, {START_END}, {NVTXT_PUSH_POP}, {NVTXT_START_END}) AND {end_tid} IS NULL)",
         dom = dcol("domainId"),
         dtid = dcol("globalTid"),
         dtxt = dcol("text"),
@@ -608,7 +609,7 @@ fn nvtx_index(ex: &Export, group_nvtx: bool) -> Result<Option<impl Fn(&str) -> S
     let (min, max): (Option<i64>, Option<i64>) = ex.conn.query_row(
         &format!(
             "SELECT min(min(start), min(\"end\")), max(max(start), max(\"end\")) \
-             FROM main.\"{NVTX}\" WHERE eventType IN (59, 60, 70, 71)"
+             FROM main.\"{NVTX}\" WHERE eventType IN ({PUSH_POP}, {START_END}, {NVTXT_PUSH_POP}, {NVTXT_START_END})"
         ),
         [],
         |r| Ok((r.get(0)?, r.get(1)?)),
@@ -764,17 +765,17 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
             };
             format!(
                 "WITH domains AS (SELECT min(start), {dom} AS id, {tid} AS globalTid, \
-                   {txt} AS name FROM main.\"{NVTX}\" WHERE eventType = 75 GROUP BY 2, 3), \
+                   {txt} AS name FROM main.\"{NVTX}\" WHERE eventType = {DOMAIN_CREATE} GROUP BY 2, 3), \
                  maxts AS (SELECT max(max(start), max(\"end\")) AS m FROM main.\"{NVTX}\"), \
                  nvtx AS (SELECT coalesce(ne.\"end\", (SELECT m FROM maxts)) - ne.start AS duration, \
                    {tag} AS tag, \
-                   CASE ne.eventType WHEN 59 THEN 'PushPop' WHEN 60 THEN 'StartEnd' \
-                     WHEN 70 THEN 'PushPop' WHEN 71 THEN 'StartEnd' ELSE 'Unknown' END AS style \
+                   CASE ne.eventType WHEN {PUSH_POP} THEN 'PushPop' WHEN {START_END} THEN 'StartEnd' \
+                     WHEN {NVTXT_PUSH_POP} THEN 'PushPop' WHEN {NVTXT_START_END} THEN 'StartEnd' ELSE 'Unknown' END AS style \
                    FROM main.\"{NVTX}\" ne \
                    LEFT JOIN domains d ON {ndom} = d.id \
                      AND ({ntid} & 0x0000FFFFFF000000) = (d.globalTid & 0x0000FFFFFF000000) \
                    LEFT JOIN main.StringIds sid ON {ntext_id} = sid.id \
-                   WHERE ne.eventType IN (59, 60, 70, 71)), \
+                   WHERE ne.eventType IN ({PUSH_POP}, {START_END}, {NVTXT_PUSH_POP}, {NVTXT_START_END})), \
                  summary AS (SELECT tag AS name, style, {agg} FROM nvtx GROUP BY 1, 2), \
                  {TOTALS} \
                  SELECT {cols}, style AS \"Style\", name AS \"Range\" FROM summary ORDER BY 2 DESC",

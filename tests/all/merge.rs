@@ -574,3 +574,56 @@ fn batch_jobs_convert_like_one_job() {
     }
     assert_eq!(counts[0], counts[1]);
 }
+
+/// A report whose recorded environment names no rank is ranked by the names its threads had:
+/// here the one NVTX gave a thread that `ThreadNames` names otherwise (the name the trace
+/// shows), so the rank comes only from the report's full list of thread names.
+#[test]
+fn rank_from_a_thread_named_by_nvtx() {
+    let Some(corpus) = common::corpus_dir() else {
+        crate::common::skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut files = Vec::new();
+    for rank in [3, 11] {
+        let f = dir.path().join(format!("job_{}.sqlite", 20 - rank));
+        std::fs::copy(
+            corpus.join("hpcgroup__pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite"),
+            &f,
+        )
+        .unwrap();
+        let c = rusqlite::Connection::open(&f).unwrap();
+        // The thread NVTX named "MPI Rank 0" also has a ThreadNames row: it is named after
+        // the program there, and the NVTX name is the rank to find.
+        let named: i64 = c
+            .query_row(
+                "SELECT count(*) FROM NVTX_EVENTS n JOIN ThreadNames t USING (globalTid) \
+                 WHERE n.eventType = 39 AND n.text = 'MPI Rank 0'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(named, 1);
+        c.execute_batch(&format!(
+            "UPDATE TARGET_INFO_SYSTEM_ENV SET value = '' WHERE name = 'DeviceEnvironment';
+             UPDATE StringIds SET value = 'saxpy' WHERE id IN (SELECT nameId FROM ThreadNames
+               WHERE globalTid IN (SELECT globalTid FROM NVTX_EVENTS WHERE eventType = 39));
+             UPDATE NVTX_EVENTS SET text = 'MPI Rank {rank}' WHERE eventType = 39;"
+        ))
+        .unwrap();
+        files.push(f);
+    }
+    let sources = merge::prepare(&files, &MergeOptions::default()).unwrap();
+    let got: Vec<(Option<i64>, Option<&str>)> = sources
+        .iter()
+        .map(|s| (s.identity.rank, s.identity.rank_from))
+        .collect();
+    assert_eq!(
+        got,
+        [
+            (Some(3), Some("thread name")),
+            (Some(11), Some("thread name"))
+        ]
+    );
+}

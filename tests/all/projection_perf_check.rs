@@ -4,15 +4,13 @@
 //! order, values of unexpected types. The reference is the projection's original SQL (joins and
 //! `group_concat`), run here verbatim; tables must match row for row, in rowid order too.
 //!
-//! `NSYS_PROJ_CHECK=a.sqlite:b.sqlite` checks more exports (the benchmark, say);
-//! `NSYS_PROJ_DUMP=a.sqlite:b.sqlite NSYS_PROJ_DUMP_DIR=dir` dumps the tables of those exports
-//! into `dir`, to diff two builds by hand (`NSYS_PROJ_NODUMP=1`: only time the build).
+//! `NSYS_PROJ_CHECK=a.sqlite:b.sqlite` checks more exports (the benchmark, say); to diff the
+//! tables of two builds by hand, `bench/dump_projection.rs` dumps them.
 
 use nsys_perfetto::nsys::{self, Schema};
 use nsys_perfetto::projection::{KERNEL_NVTX, NVTX_GPU, Projection};
 use rusqlite::types::Value;
 use rusqlite::{Connection, params};
-use std::io::Write;
 use std::path::Path;
 
 /// The tables as compared: schema, `nvtx_gpu` in rowid order, `kernel_nvtx` in key order, and
@@ -631,48 +629,6 @@ fn projection_matches_its_sql_definition_on_corpus() {
         for f in files.split(':').filter(|f| !f.is_empty()) {
             let (r, k) = check(Path::new(f), f);
             eprintln!("{f}: {r} nvtx_gpu rows, {k} kernel_nvtx rows identical");
-        }
-    }
-}
-
-#[test]
-fn dump_projection() {
-    let (Ok(files), Ok(dir)) = (
-        std::env::var("NSYS_PROJ_DUMP"),
-        std::env::var("NSYS_PROJ_DUMP_DIR"),
-    ) else {
-        return;
-    };
-    for f in files.split(':').filter(|f| !f.is_empty()) {
-        let path = Path::new(f);
-        let (_c, schema) = nsys::open_schema(path).unwrap();
-        let t = std::time::Instant::now();
-        let proj = Projection::build(&schema).unwrap();
-        eprintln!("{f}: built in {:?}: {proj:?}", t.elapsed());
-        if std::env::var_os("NSYS_PROJ_NODUMP").is_some() {
-            continue;
-        }
-        let name = path.file_name().unwrap().to_string_lossy().to_string();
-        let mut out =
-            std::io::BufWriter::new(std::fs::File::create(format!("{dir}/{name}.dump")).unwrap());
-        let Some(proj) = proj else {
-            writeln!(out, "none").unwrap();
-            continue;
-        };
-        let t = tables(
-            proj.path(),
-            [
-                proj.range_device_rows,
-                proj.ranges_with_gpu_work,
-                proj.annotated_gpu_rows,
-            ],
-        );
-        writeln!(out, "counts {:?}", t.counts).unwrap();
-        for s in &t.schema {
-            writeln!(out, "schema {s}").unwrap();
-        }
-        for r in t.nvtx_gpu.iter().chain(&t.kernel_nvtx) {
-            writeln!(out, "{r:?}").unwrap();
         }
     }
 }

@@ -1151,7 +1151,8 @@ fn a_damaged_report_is_not_blamed_on_a_newer_nsys() {
     assert_no_panic(&o);
     let err = String::from_utf8_lossy(&o.stderr);
     if o.status.success() {
-        eprintln!("nsys read the damaged report anyway: {err}");
+        // nsys read the damaged report anyway: then what it wrote is a whole, valid trace.
+        common::validate_file(&d.join("x.pftrace"));
         return;
     }
     if cap.is_some() {

@@ -438,6 +438,12 @@ fn merged_reports_keep_cpus_and_threads_apart() {
 fn selection_still_applies() {
     let exports = sched_exports();
     let Some(input) = exports.iter().find(|p| name(p).starts_with("Sh1mwww")) else {
+        if !exports.is_empty() {
+            common::skip(
+                "corpus",
+                "the Sh1mwww llama3 export is absent from the corpus",
+            );
+        }
         return;
     };
     let conn = open(input);

@@ -13,7 +13,7 @@
 pub mod category;
 
 use anyhow::Result;
-pub use category::Category;
+pub use category::{Category, TrackKind};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
@@ -217,63 +217,6 @@ pub enum GroupKey {
         track: &'static str,
         source: i64,
     },
-}
-
-/// What a [`GroupKey::ThreadTrack`], [`GroupKey::ProcessTrack`], [`GroupKey::GpuTrack`] or
-/// [`GroupKey::GlobalTrack`] holds: names its track.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum TrackKind {
-    UnifiedMemory,
-    CudaGraphs,
-    Cudnn,
-    Cublas,
-    OpenAcc,
-    OpenMp,
-    Mpi,
-    Ucx,
-    CpuCounters,
-    Network,
-    Video,
-    Vulkan,
-    OpenGl,
-    DirectX,
-    Wddm,
-    Sli,
-    ContextSwitches,
-    Diagnostics,
-    ProfilerOverhead,
-    CuptiOverhead,
-    LoadBalance,
-    CudaEvents,
-}
-
-impl TrackKind {
-    pub fn label(self) -> &'static str {
-        match self {
-            TrackKind::UnifiedMemory => "Unified memory",
-            TrackKind::CudaGraphs => "CUDA graphs",
-            TrackKind::Cudnn => "cuDNN",
-            TrackKind::Cublas => "cuBLAS",
-            TrackKind::OpenAcc => "OpenACC",
-            TrackKind::OpenMp => "OpenMP",
-            TrackKind::Mpi => "MPI",
-            TrackKind::Ucx => "UCX",
-            TrackKind::CpuCounters => "CPU performance counters",
-            TrackKind::Network => "Network",
-            TrackKind::Video => "Video codecs",
-            TrackKind::Vulkan => "Vulkan",
-            TrackKind::OpenGl => "OpenGL",
-            TrackKind::DirectX => "DirectX",
-            TrackKind::Wddm => "WDDM",
-            TrackKind::Sli => "SLI",
-            TrackKind::ContextSwitches => "GPU context switches",
-            TrackKind::Diagnostics => "Diagnostics",
-            TrackKind::ProfilerOverhead => "Profiler overhead",
-            TrackKind::CuptiOverhead => "Profiler overhead (CUPTI)",
-            TrackKind::LoadBalance => "Load balance",
-            TrackKind::CudaEvents => "CUDA events",
-        }
-    }
 }
 
 impl GroupKey {

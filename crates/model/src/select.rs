@@ -10,135 +10,10 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
-/// Event types, as named on the command line (`--types`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum EventType {
-    Kernel,
-    Memcpy,
-    Memset,
-    CudaApi,
-    Nvtx,
-    NvtxGpu,
-    Osrt,
-    Sync,
-    Sched,
-    /// Unified memory page faults (CPU and GPU).
-    Um,
-    CudaGraph,
-    Cudnn,
-    Cublas,
-    OpenAcc,
-    OpenMp,
-    Mpi,
-    Ucx,
-    CpuCounters,
-    Network,
-    Video,
-    Graphics,
-    /// The profiler's messages and markers.
-    Diagnostics,
-    /// Time the profiler itself took.
-    Overhead,
-    CpuSamples,
-    GpuMetrics,
-    GpuMemory,
-}
+use crate::model::category::Category;
+pub use crate::model::category::EventType;
 
 impl EventType {
-    pub const ALL: [EventType; 26] = [
-        EventType::Kernel,
-        EventType::Memcpy,
-        EventType::Memset,
-        EventType::CudaApi,
-        EventType::Nvtx,
-        EventType::NvtxGpu,
-        EventType::Osrt,
-        EventType::Sync,
-        EventType::Sched,
-        EventType::Um,
-        EventType::CudaGraph,
-        EventType::Cudnn,
-        EventType::Cublas,
-        EventType::OpenAcc,
-        EventType::OpenMp,
-        EventType::Mpi,
-        EventType::Ucx,
-        EventType::CpuCounters,
-        EventType::Network,
-        EventType::Video,
-        EventType::Graphics,
-        EventType::Diagnostics,
-        EventType::Overhead,
-        EventType::CpuSamples,
-        EventType::GpuMetrics,
-        EventType::GpuMemory,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            EventType::Kernel => "kernel",
-            EventType::Memcpy => "memcpy",
-            EventType::Memset => "memset",
-            EventType::CudaApi => "cuda-api",
-            EventType::Nvtx => "nvtx",
-            EventType::NvtxGpu => "nvtx-gpu",
-            EventType::Osrt => "osrt",
-            EventType::Sync => "sync",
-            EventType::Sched => "sched",
-            EventType::Um => "um",
-            EventType::CudaGraph => "cuda-graph",
-            EventType::Cudnn => "cudnn",
-            EventType::Cublas => "cublas",
-            EventType::OpenAcc => "openacc",
-            EventType::OpenMp => "openmp",
-            EventType::Mpi => "mpi",
-            EventType::Ucx => "ucx",
-            EventType::CpuCounters => "cpu-counters",
-            EventType::Network => "network",
-            EventType::Video => "video",
-            EventType::Graphics => "graphics",
-            EventType::Diagnostics => "diagnostics",
-            EventType::Overhead => "overhead",
-            EventType::CpuSamples => "cpu-samples",
-            EventType::GpuMetrics => "gpu-metrics",
-            EventType::GpuMemory => "gpu-memory",
-        }
-    }
-}
-
-impl EventType {
-    /// What a type covers, in a few words (`--types help`).
-    pub fn about(self) -> &'static str {
-        match self {
-            EventType::Kernel => "CUDA kernels",
-            EventType::Memcpy => "CUDA memory copies",
-            EventType::Memset => "CUDA memory sets",
-            EventType::CudaApi => "CUDA runtime and driver API calls",
-            EventType::Nvtx => "NVTX ranges and marks",
-            EventType::NvtxGpu => "NVTX ranges projected onto the GPU work they launched",
-            EventType::Osrt => "OS runtime calls (pthread, I/O, sleeps...)",
-            EventType::Sync => "CUDA synchronization waits",
-            EventType::Sched => "threads on CPUs (context switches)",
-            EventType::Um => "unified memory page faults (CPU and GPU)",
-            EventType::CudaGraph => "CUDA graph launches and graph nodes",
-            EventType::Cudnn => "cuDNN calls",
-            EventType::Cublas => "cuBLAS calls",
-            EventType::OpenAcc => "OpenACC data, launch and other events",
-            EventType::OpenMp => "OpenMP regions, tasks, locks and waits",
-            EventType::Mpi => "MPI calls (point-to-point, collectives, waits)",
-            EventType::Ucx => "UCX calls",
-            EventType::CpuCounters => "CPU performance counters",
-            EventType::Network => "network (NIC, InfiniBand) counters and events",
-            EventType::Video => "video codec and JPEG API calls",
-            EventType::Graphics => "graphics APIs and workloads (OpenGL, Vulkan, DirectX, WDDM)",
-            EventType::Diagnostics => "the profiler's messages and markers",
-            EventType::Overhead => "the profiler's own time",
-            EventType::CpuSamples => "CPU samples with call stacks",
-            EventType::GpuMetrics => "GPU metric counters (SM activity, bandwidth, clocks...)",
-            EventType::GpuMemory => "GPU memory allocations and bytes allocated",
-        }
-    }
-
     /// The `--types help` text: one line per type, then how to write a list.
     pub fn help() -> String {
         let width = EventType::ALL
@@ -421,6 +296,12 @@ impl Selection {
 
     pub fn wants(&self, t: EventType) -> bool {
         self.types.contains(&t)
+    }
+
+    /// Whether events of a category are wanted: the `--types` entry that selects it is (a
+    /// category no entry selects, `--analyze`'s findings, is not the selection's to refuse).
+    pub fn wants_category(&self, c: Category) -> bool {
+        c.event_type().is_none_or(|t| self.wants(t))
     }
 
     /// SQL conditions (joined with AND, "1" when none) for a table aliased `alias` whose rows

@@ -4,6 +4,7 @@
 
 use super::contexts::Contexts;
 use super::enums::Enums;
+use super::nvtx_type::{CATEGORY, DOMAIN_CREATE, THREAD_NAME};
 use super::{NVTX, Schema, int_at, text_at};
 use crate::model::{Description, StringTable, global_pid_of};
 use anyhow::Result;
@@ -24,6 +25,10 @@ pub struct ProfileInfo {
     pub rank: Option<i64>,
     /// The device of each CUDA context (its list per device is in the description).
     pub contexts: Contexts,
+    /// Every name any thread had, in the order read: each `ThreadNames` row and each NVTX
+    /// thread-naming row ([`THREAD_NAME`]), where the description keeps one name a thread (a
+    /// thread named "MPI Rank 3" by MPI tracing may show as the program's name).
+    pub every_thread_name: Vec<String>,
 }
 
 /// The rank an MPI or distributed launcher gave the profiled process, from the environment
@@ -92,10 +97,12 @@ impl ProfileInfo {
             };
             let sql = format!("SELECT globalTid, nameId FROM ThreadNames{order}");
             let names = &mut desc.thread_names;
+            let every = &mut info.every_thread_name;
             each_row(conn, &sql, |r| {
                 if let (Some(t), Some(n)) = (int_at(r, 0), int_at(r, 1))
                     && let Some(s) = strings.as_ref().and_then(|st| st.get(n))
                 {
+                    every.push(s.to_string());
                     names.insert(t, s.to_string());
                 }
             })?;
@@ -181,6 +188,7 @@ impl ProfileInfo {
             strings.as_deref(),
             &mut desc,
             &mut info.nvtx_categories,
+            &mut info.every_thread_name,
         )?;
         name_by_program(&mut desc, &nvtx_threads);
         info.contexts = Contexts::load(conn, schema)?;
@@ -242,14 +250,15 @@ fn name_by_program(desc: &mut Description, nvtx_threads: &HashMap<i64, String>) 
     desc.process_names.extend(names);
 }
 
-/// Domain (eventType 75), category (33) and thread-name (39) rows name things that the range
-/// rows refer to by number. Returns the threads NVTX named, with their names.
+/// Domain, category and thread-name rows ([`DOMAIN_CREATE`], [`CATEGORY`], [`THREAD_NAME`]) name
+/// things that the range rows refer to by number. Returns the threads NVTX named, with their names.
 fn load_nvtx_names(
     conn: &Connection,
     schema: &Schema,
     strings: Option<&dyn StringTable>,
     desc: &mut Description,
     categories: &mut HashMap<(i64, i64, i64), String>,
+    every_thread_name: &mut Vec<String>,
 ) -> Result<HashMap<i64, String>> {
     let mut nvtx_threads = HashMap::new();
     {
@@ -258,7 +267,8 @@ fn load_nvtx_names(
         }
         let sql = format!(
             "SELECT eventType, globalTid, {dom}, {cat}, text, {tid} FROM {NVTX} \
-             WHERE eventType = 33 OR eventType = 39 OR eventType = 75",
+             WHERE eventType = {CATEGORY} OR eventType = {THREAD_NAME} \
+             OR eventType = {DOMAIN_CREATE}",
             dom = schema.col(NVTX, "domainId"),
             cat = schema.col(NVTX, "category"),
             tid = schema.col(NVTX, "textId"),
@@ -275,15 +285,16 @@ fn load_nvtx_names(
             });
             let Some(name) = name else { return };
             match ty {
-                75 => {
+                DOMAIN_CREATE => {
                     domains.insert((global_pid_of(gtid), domain), name);
                 }
-                33 => {
+                CATEGORY => {
                     if let Some(cat) = int_at(r, 3) {
                         categories.insert((global_pid_of(gtid), domain, cat), name);
                     }
                 }
-                39 => {
+                THREAD_NAME => {
+                    every_thread_name.push(name.clone());
                     threads.entry(gtid).or_insert_with(|| name.clone());
                     nvtx_threads.insert(gtid, name);
                 }

@@ -54,10 +54,18 @@ pub mod nvtx_type {
     pub const PUSH_POP: i64 = 59;
     /// A start/end range: a free interval, may end on another thread.
     pub const START_END: i64 = 60;
+    /// A push/pop range of an NVTXT file (`nsys`' text-file NVTX import), which nsys' reports
+    /// count among the ranges.
+    pub const NVTXT_PUSH_POP: i64 = 70;
+    /// A start/end range of an NVTXT file.
+    pub const NVTXT_START_END: i64 = 71;
     /// Rows that name things rather than being events: categories, thread names, domains.
     pub const NAMING: [i64; 4] = [CATEGORY, THREAD_NAME, DOMAIN_CREATE, DOMAIN_DESTROY];
+    /// Names an NVTX category (`category`) of a domain: `text` is its name.
     pub const CATEGORY: i64 = 33;
+    /// Names the thread of `globalTid`: `text` is its name.
     pub const THREAD_NAME: i64 = 39;
+    /// Creates the domain `domainId`: `text` is its name.
     pub const DOMAIN_CREATE: i64 = 75;
     pub const DOMAIN_DESTROY: i64 = 76;
 }

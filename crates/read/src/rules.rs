@@ -26,6 +26,7 @@
 //! the first N gaps or chunks *found* (unsorted) before sorting, so only the full lists (`rows=-1`,
 //! `--top 0`) are the same sets in both tools.
 
+use crate::nvtx_type::{DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END};
 use crate::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
 use anyhow::{Result, bail};
 use rusqlite::Connection;
@@ -575,12 +576,12 @@ fn nvtx_range(conn: &Connection, schema: &Schema, range: &str) -> Result<(i64, i
     let d_text = schema.col(NVTX, "text");
     let sql = format!(
         "WITH domain AS (SELECT domainId, globalTid, {d_text} AS text FROM main.{NVTX} \
-         WHERE eventType == 75) \
+         WHERE eventType == {DOMAIN_CREATE}) \
          SELECT nvtx.start, nvtx.\"end\", nvtx.globalTid FROM main.{NVTX} AS nvtx \
          LEFT JOIN domain ON nvtx.domainId == domain.domainId \
          AND nvtx.globalTid >> 24 == domain.globalTid >> 24 \
          LEFT JOIN main.StringIds AS sid ON {text_id} == sid.id \
-         WHERE nvtx.eventType IN (59, 60, 70, 71) \
+         WHERE nvtx.eventType IN ({PUSH_POP}, {START_END}, {NVTXT_PUSH_POP}, {NVTXT_START_END}) \
          AND coalesce({text}, sid.value) || coalesce('@' || domain.text, '') == ?1 \
          ORDER BY 1 LIMIT 1 OFFSET ?2"
     );

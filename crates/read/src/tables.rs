@@ -3,9 +3,11 @@
 //! OpenMP, MPI, UCX, video codecs, graphics APIs), samples of CPU counters and network metrics,
 //! GPU-side graphics work, and the profiler itself (its diagnostics and overhead).
 //!
-//! Each table is described by a [`Spec`]: its category, the `--types` name that selects it,
-//! where its rows go (a track of their thread, process or GPU, or a track of the whole
-//! machine) and where their names come from. Every other column of a row becomes an arg,
+//! Each table is described by a [`Spec`]: nsys' facts (the table, the column that places its
+//! rows on a thread, process or GPU, or none for a track of the whole machine, and where their
+//! names come from) and which kind of event its rows are, in the model's vocabulary
+//! (`crate::model::category`: the category and the track kind, which say the `--types` name
+//! that selects them). Every other column of a row becomes an arg,
 //! named in snake_case after the column: string ids (`nameId`, `srcFile`, `module`...) are
 //! resolved to their text, enum columns to nsys' label, other values are kept as they are.
 //! Column sets are read from the export, so rows of any schema version convert the same way.
@@ -18,7 +20,7 @@ use crate::model::{
     Arg, ArgValue, Category, Event, EventSink, Flows, GroupKey, Name, TrackKind, global_pid_of,
     pid_of,
 };
-use crate::select::{EventType, Selection};
+use crate::select::Selection;
 use anyhow::Result;
 use rusqlite::Connection;
 use rusqlite::types::Value;
@@ -56,8 +58,9 @@ pub enum NameFrom {
 #[derive(Debug, Clone, Copy)]
 pub struct Spec {
     pub table: &'static str,
+    /// The kind of event its rows are: the vocabulary (`crate::model::category`) says which
+    /// `--types` entry selects it.
     pub category: Category,
-    pub types: EventType,
     pub place: Place,
     pub name: NameFrom,
     /// The name when the name column is missing or NULL.
@@ -137,7 +140,6 @@ const DROPPED: [&str; 1] = ["eventClass"];
 const fn spec(
     table: &'static str,
     category: Category,
-    types: EventType,
     place: Place,
     name: NameFrom,
     fallback: &'static str,
@@ -145,7 +147,6 @@ const fn spec(
     Spec {
         table,
         category,
-        types,
         place,
         name,
         fallback,
@@ -156,14 +157,12 @@ const fn spec(
 const fn samples(
     table: &'static str,
     category: Category,
-    types: EventType,
     place: Place,
     fallback: &'static str,
 ) -> Spec {
     Spec {
         table,
         category,
-        types,
         place,
         name: NameFrom::Fixed,
         fallback,
@@ -172,7 +171,6 @@ const fn samples(
 }
 
 use Category as C;
-use EventType as E;
 use NameFrom as N;
 use Place as P;
 use TrackKind as K;
@@ -186,7 +184,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUDA_UM_CPU_PAGE_FAULT_EVENTS",
         C::UmCpuFault,
-        E::Um,
         P::Process(K::UnifiedMemory),
         N::Fixed,
         "CPU page fault",
@@ -194,7 +191,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUDA_UM_GPU_PAGE_FAULT_EVENTS",
         C::UmGpuFault,
-        E::Um,
         P::Gpu(K::UnifiedMemory, "deviceId"),
         N::Fixed,
         "GPU page fault",
@@ -203,7 +199,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUDA_GRAPH_EVENTS",
         C::CudaGraph,
-        E::CudaGraph,
         P::Thread(K::CudaGraphs),
         N::StringId("nameId"),
         "(CUDA graph event)",
@@ -211,7 +206,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUDA_GRAPH_NODE_EVENTS",
         C::CudaGraph,
-        E::CudaGraph,
         P::Thread(K::CudaGraphs),
         N::StringId("nameId"),
         "(CUDA graph node event)",
@@ -219,7 +213,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
         C::CudaGraph,
-        E::CudaGraph,
         P::Gpu(K::CudaGraphs, "deviceId"),
         N::Fixed,
         "CUDA graph execution",
@@ -227,7 +220,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
         C::CudaEvent,
-        E::Sync,
         P::Gpu(K::CudaEvents, "deviceId"),
         N::Fixed,
         "CUDA event record",
@@ -236,7 +228,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUDNN_EVENTS",
         C::Cudnn,
-        E::Cudnn,
         P::Thread(K::Cudnn),
         N::StringId("nameId"),
         "(cuDNN call)",
@@ -244,7 +235,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUBLAS_EVENTS",
         C::Cublas,
-        E::Cublas,
         P::Thread(K::Cublas),
         N::StringId("nameId"),
         "(cuBLAS call)",
@@ -252,7 +242,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUPTI_ACTIVITY_KIND_OPENACC_DATA",
         C::OpenAcc,
-        E::OpenAcc,
         P::Thread(K::OpenAcc),
         N::StringId("nameId"),
         "(OpenACC data event)",
@@ -260,7 +249,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUPTI_ACTIVITY_KIND_OPENACC_LAUNCH",
         C::OpenAcc,
-        E::OpenAcc,
         P::Thread(K::OpenAcc),
         N::StringId("nameId"),
         "(OpenACC launch)",
@@ -268,7 +256,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUPTI_ACTIVITY_KIND_OPENACC_OTHER",
         C::OpenAcc,
-        E::OpenAcc,
         P::Thread(K::OpenAcc),
         N::StringId("nameId"),
         "(OpenACC event)",
@@ -276,7 +263,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_THREAD",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP thread",
@@ -284,7 +270,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_PARALLEL",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP parallel",
@@ -292,7 +277,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_SYNC_REGION_WAIT",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP sync region wait",
@@ -300,7 +284,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_SYNC_REGION",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP sync region",
@@ -308,7 +291,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_TASK",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP task",
@@ -316,7 +298,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_MASTER",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP master",
@@ -324,7 +305,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_REDUCTION",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP reduction",
@@ -332,7 +312,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_TASK_CREATE",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP task create",
@@ -340,7 +319,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_TASK_SCHEDULE",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP task schedule",
@@ -348,7 +326,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_CANCEL",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP cancel",
@@ -356,7 +333,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_MUTEX_WAIT",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP mutex wait",
@@ -364,7 +340,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_CRITICAL_SECTION",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP critical section",
@@ -372,7 +347,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_MUTEX_RELEASED",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP mutex released",
@@ -380,7 +354,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_LOCK_INIT",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP lock init",
@@ -388,7 +361,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_LOCK_DESTROY",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP lock destroy",
@@ -396,7 +368,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_WORKSHARE",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP workshare",
@@ -404,7 +375,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_DISPATCH",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP dispatch",
@@ -412,7 +382,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENMP_EVENT_KIND_FLUSH",
         C::OpenMp,
-        E::OpenMp,
         P::Thread(K::OpenMp),
         OPENMP_NAME,
         "OpenMP flush",
@@ -420,7 +389,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "MPI_P2P_EVENTS",
         C::Mpi,
-        E::Mpi,
         P::Thread(K::Mpi),
         N::StringId("textId"),
         "(MPI call)",
@@ -428,7 +396,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "MPI_COLLECTIVES_EVENTS",
         C::Mpi,
-        E::Mpi,
         P::Thread(K::Mpi),
         N::StringId("textId"),
         "(MPI collective)",
@@ -436,7 +403,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "MPI_START_WAIT_EVENTS",
         C::Mpi,
-        E::Mpi,
         P::Thread(K::Mpi),
         N::StringId("textId"),
         "(MPI start/wait)",
@@ -444,7 +410,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "MPI_OTHER_EVENTS",
         C::Mpi,
-        E::Mpi,
         P::Thread(K::Mpi),
         N::StringId("textId"),
         "(MPI call)",
@@ -452,7 +417,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "UCP_SUBMIT_EVENTS",
         C::Ucx,
-        E::Ucx,
         P::Thread(K::Ucx),
         N::StringId("textId"),
         "(UCP submit)",
@@ -460,7 +424,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "UCP_PROGRESS_EVENTS",
         C::Ucx,
-        E::Ucx,
         P::Thread(K::Ucx),
         N::StringId("textId"),
         "(UCP progress)",
@@ -468,7 +431,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "UCP_EVENTS",
         C::Ucx,
-        E::Ucx,
         P::Thread(K::Ucx),
         N::StringId("textId"),
         "(UCP call)",
@@ -477,42 +439,36 @@ pub const SPECS: &[Spec] = &[
     samples(
         "PERF_EVENT_CPU_RAW_EVENT",
         C::CpuCounters,
-        E::CpuCounters,
         P::Global(K::CpuCounters),
         "CPU counter sample",
     ),
     samples(
         "PERF_EVENT_CPU_METRIC_EVENT",
         C::CpuCounters,
-        E::CpuCounters,
         P::Global(K::CpuCounters),
         "CPU metric sample",
     ),
     samples(
         "PMU_EVENTS",
         C::CpuCounters,
-        E::CpuCounters,
         P::Global(K::CpuCounters),
         "PMU event",
     ),
     samples(
         "UNCORE_PMU_EVENTS",
         C::CpuCounters,
-        E::CpuCounters,
         P::Global(K::CpuCounters),
         "Uncore PMU event",
     ),
     samples(
         "NET_NIC_METRIC",
         C::Network,
-        E::Network,
         P::Global(K::Network),
         "NIC metric sample",
     ),
     samples(
         "NET_IB_SWITCH_METRIC",
         C::Network,
-        E::Network,
         P::Global(K::Network),
         "InfiniBand switch metric sample",
     ),
@@ -520,7 +476,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "NVVIDEO_ENCODER_API",
         C::Video,
-        E::Video,
         P::Thread(K::Video),
         N::StringId("nameId"),
         "(NVENC call)",
@@ -528,7 +483,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "NVVIDEO_DECODER_API",
         C::Video,
-        E::Video,
         P::Thread(K::Video),
         N::StringId("nameId"),
         "(NVDEC call)",
@@ -536,7 +490,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "NVVIDEO_JPEG_API",
         C::Video,
-        E::Video,
         P::Thread(K::Video),
         N::StringId("nameId"),
         "(NVJPEG call)",
@@ -544,7 +497,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "TRACE_PROCESS_EVENT_NVMEDIA",
         C::Video,
-        E::Video,
         P::Thread(K::Video),
         N::StringId("nameId"),
         "(NvMedia call)",
@@ -553,7 +505,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "VULKAN_API",
         C::GraphicsApi,
-        E::Graphics,
         P::Thread(K::Vulkan),
         N::StringId("nameId"),
         "(Vulkan call)",
@@ -561,7 +512,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "VULKAN_DEBUG_API",
         C::GraphicsApi,
-        E::Graphics,
         P::Thread(K::Vulkan),
         N::StringId("nameId"),
         "(Vulkan debug marker)",
@@ -569,7 +519,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "VULKAN_WORKLOAD",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Vulkan, "gpu"),
         N::StringId("nameId"),
         "(Vulkan workload)",
@@ -577,7 +526,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENGL_API",
         C::GraphicsApi,
-        E::Graphics,
         P::Thread(K::OpenGl),
         N::StringId("nameId"),
         "(OpenGL call)",
@@ -585,7 +533,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "OPENGL_WORKLOAD",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::OpenGl, "gpu"),
         N::StringId("nameId"),
         "(OpenGL workload)",
@@ -593,7 +540,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "KHR_DEBUG_EVENTS",
         C::GraphicsApi,
-        E::Graphics,
         P::Thread(K::OpenGl),
         N::StringId("textId"),
         "(KHR debug event)",
@@ -601,7 +547,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "DX12_API",
         C::GraphicsApi,
-        E::Graphics,
         P::Thread(K::DirectX),
         N::StringId("nameId"),
         "(DX12 call)",
@@ -609,7 +554,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "DX12_WORKLOAD",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::DirectX, "gpu"),
         N::StringId("nameId"),
         "(DX12 workload)",
@@ -617,7 +561,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "D3D11_PIX_DEBUG_API",
         C::GraphicsApi,
-        E::Graphics,
         P::Thread(K::DirectX),
         N::StringId("nameId"),
         "(PIX marker)",
@@ -625,7 +568,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "D3D12_PIX_DEBUG_API",
         C::GraphicsApi,
-        E::Graphics,
         P::Thread(K::DirectX),
         N::StringId("nameId"),
         "(PIX marker)",
@@ -633,7 +575,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_EVICT_ALLOCATION_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM evict allocation",
@@ -641,7 +582,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_PAGING_QUEUE_PACKET_START_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM paging queue packet start",
@@ -649,7 +589,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_PAGING_QUEUE_PACKET_STOP_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM paging queue packet stop",
@@ -657,7 +596,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_PAGING_QUEUE_PACKET_INFO_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM paging queue packet info",
@@ -665,7 +603,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_QUEUE_PACKET_START_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM queue packet start",
@@ -673,7 +610,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_QUEUE_PACKET_STOP_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM queue packet stop",
@@ -681,7 +617,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_QUEUE_PACKET_INFO_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM queue packet info",
@@ -689,7 +624,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_DMA_PACKET_START_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM DMA packet start",
@@ -697,7 +631,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_DMA_PACKET_STOP_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM DMA packet stop",
@@ -705,7 +638,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_DMA_PACKET_INFO_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM DMA packet info",
@@ -713,7 +645,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "WDDM_HW_QUEUE_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "WDDM hardware queue",
@@ -721,7 +652,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "MEMORY_TRANSFER_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Wddm, "gpu"),
         N::Fixed,
         "Memory transfer",
@@ -729,7 +659,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "SLI_QUERIES",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Sli, "gpu"),
         N::Fixed,
         "SLI query",
@@ -737,7 +666,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "SLI_P2P",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Sli, "gpu"),
         N::Fixed,
         "SLI peer-to-peer transfer",
@@ -745,7 +673,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "SLI_STATS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::Sli, "gpu"),
         N::Fixed,
         "SLI statistics",
@@ -753,7 +680,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "NV_LOAD_BALANCE_MASTER_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::LoadBalance, "gpu"),
         N::Fixed,
         "Load balance (master)",
@@ -761,7 +687,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "NV_LOAD_BALANCE_EVENTS",
         C::GraphicsGpu,
-        E::Graphics,
         P::Gpu(K::LoadBalance, "gpu"),
         N::Fixed,
         "Load balance",
@@ -769,7 +694,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "FECS_EVENTS",
         C::GpuContextSwitch,
-        E::Graphics,
         P::Gpu(K::ContextSwitches, "gpuId"),
         N::Enum("tag"),
         "GPU context switch",
@@ -777,7 +701,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "GPU_CONTEXT_SWITCH_EVENTS",
         C::GpuContextSwitch,
-        E::Graphics,
         P::Gpu(K::ContextSwitches, "gpuId"),
         N::Enum("tag"),
         "GPU context switch",
@@ -786,7 +709,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "DIAGNOSTIC_EVENT",
         C::Diagnostic,
-        E::Diagnostics,
         P::ProcessOrGlobal(K::Diagnostics),
         N::Text("text"),
         "(diagnostic)",
@@ -794,7 +716,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "PROFILER_OVERHEAD",
         C::Overhead,
-        E::Overhead,
         P::Thread(K::ProfilerOverhead),
         N::StringId("nameId"),
         "(profiler overhead)",
@@ -802,7 +723,6 @@ pub const SPECS: &[Spec] = &[
     spec(
         "CUPTI_ACTIVITY_KIND_OVERHEAD",
         C::Overhead,
-        E::Overhead,
         P::Thread(K::CuptiOverhead),
         N::StringId("nameId"),
         "(CUPTI overhead)",
@@ -1085,7 +1005,7 @@ pub fn read<S: EventSink>(
 ) -> Result<()> {
     let tables: Vec<(&'static Spec, &'static str)> = SPECS
         .iter()
-        .filter(|s| selection.wants(s.types))
+        .filter(|s| selection.wants_category(s.category))
         .filter_map(|s| time_column(schema, s.table).map(|c| (s, c)))
         .collect();
     if tables.is_empty() {
@@ -1314,6 +1234,26 @@ mod tests {
         assert!(is_marker_name("OS runtime libraries profiling started"));
         assert!(is_marker_name("cuDNN profiling started"));
         assert!(!is_marker_name("cudnnConvolutionForward"));
+    }
+
+    /// A table's track holds events of the `--types` entry that selects its rows, so one
+    /// `--types` word shows or hides a whole track.
+    #[test]
+    fn each_spec_sits_on_a_track_of_its_type() {
+        for s in SPECS {
+            let (Place::Thread(k)
+            | Place::Process(k)
+            | Place::Gpu(k, _)
+            | Place::Global(k)
+            | Place::ProcessOrGlobal(k)) = s.place;
+            assert_eq!(
+                Some(k.event_type()),
+                s.category.event_type(),
+                "{}: {k:?} and {:?}",
+                s.table,
+                s.category
+            );
+        }
     }
 
     #[test]

@@ -1,143 +1,294 @@
-//! The event categories: below the model and the summary, which both count by them.
+//! The vocabulary of events, declared once: the `--types` selection names ([`EventType`]), the
+//! event categories every slice carries ([`Category`]) with the type that selects each, and the
+//! named tracks of a thread, process, GPU or machine ([`TrackKind`]) with the type whose events
+//! they hold. Below the model, the selection and the summary, which all speak it.
+//!
+//! A new kind of event is one line in each list of the `vocabulary!` invocation below (only the
+//! lists it needs: a new category of an existing type is one line); the enums, their `ALL`
+//! arrays, names, `--types` parsing and help, and the category-to-type mapping follow from it.
+//! A source then says which tables hold it (for nsys, one entry of the reading crate's `tables::SPECS`).
 
-/// Every slice carries one category naming its source, so users can filter in Perfetto.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Category {
-    Kernel,
-    Memcpy,
-    Memset,
-    CudaApi,
-    Nvtx,
-    NvtxMark,
-    /// NVTX ranges projected onto the GPU work they launched.
-    NvtxGpu,
-    /// OS runtime library calls.
-    Osrt,
-    /// CUDA stream, event and context synchronization.
-    Sync,
-    /// A thread running on a CPU.
-    Sched,
-    /// Unified memory: CPU page faults (instants on their process).
-    UmCpuFault,
-    /// Unified memory: GPU page faults (on the GPU).
-    UmGpuFault,
-    /// CUDA graph and graph node creation, cloning, destruction (on the creating thread).
-    CudaGraph,
-    Cudnn,
-    Cublas,
-    OpenAcc,
-    OpenMp,
-    Mpi,
-    /// UCX (UCP) communication calls.
-    Ucx,
-    /// CPU performance counter and PMU samples.
-    CpuCounters,
-    /// NIC and InfiniBand switch metrics.
-    Network,
-    /// NVIDIA video codec (encoder, decoder, JPEG) API calls.
-    Video,
-    /// Graphics API calls (Vulkan, OpenGL, DirectX, PIX, KHR debug) on their thread.
-    GraphicsApi,
-    /// Graphics work on the GPU (Vulkan, OpenGL, DirectX workloads, WDDM queues, SLI,
-    /// GPU context switches).
-    GraphicsGpu,
-    /// The profiler's own messages (`DIAGNOSTIC_EVENT`).
-    Diagnostic,
-    /// Time the profiler itself took on a thread (`PROFILER_OVERHEAD`, CUPTI overhead).
-    Overhead,
-    /// Profiler markers recorded among a library's calls ("OS runtime libraries profiling
-    /// started", "cuDNN profiling started").
-    NsysMarker,
-    /// CUDA event records on the GPU (`CUPTI_ACTIVITY_KIND_CUDA_EVENT` with timestamps).
-    CudaEvent,
-    /// GPU context switches (`FECS_EVENTS`, `GPU_CONTEXT_SWITCH_EVENTS`).
-    GpuContextSwitch,
-    /// A periodic CPU sample with its call stack (`COMPOSITE_EVENTS`).
-    CpuSample,
-    /// A GPU metric sample (`GPU_METRICS`, or `GENERIC_EVENTS` of nsys 2022).
-    GpuMetric,
-    /// A GPU memory allocation or free, and the bytes allocated after it.
-    GpuMemory,
-    /// A finding of nsys' expert rules (`--analyze`): the time it covers.
-    Analysis,
+/// Writes the three enums and their tables from one declaration. Each list keeps its order:
+/// `ALL` (and so the summary's lines and `--types help`) follow it.
+macro_rules! vocabulary {
+    (
+        types { $( $(#[$tm:meta])* $t:ident = $tname:literal : $tabout:literal, )* }
+        categories { $( $(#[$cm:meta])* $c:ident = $cname:literal $(in $ct:ident)?, )* }
+        tracks { $( $(#[$km:meta])* $k:ident = $klabel:literal in $kt:ident, )* }
+    ) => {
+        /// Event types, as named on the command line (`--types`).
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum EventType {
+            $( $(#[$tm])* $t, )*
+        }
+
+        impl EventType {
+            pub const ALL: [EventType; [$($tname),*].len()] = [$(EventType::$t),*];
+
+            /// The name on the command line.
+            pub fn name(self) -> &'static str {
+                match self {
+                    $( EventType::$t => $tname, )*
+                }
+            }
+
+            /// What a type covers, in a few words (`--types help`).
+            pub fn about(self) -> &'static str {
+                match self {
+                    $( EventType::$t => $tabout, )*
+                }
+            }
+        }
+
+        /// Every slice carries one category naming its source, so users can filter in Perfetto.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Category {
+            $( $(#[$cm])* $c, )*
+        }
+
+        impl Category {
+            pub const ALL: [Category; [$($cname),*].len()] = [$(Category::$c),*];
+
+            /// The category as written in traces (`cuda.kernel`).
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Category::$c => $cname, )*
+                }
+            }
+
+            /// The `--types` entry that selects events of this category; `None` for what no
+            /// type selects (the findings of `--analyze`, which its own option asks for).
+            pub fn event_type(self) -> Option<EventType> {
+                match self {
+                    $( Category::$c => vocabulary!(@type $($ct)?), )*
+                }
+            }
+        }
+
+        /// What a [`GroupKey::ThreadTrack`], [`GroupKey::ProcessTrack`], [`GroupKey::GpuTrack`]
+        /// or [`GroupKey::GlobalTrack`] holds: names its track.
+        ///
+        /// [`GroupKey::ThreadTrack`]: crate::model::GroupKey::ThreadTrack
+        /// [`GroupKey::ProcessTrack`]: crate::model::GroupKey::ProcessTrack
+        /// [`GroupKey::GpuTrack`]: crate::model::GroupKey::GpuTrack
+        /// [`GroupKey::GlobalTrack`]: crate::model::GroupKey::GlobalTrack
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum TrackKind {
+            $( $(#[$km])* $k, )*
+        }
+
+        impl TrackKind {
+            pub const ALL: [TrackKind; [$($klabel),*].len()] = [$(TrackKind::$k),*];
+
+            /// The track's name in the trace.
+            pub fn label(self) -> &'static str {
+                match self {
+                    $( TrackKind::$k => $klabel, )*
+                }
+            }
+
+            /// The `--types` entry whose events this track holds.
+            pub fn event_type(self) -> EventType {
+                match self {
+                    $( TrackKind::$k => EventType::$kt, )*
+                }
+            }
+        }
+    };
+    (@type) => { None };
+    (@type $t:ident) => { Some(EventType::$t) };
+}
+
+vocabulary! {
+    types {
+        Kernel = "kernel": "CUDA kernels",
+        Memcpy = "memcpy": "CUDA memory copies",
+        Memset = "memset": "CUDA memory sets",
+        CudaApi = "cuda-api": "CUDA runtime and driver API calls",
+        Nvtx = "nvtx": "NVTX ranges and marks",
+        NvtxGpu = "nvtx-gpu": "NVTX ranges projected onto the GPU work they launched",
+        Osrt = "osrt": "OS runtime calls (pthread, I/O, sleeps...)",
+        Sync = "sync": "CUDA synchronization waits",
+        Sched = "sched": "threads on CPUs (context switches)",
+        /// Unified memory page faults (CPU and GPU).
+        Um = "um": "unified memory page faults (CPU and GPU)",
+        CudaGraph = "cuda-graph": "CUDA graph launches and graph nodes",
+        Cudnn = "cudnn": "cuDNN calls",
+        Cublas = "cublas": "cuBLAS calls",
+        OpenAcc = "openacc": "OpenACC data, launch and other events",
+        OpenMp = "openmp": "OpenMP regions, tasks, locks and waits",
+        Mpi = "mpi": "MPI calls (point-to-point, collectives, waits)",
+        Ucx = "ucx": "UCX calls",
+        CpuCounters = "cpu-counters": "CPU performance counters",
+        Network = "network": "network (NIC, InfiniBand) counters and events",
+        Video = "video": "video codec and JPEG API calls",
+        Graphics = "graphics": "graphics APIs and workloads (OpenGL, Vulkan, DirectX, WDDM)",
+        /// The profiler's messages and markers.
+        Diagnostics = "diagnostics": "the profiler's messages and markers",
+        /// Time the profiler itself took.
+        Overhead = "overhead": "the profiler's own time",
+        CpuSamples = "cpu-samples": "CPU samples with call stacks",
+        GpuMetrics = "gpu-metrics": "GPU metric counters (SM activity, bandwidth, clocks...)",
+        GpuMemory = "gpu-memory": "GPU memory allocations and bytes allocated",
+    }
+    categories {
+        Kernel = "cuda.kernel" in Kernel,
+        Memcpy = "cuda.memcpy" in Memcpy,
+        Memset = "cuda.memset" in Memset,
+        CudaApi = "cuda.api" in CudaApi,
+        Nvtx = "nvtx" in Nvtx,
+        NvtxMark = "nvtx.mark" in Nvtx,
+        /// NVTX ranges projected onto the GPU work they launched.
+        NvtxGpu = "nvtx.gpu" in NvtxGpu,
+        /// OS runtime library calls.
+        Osrt = "osrt" in Osrt,
+        /// CUDA stream, event and context synchronization.
+        Sync = "cuda.sync" in Sync,
+        /// A thread running on a CPU.
+        Sched = "sched" in Sched,
+        /// Unified memory: CPU page faults (instants on their process).
+        UmCpuFault = "cuda.um.cpu_fault" in Um,
+        /// Unified memory: GPU page faults (on the GPU).
+        UmGpuFault = "cuda.um.gpu_fault" in Um,
+        /// CUDA graph and graph node creation, cloning, destruction (on the creating thread).
+        CudaGraph = "cuda.graph" in CudaGraph,
+        Cudnn = "cudnn" in Cudnn,
+        Cublas = "cublas" in Cublas,
+        OpenAcc = "openacc" in OpenAcc,
+        OpenMp = "openmp" in OpenMp,
+        Mpi = "mpi" in Mpi,
+        /// UCX (UCP) communication calls.
+        Ucx = "ucx" in Ucx,
+        /// CPU performance counter and PMU samples.
+        CpuCounters = "cpu.counters" in CpuCounters,
+        /// NIC and InfiniBand switch metrics.
+        Network = "network" in Network,
+        /// NVIDIA video codec (encoder, decoder, JPEG) API calls.
+        Video = "nvvideo" in Video,
+        /// Graphics API calls (Vulkan, OpenGL, DirectX, PIX, KHR debug) on their thread.
+        GraphicsApi = "graphics.api" in Graphics,
+        /// Graphics work on the GPU (Vulkan, OpenGL, DirectX workloads, WDDM queues, SLI,
+        /// GPU context switches).
+        GraphicsGpu = "graphics.gpu" in Graphics,
+        /// The profiler's own messages (`DIAGNOSTIC_EVENT`).
+        Diagnostic = "nsys.diagnostic" in Diagnostics,
+        /// Time the profiler itself took on a thread (`PROFILER_OVERHEAD`, CUPTI overhead).
+        Overhead = "nsys.overhead" in Overhead,
+        /// Profiler markers recorded among a library's calls ("OS runtime libraries profiling
+        /// started", "cuDNN profiling started"). They ride with the table they are found in, and
+        /// so with its type; on their own they are the profiler's messages.
+        NsysMarker = "nsys.marker" in Diagnostics,
+        /// CUDA event records on the GPU (`CUPTI_ACTIVITY_KIND_CUDA_EVENT` with timestamps).
+        CudaEvent = "cuda.event" in Sync,
+        /// GPU context switches (`FECS_EVENTS`, `GPU_CONTEXT_SWITCH_EVENTS`).
+        GpuContextSwitch = "gpu.context_switch" in Graphics,
+        /// A periodic CPU sample with its call stack (`COMPOSITE_EVENTS`).
+        CpuSample = "cpu.sample" in CpuSamples,
+        /// A GPU metric sample (`GPU_METRICS`, or `GENERIC_EVENTS` of nsys 2022).
+        GpuMetric = "gpu.metric" in GpuMetrics,
+        /// A GPU memory allocation or free, and the bytes allocated after it.
+        GpuMemory = "cuda.memory" in GpuMemory,
+        /// A finding of nsys' expert rules (`--analyze`): the time it covers.
+        Analysis = "analysis",
+    }
+    tracks {
+        UnifiedMemory = "Unified memory" in Um,
+        CudaGraphs = "CUDA graphs" in CudaGraph,
+        Cudnn = "cuDNN" in Cudnn,
+        Cublas = "cuBLAS" in Cublas,
+        OpenAcc = "OpenACC" in OpenAcc,
+        OpenMp = "OpenMP" in OpenMp,
+        Mpi = "MPI" in Mpi,
+        Ucx = "UCX" in Ucx,
+        CpuCounters = "CPU performance counters" in CpuCounters,
+        Network = "Network" in Network,
+        Video = "Video codecs" in Video,
+        Vulkan = "Vulkan" in Graphics,
+        OpenGl = "OpenGL" in Graphics,
+        DirectX = "DirectX" in Graphics,
+        Wddm = "WDDM" in Graphics,
+        Sli = "SLI" in Graphics,
+        ContextSwitches = "GPU context switches" in Graphics,
+        Diagnostics = "Diagnostics" in Diagnostics,
+        ProfilerOverhead = "Profiler overhead" in Overhead,
+        CuptiOverhead = "Profiler overhead (CUPTI)" in Overhead,
+        LoadBalance = "Load balance" in Graphics,
+        CudaEvents = "CUDA events" in Sync,
+    }
 }
 
 impl Category {
-    pub const ALL: [Category; 33] = [
-        Category::Kernel,
-        Category::Memcpy,
-        Category::Memset,
-        Category::CudaApi,
-        Category::Nvtx,
-        Category::NvtxMark,
-        Category::NvtxGpu,
-        Category::Osrt,
-        Category::Sync,
-        Category::Sched,
-        Category::UmCpuFault,
-        Category::UmGpuFault,
-        Category::CudaGraph,
-        Category::Cudnn,
-        Category::Cublas,
-        Category::OpenAcc,
-        Category::OpenMp,
-        Category::Mpi,
-        Category::Ucx,
-        Category::CpuCounters,
-        Category::Network,
-        Category::Video,
-        Category::GraphicsApi,
-        Category::GraphicsGpu,
-        Category::Diagnostic,
-        Category::Overhead,
-        Category::NsysMarker,
-        Category::CudaEvent,
-        Category::GpuContextSwitch,
-        Category::CpuSample,
-        Category::GpuMetric,
-        Category::GpuMemory,
-        Category::Analysis,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Category::Kernel => "cuda.kernel",
-            Category::Memcpy => "cuda.memcpy",
-            Category::Memset => "cuda.memset",
-            Category::CudaApi => "cuda.api",
-            Category::Nvtx => "nvtx",
-            Category::NvtxMark => "nvtx.mark",
-            Category::NvtxGpu => "nvtx.gpu",
-            Category::Osrt => "osrt",
-            Category::Sync => "cuda.sync",
-            Category::Sched => "sched",
-            Category::UmCpuFault => "cuda.um.cpu_fault",
-            Category::UmGpuFault => "cuda.um.gpu_fault",
-            Category::CudaGraph => "cuda.graph",
-            Category::Cudnn => "cudnn",
-            Category::Cublas => "cublas",
-            Category::OpenAcc => "openacc",
-            Category::OpenMp => "openmp",
-            Category::Mpi => "mpi",
-            Category::Ucx => "ucx",
-            Category::CpuCounters => "cpu.counters",
-            Category::Network => "network",
-            Category::Video => "nvvideo",
-            Category::GraphicsApi => "graphics.api",
-            Category::GraphicsGpu => "graphics.gpu",
-            Category::Diagnostic => "nsys.diagnostic",
-            Category::Overhead => "nsys.overhead",
-            Category::NsysMarker => "nsys.marker",
-            Category::CudaEvent => "cuda.event",
-            Category::GpuContextSwitch => "gpu.context_switch",
-            Category::CpuSample => "cpu.sample",
-            Category::GpuMetric => "gpu.metric",
-            Category::GpuMemory => "cuda.memory",
-            Category::Analysis => "analysis",
-        }
-    }
-
     pub fn index(self) -> usize {
         self as usize
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The words users write and query by (`--types`, `category = '...'` in Perfetto's SQL,
+    /// the summary's lines, in this order) and which `--types` word selects each category.
+    #[test]
+    fn the_words_users_rely_on() {
+        let types: Vec<&str> = EventType::ALL.iter().map(|t| t.name()).collect();
+        assert_eq!(
+            types.join(","),
+            "kernel,memcpy,memset,cuda-api,nvtx,nvtx-gpu,osrt,sync,sched,um,cuda-graph,cudnn,\
+             cublas,openacc,openmp,mpi,ucx,cpu-counters,network,video,graphics,diagnostics,\
+             overhead,cpu-samples,gpu-metrics,gpu-memory"
+        );
+        let cats: Vec<String> = Category::ALL
+            .iter()
+            .map(|c| match c.event_type() {
+                Some(t) => format!("{}:{}", c.as_str(), t.name()),
+                None => c.as_str().to_string(),
+            })
+            .collect();
+        assert_eq!(
+            cats.join(","),
+            "cuda.kernel:kernel,cuda.memcpy:memcpy,cuda.memset:memset,cuda.api:cuda-api,\
+             nvtx:nvtx,nvtx.mark:nvtx,nvtx.gpu:nvtx-gpu,osrt:osrt,cuda.sync:sync,sched:sched,\
+             cuda.um.cpu_fault:um,cuda.um.gpu_fault:um,cuda.graph:cuda-graph,cudnn:cudnn,\
+             cublas:cublas,openacc:openacc,openmp:openmp,mpi:mpi,ucx:ucx,\
+             cpu.counters:cpu-counters,network:network,nvvideo:video,graphics.api:graphics,\
+             graphics.gpu:graphics,nsys.diagnostic:diagnostics,nsys.overhead:overhead,\
+             nsys.marker:diagnostics,cuda.event:sync,gpu.context_switch:graphics,\
+             cpu.sample:cpu-samples,gpu.metric:gpu-metrics,cuda.memory:gpu-memory,analysis"
+        );
+        let tracks: Vec<String> = TrackKind::ALL
+            .iter()
+            .map(|k| format!("{}:{}", k.label(), k.event_type().name()))
+            .collect();
+        assert_eq!(
+            tracks.join(","),
+            "Unified memory:um,CUDA graphs:cuda-graph,cuDNN:cudnn,cuBLAS:cublas,\
+             OpenACC:openacc,OpenMP:openmp,MPI:mpi,UCX:ucx,CPU performance counters:cpu-counters,\
+             Network:network,Video codecs:video,Vulkan:graphics,OpenGL:graphics,\
+             DirectX:graphics,WDDM:graphics,SLI:graphics,GPU context switches:graphics,\
+             Diagnostics:diagnostics,Profiler overhead:overhead,\
+             Profiler overhead (CUPTI):overhead,Load balance:graphics,CUDA events:sync"
+        );
+    }
+
+    #[test]
+    fn names_are_unique_and_every_type_selects_something() {
+        let mut types: Vec<&str> = EventType::ALL.iter().map(|t| t.name()).collect();
+        types.sort_unstable();
+        types.dedup();
+        assert_eq!(types.len(), EventType::ALL.len());
+        let mut cats: Vec<&str> = Category::ALL.iter().map(|c| c.as_str()).collect();
+        cats.sort_unstable();
+        cats.dedup();
+        assert_eq!(cats.len(), Category::ALL.len());
+        for t in EventType::ALL {
+            assert!(
+                Category::ALL.iter().any(|c| c.event_type() == Some(t)),
+                "{t:?} selects no category"
+            );
+        }
+        for (i, c) in Category::ALL.iter().enumerate() {
+            assert_eq!(c.index(), i);
+        }
     }
 }
