@@ -66,11 +66,11 @@ pub fn read<S: EventSink>(
         };
         // Outer calls first at equal starts, so nested calls nest.
         let key = (row.start.unwrap_or(i64::MIN), -row.end.unwrap_or(0));
-        if let Some(row) = window.push_keyed(key.0, key.1, row) {
+        if let Some((_, row)) = window.push(key, row) {
             emit(&row, &markers, sink)?;
         }
     }
-    while let Some(row) = window.pop() {
+    while let Some((_, row)) = window.pop() {
         emit(&row, &markers, sink)?;
     }
     Ok(())

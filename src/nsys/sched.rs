@@ -194,11 +194,11 @@ pub fn read<S: EventSink>(
         ];
         // Outs before ins at one instant: a switch closes the old thread first.
         let key = (row[0].unwrap_or(i64::MIN), row[2].unwrap_or(0).min(1));
-        if let Some(row) = window.push_keyed(key.0, key.1, row) {
+        if let Some((_, row)) = window.push(key, row) {
             state.switch(&row, sink)?;
         }
     }
-    while let Some(row) = window.pop() {
+    while let Some((_, row)) = window.pop() {
         state.switch(&row, sink)?;
     }
     for _ in state.running.drain() {

@@ -55,11 +55,11 @@ pub fn read<S: EventSink>(
             2 => super::device_at(r, i),
             _ => int_at(r, i),
         });
-        if let Some(row) = window.push(row[0].unwrap_or(i64::MIN), row) {
+        if let Some((_, row)) = window.push((row[0].unwrap_or(i64::MIN), 0), row) {
             emit(&row, selection, sink, &mut labels, info)?;
         }
     }
-    while let Some(row) = window.pop() {
+    while let Some((_, row)) = window.pop() {
         emit(&row, selection, sink, &mut labels, info)?;
     }
     Ok(())

@@ -4,10 +4,11 @@
 use super::names::{Names, Text, carry};
 use super::{Abort, Counts, KernelRecord, Projected, RANGE_SEPARATOR, Span, SpanRecord, Stop};
 use crate::nsys::nvtx_type::PUSH_POP;
+use crate::nsys::order::Reorder;
 use crate::nsys::runs::{Named, NearlySorted, Sorted, Sorter, Spill};
 use anyhow::Result;
 use std::cmp::Reverse;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 
 /// The span of the GPU rows an open range has taken on one device.
 pub(super) struct DevSpan {
@@ -419,7 +420,11 @@ pub(super) struct Sweep<'l> {
     pub(super) out: Out,
     launches: crate::nsys::runs::Merge<'l, [i64; 7]>,
     next_launch: Option<[i64; 7]>,
-    nvtx: Window<Box<Range>>,
+    /// The ranges read and not yet opened, by start.
+    nvtx: Reorder<Box<Range>, i64>,
+    /// The start of the last range opened: a range read after that which starts before it is
+    /// further out of order than the window allows.
+    opened: i64,
     threads: Threads,
 }
 
@@ -441,7 +446,8 @@ impl<'l> Sweep<'l> {
             },
             launches,
             next_launch,
-            nvtx: Window::new(),
+            nvtx: Reorder::new(NVTX_WINDOW),
+            opened: i64::MIN,
             threads: Threads::default(),
         })
     }
@@ -468,25 +474,25 @@ impl<'l> Sweep<'l> {
 
     /// The next range of the table.
     pub(super) fn range(&mut self, r: Box<Range>) -> Result<(), Stop> {
-        if !self.nvtx.push(r.start, r) {
+        if r.start < self.opened {
             return Err(Stop::Abort(Abort::NvtxDisorder));
         }
-        if self.nvtx.buf.len() > NVTX_WINDOW {
-            self.open_next()?;
+        match self.nvtx.push(r.start, r) {
+            Some((start, r)) => self.open(start, r),
+            None => Ok(()),
         }
-        Ok(())
     }
 
-    /// Open the earliest buffered range, after the launches before it.
-    pub(super) fn open_next(&mut self) -> Result<(), Stop> {
-        let (start, r) = self.nvtx.pop().expect("a buffered range");
+    /// Open the earliest range read, which starts at `start`, after the launches before it.
+    fn open(&mut self, start: i64, r: Box<Range>) -> Result<(), Stop> {
+        self.opened = start;
         self.launches_until(Some(start))?;
         self.out.open(&mut self.threads, r)
     }
 
     pub(super) fn finish(mut self) -> Result<Projected, Stop> {
-        while !self.nvtx.buf.is_empty() {
-            self.open_next()?;
+        while let Some((start, r)) = self.nvtx.pop() {
+            self.open(start, r)?;
         }
         self.launches_until(None)?;
         for mut th in std::mem::take(&mut self.threads).into_values() {
@@ -507,40 +513,6 @@ impl<'l> Sweep<'l> {
         Ok(Projected::sorted(
             spans, texts, kernels, name_lists, counts, spill,
         )?)
-    }
-}
-
-/// Puts a nearly sorted stream in key order with a buffer, stable for equal keys; `push`
-/// reports an item that arrives after a later key has already left (the stream is further out
-/// of order than the buffer allows). In order, each item costs O(1).
-pub(super) struct Window<T> {
-    buf: VecDeque<(i64, T)>,
-    last: i64,
-}
-
-impl<T> Window<T> {
-    pub(super) fn new() -> Window<T> {
-        Window {
-            buf: VecDeque::new(),
-            last: i64::MIN,
-        }
-    }
-
-    /// Buffer an item; false when its key is before one already taken.
-    pub(super) fn push(&mut self, key: i64, item: T) -> bool {
-        if self.buf.back().is_none_or(|b| b.0 <= key) {
-            self.buf.push_back((key, item));
-        } else {
-            let at = self.buf.partition_point(|b| b.0 <= key);
-            self.buf.insert(at, (key, item));
-        }
-        key >= self.last
-    }
-
-    pub(super) fn pop(&mut self) -> Option<(i64, T)> {
-        let b = self.buf.pop_front()?;
-        self.last = b.0;
-        Some(b)
     }
 }
 
