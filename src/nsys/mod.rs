@@ -19,6 +19,7 @@ pub mod osrt;
 pub mod parquet;
 pub mod projection;
 pub mod query;
+pub mod reader;
 pub mod rules;
 pub mod runs;
 pub mod samples;

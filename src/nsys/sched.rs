@@ -4,10 +4,11 @@
 //! decides how a format shows them.
 
 use super::enums::read_enum;
+use super::reader::ReadContext;
 use super::scan::Scan;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::{CpuSlice, EventSink, FastHash, OffCpu};
-use crate::select::{EventType, Selection};
+use crate::select::EventType;
 use anyhow::Result;
 use rusqlite::Connection;
 use std::collections::HashMap;
@@ -137,12 +138,13 @@ fn off_table(
         .collect()
 }
 
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        conn,
+        schema,
+        selection,
+        ..
+    } = cx;
     if !schema.has_columns(SCHED, &["start", "cpu", "isSchedIn", "globalTid"])
         || !selection.wants(EventType::Sched)
     {

@@ -2,13 +2,13 @@
 //! context synchronization waited, on a "sync" track beside its stream.
 
 use super::info::ProfileInfo;
+use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{REORDER_WINDOW, Reorder, SYNC, Schema, int_at};
+use super::{REORDER_WINDOW, Reorder, SYNC, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
-use rusqlite::Connection;
 use std::collections::HashMap;
 
 const COLS: [&str; 9] = [
@@ -23,13 +23,14 @@ const COLS: [&str; 9] = [
     "eventId",
 ];
 
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    info: &ProfileInfo,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        conn,
+        schema,
+        selection,
+        info,
+        ..
+    } = cx;
     if !schema.has_columns(SYNC, &["start", "end"]) || !selection.wants(EventType::Sync) {
         return Ok(());
     }

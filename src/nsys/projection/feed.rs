@@ -268,10 +268,31 @@ impl<'l, 'c> Feed<'l, 'c> {
         }))
     }
 
-    /// The next row of the table, in rowid order; the number its `text` got, when it is a
-    /// range with a numbered text (the reader gives the writer that number: the text is then
-    /// hashed once per row, here, not again by the writer).
-    pub fn row(&mut self, v: &RangeValues<'_>) -> Result<Option<TextNo>> {
+    pub fn finish(self) -> Result<Option<Projected>> {
+        let Some(sweep) = self.sweep.filter(|_| self.complete) else {
+            return Ok(None);
+        };
+        match sweep.finish() {
+            Ok(p) => Ok(Some(p)),
+            Err(Stop::Fail(e)) => Err(e),
+            Err(Stop::Abort(_)) => Ok(None),
+        }
+    }
+}
+
+/// What a reader of `NVTX_EVENTS` gives the projection: every row of the table, in rowid order,
+/// and then word that it read them all ([`Feed`] is the one there is).
+pub trait FeedRows {
+    /// The next row of the table; the number its `text` got, when it is a range with a
+    /// numbered text (the reader gives the writer that number: the text is then hashed once per
+    /// row, here, not again by the writer).
+    fn row(&mut self, v: &RangeValues<'_>) -> Result<Option<TextNo>>;
+    /// Every row of the table has been fed.
+    fn complete(&mut self);
+}
+
+impl FeedRows for Feed<'_, '_> {
+    fn row(&mut self, v: &RangeValues<'_>) -> Result<Option<TextNo>> {
         let Some(sweep) = self.sweep.as_mut() else {
             return Ok(None);
         };
@@ -286,20 +307,8 @@ impl<'l, 'c> Feed<'l, 'c> {
         }
     }
 
-    /// Every row of the table has been fed.
-    pub fn complete(&mut self) {
+    fn complete(&mut self) {
         self.complete = true;
-    }
-
-    pub fn finish(self) -> Result<Option<Projected>> {
-        let Some(sweep) = self.sweep.filter(|_| self.complete) else {
-            return Ok(None);
-        };
-        match sweep.finish() {
-            Ok(p) => Ok(Some(p)),
-            Err(Stop::Fail(e)) => Err(e),
-            Err(Stop::Abort(_)) => Ok(None),
-        }
     }
 }
 

@@ -78,7 +78,7 @@ mod sql;
 mod sweep;
 mod tables;
 
-pub use feed::{Feed, RangeColumns, RangeValues};
+pub use feed::{Feed, FeedRows, RangeColumns, RangeValues};
 pub use tables::Projection;
 
 use self::names::{Names, Strings, Text, carried_text, carry, lossy};
