@@ -1,15 +1,15 @@
 //! CUDA runtime and driver API calls, merged in start order onto their CPU threads.
 
 use super::info::ProfileInfo;
+use super::reader::ReadContext;
 use super::scan::Scan;
 use super::{DRIVER, RUNTIME, Schema, int_at};
-use crate::flows::{FlowDb, SRC_DRIVER, SRC_RUNTIME};
+use crate::flows::{SRC_DRIVER, SRC_RUNTIME};
 use crate::model::EventSink;
 use crate::model::{ArgList, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::runs::Lookup;
 use crate::select::{EventType, Selection};
 use anyhow::Result;
-use rusqlite::Connection;
 use std::collections::HashMap;
 
 struct Row {
@@ -133,14 +133,15 @@ impl Cursor<'_> {
     }
 }
 
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    flows: Option<&FlowDb>,
-    selection: &Selection,
-    info: &ProfileInfo,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        conn,
+        schema,
+        flows,
+        selection,
+        info,
+        ..
+    } = cx;
     if !selection.wants(EventType::CudaApi) {
         return Ok(());
     }

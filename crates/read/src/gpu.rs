@@ -1,16 +1,14 @@
 //! GPU activity: kernels, memcpys and memsets, merged in start order into per-stream groups.
 
-use super::info::ProfileInfo;
+use super::reader::ReadContext;
 use super::scan::{Rows, Scan};
 use super::{Fetch, KERNEL, MEMCPY, MEMSET, Schema, int_at};
-use crate::flows::FlowDb;
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
-use crate::projection::{KernelNames, Projected};
+use crate::projection::KernelNames;
 use crate::runs::Lookup;
-use crate::select::{EventType, Selection};
+use crate::select::EventType;
 use anyhow::Result;
-use rusqlite::Connection;
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -134,17 +132,7 @@ fn extra_cols(kind: Kind) -> &'static [&'static str] {
     }
 }
 
-/// What the GPU reader joins and filters.
-pub struct GpuQuery<'a> {
-    /// The flow links (each row's launching call), when API calls are converted too.
-    pub flows: Option<&'a FlowDb>,
-    /// The NVTX projection: each row lists the push/pop ranges around its launch.
-    pub projected: Option<&'a Projected>,
-    pub selection: &'a Selection,
-    pub info: &'a ProfileInfo,
-}
-
-fn scan(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> Scan {
+fn scan(schema: &Schema, kind: Kind, cx: &ReadContext<'_>) -> Scan {
     let t = kind.table();
     // The launching call's start comes from the flow links, merged by rowid in `read`; the
     // row's own rowid names its flow.
@@ -153,7 +141,7 @@ fn scan(schema: &Schema, kind: Kind, q: &GpuQuery<'_>) -> Scan {
         .null()
         .rowid()
         .cols(schema, extra_cols(kind))
-        .filter(q.selection.sql(
+        .filter(cx.selection.sql(
             "t",
             true,
             schema.has_column(t, "globalPid").then_some("globalPid"),
@@ -187,30 +175,29 @@ impl Row {
 }
 
 /// Stream all GPU rows in start order into the sink.
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    q: &GpuQuery<'_>,
-    sink: &mut S,
-) -> Result<()> {
+///
+/// The context's `flows` (each row's launching call, when API calls are converted too) and
+/// `projected` (each row lists the push/pop ranges around its launch) are joined.
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext { conn, schema, .. } = cx;
     let kinds: Vec<Kind> = [Kind::Kernel, Kind::Memcpy, Kind::Memset]
         .into_iter()
         .filter(|k| schema.has_columns(k.table(), &["start", "end"]))
-        .filter(|k| q.selection.wants(k.event_type()))
+        .filter(|k| cx.selection.wants(k.event_type()))
         .collect();
     let mut cursors = Vec::new();
     for &k in &kinds {
-        let launches = match q.flows {
+        let launches = match cx.flows {
             Some(f) => f.launches(k.src())?,
             None => None,
         };
-        let nvtx = match q.projected {
+        let nvtx = match cx.projected {
             Some(p) => Some(p.kernel_names(k.src())?),
             None => None,
         };
         cursors.push(Cursor {
             kind: k,
-            rows: scan(schema, k, q).open(conn, schema)?,
+            rows: scan(schema, k, cx).open(conn, schema)?,
             launches,
             nvtx,
         });
@@ -232,7 +219,7 @@ pub fn read<S: EventSink>(
         },
         |row| row.start().unwrap_or(i64::MIN),
         |row| (row.start().unwrap_or(i64::MIN), 0),
-        |row| emit(&row, q, sink, &mut fmt),
+        |row| emit(&row, cx, sink, &mut fmt),
     )
 }
 
@@ -302,7 +289,12 @@ fn label(labels: &HashMap<(u8, i64), String, FastHash>, slot: u8, v: Option<i64>
     v.and_then(|v| labels.get(&(slot, v)).map(String::as_str))
 }
 
-fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatter) -> Result<()> {
+fn emit<S: EventSink>(
+    row: &Row,
+    cx: &ReadContext<'_>,
+    sink: &mut S,
+    f: &mut Formatter,
+) -> Result<()> {
     let table = row.kind.table();
     let [start, end, device, gpid, stream, ctx, corr] = row.common.get();
     let Some((start, end)) = sink.interval(table, start, end) else {
@@ -332,7 +324,7 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
     };
     let x = &row.extra.get();
     {
-        let enums = &q.info.enums;
+        let enums = &cx.info.enums;
         match row.kind {
             Kind::Kernel => {
                 f.prepare(0, x[11], enums);
@@ -399,7 +391,7 @@ fn emit<S: EventSink>(row: &Row, q: &GpuQuery<'_>, sink: &mut S, f: &mut Formatt
     match row
         .nvtx
         .as_ref()
-        .zip(q.projected)
+        .zip(cx.projected)
         .map(|(n, p)| p.range_names(n))
     {
         Some((Some(no), n)) => args.push("nvtx_ranges", ArgValue::Numbered(no, n)),

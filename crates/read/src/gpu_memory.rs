@@ -9,14 +9,14 @@
 //! ENUM_CUDA_DEV_MEM_EVENT_OPER where the export has it), name, correlationId. A free whose `bytes` is 0 frees what was
 //! allocated at its address.
 
-use super::{Schema, int_at, text_at};
+use super::reader::ReadContext;
+use super::{int_at, text_at};
 use crate::model::{
     ArgList, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CounterValue, Event,
     EventSink, Flows, GroupKey, Name,
 };
-use crate::select::{EventType, Selection};
+use crate::select::EventType;
 use anyhow::Result;
-use rusqlite::Connection;
 use std::collections::HashMap;
 
 pub const GPU_MEMORY: &str = "CUDA_GPU_MEMORY_USAGE_EVENTS";
@@ -27,12 +27,13 @@ pub fn process_counter_name(device: i64) -> String {
     format!("GPU {device} memory allocated")
 }
 
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        conn,
+        schema,
+        selection,
+        ..
+    } = cx;
     if !selection.wants(EventType::GpuMemory)
         || !schema.has_columns(
             GPU_MEMORY,

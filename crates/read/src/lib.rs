@@ -19,10 +19,12 @@ pub mod gpu_memory;
 pub mod info;
 pub mod metrics;
 pub mod nvtx;
+pub mod order;
 pub mod osrt;
 pub mod parquet;
 pub mod projection;
 pub mod query;
+pub mod reader;
 pub mod rules;
 pub mod runs;
 pub mod samples;
@@ -33,6 +35,7 @@ pub mod sync;
 pub mod tables;
 
 use anyhow::{Context, Result, anyhow, bail};
+pub use order::{REORDER_WINDOW, Reorder, merge_by_start};
 pub use query::{Fetch, Query, quote_ident};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
@@ -697,199 +700,5 @@ impl<'c> Callchains<'c> {
                 Ok(lookup(stmt, rusqlite::types::Value::Blob(v.to_vec()))?)
             }
         }
-    }
-}
-
-/// Restores start order when a table's rows are only nearly sorted. nsys writes rows in start
-/// order, but merged tables and edited exports can have local inversions: a bounded window
-/// absorbs those; anything later than that is placed on a separate lane by the layout.
-/// Rows that arrive in order (nearly all) wait in a queue, at O(1) per row; only the others go
-/// through a heap of small keys, their rows in a slab so they move once in and once out.
-pub struct Reorder<T> {
-    run: std::collections::VecDeque<(Key, T)>,
-    heap: std::collections::BinaryHeap<std::cmp::Reverse<(Key, u32)>>,
-    slots: Slab<T>,
-    seq: u64,
-    capacity: usize,
-}
-
-/// (start, tiebreak, arrival): unique, so the queue and the heap never tie.
-type Key = (i64, i64, u64);
-
-impl<T> Reorder<T> {
-    pub fn new(capacity: usize) -> Self {
-        Reorder {
-            // Sized once: a ring that grew by doubling would touch twice the window's memory.
-            run: std::collections::VecDeque::with_capacity(capacity + 1),
-            heap: std::collections::BinaryHeap::new(),
-            slots: Slab::default(),
-            seq: 0,
-            capacity,
-        }
-    }
-
-    /// Add a row; returns the earliest row once the window is full.
-    pub fn push(&mut self, start: i64, item: T) -> Option<T> {
-        self.push_keyed(start, 0, item)
-    }
-
-    /// Like [`Reorder::push`], ordering equal starts by `tiebreak` (e.g. `-end`: outer first).
-    pub fn push_keyed(&mut self, start: i64, tiebreak: i64, item: T) -> Option<T> {
-        self.seq += 1;
-        let key = (start, tiebreak, self.seq);
-        if self.run.back().is_none_or(|(last, _)| *last < key) {
-            self.run.push_back((key, item));
-        } else {
-            let slot = self.slots.put(item);
-            self.heap.push(std::cmp::Reverse((key, slot)));
-        }
-        if self.run.len() + self.heap.len() > self.capacity {
-            self.pop()
-        } else {
-            None
-        }
-    }
-
-    /// Drain remaining rows in start order.
-    pub fn pop(&mut self) -> Option<T> {
-        let from_heap = match (self.run.front(), self.heap.peek()) {
-            (None, None) => return None,
-            (Some(_), None) => false,
-            (None, Some(_)) => true,
-            (Some((a, _)), Some(std::cmp::Reverse((b, _)))) => b < a,
-        };
-        if from_heap {
-            let std::cmp::Reverse((_, slot)) = self.heap.pop()?;
-            Some(self.slots.take(slot))
-        } else {
-            self.run.pop_front().map(|(_, item)| item)
-        }
-    }
-}
-
-/// Rows of several tables, each read in its storage order, merged by start (ties keep source
-/// order) and put in order through a [`Reorder`] window keyed by `key` (start, tiebreak): the one
-/// way a reader reads several tables as one stream. `next(i)` is source `i`'s next row.
-pub fn merge_by_start<R>(
-    sources: usize,
-    mut next: impl FnMut(usize) -> Result<Option<R>>,
-    start: impl Fn(&R) -> i64,
-    key: impl Fn(&R) -> (i64, i64),
-    mut emit: impl FnMut(R) -> Result<()>,
-) -> Result<()> {
-    let mut heads: Vec<Option<R>> = Vec::with_capacity(sources);
-    for i in 0..sources {
-        heads.push(next(i)?);
-    }
-    let mut window = Reorder::new(REORDER_WINDOW);
-    loop {
-        let mut best: Option<(usize, i64)> = None;
-        for (i, h) in heads.iter().enumerate() {
-            if let Some(row) = h {
-                let s = start(row);
-                if best.is_none_or(|(_, b)| s < b) {
-                    best = Some((i, s));
-                }
-            }
-        }
-        let Some((i, _)) = best else { break };
-        let row = heads[i].take().expect("head present");
-        heads[i] = next(i)?;
-        let (k, tiebreak) = key(&row);
-        if let Some(row) = window.push_keyed(k, tiebreak, row) {
-            emit(row)?;
-        }
-    }
-    while let Some(row) = window.pop() {
-        emit(row)?;
-    }
-    Ok(())
-}
-
-/// Items held in numbered slots, so that an ordering structure moves a small number instead of
-/// the item; freed slots are used again.
-pub struct Slab<T> {
-    slots: Vec<Option<T>>,
-    free: Vec<u32>,
-}
-
-impl<T> Default for Slab<T> {
-    fn default() -> Self {
-        Slab {
-            slots: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-}
-
-impl<T> Slab<T> {
-    /// Hold `item`; its slot.
-    pub fn put(&mut self, item: T) -> u32 {
-        match self.free.pop() {
-            Some(i) => {
-                self.slots[i as usize] = Some(item);
-                i
-            }
-            None => {
-                self.slots.push(Some(item));
-                (self.slots.len() - 1) as u32
-            }
-        }
-    }
-
-    /// The item in `slot` (held).
-    pub fn get(&self, slot: u32) -> &T {
-        self.slots[slot as usize].as_ref().expect("a held item")
-    }
-
-    /// Take the item out of `slot` (held), freeing the slot.
-    pub fn take(&mut self, slot: u32) -> T {
-        self.free.push(slot);
-        self.slots[slot as usize].take().expect("a held item")
-    }
-}
-
-/// Rows held back to restore start order (per reader); bounds memory at a few MB.
-pub const REORDER_WINDOW: usize = 32768;
-
-#[cfg(test)]
-mod tests {
-    use super::Reorder;
-
-    /// The window releases the earliest held row, whatever mix of in-order and late rows.
-    #[test]
-    fn reorder_releases_earliest_held_row() {
-        let mut x: u64 = 12345;
-        let mut starts = Vec::new();
-        for i in 0..5000i64 {
-            x = x
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            // Mostly in order, some rows far back.
-            starts.push(if x.is_multiple_of(7) {
-                i - (x >> 40) as i64 % 300
-            } else {
-                i
-            });
-        }
-        let cap = 64;
-        let mut w = Reorder::new(cap);
-        let mut held: Vec<(i64, usize)> = Vec::new();
-        for (i, &s) in starts.iter().enumerate() {
-            held.push((s, i));
-            let got = w.push(s, i);
-            if held.len() > cap {
-                let min = *held.iter().min().unwrap();
-                held.retain(|h| *h != min);
-                assert_eq!(got, Some(min.1));
-            } else {
-                assert_eq!(got, None);
-            }
-        }
-        held.sort();
-        for (_, i) in held {
-            assert_eq!(w.pop(), Some(i));
-        }
-        assert_eq!(w.pop(), None);
     }
 }

@@ -12,6 +12,7 @@
 //! the GENERIC_EVENTS rows that fall in the time GPU_METRICS covers for that GPU are counted
 //! as "same samples as GPU_METRICS". Rows outside that time are converted from GENERIC_EVENTS.
 
+use super::reader::{Notes, ReadContext};
 use super::{Schema, int_at, real_at, text_at};
 use crate::model::{Category, CounterKey, CounterOwner, CounterSample, CounterValue, EventSink};
 use crate::select::{EventType, Selection};
@@ -142,6 +143,14 @@ pub fn read_counted<S: EventSink>(
     }
     let covered = read_gpu_metrics(conn, schema, selection, sink)?;
     read_generic(conn, schema, selection, &covered, sink)
+}
+
+/// The GPU metrics reader: [`read_counted`], then [`generic_note`] for the summary.
+pub fn read_noting<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<Notes> {
+    let generic = read_counted(cx.conn, cx.schema, cx.selection, sink)?;
+    Ok(generic_note(cx.conn, cx.schema, cx.selection, generic)?
+        .into_iter()
+        .collect())
 }
 
 /// The summary's note on GENERIC_EVENTS: how many rows became how many GPU metric values, and

@@ -2,17 +2,17 @@
 //! domain. Names come from `text` or, for registered strings, `textId`.
 
 use super::info::ProfileInfo;
+use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{Fetch, NVTX, Schema, int_at, text_at};
+use super::{Fetch, NVTX, int_at, text_at};
 use crate::model::EventSink;
 use crate::model::{
     ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, TextNo, global_pid_of, pid_of,
     tid_of,
 };
-use crate::projection::{Feed, Projected, RangeColumns, RangeValues};
-use crate::select::{EventType, Selection};
+use crate::projection::{RangeColumns, RangeValues};
+use crate::select::EventType;
 use anyhow::Result;
-use rusqlite::Connection;
 use rusqlite::types::ValueRef;
 use std::collections::HashMap;
 
@@ -45,16 +45,17 @@ const NUMERIC_PAYLOADS: [&str; 6] = [
     "floatValue",
 ];
 
-/// Convert the NVTX table; `feed`, when given, is fed every row (it needs them all, selected
-/// or not) and marked complete once the table is read.
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    info: &ProfileInfo,
-    sink: &mut S,
-    mut feed: Option<&mut Feed<'_, '_>>,
-) -> Result<()> {
+/// Convert the NVTX table; the context's `feed`, when given, is fed every row (it needs them
+/// all, selected or not) and marked complete once the table is read.
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        conn,
+        schema,
+        selection,
+        info,
+        ..
+    } = cx;
+    let mut feed = cx.feed.map(|f| f.borrow_mut());
     if !schema.has_columns(NVTX, &["start", "eventType"]) || !selection.wants(EventType::Nvtx) {
         return Ok(());
     }
@@ -229,7 +230,7 @@ pub fn read<S: EventSink>(
         };
         sink.event(key, &ev)?;
     }
-    if let Some(f) = feed {
+    if let Some(f) = feed.as_deref_mut() {
         f.complete();
     }
     Ok(())
@@ -276,12 +277,16 @@ fn name_text<'a>(info: &'a ProfileInfo, name: Name<'a>) -> std::borrow::Cow<'a, 
 /// NVTX ranges projected onto the GPU (`nvtx-gpu`): each range becomes a slice spanning the GPU
 /// work it launched, on a per-GPU track of its thread. The spans come in start order, the
 /// longer first at equal starts, so projected ranges nest like the CPU ones.
-pub fn read_projection<S: EventSink>(
-    projected: &Projected,
-    selection: &Selection,
-    info: &ProfileInfo,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read_projection<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        selection,
+        info,
+        projected,
+        ..
+    } = cx;
+    let Some(projected) = projected else {
+        return Ok(());
+    };
     let (from, to) = selection.time.map_or((None, None), |t| (t.start, t.end));
     for span in projected.spans()? {
         let span = span?;

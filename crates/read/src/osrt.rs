@@ -3,13 +3,13 @@
 //! that table ("OS runtime libraries profiling started/finished") are instants in category
 //! `nsys.marker` on the same track, not calls.
 
+use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{REORDER_WINDOW, Reorder, Schema, int_at};
+use super::{REORDER_WINDOW, Reorder, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
-use crate::select::{EventType, Selection};
+use crate::select::EventType;
 use anyhow::Result;
-use rusqlite::Connection;
 use std::collections::HashSet;
 
 pub const OSRT: &str = "OSRT_API";
@@ -23,12 +23,13 @@ struct Row {
     callchain: Option<std::rc::Rc<str>>,
 }
 
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        conn,
+        schema,
+        selection,
+        ..
+    } = cx;
     if !schema.has_columns(OSRT, &["start", "end"]) || !selection.wants(EventType::Osrt) {
         return Ok(());
     }
@@ -66,11 +67,11 @@ pub fn read<S: EventSink>(
         };
         // Outer calls first at equal starts, so nested calls nest.
         let key = (row.start.unwrap_or(i64::MIN), -row.end.unwrap_or(0));
-        if let Some(row) = window.push_keyed(key.0, key.1, row) {
+        if let Some((_, row)) = window.push(key, row) {
             emit(&row, &markers, sink)?;
         }
     }
-    while let Some(row) = window.pop() {
+    while let Some((_, row)) = window.pop() {
         emit(&row, &markers, sink)?;
     }
     Ok(())

@@ -8,8 +8,8 @@
 //! into an index). Records are integer tuples (`[i64; N]`) or integer tuples carrying a string
 //! ([`Named`]).
 
+use crate::order::{KMerge, Reorder};
 use anyhow::{Context, Result};
-use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
@@ -479,24 +479,18 @@ fn cannot_write(path: Option<&PathBuf>) -> String {
 
 /// A [`Sorter`] for streams that are nearly in order but for records held back a while (the
 /// NVTX-on-GPU spans: a range's span is known when the range ends, after the spans of the
-/// ranges inside it). Records pass through a small reorder window first, and nearly all leave
-/// it in order: past the first chunk they go straight on the end of one run (see [`Sorter`]).
-///
-/// The window is a sorted list of `(first field, slot)` pairs, 16 bytes each, into which a
-/// record is inserted from the back (a span goes back past the spans of its nested ranges, a
-/// few places); the records stay in their slots.
+/// ranges inside it). Records pass through a small [`Reorder`] window first, and nearly all
+/// leave it in order: past the first chunk they go straight on the end of one run (see
+/// [`Sorter`]). The window orders by the whole record, as the runs do.
 pub struct NearlySorted<R: Record> {
-    /// In (key, record) order.
-    window: VecDeque<(i64, u32)>,
-    slots: crate::Slab<R>,
+    window: Reorder<(), R>,
     sorter: Sorter<R>,
 }
 
 impl<R: Record> Default for NearlySorted<R> {
     fn default() -> Self {
         NearlySorted {
-            window: VecDeque::new(),
-            slots: Default::default(),
+            window: Reorder::new(Self::WINDOW),
             sorter: Sorter::default(),
         }
     }
@@ -508,39 +502,17 @@ impl<R: Record> NearlySorted<R> {
     const WINDOW: usize = 256;
 
     pub fn push(&mut self, rec: R, spill: &mut Spill) -> Result<()> {
-        let key = rec.key();
-        let mut at = self.window.len();
-        while let Some(&(k, s)) = at.checked_sub(1).map(|i| &self.window[i]) {
-            if k < key || (k == key && *self.slots.get(s) <= rec) {
-                break;
-            }
-            at -= 1;
-        }
-        let slot = self.slots.put(rec);
-        if at == self.window.len() {
-            self.window.push_back((key, slot));
-        } else {
-            self.window.insert(at, (key, slot));
-        }
-        if self.window.len() > Self::WINDOW {
-            let next = self.pop_front();
+        if let Some((next, ())) = self.window.push(rec, ()) {
             self.sorter.push(next, spill)?;
         }
         Ok(())
     }
 
     pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<R>> {
-        while !self.window.is_empty() {
-            let next = self.pop_front();
+        while let Some((next, ())) = self.window.pop() {
             self.sorter.push(next, spill)?;
         }
         self.sorter.finish(spill)
-    }
-
-    /// The least record (the window is not empty).
-    fn pop_front(&mut self) -> R {
-        let (_, slot) = self.window.pop_front().expect("not empty");
-        self.slots.take(slot)
     }
 }
 
@@ -569,23 +541,17 @@ impl<R: Record> Sorted<R> {
         let mut m = Merge {
             memory: self.memory.iter(),
             readers,
-            heads: Vec::new(),
-            heap: Vec::new(),
+            runs: KMerge::new(Vec::new(), R::cmp),
         };
         // One run (an in-order stream, the common case): read straight through, no heap.
         if m.readers.len() == 1 {
             return Ok(m);
         }
+        let mut heads = Vec::with_capacity(m.readers.len());
         for i in 0..m.readers.len() {
-            let head = m.read(i)?;
-            if head.is_some() {
-                m.heap.push(i);
-            }
-            m.heads.push(head);
+            heads.push(m.read(i)?);
         }
-        for i in (0..m.heap.len() / 2).rev() {
-            m.sift_down(i);
-        }
+        m.runs = KMerge::new(heads, R::cmp);
         Ok(m)
     }
 }
@@ -603,41 +569,13 @@ impl<R: Record> Drop for Sorted<R> {
 pub struct Merge<'a, R: Record> {
     memory: std::slice::Iter<'a, R>,
     readers: Vec<(BufReader<File>, R::ReadState)>,
-    /// The next record of each run.
-    heads: Vec<Option<R>>,
-    /// The runs that have a next record, a binary min-heap by (record, run): records stay
-    /// where they are, only run numbers move; equal records leave in run order.
-    heap: Vec<usize>,
+    /// The runs' next records; equal records leave in run order.
+    runs: KMerge<R>,
 }
 
 impl<R: Record> Merge<'_, R> {
     fn read(&mut self, i: usize) -> Result<Option<R>> {
-        let (r, state) = &mut self.readers[i];
-        R::read_from(r, state).context("cannot read a scratch file back")
-    }
-
-    fn less(&self, a: usize, b: usize) -> bool {
-        (self.heads[a].as_ref(), a) < (self.heads[b].as_ref(), b)
-    }
-
-    fn sift_down(&mut self, mut at: usize) {
-        loop {
-            let left = 2 * at + 1;
-            if left >= self.heap.len() {
-                return;
-            }
-            let right = left + 1;
-            let child = if right < self.heap.len() && self.less(self.heap[right], self.heap[left]) {
-                right
-            } else {
-                left
-            };
-            if !self.less(self.heap[child], self.heap[at]) {
-                return;
-            }
-            self.heap.swap(child, at);
-            at = child;
-        }
+        read_run(&mut self.readers, i)
     }
 
     pub fn next_record(&mut self) -> Result<Option<R>> {
@@ -647,21 +585,18 @@ impl<R: Record> Merge<'_, R> {
         if self.readers.is_empty() {
             return Ok(self.memory.next().cloned());
         }
-        let Some(&i) = self.heap.first() else {
-            return Ok(None);
-        };
-        let rec = self.heads[i].take();
-        self.heads[i] = self.read(i)?;
-        if self.heads[i].is_none() {
-            let last = self.heap.pop().expect("not empty");
-            if self.heap.is_empty() {
-                return Ok(rec);
-            }
-            self.heap[0] = last;
-        }
-        self.sift_down(0);
-        Ok(rec)
+        let readers = &mut self.readers;
+        self.runs.next(R::cmp, |i| read_run(readers, i))
     }
+}
+
+/// The next record of run `i`.
+fn read_run<R: Record>(
+    readers: &mut [(BufReader<File>, R::ReadState)],
+    i: usize,
+) -> Result<Option<R>> {
+    let (r, state) = &mut readers[i];
+    R::read_from(r, state).context("cannot read a scratch file back")
 }
 
 /// A sorted stream read beside a scan in the same key order (a table's rowids): for each key in

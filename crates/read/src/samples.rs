@@ -6,22 +6,23 @@
 //! one sample's frames at a time however large the tables are. Each sample goes to its thread
 //! with every frame SAMPLING_CALLCHAINS holds for it, and its thread state's label.
 
+use super::int_at;
+use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{Schema, int_at};
 use crate::model::{CpuSample, EventSink, Frame};
-use crate::select::{EventType, Selection};
+use crate::select::EventType;
 use anyhow::Result;
-use rusqlite::Connection;
 
 pub const COMPOSITE: &str = "COMPOSITE_EVENTS";
 pub const CALLCHAINS: &str = "SAMPLING_CALLCHAINS";
 
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        conn,
+        schema,
+        selection,
+        ..
+    } = cx;
     if !selection.wants(EventType::CpuSamples)
         || !schema.has_columns(COMPOSITE, &["id", "start", "globalTid"])
     {

@@ -4,10 +4,11 @@
 //! decides how a format shows them.
 
 use super::enums::read_enum;
+use super::reader::ReadContext;
 use super::scan::Scan;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
 use crate::model::{CpuSlice, EventSink, FastHash, OffCpu};
-use crate::select::{EventType, Selection};
+use crate::select::EventType;
 use anyhow::Result;
 use rusqlite::Connection;
 use std::collections::HashMap;
@@ -137,12 +138,13 @@ fn off_table(
         .collect()
 }
 
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        conn,
+        schema,
+        selection,
+        ..
+    } = cx;
     if !schema.has_columns(SCHED, &["start", "cpu", "isSchedIn", "globalTid"])
         || !selection.wants(EventType::Sched)
     {
@@ -194,11 +196,11 @@ pub fn read<S: EventSink>(
         ];
         // Outs before ins at one instant: a switch closes the old thread first.
         let key = (row[0].unwrap_or(i64::MIN), row[2].unwrap_or(0).min(1));
-        if let Some(row) = window.push_keyed(key.0, key.1, row) {
+        if let Some((_, row)) = window.push(key, row) {
             state.switch(&row, sink)?;
         }
     }
-    while let Some(row) = window.pop() {
+    while let Some((_, row)) = window.pop() {
         state.switch(&row, sink)?;
     }
     for _ in state.running.drain() {

@@ -4,7 +4,8 @@
 
 use super::flows::{self, FlowDb};
 use super::info::ProfileInfo;
-use super::projection::Projected;
+use super::projection::{FeedRows, Projected};
+use super::reader::{Notes, ReadContext, Reader};
 use super::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
 use super::{Schema, open_readonly, open_schema};
 use crate::model::{Description, EventSink};
@@ -12,6 +13,7 @@ use crate::progress::timing;
 use crate::select::{EventType, Selection};
 use crate::summary::Summary;
 use anyhow::{Result, anyhow};
+use std::cell::RefCell;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -116,12 +118,13 @@ impl Export {
             .sum()
     }
 
-    /// Run every reader, each on its own thread with its own sink from `make_sink`, and add up
-    /// what they converted and skipped. Tables nothing reads are named in the summary's notes.
+    /// Run every reader of [`readers`], on threads, each thread with its own sink from
+    /// `make_sink`, and add up what they converted and skipped. Tables nothing reads are named
+    /// in the summary's notes.
     ///
     /// The flow links (and the launches the NVTX projection needs) are computed first; then the
-    /// CUDA API reader starts, and the NVTX reader, which feeds the projection as it reads the
-    /// NVTX table and hands it over when done; the GPU reader waits for the projection (each
+    /// readers that need them start, and the NVTX reader, which feeds the projection as it reads
+    /// the NVTX table and hands it over when done; the GPU reader waits for the projection (each
     /// kernel lists its enclosing NVTX ranges), and the projected ranges are written meanwhile.
     pub fn read<S, M>(&self, selection: &Selection, make_sink: &M) -> Result<Summary>
     where
@@ -130,35 +133,27 @@ impl Export {
     {
         let schema = &self.schema;
         let info = &self.info;
-        std::thread::scope(|s| {
-            let sched = s.spawn(move || -> Result<Summary> {
-                let t = Instant::now();
+        let readers = readers::<S>();
+        let readers = &readers;
+        // A thread's readers in turn, on a connection of their own, into one sink.
+        let run =
+            move |list: &[Reader<S>], flows: Option<&FlowDb>, projected: Option<&Projected>| {
                 let conn = open_readonly(&schema.path)?;
+                let mut cx = ReadContext::new(&conn, schema, selection, info);
+                cx.flows = flows;
+                cx.projected = projected;
                 let mut sink = make_sink();
-                super::sched::read(&conn, schema, selection, &mut sink)?;
-                timing("sched", t);
-                let t = Instant::now();
-                let generic = super::metrics::read_counted(&conn, schema, selection, &mut sink)?;
-                let generic = super::metrics::generic_note(&conn, schema, selection, generic)?;
-                super::gpu_memory::read(&conn, schema, selection, &mut sink)?;
-                timing("gpu metrics and memory", t);
-                // CPU samples after scheduling, on the same thread: one SQLite cache and one
-                // chunk buffer fewer at a time (peak memory), and 2 cores are busy anyway.
-                let t = Instant::now();
-                super::samples::read(&conn, schema, selection, &mut sink)?;
-                timing("cpu samples", t);
+                let notes = run_all(list, &cx, &mut sink)?;
                 let mut part = sink.finish()?;
-                part.notes.extend(generic);
-                Ok(part)
-            });
-            let tables = s.spawn(move || -> Result<Summary> {
-                let t = Instant::now();
-                let conn = open_readonly(&schema.path)?;
-                let mut sink = make_sink();
-                super::tables::read(&conn, schema, selection, &mut sink)?;
-                timing("other tables", t);
-                sink.finish()
-            });
+                part.notes.extend(notes);
+                Ok::<_, anyhow::Error>(part)
+            };
+        std::thread::scope(|s| {
+            let independent: Vec<_> = readers
+                .independent
+                .iter()
+                .map(|list| s.spawn(move || run(list, None, None)))
+                .collect();
             let unconverted = s.spawn(move || -> Result<_> {
                 Ok((
                     unconverted_tables(schema)?,
@@ -176,32 +171,39 @@ impl Export {
             .map_err(crate::errors::scratch_error)?;
             let flow_db: Arc<Option<FlowDb>> = Arc::new(flow_db);
             timing("flow links", t);
-            let api = {
-                let flow_db = flow_db.clone();
-                s.spawn(move || -> Result<Summary> {
-                    let flow_db = flow_db.as_ref().as_ref();
-                    let conn = open_readonly(&schema.path)?;
-                    let t = Instant::now();
-                    let mut sink = make_sink();
-                    super::api::read(&conn, schema, flow_db, selection, info, &mut sink)?;
-                    timing("cuda api", t);
-                    sink.finish()
+            let with_flows: Vec<_> = readers
+                .with_flows
+                .iter()
+                .map(|reader| {
+                    let flow_db = flow_db.clone();
+                    s.spawn(move || {
+                        run(
+                            std::slice::from_ref(reader),
+                            flow_db.as_ref().as_ref(),
+                            None,
+                        )
+                    })
                 })
-            };
+                .collect();
             let (projected_tx, projected_rx) = std::sync::mpsc::channel();
             let nvtx = s.spawn(move || -> Result<Summary> {
-                let t = Instant::now();
                 let conn = open_readonly(&schema.path)?;
                 let mut sink = make_sink();
-                let mut feed = match &launches {
-                    Some(l) => super::projection::Feed::new(&conn, schema, l)?,
+                let feed = match &launches {
+                    Some(l) => super::projection::Feed::new(&conn, schema, l)?.map(RefCell::new),
                     None => None,
                 };
-                super::nvtx::read(&conn, schema, selection, info, &mut sink, feed.as_mut())?;
-                timing("nvtx", t);
+                let mut notes = {
+                    let mut cx = ReadContext::new(&conn, schema, selection, info);
+                    cx.feed = feed.as_ref().map(|f| f as &RefCell<dyn FeedRows>);
+                    readers.nvtx.run(&cx, &mut sink)?
+                };
                 let t = Instant::now();
                 let projected = match feed {
-                    Some(f) => f.finish().map_err(crate::errors::scratch_error)?,
+                    Some(f) => f
+                        .into_inner()
+                        .finish()
+                        .map_err(crate::errors::scratch_error)?,
                     None => None,
                 };
                 // Not fed (NVTX not converted) or not suited to the feed: on its own.
@@ -215,11 +217,11 @@ impl Export {
                 timing("nvtx-gpu projection", t);
                 let _ = projected_tx.send(projected);
                 drop(launches);
-                let t = Instant::now();
-                super::osrt::read(&conn, schema, selection, &mut sink)?;
-                timing("osrt", t);
-                super::sync::read(&conn, schema, selection, info, &mut sink)?;
-                sink.finish()
+                let cx = ReadContext::new(&conn, schema, selection, info);
+                notes.extend(run_all(&readers.after_nvtx, &cx, &mut sink)?);
+                let mut part = sink.finish()?;
+                part.notes.extend(notes);
+                Ok(part)
             });
             let projected: Arc<Option<Projected>> = match projected_rx.recv() {
                 Ok(p) => Arc::new(p),
@@ -231,47 +233,51 @@ impl Export {
                     });
                 }
             };
-            let nvtx_gpu = {
-                let projected = projected.clone();
-                s.spawn(move || -> Result<Summary> {
-                    let mut sink = make_sink();
-                    if let Some(p) = projected.as_ref() {
-                        let t = Instant::now();
-                        super::nvtx::read_projection(p, selection, info, &mut sink)?;
-                        timing("nvtx-gpu", t);
-                    }
-                    sink.finish()
+            let with_projection: Vec<_> = readers
+                .with_projection
+                .iter()
+                .map(|reader| {
+                    let flow_db = flow_db.clone();
+                    let projected = projected.clone();
+                    s.spawn(move || {
+                        run(
+                            std::slice::from_ref(reader),
+                            flow_db.as_ref().as_ref(),
+                            projected.as_ref().as_ref(),
+                        )
+                    })
+                })
+                .collect();
+            let gpu = (|| -> Result<Summary> {
+                let mut cx = ReadContext::new(&conn, schema, selection, info);
+                cx.flows = flow_db.as_ref().as_ref();
+                cx.projected = projected.as_ref().as_ref();
+                let mut sink = make_sink();
+                let notes = readers.gpu.run(&cx, &mut sink)?;
+                let mut part = sink.finish()?;
+                part.notes.extend(notes);
+                Ok(part)
+            })();
+            let joined = |h: std::thread::ScopedJoinHandle<'_, Result<Summary>>,
+                          list: &[Reader<S>]| {
+                h.join().map_err(|_| {
+                    let names: Vec<&str> = list.iter().map(|r| r.name).collect();
+                    anyhow!("reader panicked: {}", names.join(", "))
                 })
             };
-            let flow_db = flow_db.as_ref().as_ref();
-            let gpu = (|| -> Result<Summary> {
-                let t = Instant::now();
-                let mut sink = make_sink();
-                let q = super::gpu::GpuQuery {
-                    flows: flow_db,
-                    projected: projected.as_ref().as_ref(),
-                    selection,
-                    info,
-                };
-                super::gpu::read(&conn, schema, &q, &mut sink)?;
-                timing("gpu", t);
-                sink.finish()
-            })();
+            let mut parts = vec![gpu];
+            for (h, r) in with_flows.into_iter().zip(&readers.with_flows) {
+                parts.push(joined(h, std::slice::from_ref(r))?);
+            }
+            parts.push(joined(nvtx, std::slice::from_ref(&readers.nvtx))?);
+            for (h, r) in with_projection.into_iter().zip(&readers.with_projection) {
+                parts.push(joined(h, std::slice::from_ref(r))?);
+            }
+            for (h, list) in independent.into_iter().zip(&readers.independent) {
+                parts.push(joined(h, list)?);
+            }
             let mut summary = Summary::default();
-            for part in [
-                gpu,
-                api.join().map_err(|_| anyhow!("API reader panicked"))?,
-                nvtx.join().map_err(|_| anyhow!("NVTX reader panicked"))?,
-                nvtx_gpu
-                    .join()
-                    .map_err(|_| anyhow!("NVTX projection reader panicked"))?,
-                sched
-                    .join()
-                    .map_err(|_| anyhow!("scheduling reader panicked"))?,
-                tables
-                    .join()
-                    .map_err(|_| anyhow!("table reader panicked"))?,
-            ] {
+            for part in parts {
                 summary.merge(part.map_err(|e| anyhow!("{}", sqlite_problem(&e)))?);
             }
             if !selection.is_everything() {
@@ -287,6 +293,57 @@ impl Export {
             Ok(summary)
         })
     }
+}
+
+/// Every reader of an export, by the stage it waits for: a new reader is one entry here.
+struct Readers<S> {
+    /// Need nothing but the export: a thread per list, which runs its readers in turn.
+    independent: Vec<Vec<Reader<S>>>,
+    /// Need the flow links: a thread each.
+    with_flows: Vec<Reader<S>>,
+    /// Reads the NVTX table and feeds the projection as it goes.
+    nvtx: Reader<S>,
+    /// On the NVTX reader's thread, once the projection is handed over.
+    after_nvtx: Vec<Reader<S>>,
+    /// Need the projection: a thread each.
+    with_projection: Vec<Reader<S>>,
+    /// Needs the flow links and the projection: on the calling thread, the last to start.
+    gpu: Reader<S>,
+}
+
+fn readers<S: EventSink>() -> Readers<S> {
+    Readers {
+        independent: vec![
+            // CPU samples after scheduling, on the same thread: one SQLite cache and one
+            // chunk buffer fewer at a time (peak memory), and 2 cores are busy anyway.
+            vec![
+                Reader::new("sched", super::sched::read),
+                Reader::noting("gpu metrics", super::metrics::read_noting),
+                Reader::new("gpu memory", super::gpu_memory::read),
+                Reader::new("cpu samples", super::samples::read),
+            ],
+            vec![Reader::new("other tables", |cx, sink| {
+                super::tables::read(cx.conn, cx.schema, cx.selection, sink)
+            })],
+        ],
+        with_flows: vec![Reader::new("cuda api", super::api::read)],
+        nvtx: Reader::new("nvtx", super::nvtx::read),
+        after_nvtx: vec![
+            Reader::new("osrt", super::osrt::read),
+            Reader::new("sync", super::sync::read),
+        ],
+        with_projection: vec![Reader::new("nvtx-gpu", super::nvtx::read_projection)],
+        gpu: Reader::new("gpu", super::gpu::read),
+    }
+}
+
+/// Run `list` in turn into `sink`; the notes they add.
+fn run_all<S: EventSink>(list: &[Reader<S>], cx: &ReadContext<'_>, sink: &mut S) -> Result<Notes> {
+    let mut notes = Notes::new();
+    for reader in list {
+        notes.extend(reader.run(cx, sink)?);
+    }
+    Ok(notes)
 }
 
 /// The earliest time the event tables hold: rows can precede the session start (scheduling,

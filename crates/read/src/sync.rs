@@ -2,13 +2,13 @@
 //! context synchronization waited, on a "sync" track beside its stream.
 
 use super::info::ProfileInfo;
+use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{REORDER_WINDOW, Reorder, SYNC, Schema, int_at};
+use super::{REORDER_WINDOW, Reorder, SYNC, int_at};
 use crate::model::EventSink;
 use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::select::{EventType, Selection};
 use anyhow::Result;
-use rusqlite::Connection;
 use std::collections::HashMap;
 
 const COLS: [&str; 9] = [
@@ -23,13 +23,14 @@ const COLS: [&str; 9] = [
     "eventId",
 ];
 
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    info: &ProfileInfo,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let &ReadContext {
+        conn,
+        schema,
+        selection,
+        info,
+        ..
+    } = cx;
     if !schema.has_columns(SYNC, &["start", "end"]) || !selection.wants(EventType::Sync) {
         return Ok(());
     }
@@ -55,11 +56,11 @@ pub fn read<S: EventSink>(
             2 => super::device_at(r, i),
             _ => int_at(r, i),
         });
-        if let Some(row) = window.push(row[0].unwrap_or(i64::MIN), row) {
+        if let Some((_, row)) = window.push((row[0].unwrap_or(i64::MIN), 0), row) {
             emit(&row, selection, sink, &mut labels, info)?;
         }
     }
-    while let Some(row) = window.pop() {
+    while let Some((_, row)) = window.pop() {
         emit(&row, selection, sink, &mut labels, info)?;
     }
     Ok(())
