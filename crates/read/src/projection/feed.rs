@@ -169,7 +169,7 @@ impl<'a> RangeValues<'a> {
 /// What a row of `NVTX_EVENTS` is to the projection, filled into `r` (a spare range, reused:
 /// most ranges launch little, and building one anew and moving it into place cost more than
 /// the rest of their handling); false when the row is not a range the sweep takes.
-pub(super) fn range_of(
+fn range_of(
     v: &RangeValues<'_>,
     texts: &mut Names,
     registered: &mut Option<Registered<'_>>,

@@ -96,10 +96,10 @@ pub(super) fn nth(ends: &[u32], no: u32) -> std::ops::Range<usize> {
 }
 
 /// A map keyed by a hash already computed: the key is its own hash.
-pub(super) type KeyIsHash = std::hash::BuildHasherDefault<HashIsKey>;
+type KeyIsHash = std::hash::BuildHasherDefault<HashIsKey>;
 
 #[derive(Default)]
-pub(super) struct HashIsKey(u64);
+struct HashIsKey(u64);
 
 impl std::hash::Hasher for HashIsKey {
     fn finish(&self) -> u64 {
@@ -124,7 +124,7 @@ pub(super) enum Text {
 
 impl Names {
     pub(super) const KEPT: usize = 1 << 16;
-    pub(super) const BYTES: usize = 16 << 20;
+    const BYTES: usize = 16 << 20;
 
     /// `t`, numbered when it has or can get a number.
     pub(super) fn text(&mut self, t: &[u8]) -> Text {
@@ -189,7 +189,7 @@ mod tests {
     /// Equal strings get one number and read back as themselves; the dictionary stops
     /// numbering at its bounds, and the strings it then hands back are the strings given.
     #[test]
-    pub(super) fn names_number_once_and_stay_bounded() {
+    fn names_number_once_and_stay_bounded() {
         let mut names = Names::default();
         let texts: Vec<Vec<u8>> = (0..1000)
             .map(|i| format!("aten::op, seq = {i}").into_bytes())

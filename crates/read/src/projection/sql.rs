@@ -40,7 +40,7 @@ impl Projected {
     }
 
     /// Read tables made by `project_sql` into streams.
-    pub(super) fn from_tables(t: &SqlTables) -> Result<Projected> {
+    fn from_tables(t: &SqlTables) -> Result<Projected> {
         let conn = Connection::open_with_flags(
             &t.path,
             rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX,

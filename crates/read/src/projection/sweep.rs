@@ -83,7 +83,7 @@ impl Devs {
     }
 
     /// Take `n`'s rows into the span of its device.
-    pub(super) fn add_span(&mut self, n: &DevSpan) {
+    fn add_span(&mut self, n: &DevSpan) {
         let d = match self.first.as_mut().filter(|d| d.device == n.device) {
             Some(d) => Some(d),
             None => self.more.iter_mut().find(|d| d.device == n.device),
@@ -113,7 +113,7 @@ impl Devs {
 }
 
 impl Range {
-    pub(super) fn push_pop(&self) -> bool {
+    fn push_pop(&self) -> bool {
         self.event_type == PUSH_POP
     }
 
@@ -130,7 +130,7 @@ impl Range {
 
 /// Move every pending row of a thread's open ranges into the `devs` of the ranges it counts
 /// for (see [`Range::pending`]).
-pub(super) fn settle(open: &mut [Box<Range>]) {
+fn settle(open: &mut [Box<Range>]) {
     let mut after = Devs::default();
     for r in open.iter_mut().rev() {
         after.merge(&std::mem::take(&mut r.pending));
@@ -164,7 +164,7 @@ pub(super) struct Thread {
 
 impl Thread {
     /// `min_end` and `tangled` anew from the open ranges.
-    pub(super) fn survey(&mut self) {
+    fn survey(&mut self) {
         self.min_end = i64::MAX;
         self.tangled = false;
         let mut before = i64::MAX;
@@ -202,7 +202,7 @@ pub(super) struct Out {
 
 impl Out {
     /// A range ends: write its spans, one per device.
-    pub(super) fn close(&mut self, r: &Range) -> Result<(), Stop> {
+    fn close(&mut self, r: &Range) -> Result<(), Stop> {
         if r.devs.is_empty() {
             return Ok(());
         }
@@ -236,7 +236,7 @@ impl Out {
     }
 
     /// Close the thread's ranges that end before `t`: no later event is inside them.
-    pub(super) fn prune(&mut self, th: &mut Thread, t: i64) -> Result<(), Stop> {
+    fn prune(&mut self, th: &mut Thread, t: i64) -> Result<(), Stop> {
         if th.open.is_empty() || th.min_end >= t {
             return Ok(());
         }
@@ -394,13 +394,13 @@ impl Out {
 
 /// The key of a path in [`Out::paths`]: its parent's number in the names lists (none for an
 /// outermost range) and the number of its last name in the range names.
-pub(super) fn path_key(parent: Option<u32>, name: u32) -> u64 {
+fn path_key(parent: Option<u32>, name: u32) -> u64 {
     (parent.map_or(0, |p| u64::from(p) + 1) << 32) | u64::from(name)
 }
 
 /// The ranges of `after` lost or gained a push/pop range before them: their paths are built
 /// again when needed.
-pub(super) fn forget_paths(after: &mut [Box<Range>]) {
+fn forget_paths(after: &mut [Box<Range>]) {
     for r in after {
         r.path = None;
     }
@@ -408,7 +408,7 @@ pub(super) fn forget_paths(after: &mut [Box<Range>]) {
 
 /// How far NVTX ranges may be out of start order before the sweep asks SQLite to sort them
 /// (they are in start order in real exports).
-pub(super) const NVTX_WINDOW: usize = 64;
+const NVTX_WINDOW: usize = 64;
 
 /// The sweep: NVTX ranges are pushed in the table's order (start order, give or take
 /// [`NVTX_WINDOW`] rows), launches are pulled in start order; both are taken in time order,
@@ -453,7 +453,7 @@ impl<'l> Sweep<'l> {
     }
 
     /// Take the launches that start before `t` (all of them for `None`).
-    pub(super) fn launches_until(&mut self, t: Option<i64>) -> Result<(), Stop> {
+    fn launches_until(&mut self, t: Option<i64>) -> Result<(), Stop> {
         while let Some([astart, tid, src, rid, device, start, end]) = self.next_launch {
             if t.is_some_and(|t| astart >= t) {
                 break;

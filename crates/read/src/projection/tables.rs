@@ -88,7 +88,7 @@ impl Projection {
 
 impl Projected {
     /// Write the streams as the tables.
-    pub(super) fn into_tables(self, schema: &Schema) -> Result<SqlTables> {
+    fn into_tables(self, schema: &Schema) -> Result<SqlTables> {
         let (dir, path, conn) =
             crate::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
         conn.execute_batch("PRAGMA page_size = 16384;")?;
@@ -141,14 +141,14 @@ impl Projected {
 }
 
 /// A row for an [`Inserter`].
-pub(super) trait BindRow {
+trait BindRow {
     const COLUMNS: usize;
     /// Bind the row's values to parameters `first..first + COLUMNS`.
     fn bind(&self, st: &mut rusqlite::Statement<'_>, first: usize) -> rusqlite::Result<()>;
 }
 
 /// A text or NULL.
-pub(super) fn text_or_null<'a>(t: &'a Option<Cow<'_, str>>) -> ToSqlOutput<'a> {
+fn text_or_null<'a>(t: &'a Option<Cow<'_, str>>) -> ToSqlOutput<'a> {
     ToSqlOutput::Borrowed(
         t.as_deref()
             .map_or(ValueRef::Null, |t| ValueRef::Text(t.as_bytes())),
@@ -183,10 +183,10 @@ impl BindRow for (i64, Named<1>) {
 }
 
 /// Rows per INSERT statement: a statement per row costs more than its row.
-pub(super) const BATCH: usize = 32;
+const BATCH: usize = 32;
 
 /// Inserts rows [`BATCH`] at a time with one multi-row `INSERT`.
-pub(super) struct Inserter<'c, R: BindRow> {
+struct Inserter<'c, R: BindRow> {
     many: rusqlite::Statement<'c>,
     one: rusqlite::Statement<'c>,
     rows: Vec<R>,
