@@ -455,6 +455,21 @@ fn shipped_fixture_converts_as_its_sqlite_twin() {
     }
 }
 
+/// The progress bar's total: an Arrow export's tables give their last rowid without a scan,
+/// and it equals what SQLite's `max(rowid)` says of the twin.
+#[test]
+fn estimated_rows_equal_the_sqlite_twins() {
+    use nsys_perfetto::nsys::source::Export;
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let twin = dir.path().join("kmeans.sqlite");
+    std::fs::copy(common::fixture("arrow/kmeans.sqlite"), &twin).unwrap();
+    let from_arrow = Export::open(&arrow, false).unwrap().estimated_rows();
+    let from_sqlite = Export::open(&twin, false).unwrap().estimated_rows();
+    assert_eq!(from_arrow, from_sqlite);
+    assert!(from_arrow > 1000, "{from_arrow}");
+}
+
 /// Convert `input` with the CLI into `out_dir/out.pftrace` and expect one line on stderr naming
 /// `names` and saying one of `reasons`, exit 1, and nothing written.
 fn expect_failure(input: &Path, out_dir: &Path, names: &str, reasons: &[&str]) {

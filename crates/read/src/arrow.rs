@@ -109,6 +109,16 @@ pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     Ok(tables)
 }
 
+/// The largest rowid of `table` in the Arrow export `dir` (its last key, or its row count where
+/// rowids are row numbers), without reading its rows; `None` for an empty table.
+pub fn max_rowid(dir: &Path, table: &str) -> Result<Option<i64>> {
+    let t = Table::shared(&dir.join(format!("{table}.{EXTENSION}")))?;
+    Ok(t.rows.checked_sub(1).map(|last| {
+        let (b, i) = t.locate(last);
+        t.rowid(b, i, last)
+    }))
+}
+
 /// Declare every table of the Arrow export in `dir` as a virtual table of the database
 /// `schema_name` of `conn` (`main`, or an attached in-memory database), registering the module
 /// on `conn` first. Errors name the file and the problem in one line.

@@ -94,7 +94,8 @@ impl Export {
     }
 
     /// Rows the readers will visit, for a progress bar: `max(rowid)` is instant where
-    /// `count(*)` would scan the table.
+    /// `count(*)` would scan the table (in SQLite; an Arrow table knows its last rowid, where
+    /// SQLite would scan the virtual table for it).
     pub fn estimated_rows(&self) -> u64 {
         let Ok(conn) = open_readonly(&self.schema.path) else {
             return 0;
@@ -105,6 +106,9 @@ impl Export {
             .chain(super::tables::present(&self.schema).map(|(t, _)| t))
             .filter(|t| self.schema.has_table(t))
             .filter_map(|t| {
+                if self.schema.is_arrow() {
+                    return super::arrow::max_rowid(&self.schema.path, t).ok().flatten();
+                }
                 let rowid = self.schema.rowid(t)?;
                 conn.query_row(
                     &format!("SELECT max({rowid}) FROM {}", super::quote_ident(t)),
