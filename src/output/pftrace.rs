@@ -22,7 +22,6 @@ use crate::proto::{
 };
 use prost::Message;
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::Arc;
 
 /// Sequence-scoped clock ids are 64..=127; each sequence declares its own incremental clock.
@@ -810,40 +809,8 @@ struct SampleSeq {
     stack: Vec<u64>,
 }
 
-/// Interning keys are small integers (string ids, iids), hashed a few million times per large
-/// profile: a multiply-and-rotate hash (FxHash's) instead of SipHash. Nothing here is keyed by
-/// untrusted input that could be chosen to collide.
-#[derive(Default)]
-struct IdHasher(u64);
-
-impl std::hash::Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.add(u64::from(b));
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.add(v);
-    }
-    fn write_i64(&mut self, v: i64) {
-        self.add(v as u64);
-    }
-    fn write_usize(&mut self, v: usize) {
-        self.add(v as u64);
-    }
-}
-
-impl IdHasher {
-    #[inline]
-    fn add(&mut self, v: u64) {
-        self.0 = (self.0.rotate_left(5) ^ v).wrapping_mul(0x51_7C_C1_B7_27_22_0A_95);
-    }
-}
-
-type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+/// The sample sequences' interning maps: the model's fast hasher (keys are ids and frames).
+type IdMap<K, V> = HashMap<K, V, FastHash>;
 
 /// The SystemInfo packet naming the kernel, so trace_processor decodes `prev_state` as written.
 /// In a merge, `machine` is the report's machine (its `TracePacket.machine_id`, 0 the host)
