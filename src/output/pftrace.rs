@@ -8,6 +8,7 @@
 mod kernel;
 mod samples;
 mod sched;
+mod wire;
 
 use super::{
     Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
@@ -23,6 +24,11 @@ use crate::proto::{
 use prost::Message;
 use std::collections::HashMap;
 use std::sync::Arc;
+use wire::tag::{self, beyond_schema};
+use wire::{
+    TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint, read_varint,
+    varint_len,
+};
 
 /// Sequence-scoped clock ids are 64..=127; each sequence declares its own incremental clock.
 const INCREMENTAL_CLOCK: u32 = 64;
@@ -308,10 +314,10 @@ fn descriptor_packet(desc: TrackDescriptor) -> TracePacket {
 /// hand.
 fn explicit_process_order(machine: u32) -> Vec<u8> {
     let mut desc = Vec::new();
-    put_field(&mut desc, 1 << 3, 0);
-    put_field(&mut desc, 19 << 3, 1);
+    put_field(&mut desc, tag::TRACK_UUID_OF_DESCRIPTOR, 0);
+    put_field(&mut desc, beyond_schema::TRACK_PROCESS_ORDERING, 1);
     let mut packet = Vec::new();
-    put_bytes(&mut packet, 60 << 3 | 2, &desc);
+    put_bytes(&mut packet, tag::PACKET_TRACK_DESCRIPTOR, &desc);
     put_field(
         &mut packet,
         tag::PACKET_SEQUENCE_ID,
@@ -321,7 +327,7 @@ fn explicit_process_order(machine: u32) -> Vec<u8> {
         put_field(&mut packet, tag::PACKET_MACHINE_ID, u64::from(machine));
     }
     let mut out = Vec::new();
-    put_bytes(&mut out, 1 << 3 | 2, &packet);
+    put_bytes(&mut out, tag::TRACE_PACKET, &packet);
     out
 }
 
@@ -331,10 +337,10 @@ fn on_machine(data: &[u8], machine: u32) -> Vec<u8> {
     let extra = field_len(tag::PACKET_MACHINE_ID, u64::from(machine));
     let mut out = Vec::with_capacity(data.len() + data.len() / 16 + 64);
     let mut rest = data;
-    while let Some((&0x0A, after)) = rest.split_first() {
+    while let Some((&TRACE_PACKET_BYTE, after)) = rest.split_first() {
         let (len, n) = read_varint(after);
         let (packet, next) = after[n..].split_at(len as usize);
-        out.push(0x0A);
+        out.push(TRACE_PACKET_BYTE);
         put_varint(&mut out, len + extra as u64);
         out.extend_from_slice(packet);
         put_field(&mut out, tag::PACKET_MACHINE_ID, u64::from(machine));
@@ -342,18 +348,6 @@ fn on_machine(data: &[u8], machine: u32) -> Vec<u8> {
     }
     debug_assert!(rest.is_empty(), "a chunk holds framed packets only");
     out
-}
-
-/// A varint at the start of `data`: its value and length.
-fn read_varint(data: &[u8]) -> (u64, usize) {
-    let mut v = 0u64;
-    for (i, &b) in data.iter().enumerate().take(10) {
-        v |= u64::from(b & 0x7F) << (7 * i);
-        if b & 0x80 == 0 {
-            return (v, i + 1);
-        }
-    }
-    (v, data.len().min(10))
 }
 
 /// The `ChromeMetadata` name under which a trace carries what it was made from
@@ -365,20 +359,28 @@ pub const RECORD_KEY: &str = "nsys-perfetto";
 /// as a `Trace.packet` (1). trace_processor keeps it as metadata and draws nothing.
 pub fn record_packet(text: &str) -> Vec<u8> {
     let mut meta = Vec::new();
-    put_bytes(&mut meta, 1 << 3 | 2, RECORD_KEY.as_bytes());
-    put_bytes(&mut meta, 2 << 3 | 2, text.as_bytes());
+    put_bytes(
+        &mut meta,
+        beyond_schema::METADATA_NAME,
+        RECORD_KEY.as_bytes(),
+    );
+    put_bytes(
+        &mut meta,
+        beyond_schema::METADATA_STRING_VALUE,
+        text.as_bytes(),
+    );
     let mut bundle = Vec::new();
-    put_bytes(&mut bundle, 2 << 3 | 2, &meta);
+    put_bytes(&mut bundle, beyond_schema::BUNDLE_METADATA, &meta);
     let mut packet = Vec::new();
-    put_bytes(&mut packet, 5 << 3 | 2, &bundle);
+    put_bytes(&mut packet, beyond_schema::PACKET_CHROME_EVENTS, &bundle);
     let mut out = Vec::new();
-    put_bytes(&mut out, 1 << 3 | 2, &packet);
+    put_bytes(&mut out, tag::TRACE_PACKET, &packet);
     out
 }
 
 /// `Trace.packet` framing: field 1, length-delimited. Any concatenation is a valid trace.
 fn frame(packet: &TracePacket, out: &mut Vec<u8>) {
-    out.push(0x0A);
+    out.push(TRACE_PACKET_BYTE);
     packet
         .encode_length_delimited(out)
         .expect("Vec<u8> grows as needed");
@@ -828,100 +830,19 @@ fn system_info(release: Option<&str>, arch: Option<&str>, machine: Option<(u32, 
     let mut info = info.encode_to_vec();
     let mut packet = Vec::new();
     if let Some((id, name)) = machine {
-        put_bytes(&mut info, 17 << 3 | 2, name.as_bytes());
+        put_bytes(
+            &mut info,
+            beyond_schema::SYSTEM_INFO_MACHINE_NAME,
+            name.as_bytes(),
+        );
         if id != 0 {
             put_field(&mut packet, tag::PACKET_MACHINE_ID, u64::from(id));
         }
     }
-    put_bytes(&mut packet, 45 << 3 | 2, &info);
+    put_bytes(&mut packet, tag::PACKET_SYSTEM_INFO, &info);
     let mut out = Vec::new();
-    put_bytes(&mut out, 1 << 3 | 2, &packet);
+    put_bytes(&mut out, tag::TRACE_PACKET, &packet);
     out
-}
-
-// The hot packets are written by hand, field by field, as Perfetto's protozero does: the schema
-// is `proto/` (prost types decode these bytes in the tests), the wire format is protobuf's.
-// Tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited).
-mod tag {
-    // TracePacket
-    pub const PACKET_CLOCK_SNAPSHOT: u64 = 6 << 3 | 2;
-    pub const PACKET_TIMESTAMP: u64 = 8 << 3;
-    pub const PACKET_SEQUENCE_ID: u64 = 10 << 3;
-    pub const PACKET_TRACK_EVENT: u64 = 11 << 3 | 2;
-    pub const PACKET_INTERNED_DATA: u64 = 12 << 3 | 2;
-    pub const PACKET_SEQUENCE_FLAGS: u64 = 13 << 3;
-    pub const PACKET_DEFAULTS: u64 = 59 << 3 | 2;
-    pub const PACKET_FIRST_ON_SEQUENCE: u64 = 87 << 3;
-    pub const PACKET_MACHINE_ID: u64 = 98 << 3;
-    // ClockSnapshot, its Clock
-    pub const SNAPSHOT_CLOCKS: u64 = 1 << 3 | 2;
-    pub const CLOCK_ID: u64 = 1 << 3;
-    pub const CLOCK_TIMESTAMP: u64 = 2 << 3;
-    pub const CLOCK_IS_INCREMENTAL: u64 = 3 << 3;
-    // TracePacketDefaults, its TrackEventDefaults
-    pub const DEFAULTS_TRACK_EVENT: u64 = 11 << 3 | 2;
-    pub const DEFAULTS_CLOCK_ID: u64 = 58 << 3;
-    pub const DEFAULT_TRACK_UUID: u64 = 11 << 3;
-    // TrackEvent
-    pub const CATEGORY_IIDS: u64 = 3 << 3;
-    pub const DEBUG_ANNOTATIONS: u64 = 4 << 3 | 2;
-    pub const TYPE: u64 = 9 << 3;
-    pub const NAME_IID: u64 = 10 << 3;
-    pub const TRACK_UUID: u64 = 11 << 3;
-    pub const FLOW_IDS_OLD: u64 = 36 << 3;
-    pub const TERMINATING_FLOW_IDS_OLD: u64 = 42 << 3;
-    // DebugAnnotation
-    pub const ANNOTATION_NAME_IID: u64 = 1 << 3;
-    pub const BOOL_VALUE: u64 = 2 << 3;
-    pub const INT_VALUE: u64 = 4 << 3;
-    pub const DOUBLE_VALUE: u64 = 5 << 3 | 1;
-    pub const STRING_VALUE: u64 = 6 << 3 | 2;
-    pub const STRING_VALUE_IID: u64 = 17 << 3;
-    // InternedData; each entry is {iid = 1, name/str = 2}
-    pub const EVENT_CATEGORIES: u64 = 1 << 3 | 2;
-    pub const EVENT_NAMES: u64 = 2 << 3 | 2;
-    pub const DEBUG_ANNOTATION_NAMES: u64 = 3 << 3 | 2;
-    pub const DEBUG_ANNOTATION_STRING_VALUES: u64 = 29 << 3 | 2;
-    pub const ENTRY_IID: u64 = 1 << 3;
-    pub const ENTRY_NAME: u64 = 2 << 3 | 2;
-}
-
-#[inline]
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
-}
-
-#[inline]
-fn varint_len(v: u64) -> usize {
-    // 1 byte per 7 bits, at least one.
-    (64 - (v | 1).leading_zeros() as usize).div_ceil(7)
-}
-
-#[inline]
-fn put_field(out: &mut Vec<u8>, tag: u64, v: u64) {
-    put_varint(out, tag);
-    put_varint(out, v);
-}
-
-#[inline]
-fn put_bytes(out: &mut Vec<u8>, tag: u64, bytes: &[u8]) {
-    put_varint(out, tag);
-    put_varint(out, bytes.len() as u64);
-    out.extend_from_slice(bytes);
-}
-
-/// Bytes of a varint field.
-fn field_len(tag: u64, v: u64) -> usize {
-    varint_len(tag) + varint_len(v)
-}
-
-/// Bytes of a length-delimited field of `len` bytes.
-fn bytes_len(tag: u64, len: usize) -> usize {
-    varint_len(tag) + varint_len(len as u64) + len
 }
 
 /// The packet that clears a sequence's incremental state: a snapshot that starts its
@@ -959,7 +880,7 @@ fn put_clear_packet(out: &mut Vec<u8>, group: u32, lane0_uuid: u64, ts: i64, fir
         } else {
             0
         };
-    out.push(0x0A); // Trace.packet
+    out.push(TRACE_PACKET_BYTE);
     put_varint(out, len as u64);
     put_varint(out, tag::PACKET_CLOCK_SNAPSHOT);
     put_varint(out, snapshot as u64);
@@ -991,7 +912,7 @@ fn put_clear_packet(out: &mut Vec<u8>, group: u32, lane0_uuid: u64, ts: i64, fir
 
 /// An interned entry `{iid, name}` under `tag` of InternedData.
 fn put_entry(out: &mut Vec<u8>, tag: u64, iid: u64, name: &[u8]) {
-    let len = 1 + varint_len(iid) + 1 + varint_len(name.len() as u64) + name.len();
+    let len = field_len(tag::ENTRY_IID, iid) + bytes_len(tag::ENTRY_NAME, name.len());
     put_varint(out, tag);
     put_varint(out, len as u64);
     put_field(out, tag::ENTRY_IID, iid);
@@ -1050,14 +971,15 @@ impl ProtoWriter {
         // trace_processor does not require: 2 bytes saved on every packet.
         let ev_len = self.event.len();
         let int_len = self.interned.len();
-        let mut len = 1 + varint_len(delta) + 1 + varint_len(seq_id as u64);
-        len += 1 + varint_len(ev_len as u64) + ev_len;
+        let mut len = field_len(tag::PACKET_TIMESTAMP, delta)
+            + field_len(tag::PACKET_SEQUENCE_ID, seq_id as u64)
+            + bytes_len(tag::PACKET_TRACK_EVENT, ev_len);
         if int_len > 0 {
-            len += 1 + varint_len(int_len as u64) + int_len;
+            len += bytes_len(tag::PACKET_INTERNED_DATA, int_len);
         }
         let out = &mut self.out.data;
         out.reserve(len + 6);
-        out.push(0x0A); // Trace.packet
+        out.push(TRACE_PACKET_BYTE);
         put_varint(out, len as u64);
         put_field(out, tag::PACKET_TIMESTAMP, delta);
         put_field(out, tag::PACKET_SEQUENCE_ID, seq_id as u64);
@@ -1109,18 +1031,18 @@ impl ProtoWriter {
                     arg.key.as_bytes(),
                 );
             }
-            let name_len = 1 + varint_len(key_iid);
+            let name_len = field_len(tag::ANNOTATION_NAME_IID, key_iid);
             let value = match arg.value {
                 ArgValue::Int(v) => {
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
-                    put_varint(e, (name_len + 1 + varint_len(v as u64)) as u64);
+                    put_varint(e, (name_len + field_len(tag::INT_VALUE, v as u64)) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_field(e, tag::INT_VALUE, v as u64);
                     continue;
                 }
                 ArgValue::Double(v) => {
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
-                    put_varint(e, (name_len + 1 + 8) as u64);
+                    put_varint(e, (name_len + varint_len(tag::DOUBLE_VALUE) + 8) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_varint(e, tag::DOUBLE_VALUE);
                     e.extend_from_slice(&v.to_le_bytes());
@@ -1128,7 +1050,7 @@ impl ProtoWriter {
                 }
                 ArgValue::Bool(v) => {
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
-                    put_varint(e, (name_len + 2) as u64);
+                    put_varint(e, (name_len + field_len(tag::BOOL_VALUE, v as u64)) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_field(e, tag::BOOL_VALUE, v as u64);
                     continue;
@@ -1136,7 +1058,7 @@ impl ProtoWriter {
                 ArgValue::Str(s) => {
                     let n = s.len();
                     put_varint(e, tag::DEBUG_ANNOTATIONS);
-                    put_varint(e, (name_len + 1 + varint_len(n as u64) + n) as u64);
+                    put_varint(e, (name_len + bytes_len(tag::STRING_VALUE, n)) as u64);
                     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
                     put_bytes(e, tag::STRING_VALUE, s.as_bytes());
                     continue;
@@ -1206,7 +1128,11 @@ fn arg_iid(keys: &[&'static str], key: &'static str) -> Option<u64> {
 /// A debug annotation whose value is an interned string.
 fn put_iid_annotation(e: &mut Vec<u8>, key_iid: u64, iid: u64) {
     put_varint(e, tag::DEBUG_ANNOTATIONS);
-    put_varint(e, (1 + varint_len(key_iid) + 2 + varint_len(iid)) as u64);
+    put_varint(
+        e,
+        (field_len(tag::ANNOTATION_NAME_IID, key_iid) + field_len(tag::STRING_VALUE_IID, iid))
+            as u64,
+    );
     put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
     put_field(e, tag::STRING_VALUE_IID, iid);
 }
