@@ -263,25 +263,25 @@ pub fn glob(pattern: &Path) -> Result<Vec<PathBuf>> {
     Ok(bases)
 }
 
-/// Shell-style match of one path component. `*` and `?` do not match a leading `.`.
-fn wildcard(p: &[char], s: &[char]) -> bool {
-    if s.first() == Some(&'.') && p.first() != Some(&'.') {
-        return false;
-    }
-    fn go(p: &[char], s: &[char]) -> bool {
-        match p.first() {
-            None => s.is_empty(),
-            Some('*') => (0..=s.len()).any(|k| go(&p[1..], &s[k..])),
-            Some('?') => !s.is_empty() && go(&p[1..], &s[1..]),
-            Some('[') => {
-                let Some(close) = p.iter().skip(2).position(|&c| c == ']').map(|i| i + 2) else {
-                    return s.first() == Some(&'[') && go(&p[1..], &s[1..]);
-                };
-                let Some(&c) = s.first() else { return false };
-                let (negate, set) = match p[1] {
-                    '!' | '^' => (true, &p[2..close]),
-                    _ => (false, &p[1..close]),
-                };
+/// One element of a component pattern: each matches one character, except `Star`.
+#[derive(Debug)]
+enum Token {
+    Star,
+    Any,
+    Char(char),
+    /// `[...]`: its members (single characters and `a-z` ranges), negated by a leading `!`/`^`.
+    Class {
+        negate: bool,
+        set: Vec<char>,
+    },
+}
+
+impl Token {
+    fn matches(&self, c: char) -> bool {
+        match self {
+            Token::Star | Token::Any => true,
+            Token::Char(p) => *p == c,
+            Token::Class { negate, set } => {
                 let mut hit = false;
                 let mut i = 0;
                 while i < set.len() {
@@ -293,12 +293,82 @@ fn wildcard(p: &[char], s: &[char]) -> bool {
                         i += 1;
                     }
                 }
-                hit != negate && go(&p[close + 1..], &s[1..])
+                hit != *negate
             }
-            Some(&c) => s.first() == Some(&c) && go(&p[1..], &s[1..]),
         }
     }
-    go(p, s)
+}
+
+/// A component pattern as tokens. A `[` without a `]` after its first member is a literal `[`.
+fn tokens(p: &[char]) -> Vec<Token> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < p.len() {
+        match p[i] {
+            '*' => out.push(Token::Star),
+            '?' => out.push(Token::Any),
+            '[' => {
+                if let Some(close) = p[i..]
+                    .iter()
+                    .skip(2)
+                    .position(|&c| c == ']')
+                    .map(|k| i + k + 2)
+                {
+                    let (negate, set) = match p[i + 1] {
+                        '!' | '^' => (true, &p[i + 2..close]),
+                        _ => (false, &p[i + 1..close]),
+                    };
+                    out.push(Token::Class {
+                        negate,
+                        set: set.to_vec(),
+                    });
+                    i = close + 1;
+                    continue;
+                }
+                out.push(Token::Char('['));
+            }
+            c => out.push(Token::Char(c)),
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Shell-style match of one path component. `*` and `?` do not match a leading `.`.
+///
+/// Every token but `*` matches exactly one character, so the usual two-pointer match is exact:
+/// on a mismatch only the last `*` seen takes one more character (earlier stars never need to,
+/// since the last one can absorb whatever they would). At most `p.len() * s.len()` steps: a
+/// pattern like `*a*a*a*b` against a long name stays fast.
+fn wildcard(p: &[char], s: &[char]) -> bool {
+    if s.first() == Some(&'.') && p.first() != Some(&'.') {
+        return false;
+    }
+    let p = tokens(p);
+    let (mut pi, mut si) = (0, 0);
+    // The last `*`: the token after it, and where in `s` its match ends so far.
+    let mut star: Option<(usize, usize)> = None;
+    while si < s.len() {
+        match p.get(pi) {
+            Some(Token::Star) => {
+                star = Some((pi + 1, si));
+                pi += 1;
+            }
+            Some(t) if t.matches(s[si]) => {
+                pi += 1;
+                si += 1;
+            }
+            _ => match star {
+                Some((after, end)) => {
+                    star = Some((after, end + 1));
+                    pi = after;
+                    si = end + 1;
+                }
+                None => return false,
+            },
+        }
+    }
+    p[pi..].iter().all(|t| matches!(t, Token::Star))
 }
 
 /// Where `input`'s output goes.
@@ -545,6 +615,89 @@ mod tests {
             &p.chars().collect::<Vec<_>>(),
             &s.chars().collect::<Vec<_>>(),
         )
+    }
+
+    /// The former recursive matcher, exponential on patterns with many stars, as an oracle.
+    fn oracle(p: &[char], s: &[char]) -> bool {
+        if s.first() == Some(&'.') && p.first() != Some(&'.') {
+            return false;
+        }
+        fn go(p: &[char], s: &[char]) -> bool {
+            match p.first() {
+                None => s.is_empty(),
+                Some('*') => (0..=s.len()).any(|k| go(&p[1..], &s[k..])),
+                Some('?') => !s.is_empty() && go(&p[1..], &s[1..]),
+                Some('[') => {
+                    let Some(close) = p.iter().skip(2).position(|&c| c == ']').map(|i| i + 2)
+                    else {
+                        return s.first() == Some(&'[') && go(&p[1..], &s[1..]);
+                    };
+                    let Some(&c) = s.first() else { return false };
+                    let (negate, set) = match p[1] {
+                        '!' | '^' => (true, &p[2..close]),
+                        _ => (false, &p[1..close]),
+                    };
+                    let class = Token::Class {
+                        negate,
+                        set: set.to_vec(),
+                    };
+                    class.matches(c) && go(&p[close + 1..], &s[1..])
+                }
+                Some(&c) => s.first() == Some(&c) && go(&p[1..], &s[1..]),
+            }
+        }
+        go(p, s)
+    }
+
+    /// Every string of up to `n` of `atoms`.
+    fn strings(atoms: &[&str], n: usize) -> Vec<String> {
+        let mut all = vec![String::new()];
+        let mut level = vec![String::new()];
+        for _ in 0..n {
+            level = level
+                .iter()
+                .flat_map(|p| atoms.iter().map(move |a| format!("{p}{a}")))
+                .collect();
+            all.extend(level.iter().cloned());
+        }
+        all
+    }
+
+    /// Every pattern of up to 3 symbols (stars, `?`, classes, literals, a lone `[` or `]`)
+    /// against every name of up to 4 characters: the same answer as the oracle.
+    #[test]
+    fn same_results_as_the_recursive_matcher() {
+        let atoms = [
+            "*", "?", "a", "b", ".", "[", "]", "[ab]", "[!a]", "[a-b]", "[]]",
+        ];
+        let patterns = strings(&atoms, 3);
+        let names = strings(&["a", "b", "c", ".", "[", "]"], 4);
+        for p in &patterns {
+            let pc: Vec<char> = p.chars().collect();
+            for n in &names {
+                let nc: Vec<char> = n.chars().collect();
+                assert_eq!(wildcard(&pc, &nc), oracle(&pc, &nc), "{p:?} against {n:?}");
+            }
+        }
+        assert!(patterns.len() * names.len() > 2_000_000);
+    }
+
+    /// A pattern that made the recursive matcher try every way to place its stars
+    /// (`C(60, 12)` ways) answers at once.
+    #[test]
+    fn many_stars_against_a_long_name_is_fast() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let name = "a".repeat(60);
+            let _ = tx.send((
+                m(&format!("{}b", "*a".repeat(12)), &name),
+                m(&format!("{}*", "*a".repeat(12)), &name),
+            ));
+        });
+        let got = rx
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .expect("the match did not finish within 10 s");
+        assert_eq!(got, (false, true));
     }
 
     #[test]

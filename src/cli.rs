@@ -31,7 +31,7 @@ pub enum Command {
     /// nsys' summary reports as `nsys stats` prints them (kernels, memory operations, CUDA API
     /// calls, NVTX ranges, OS runtime...: count, total, mean, median, min, max, stddev, %), as a
     /// table, --csv (nsys' columns) or --json.
-    Stats(crate::workflow::stats::StatsArgs),
+    Stats(crate::cli::args::StatsArgs),
     /// Findings of nsys' expert rules, as `nsys analyze` finds them: synchronous CUDA calls,
     /// synchronous and pageable memcpys, synchronous memsets, GPU gaps and GPU time utilization.
     Analyze(crate::workflow::analyze::AnalyzeArgs),

@@ -8,8 +8,8 @@
 //! laptop are printed instead. `--native` hands the trace to a `trace_processor_shell --httpd`
 //! instead, for traces too large for a browser tab.
 
+use crate::serve::http;
 use crate::serve::ui_dir::{LOCAL_UI_PORT, TRACE_PREFIX, UiDir};
-use crate::serve::{http, signal};
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -458,7 +458,7 @@ impl OpenArgs {
             })
         };
         self.announce(&url);
-        signal::stop_on_interrupt(&stop);
+        let _interrupts = crate::cleanup::stop_on_interrupt(&stop);
         if let Some(secs) = self.timeout {
             let stop = stop.clone();
             std::thread::spawn(move || {
@@ -473,7 +473,7 @@ impl OpenArgs {
         if fetched.load(Ordering::SeqCst) {
             eprintln!("the trace was fetched; done");
             Ok(ExitCode::SUCCESS)
-        } else if signal::interrupted() {
+        } else if crate::cleanup::interrupted().is_some() {
             eprintln!("interrupted before the trace was fetched");
             Ok(ExitCode::from(130))
         } else {
@@ -534,7 +534,8 @@ impl OpenArgs {
                 p = self.port
             );
         }
-        signal::install();
+        let stop = Arc::new(AtomicBool::new(false));
+        let _interrupts = crate::cleanup::stop_on_interrupt(&stop);
         let deadline = self
             .timeout
             .map(|s| Instant::now() + Duration::from_secs(s));
@@ -547,7 +548,7 @@ impl OpenArgs {
                     ExitCode::FAILURE
                 });
             }
-            if signal::interrupted() || deadline.is_some_and(|d| Instant::now() >= d) {
+            if stop.load(Ordering::SeqCst) || deadline.is_some_and(|d| Instant::now() >= d) {
                 let _ = child.kill();
                 let _ = child.wait();
                 eprintln!("stopped {}", tp.display());
@@ -628,7 +629,7 @@ fn open_with_local_ui(
     let mut shown = args.clone();
     shown.port = port;
     shown.announce(&url);
-    signal::stop_on_interrupt(&stop);
+    let _interrupts = crate::cleanup::stop_on_interrupt(&stop);
     let deadline = args
         .timeout
         .map(|secs| Instant::now() + Duration::from_secs(secs));
@@ -643,7 +644,7 @@ fn open_with_local_ui(
     }
     http::run(&listener, handler, stop, 64)?;
     let was_fetched = fetched.load(Ordering::SeqCst);
-    if signal::interrupted() {
+    if crate::cleanup::interrupted().is_some() {
         eprintln!("stopped");
         Ok(if was_fetched {
             ExitCode::SUCCESS

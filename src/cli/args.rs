@@ -132,3 +132,45 @@ impl NsysArgs {
         }
     }
 }
+
+/// `nsys-perfetto stats PROFILE [PROFILE_B]`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct StatsArgs {
+    /// An nsys SQLite export (.sqlite) or report (.nsys-rep, .qdrep); with a second one, the
+    /// two are compared side by side (count, total and change per name, B against A).
+    #[arg(value_name = "PROFILE", required = true, num_args = 1..=2)]
+    pub profiles: Vec<PathBuf>,
+    /// Rows per report in a table, names per kind of event in a comparison (0: all; default
+    /// 10). CSV and JSON hold every row unless --top is given.
+    #[arg(long, value_name = "N")]
+    pub top: Option<usize>,
+    /// nsys reports to print, by nsys' names (`nsys stats --report`), comma-separated:
+    /// cuda_gpu_kern_sum, cuda_api_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum,
+    /// nvtx_sum, osrt_sum, um_sum, um_total_sum, um_cpu_page_faults_sum, openacc_sum,
+    /// openmp_sum, cuda_gpu_kern_gb_sum, cuda_kern_exec_sum. A kernel report may end in
+    /// `:base` or `:mangled`, as in nsys. Default: the ones nsys prints by default.
+    #[arg(
+        long = "report",
+        short = 'r',
+        value_name = "NAME[,NAME]",
+        value_delimiter = ','
+    )]
+    pub reports: Vec<String>,
+    /// Kernels under their base name (`shortName`, as the trace names their slices) instead of
+    /// the demangled one, as nsys' `:base`.
+    #[arg(long, conflicts_with = "mangled")]
+    pub base: bool,
+    /// Kernels under their mangled name where the export has it, as nsys' `:mangled`.
+    #[arg(long)]
+    pub mangled: bool,
+    /// Also show the NVTX ranges projected onto the GPU (the span of the GPU work launched
+    /// inside each range; no nsys report has it) in the table. JSON always holds it.
+    #[arg(long)]
+    pub nvtx_gpu: bool,
+    /// Keep NVTX names that differ only in counters (', seq = N', ', op_id = N') apart; by
+    /// default they are grouped under the name without them.
+    #[arg(long)]
+    pub raw_names: bool,
+    #[command(flatten)]
+    pub out: crate::workflow::OutputArgs,
+}

@@ -13,7 +13,6 @@
 //! their last use, or when the server stops (Ctrl-C).
 
 pub mod http;
-pub mod signal;
 pub mod ui_dir;
 
 use crate::cli::args::SelectArgs;
@@ -180,10 +179,14 @@ impl Server {
         let addr = listener.local_addr()?;
         let mut tmp = tempfile::Builder::new();
         tmp.prefix("nsys-perfetto-serve-");
-        let root = match &args.temp_dir {
-            Some(d) => tmp.tempdir_in(d),
-            None => tmp.tempdir(),
-        }
+        // Registered with `cleanup`: an interrupt removes it with the conversions' temporaries.
+        let root = crate::cleanup::create(
+            || match &args.temp_dir {
+                Some(d) => tmp.tempdir_in(d),
+                None => tmp.tempdir(),
+            },
+            |d| d.path().to_path_buf(),
+        )
         .context("cannot create a temporary directory")?;
         let state = Arc::new(State {
             root,
@@ -273,7 +276,8 @@ impl ServeArgs {
                 return ExitCode::FAILURE;
             }
         };
-        signal::stop_on_interrupt(&server.stop_flag());
+        // Ctrl-C stops the server; then the conversions' children and temporaries go too.
+        let interrupts = crate::cleanup::stop_on_interrupt(&server.stop_flag());
         let shown = if server.addr.ip().is_unspecified() {
             format!("http://127.0.0.1:{}", server.addr.port())
         } else {
@@ -289,8 +293,12 @@ impl ServeArgs {
             std::thread::sleep(Duration::from_millis(100));
         }
         server.stop();
+        drop(interrupts);
         let dir = server.temp_dir().to_path_buf();
         drop(server);
+        // A conversion still under way holds the state, and with it the folder's owner.
+        let _ = std::fs::remove_dir_all(&dir);
+        crate::cleanup::forget(&dir);
         eprintln!("stopped; removed {}", dir.display());
         ExitCode::SUCCESS
     }

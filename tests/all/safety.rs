@@ -1084,6 +1084,84 @@ fn a_hanging_export_is_bounded_and_interruptible() {
     assert!(sleep_pid_gone(t.path()), "nsys's process group is stopped");
 }
 
+/// Ctrl-C while `serve` converts a report (nsys exporting, in its own process group, stopped
+/// by neither the server nor the terminal): the server stops and removes its folder, and the
+/// interrupt handling every command shares stops nsys too. Needs no real nsys.
+#[test]
+fn ctrl_c_during_serve_stops_the_server_and_its_conversions() {
+    use std::io::{BufRead, BufReader, Write};
+    let t = tempfile::tempdir().unwrap();
+    let nsys = hanging_nsys(t.path());
+    let mut child = Command::new(BIN)
+        .args(["serve", "--port", "0", "--nsys"])
+        .arg(&nsys)
+        .env("TMPDIR", t.path())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut err = BufReader::new(child.stderr.take().unwrap());
+    let (mut url, mut temp) = (None, None);
+    let mut line = String::new();
+    while (url.is_none() || temp.is_none()) && err.read_line(&mut line).unwrap() > 0 {
+        if let Some(rest) = line.split("open http://").nth(1) {
+            url = rest.split('/').next().map(str::to_string);
+        }
+        if let Some(rest) = line.split("temporary files:").nth(1) {
+            temp = Some(PathBuf::from(rest.trim()));
+        }
+        line.clear();
+    }
+    let (addr, temp) = (url.expect("serve's address"), temp.expect("serve's folder"));
+    // Keep reading stderr, so that the server's last messages do not fail on a full pipe.
+    let rest = std::thread::spawn(move || {
+        let mut all = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut all);
+        all
+    });
+    let body = std::fs::read(common::fixture("nvtx_workload.nsys-rep")).unwrap();
+    let mut upload = std::net::TcpStream::connect(&addr).unwrap();
+    write!(
+        upload,
+        "POST /api/convert?name=r.nsys-rep HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    )
+    .unwrap();
+    upload.write_all(&body).unwrap();
+    let started = Instant::now();
+    while !t.path().join("sleep.pid").exists() && started.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(
+        t.path().join("sleep.pid").exists(),
+        "nsys export did not start"
+    );
+    assert!(!sleep_pid_gone(t.path()));
+
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let started = Instant::now();
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "serve did not stop on Ctrl-C"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let messages = rest.join().unwrap();
+    assert!(status.success(), "{status}: {messages}");
+    assert!(messages.contains("stopped; removed"), "{messages}");
+    assert!(!temp.exists(), "{} left behind", temp.display());
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        sleep_pid_gone(t.path()),
+        "nsys's process group is stopped: {messages}"
+    );
+}
+
 /// A full `$TMPDIR` (a 16 kB tmpfs; needs root, skips otherwise) while the flow links of a big
 /// input are computed (sorted runs spill there; small runs make this input spill): the error
 /// names the folder, nothing is left anywhere.

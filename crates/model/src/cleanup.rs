@@ -1,4 +1,6 @@
-//! Interrupts and litter: what a run leaves behind when it is stopped.
+//! Interrupts and litter: what a run leaves behind when it is stopped. The one place that handles
+//! signals: every command, a server's included, goes through it, so an interrupt always stops the
+//! children and removes the temporaries registered here, whoever else wants to wind down.
 //!
 //! * [`install`] (the command line calls it) catches SIGINT, SIGTERM and SIGHUP with a handler
 //!   that only sets a flag. A watcher thread sees the flag, stops the child processes this run
@@ -11,15 +13,21 @@
 //!   is gone ([`remove_dead`]).
 //! * While a command wants to handle an interrupt itself (`profile`: nsys gets the Ctrl-C too and
 //!   writes the report), it calls [`defer`]; the flag is then polled with [`interrupted`].
+//! * A server (`serve`, `open`) that stops on an interrupt and removes its own files takes
+//!   [`stop_on_interrupt`]: the interrupt sets its stop flag instead of ending the process, and
+//!   when the server has stopped, dropping the guard stops the children and removes the
+//!   temporaries of the conversions it was running; the server then exits as it chooses.
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 static SIGNAL: AtomicI32 = AtomicI32::new(0);
 static DEFER: AtomicUsize = AtomicUsize::new(0);
 static INSTALLED: AtomicBool = AtomicBool::new(false);
+/// A caller wound down after the interrupt itself ([`Interruptible`]): the watcher leaves it.
+static HANDLED: AtomicBool = AtomicBool::new(false);
 
 #[derive(Default)]
 struct Registry {
@@ -64,7 +72,8 @@ pub fn install() {
             loop {
                 std::thread::sleep(Duration::from_millis(25));
                 let sig = SIGNAL.load(Ordering::SeqCst);
-                if sig != 0 && DEFER.load(Ordering::SeqCst) == 0 {
+                if sig != 0 && DEFER.load(Ordering::SeqCst) == 0 && !HANDLED.load(Ordering::SeqCst)
+                {
                     clean_up_and_exit(sig);
                 }
             }
@@ -95,10 +104,66 @@ impl Drop for DeferGuard {
     }
 }
 
+/// While the returned guard lives, an interrupt sets `stop` (within 25 ms) instead of ending
+/// the process. Dropping the guard after an interrupt stops the children and removes the
+/// temporaries registered here (the process goes on: its caller returns its own exit status);
+/// dropping it otherwise only ends the deferral. A thread still working after that sweep may
+/// leave a temporary, named with the process id: the next run removes it ([`remove_dead`]).
+pub fn stop_on_interrupt(stop: &Arc<AtomicBool>) -> Interruptible {
+    install();
+    let defer = defer();
+    let stop = stop.clone();
+    std::thread::Builder::new()
+        .name("interrupt-stop".into())
+        .spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                if interrupted().is_some() {
+                    stop.store(true, Ordering::SeqCst);
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+        })
+        .expect("start the interrupt watcher");
+    Interruptible { _defer: defer }
+}
+
+/// See [`stop_on_interrupt`].
+pub struct Interruptible {
+    _defer: DeferGuard,
+}
+
+impl Drop for Interruptible {
+    fn drop(&mut self) {
+        // Runs before the deferral ends (fields drop after this): the watcher never sees an
+        // interrupt this guard handles.
+        if interrupted().is_some() {
+            HANDLED.store(true, Ordering::SeqCst);
+            sweep(&mut registry());
+        }
+    }
+}
+
 /// Stop the children, remove the temporaries, exit with 128 + `sig`.
 pub fn clean_up_and_exit(sig: i32) -> ! {
     // Held until exit: no thread registers (or creates) a temporary after the sweep.
-    let reg = registry();
+    let mut reg = registry();
+    sweep(&mut reg);
+    let name = match sig {
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        _ => "a signal",
+    };
+    crate::term::err(format_args!(
+        "\ninterrupted ({name}): stopped; no partial output left, previous outputs untouched\n"
+    ));
+    std::process::exit(128 + sig)
+}
+
+/// Stop the children's process groups (SIGTERM, then SIGKILL after 1.5 s), remove the
+/// temporaries, forget both.
+fn sweep(reg: &mut Registry) {
     for &g in &reg.groups {
         // SAFETY: kill(2) on a process group this process created.
         unsafe { libc::kill(-g, libc::SIGTERM) };
@@ -116,16 +181,8 @@ pub fn clean_up_and_exit(sig: i32) -> ! {
     for p in reg.paths.iter().rev() {
         remove_path(p);
     }
-    let name = match sig {
-        libc::SIGINT => "SIGINT",
-        libc::SIGTERM => "SIGTERM",
-        libc::SIGHUP => "SIGHUP",
-        _ => "a signal",
-    };
-    crate::term::err(format_args!(
-        "\ninterrupted ({name}): stopped; no partial output left, previous outputs untouched\n"
-    ));
-    std::process::exit(128 + sig)
+    reg.groups.clear();
+    reg.paths.clear();
 }
 
 fn group_alive(g: i32) -> bool {

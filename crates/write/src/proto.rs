@@ -28,3 +28,11 @@ pub mod perfetto {
 }
 
 pub use perfetto::protos::*;
+
+/// Field numbers of every message of the schema, generated from it by `build.rs`: one module a
+/// message (`field::track_event::NAME_IID`, nested messages nested:
+/// `field::clock_snapshot::clock::TIMESTAMP`), for the packets written by hand.
+#[allow(dead_code)]
+pub mod field {
+    include!(concat!(env!("OUT_DIR"), "/perfetto_fields.rs"));
+}

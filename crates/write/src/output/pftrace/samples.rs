@@ -12,9 +12,8 @@
 //!   tables pass a bound, the sequence clears its incremental state and starts again, so memory
 //!   stays bounded however many distinct frames a profile holds.
 
-use super::{
-    IdMap, ProtoWriter, SampleSeq, bytes_len, field_len, frame, put_field, put_varint, tag,
-};
+use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_field, put_varint, tag};
+use super::{IdMap, ProtoWriter, SampleSeq, frame};
 use crate::model::{CounterValue, CpuSample, pid_of, tid_of};
 use crate::output::CounterTrack;
 use crate::proto::{
@@ -212,10 +211,10 @@ fn put_sample_packet(
     sample: &PerfSample,
 ) {
     let fields = [
-        (1 << 3, sample.cpu.map(u64::from)),
-        (2 << 3, sample.pid.map(u64::from)),
-        (3 << 3, sample.tid.map(u64::from)),
-        (4 << 3, sample.callstack_iid),
+        (tag::SAMPLE_CPU, sample.cpu.map(u64::from)),
+        (tag::SAMPLE_PID, sample.pid.map(u64::from)),
+        (tag::SAMPLE_TID, sample.tid.map(u64::from)),
+        (tag::SAMPLE_CALLSTACK_IID, sample.callstack_iid),
     ];
     let sample_len: usize = fields
         .iter()
@@ -225,8 +224,8 @@ fn put_sample_packet(
         + field_len(tag::PACKET_SEQUENCE_ID, u64::from(seq))
         + field_len(tag::PACKET_SEQUENCE_FLAGS, u64::from(flags))
         + interned.map_or(0, |i| bytes_len(tag::PACKET_INTERNED_DATA, i.encoded_len()))
-        + bytes_len(PACKET_PERF_SAMPLE, sample_len);
-    out.push(0x0A); // Trace.packet
+        + bytes_len(tag::PACKET_PERF_SAMPLE, sample_len);
+    out.push(TRACE_PACKET_BYTE);
     put_varint(out, packet_len as u64);
     put_field(out, tag::PACKET_TIMESTAMP, ts);
     put_field(out, tag::PACKET_SEQUENCE_ID, u64::from(seq));
@@ -237,7 +236,7 @@ fn put_sample_packet(
             .expect("Vec<u8> grows as needed");
     }
     put_field(out, tag::PACKET_SEQUENCE_FLAGS, u64::from(flags));
-    put_varint(out, PACKET_PERF_SAMPLE);
+    put_varint(out, tag::PACKET_PERF_SAMPLE);
     put_varint(out, sample_len as u64);
     for (tag, v) in fields {
         if let Some(v) = v {
@@ -245,9 +244,6 @@ fn put_sample_packet(
         }
     }
 }
-
-/// `TracePacket.perf_sample` (66), length-delimited.
-const PACKET_PERF_SAMPLE: u64 = 66 << 3 | 2;
 
 /// The iid of a string id in `map`, defining it in `out` on first use.
 fn intern_string(

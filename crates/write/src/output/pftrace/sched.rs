@@ -24,7 +24,8 @@
 //! - Nothing marks where tracing started (`tracing_started`, `previous_bundle_end_timestamp`):
 //!   trace_processor would drop every event before such a mark.
 
-use super::{Cpu, ProtoWriter, frame, put_bytes, put_field, put_varint, varint_len};
+use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint, tag};
+use super::{Cpu, ProtoWriter, frame};
 use crate::model::{CpuSlice, tid_of};
 use crate::proto::{
     FtraceEvent, FtraceEventBundle, SchedSwitchFtraceEvent, TracePacket, ftrace_event, trace_packet,
@@ -36,20 +37,6 @@ pub const BUNDLE_SWITCHES: usize = 512;
 const IDLE_COMM: &str = "swapper";
 /// Linux's priority of a normal task (nice 0): the model carries none.
 const PRIO: i32 = 120;
-
-/// `CompactSched` and `FtraceEventBundle` field tags.
-mod tag {
-    pub const SWITCH_TIMESTAMP: u64 = 1 << 3 | 2;
-    pub const SWITCH_PREV_STATE: u64 = 2 << 3 | 2;
-    pub const SWITCH_NEXT_PID: u64 = 3 << 3 | 2;
-    pub const SWITCH_NEXT_PRIO: u64 = 4 << 3 | 2;
-    pub const INTERN_TABLE: u64 = 5 << 3 | 2;
-    pub const SWITCH_NEXT_COMM_INDEX: u64 = 6 << 3 | 2;
-    pub const BUNDLE_CPU: u64 = 1 << 3;
-    pub const BUNDLE_COMPACT_SCHED: u64 = 4 << 3 | 2;
-    pub const PACKET_FTRACE_EVENTS: u64 = 1 << 3 | 2;
-    pub const PACKET_SEQUENCE_ID: u64 = 10 << 3;
-}
 
 impl Cpu {
     /// Append a switch to `next_pid`; `comm` names it when the bundle has not yet.
@@ -86,12 +73,17 @@ impl Cpu {
             (tag::SWITCH_NEXT_PRIO, &self.next_prios),
             (tag::SWITCH_NEXT_COMM_INDEX, &self.comm_indices),
         ];
-        let field = |len: usize| 1 + varint_len(len as u64) + len;
-        let compact = self.intern.len() + packed.iter().map(|(_, b)| field(b.len())).sum::<usize>();
-        let bundle = 1 + varint_len(u64::from(cpu)) + field(compact);
-        let packet = field(bundle) + 1 + varint_len(u64::from(seq));
+        let compact = self.intern.len()
+            + packed
+                .iter()
+                .map(|&(t, b)| bytes_len(t, b.len()))
+                .sum::<usize>();
+        let bundle = field_len(tag::BUNDLE_CPU, u64::from(cpu))
+            + bytes_len(tag::BUNDLE_COMPACT_SCHED, compact);
+        let packet = bytes_len(tag::PACKET_FTRACE_EVENTS, bundle)
+            + field_len(tag::PACKET_SEQUENCE_ID, u64::from(seq));
         out.reserve(packet + 6);
-        out.push(0x0A); // Trace.packet
+        out.push(TRACE_PACKET_BYTE);
         put_varint(out, packet as u64);
         put_varint(out, tag::PACKET_FTRACE_EVENTS);
         put_varint(out, bundle as u64);

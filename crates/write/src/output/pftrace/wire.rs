@@ -1,0 +1,189 @@
+//! Protobuf's wire format for the packets written by hand, field by field, as Perfetto's
+//! protozero does: the schema is `proto/` (prost types decode these bytes in the tests), the
+//! field numbers are generated from it (`crate::proto::field`), the varints are prost's.
+//!
+//! A tag is `(field number << 3) | wire type`.
+
+use crate::proto::field;
+use prost::encoding::WireType;
+
+const fn key(field: u32, wire: WireType) -> u64 {
+    (field as u64) << 3 | wire as u64
+}
+
+const VARINT: WireType = WireType::Varint;
+const LEN: WireType = WireType::LengthDelimited;
+const I64: WireType = WireType::SixtyFourBit;
+
+/// The tags of the fields written by hand.
+pub mod tag {
+    use super::{I64, LEN, VARINT, field, key};
+    use field::{
+        clock_snapshot, debug_annotation, ftrace_event_bundle, interned_data, interned_string,
+        perf_sample, trace_packet, trace_packet_defaults, track_event, track_event_defaults,
+    };
+
+    // Trace
+    pub const TRACE_PACKET: u64 = key(field::trace::PACKET, LEN);
+    // TracePacket
+    pub const PACKET_CLOCK_SNAPSHOT: u64 = key(trace_packet::CLOCK_SNAPSHOT, LEN);
+    pub const PACKET_TIMESTAMP: u64 = key(trace_packet::TIMESTAMP, VARINT);
+    pub const PACKET_SEQUENCE_ID: u64 = key(trace_packet::TRUSTED_PACKET_SEQUENCE_ID, VARINT);
+    pub const PACKET_TRACK_EVENT: u64 = key(trace_packet::TRACK_EVENT, LEN);
+    pub const PACKET_INTERNED_DATA: u64 = key(trace_packet::INTERNED_DATA, LEN);
+    pub const PACKET_SEQUENCE_FLAGS: u64 = key(trace_packet::SEQUENCE_FLAGS, VARINT);
+    pub const PACKET_DEFAULTS: u64 = key(trace_packet::TRACE_PACKET_DEFAULTS, LEN);
+    pub const PACKET_FIRST_ON_SEQUENCE: u64 = key(trace_packet::FIRST_PACKET_ON_SEQUENCE, VARINT);
+    pub const PACKET_MACHINE_ID: u64 = key(trace_packet::MACHINE_ID, VARINT);
+    pub const PACKET_TRACK_DESCRIPTOR: u64 = key(trace_packet::TRACK_DESCRIPTOR, LEN);
+    pub const PACKET_SYSTEM_INFO: u64 = key(trace_packet::SYSTEM_INFO, LEN);
+    pub const PACKET_PERF_SAMPLE: u64 = key(trace_packet::PERF_SAMPLE, LEN);
+    pub const PACKET_FTRACE_EVENTS: u64 = key(trace_packet::FTRACE_EVENTS, LEN);
+    // ClockSnapshot, its Clock
+    pub const SNAPSHOT_CLOCKS: u64 = key(clock_snapshot::CLOCKS, LEN);
+    pub const CLOCK_ID: u64 = key(clock_snapshot::clock::CLOCK_ID, VARINT);
+    pub const CLOCK_TIMESTAMP: u64 = key(clock_snapshot::clock::TIMESTAMP, VARINT);
+    pub const CLOCK_IS_INCREMENTAL: u64 = key(clock_snapshot::clock::IS_INCREMENTAL, VARINT);
+    // TracePacketDefaults, its TrackEventDefaults
+    pub const DEFAULTS_TRACK_EVENT: u64 = key(trace_packet_defaults::TRACK_EVENT_DEFAULTS, LEN);
+    pub const DEFAULTS_CLOCK_ID: u64 = key(trace_packet_defaults::TIMESTAMP_CLOCK_ID, VARINT);
+    pub const DEFAULT_TRACK_UUID: u64 = key(track_event_defaults::TRACK_UUID, VARINT);
+    // TrackDescriptor
+    pub const TRACK_UUID_OF_DESCRIPTOR: u64 = key(field::track_descriptor::UUID, VARINT);
+    // TrackEvent
+    pub const CATEGORY_IIDS: u64 = key(track_event::CATEGORY_IIDS, VARINT);
+    pub const DEBUG_ANNOTATIONS: u64 = key(track_event::DEBUG_ANNOTATIONS, LEN);
+    pub const TYPE: u64 = key(track_event::TYPE, VARINT);
+    pub const NAME_IID: u64 = key(track_event::NAME_IID, VARINT);
+    pub const TRACK_UUID: u64 = key(track_event::TRACK_UUID, VARINT);
+    pub const FLOW_IDS_OLD: u64 = key(track_event::FLOW_IDS_OLD, VARINT);
+    pub const TERMINATING_FLOW_IDS_OLD: u64 = key(track_event::TERMINATING_FLOW_IDS_OLD, VARINT);
+    // DebugAnnotation
+    pub const ANNOTATION_NAME_IID: u64 = key(debug_annotation::NAME_IID, VARINT);
+    pub const BOOL_VALUE: u64 = key(debug_annotation::BOOL_VALUE, VARINT);
+    pub const INT_VALUE: u64 = key(debug_annotation::INT_VALUE, VARINT);
+    pub const DOUBLE_VALUE: u64 = key(debug_annotation::DOUBLE_VALUE, I64);
+    pub const STRING_VALUE: u64 = key(debug_annotation::STRING_VALUE, LEN);
+    pub const STRING_VALUE_IID: u64 = key(debug_annotation::STRING_VALUE_IID, VARINT);
+    // InternedData; each entry is an InternedString-shaped {iid, name/str}
+    pub const EVENT_CATEGORIES: u64 = key(interned_data::EVENT_CATEGORIES, LEN);
+    pub const EVENT_NAMES: u64 = key(interned_data::EVENT_NAMES, LEN);
+    pub const DEBUG_ANNOTATION_NAMES: u64 = key(interned_data::DEBUG_ANNOTATION_NAMES, LEN);
+    pub const DEBUG_ANNOTATION_STRING_VALUES: u64 =
+        key(interned_data::DEBUG_ANNOTATION_STRING_VALUES, LEN);
+    pub const ENTRY_IID: u64 = key(interned_string::IID, VARINT);
+    pub const ENTRY_NAME: u64 = key(interned_string::STR, LEN);
+    // PerfSample
+    pub const SAMPLE_CPU: u64 = key(perf_sample::CPU, VARINT);
+    pub const SAMPLE_PID: u64 = key(perf_sample::PID, VARINT);
+    pub const SAMPLE_TID: u64 = key(perf_sample::TID, VARINT);
+    pub const SAMPLE_CALLSTACK_IID: u64 = key(perf_sample::CALLSTACK_IID, VARINT);
+    // FtraceEventBundle, its CompactSched (packed arrays)
+    pub const BUNDLE_CPU: u64 = key(ftrace_event_bundle::CPU, VARINT);
+    pub const BUNDLE_COMPACT_SCHED: u64 = key(ftrace_event_bundle::COMPACT_SCHED, LEN);
+    pub const SWITCH_TIMESTAMP: u64 =
+        key(ftrace_event_bundle::compact_sched::SWITCH_TIMESTAMP, LEN);
+    pub const SWITCH_PREV_STATE: u64 =
+        key(ftrace_event_bundle::compact_sched::SWITCH_PREV_STATE, LEN);
+    pub const SWITCH_NEXT_PID: u64 = key(ftrace_event_bundle::compact_sched::SWITCH_NEXT_PID, LEN);
+    pub const SWITCH_NEXT_PRIO: u64 =
+        key(ftrace_event_bundle::compact_sched::SWITCH_NEXT_PRIO, LEN);
+    pub const INTERN_TABLE: u64 = key(ftrace_event_bundle::compact_sched::INTERN_TABLE, LEN);
+    pub const SWITCH_NEXT_COMM_INDEX: u64 = key(
+        ftrace_event_bundle::compact_sched::SWITCH_NEXT_COMM_INDEX,
+        LEN,
+    );
+
+    /// Fields newer than the schema in `proto/` (or of messages it leaves out): the only
+    /// numbers typed by hand, each with the upstream message it belongs to.
+    pub mod beyond_schema {
+        use super::{LEN, VARINT, key};
+        /// `TrackDescriptor.process_ordering` (PROCESS_ORDERING_EXPLICIT = 1).
+        pub const TRACK_PROCESS_ORDERING: u64 = key(19, VARINT);
+        /// `SystemInfo.machine_name`.
+        pub const SYSTEM_INFO_MACHINE_NAME: u64 = key(17, LEN);
+        /// `TracePacket.chrome_events`: a `ChromeEventBundle`.
+        pub const PACKET_CHROME_EVENTS: u64 = key(5, LEN);
+        /// `ChromeEventBundle.metadata`: a `ChromeMetadata`.
+        pub const BUNDLE_METADATA: u64 = key(2, LEN);
+        /// `ChromeMetadata.name`.
+        pub const METADATA_NAME: u64 = key(1, LEN);
+        /// `ChromeMetadata.string_value`.
+        pub const METADATA_STRING_VALUE: u64 = key(2, LEN);
+    }
+}
+
+/// The first byte of every framed packet (`Trace.packet`): a one-byte tag.
+pub const TRACE_PACKET_BYTE: u8 = tag::TRACE_PACKET as u8;
+const _: () = assert!(tag::TRACE_PACKET < 0x80);
+
+#[inline]
+pub fn put_varint(out: &mut Vec<u8>, v: u64) {
+    prost::encoding::encode_varint(v, out);
+}
+
+#[inline]
+pub const fn varint_len(v: u64) -> usize {
+    prost::encoding::encoded_len_varint(v)
+}
+
+/// A varint at the start of `data`: its value and length (what is there, if it is cut short).
+pub fn read_varint(data: &[u8]) -> (u64, usize) {
+    let mut rest = data;
+    let v = prost::encoding::decode_varint(&mut rest).unwrap_or(0);
+    (v, data.len() - rest.len())
+}
+
+#[inline]
+pub fn put_field(out: &mut Vec<u8>, tag: u64, v: u64) {
+    put_varint(out, tag);
+    put_varint(out, v);
+}
+
+#[inline]
+pub fn put_bytes(out: &mut Vec<u8>, tag: u64, bytes: &[u8]) {
+    put_varint(out, tag);
+    put_varint(out, bytes.len() as u64);
+    out.extend_from_slice(bytes);
+}
+
+/// Bytes of a varint field.
+pub fn field_len(tag: u64, v: u64) -> usize {
+    varint_len(tag) + varint_len(v)
+}
+
+/// Bytes of a length-delimited field of `len` bytes.
+pub fn bytes_len(tag: u64, len: usize) -> usize {
+    varint_len(tag) + varint_len(len as u64) + len
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The generated numbers are the schema's (a few, checked against prost's encoding).
+    #[test]
+    fn tags_are_the_schemas() {
+        use crate::proto::{TracePacket, trace_packet};
+        let p = TracePacket {
+            timestamp: Some(5),
+            optional_trusted_packet_sequence_id: Some(
+                trace_packet::OptionalTrustedPacketSequenceId::TrustedPacketSequenceId(7),
+            ),
+            machine_id: Some(3),
+            ..Default::default()
+        };
+        let mut ours = Vec::new();
+        put_field(&mut ours, tag::PACKET_TIMESTAMP, 5);
+        put_field(&mut ours, tag::PACKET_SEQUENCE_ID, 7);
+        put_field(&mut ours, tag::PACKET_MACHINE_ID, 3);
+        assert_eq!(ours, prost::Message::encode_to_vec(&p));
+        assert_eq!(TRACE_PACKET_BYTE, 0x0A);
+        for v in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX] {
+            let mut b = Vec::new();
+            put_varint(&mut b, v);
+            assert_eq!(b.len(), varint_len(v));
+            assert_eq!(read_varint(&b), (v, b.len()));
+        }
+    }
+}
