@@ -382,9 +382,6 @@ impl Table {
         let file = std::fs::File::open(path).map_err(|e| anyhow!("cannot read: {e}"))?;
         // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| anyhow!("cannot map: {e}"))?;
-        // Pages, not 2 MB huge pages: the page cache may hold the file in huge folios, and one
-        // mapped whole would keep 2 MB per column resident however far the scan has moved on.
-        let _ = map.advise(memmap2::Advice::NoHugePage);
         let damaged = |e: &dyn std::fmt::Display| {
             anyhow!(
                 "not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again"
