@@ -31,26 +31,26 @@ pub enum Command {
     /// nsys' summary reports as `nsys stats` prints them (kernels, memory operations, CUDA API
     /// calls, NVTX ranges, OS runtime...: count, total, mean, median, min, max, stddev, %), as a
     /// table, --csv (nsys' columns) or --json.
-    Stats(crate::cli::args::StatsArgs),
+    Stats(args::StatsArgs),
     /// Findings of nsys' expert rules, as `nsys analyze` finds them: synchronous CUDA calls,
     /// synchronous and pageable memcpys, synchronous memsets, GPU gaps and GPU time utilization.
-    Analyze(crate::workflow::analyze::AnalyzeArgs),
+    Analyze(args::AnalyzeArgs),
     /// Time of the events whose names match patterns (kernels, memory operations, API calls,
     /// NVTX ranges with their CPU and GPU time), per file: count, total, mean.
-    Extract(crate::workflow::extract::ExtractArgs),
+    Extract(args::ExtractArgs),
     /// Profile a command once per parameter value ($p) and tabulate the extracted event times,
     /// one column per value: sweep -p 16 32 64 -o 'run_$p' -- ./app --size '$p'
-    Sweep(crate::workflow::sweep::SweepArgs),
+    Sweep(args::SweepArgs),
     /// Show a trace in the Perfetto UI: serve it on 127.0.0.1:9001 and open
     /// ui.perfetto.dev on it (profiles are converted first). Over SSH, prints the link and the
     /// `ssh -L` line; --native for traces too large for a browser tab.
-    Open(crate::open::OpenArgs),
+    Open(args::OpenArgs),
     /// A local web page (and HTTP API) to convert profiles, see their summary and statistics,
     /// download the traces or open them in Perfetto.
-    Serve(crate::serve::ServeArgs),
+    Serve(args::ServeArgs),
     /// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace:
     /// merge rank_*.nsys-rep -o job.pftrace
-    Merge(crate::merge::MergeArgs),
+    Merge(args::MergeArgs),
     /// Print a shell completion script: nsys-perfetto completions bash >
     /// ~/.local/share/bash-completion/completions/nsys-perfetto
     Completions(CompletionsArgs),
