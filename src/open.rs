@@ -156,9 +156,19 @@ pub fn launch_browser(url: &str) -> Result<String> {
     ))
 }
 
+/// The temporary folder of `open`'s conversion, registered with `cleanup` while it lives.
+struct TempFolder(tempfile::TempDir);
+
+impl Drop for TempFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.path());
+        crate::cleanup::forget(self.0.path());
+    }
+}
+
 /// The trace to show: the input itself, or its conversion (reused when its record matches). The
 /// temporary directory, when there is one, must outlive the serving.
-fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     let input = &args.input;
     if !input.exists() {
         bail!("{}: no such file", input.display());
@@ -194,12 +204,19 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     };
     // A selection gets its own temporary trace: the one beside the input stays the full one.
     let (output, temp) = if selected || crate::report::read_only_dir(&dir) {
-        let t = tempfile::Builder::new()
-            .prefix("nsys-perfetto-open-")
-            .tempdir()
-            .context("cannot create a temporary directory")?;
+        // Registered with `cleanup`: an interrupt during the conversion removes it; its name
+        // carries the process id, so that a run killed outright has it removed by the next.
+        let t = crate::cleanup::create(
+            || {
+                tempfile::Builder::new()
+                    .prefix(&crate::cleanup::prefix("nsys-perfetto-open-"))
+                    .tempdir()
+            },
+            |d| d.path().to_path_buf(),
+        )
+        .context("cannot create a temporary directory")?;
         let out = t.path().join(default.file_name().unwrap_or_default());
-        (out, Some(t))
+        (out, Some(TempFolder(t)))
     } else {
         (default, None)
     };
