@@ -2,10 +2,10 @@
 
 pub mod args;
 
-use crate::convert::{Options, OutputFormat};
+use crate::convert::Options;
+use args::{CompletionsArgs, ConvertArgs, ManArgs, ProfileArgs, SampleArg};
 pub use args::{FormatArg, NsysArgs, SelectArgs};
-use clap::{Args, Parser, Subcommand, ValueEnum};
-use std::path::PathBuf;
+use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
 /// Convert NVIDIA Nsight Systems profiles into Perfetto traces (ui.perfetto.dev).
@@ -31,124 +31,32 @@ pub enum Command {
     /// nsys' summary reports as `nsys stats` prints them (kernels, memory operations, CUDA API
     /// calls, NVTX ranges, OS runtime...: count, total, mean, median, min, max, stddev, %), as a
     /// table, --csv (nsys' columns) or --json.
-    Stats(crate::cli::args::StatsArgs),
+    Stats(args::StatsArgs),
     /// Findings of nsys' expert rules, as `nsys analyze` finds them: synchronous CUDA calls,
     /// synchronous and pageable memcpys, synchronous memsets, GPU gaps and GPU time utilization.
-    Analyze(crate::workflow::analyze::AnalyzeArgs),
+    Analyze(args::AnalyzeArgs),
     /// Time of the events whose names match patterns (kernels, memory operations, API calls,
     /// NVTX ranges with their CPU and GPU time), per file: count, total, mean.
-    Extract(crate::workflow::extract::ExtractArgs),
+    Extract(args::ExtractArgs),
     /// Profile a command once per parameter value ($p) and tabulate the extracted event times,
     /// one column per value: sweep -p 16 32 64 -o 'run_$p' -- ./app --size '$p'
-    Sweep(crate::workflow::sweep::SweepArgs),
+    Sweep(args::SweepArgs),
     /// Show a trace in the Perfetto UI: serve it on 127.0.0.1:9001 and open
     /// ui.perfetto.dev on it (profiles are converted first). Over SSH, prints the link and the
     /// `ssh -L` line; --native for traces too large for a browser tab.
-    Open(crate::open::OpenArgs),
+    Open(args::OpenArgs),
     /// A local web page (and HTTP API) to convert profiles, see their summary and statistics,
     /// download the traces or open them in Perfetto.
-    Serve(crate::serve::ServeArgs),
+    Serve(args::ServeArgs),
     /// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace:
     /// merge rank_*.nsys-rep -o job.pftrace
-    Merge(crate::merge::MergeArgs),
+    Merge(args::MergeArgs),
     /// Print a shell completion script: nsys-perfetto completions bash >
     /// ~/.local/share/bash-completion/completions/nsys-perfetto
     Completions(CompletionsArgs),
     /// Print the man page (roff), or write one per command into a directory with --dir:
     /// nsys-perfetto man | man -l -
     Man(ManArgs),
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct CompletionsArgs {
-    /// The shell.
-    #[arg(value_enum)]
-    pub shell: clap_complete::Shell,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ManArgs {
-    /// Write nsys-perfetto.1 and a page per subcommand (nsys-perfetto-stats.1...) into DIR.
-    #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ConvertArgs {
-    /// Profiles to convert: nsys SQLite exports (.sqlite), reports (.nsys-rep, .qdrep; exported
-    /// with nsys), directories of them, glob patterns.
-    #[arg(required = true, value_name = "INPUT")]
-    pub inputs: Vec<PathBuf>,
-    /// Output file (default: next to the input, with .pftrace or .json). A name ending in .gz
-    /// is gzip-compressed.
-    #[arg(short, long, value_name = "OUT")]
-    pub output: Option<PathBuf>,
-    /// Output format (default: json when OUT ends in .json or .json.gz, else protobuf).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<FormatArg>,
-    /// JSON output: colour NVTX ranges with the nearest Chrome colour names.
-    #[arg(long)]
-    pub json_colors: bool,
-    /// Print nothing but errors.
-    #[arg(short, long)]
-    pub quiet: bool,
-    #[command(flatten)]
-    pub select: SelectArgs,
-    /// Add the findings of nsys' expert rules (as `analyze` finds them, nsys' defaults) as an
-    /// "Analysis" track group: one slice per finding on the time it covers, with the rule's
-    /// explanation and advice, and an arrow from the CUDA call it blames.
-    #[arg(long)]
-    pub analyze: bool,
-    /// Convert even inputs whose output was made from the same input with the same options.
-    /// (With several inputs, a directory or a pattern, those are reused; a single file is
-    /// always converted.)
-    #[arg(long)]
-    pub force: bool,
-    /// Check the SQLite file first (PRAGMA quick_check) and refuse it when damaged. Off by
-    /// default (it reads the whole file once more); damage met while reading fails anyway.
-    #[arg(long)]
-    pub check: bool,
-    /// Files exported and converted at the same time (default: all cores).
-    #[arg(short = 'j', long = "jobs", value_name = "N")]
-    pub jobs: Option<usize>,
-    #[command(flatten)]
-    pub nsys: NsysArgs,
-}
-
-impl ConvertArgs {
-    /// The format asked for, else the one the output name implies. Contradictory choices
-    /// (`-o x.json --format protobuf`) are an error.
-    pub fn output_format(&self) -> anyhow::Result<OutputFormat> {
-        let name = self
-            .output
-            .as_ref()
-            .map(|o| o.to_string_lossy().to_lowercase());
-        let named = match name.as_deref() {
-            Some(n) if n.ends_with(".json") || n.ends_with(".json.gz") => Some(OutputFormat::Json),
-            Some(n) if n.ends_with(".pftrace") || n.ends_with(".pftrace.gz") => {
-                Some(OutputFormat::Protobuf)
-            }
-            _ => None,
-        };
-        let asked = self.format.map(|f| match f {
-            FormatArg::Protobuf => OutputFormat::Protobuf,
-            FormatArg::Json => OutputFormat::Json,
-        });
-        match (asked, named) {
-            (Some(a), Some(n)) if a != n => anyhow::bail!(
-                "--format {} contradicts the output name {} (a .{} file): change one",
-                match a {
-                    OutputFormat::Protobuf => "protobuf",
-                    OutputFormat::Json => "json",
-                },
-                self.output.as_ref().expect("named").display(),
-                n.extension()
-            ),
-            (Some(a), _) => Ok(a),
-            (None, Some(n)) => Ok(n),
-            (None, None) => Ok(OutputFormat::Protobuf),
-        }
-    }
 }
 
 pub fn main() -> ExitCode {
@@ -353,55 +261,6 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
     } else {
         ExitCode::FAILURE
     }
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SampleArg {
-    /// CPU sampling (perf events)
-    Cpu,
-    /// No CPU sampling
-    None,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ProfileArgs {
-    /// Base name of the results (NAME.nsys-rep, NAME.sqlite, NAME.pftrace). Default: the
-    /// command's name in the current directory, numbered if taken.
-    #[arg(short, long, value_name = "NAME")]
-    pub output: Option<PathBuf>,
-    /// APIs to trace (nsys profile --trace), comma-separated, e.g. cuda,nvtx,osrt,cublas.
-    #[arg(short, long, value_name = "LIST", default_value = "cuda,nvtx,osrt")]
-    pub trace: String,
-    /// CPU sampling. Off by default: with it, nsys 2022.4 hangs after the program exits on
-    /// some kernels (use --timeout).
-    #[arg(short, long, value_enum, default_value = "none")]
-    pub sample: SampleArg,
-    /// Collect CPU context switches (nsys --cpuctxsw=process-tree; off by default, for the
-    /// same reason as --sample).
-    #[arg(long)]
-    pub cpuctxsw: bool,
-    /// Stop nsys, its agent and the program after SECS seconds.
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<u64>,
-    /// One more argument for `nsys profile` (repeat), e.g. --nsys-arg=--duration=30.
-    #[arg(long = "nsys-arg", value_name = "ARG", allow_hyphen_values = true)]
-    pub nsys_args: Vec<std::ffi::OsString>,
-    #[command(flatten)]
-    pub nsys: NsysArgs,
-    /// What to convert from the report (the conversion options: --types, --pid, ...).
-    #[command(flatten)]
-    pub select: SelectArgs,
-    /// Print nothing but errors (nsys's and the program's output are shown only on failure).
-    #[arg(short, long)]
-    pub quiet: bool,
-    /// The command to profile, with its arguments (after `--` when they start with `-`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
-    pub command: Vec<std::ffi::OsString>,
 }
 
 fn run_profile(args: &ProfileArgs) -> ExitCode {

@@ -14,71 +14,16 @@
 //!   ([`crate::convert::merge_sqlite`]): memory follows the largest report, not their number.
 
 use crate::batch;
-use crate::cli::args::{FormatArg, NsysArgs, SelectArgs};
+use crate::cli::args::{AlignArg, FormatArg, MergeArgs};
 use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
 use crate::nsys::source::Export;
 use crate::parallel::{default_jobs, parallel_map};
 use crate::report::{self, ExportOptions, Exported};
 use crate::summary::{Summary, human_ns};
 use anyhow::{Result, anyhow, bail};
-use clap::{Args, ValueEnum};
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-
-/// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace.
-#[derive(Args, Debug, Clone)]
-#[command(after_help = SCALING_HELP)]
-pub struct MergeArgs {
-    /// Reports or exports (.nsys-rep, .qdrep, .sqlite), directories of them, glob patterns.
-    #[arg(required = true, value_name = "INPUT")]
-    pub inputs: Vec<PathBuf>,
-    /// The merged trace (.pftrace, or .json; .gz compresses).
-    #[arg(short, long, value_name = "OUT", required = true)]
-    pub output: PathBuf,
-    /// Output format (default: json when OUT ends in .json or .json.gz, else protobuf).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<FormatArg>,
-    /// JSON output: colour NVTX ranges with the nearest Chrome colour names.
-    #[arg(long)]
-    pub json_colors: bool,
-    /// How the reports share the timeline: wall-clock (each at the time it ran, so ranks line
-    /// up) or start (every report's session start at zero, to compare separate runs).
-    #[arg(long, value_enum, default_value = "wall-clock", value_name = "HOW")]
-    pub align: AlignArg,
-    /// Name each report by the first capture group of REGEX applied to its file name (a number
-    /// gives "rank N"), instead of the rank the report records: --label 'node(\d+)'.
-    #[arg(long, value_name = "REGEX")]
-    pub label: Option<String>,
-    /// Reports to export at the same time (default: all cores).
-    #[arg(short = 'j', long = "jobs", value_name = "N")]
-    pub jobs: Option<usize>,
-    /// Print nothing but errors.
-    #[arg(short, long)]
-    pub quiet: bool,
-    #[command(flatten)]
-    pub select: SelectArgs,
-    #[command(flatten)]
-    pub nsys: NsysArgs,
-}
-
-/// How to scale past one machine, in `merge --help` (and docs/merge.md).
-pub const SCALING_HELP: &str = "\
-Scaling past one machine: convert or export each report where it was written, one report per task
-of the scheduler you already have, then merge once:
-  sbatch --array=0-63 --wrap 'nsys-perfetto rank_${SLURM_ARRAY_TASK_ID}.nsys-rep'   (Slurm array)
-  ls *.nsys-rep | xargs -P 16 -n 1 nsys export --type sqlite                        (xargs -P)
-  parallel nsys-perfetto ::: *.nsys-rep                                              (GNU parallel)
-  nsys-perfetto merge *.sqlite -o job.pftrace
-Exports nsys-perfetto made beside their reports are reused while the report is unchanged.";
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AlignArg {
-    /// Each report at its own wall-clock session start.
-    WallClock,
-    /// Every report's session start at zero.
-    Start,
-}
 
 /// What a report says about who it is, for its label.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -8,8 +8,9 @@
 //! laptop are printed instead. `--native` hands the trace to a `trace_processor_shell --httpd`
 //! instead, for traces too large for a browser tab.
 
+use crate::cli::args::{LOCAL_UI_PORT, OpenArgs, PERFETTO_PORT};
 use crate::serve::http;
-use crate::serve::ui_dir::{LOCAL_UI_PORT, TRACE_PREFIX, UiDir};
+use crate::serve::ui_dir::{TRACE_PREFIX, UiDir};
 use anyhow::{Context, Result, anyhow, bail};
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
@@ -19,62 +20,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-/// The port the Perfetto UI accepts traces (and trace processors) from.
-pub const PERFETTO_PORT: u16 = 9001;
 const UI: &str = "https://ui.perfetto.dev";
 const UI_ORIGIN: &str = "https://ui.perfetto.dev";
 /// Above this size, a browser tab may not hold the trace: suggest --native.
 const BIG_TRACE: u64 = 1 << 30;
 const GET_TRACE_PROCESSOR: &str = "get one with `curl -LO https://get.perfetto.dev/trace_processor && chmod +x trace_processor` \
 (it downloads trace_processor_shell on first use), then pass --trace-processor ./trace_processor or put it on PATH";
-
-/// `nsys-perfetto open`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct OpenArgs {
-    /// A trace (.pftrace, .json, .gz...) or a profile (.nsys-rep, .qdrep, .sqlite: converted
-    /// first, or reused when the .pftrace beside it was made from the same input content with
-    /// the same options by this version).
-    #[arg(value_name = "INPUT")]
-    pub input: PathBuf,
-    /// Do not start a browser: print the link (automatic without a display or over SSH).
-    #[arg(long)]
-    pub no_browser: bool,
-    /// Load the trace in a native trace_processor_shell (--httpd) that the UI uses instead of
-    /// its in-browser engine: for traces too large for a browser tab (about 2 GB of memory,
-    /// 2-4x the file).
-    #[arg(long)]
-    pub native: bool,
-    /// The trace_processor_shell for --native (default: trace_processor_shell or
-    /// trace_processor on PATH).
-    #[arg(long, value_name = "PATH")]
-    pub trace_processor: Option<PathBuf>,
-    /// Open the UI around this nsys session time (2.5s, 1200ms, 2500000000ns; a slice starting
-    /// exactly there is selected).
-    #[arg(long, value_name = "TIME", conflicts_with = "range")]
-    pub at: Option<String>,
-    /// Open the UI showing this window of nsys session time: 2s..2.5s.
-    #[arg(long, value_name = "A..B")]
-    pub range: Option<String>,
-    /// Stop waiting for the UI after this many seconds (default: until fetched or Ctrl-C).
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<u64>,
-    /// Serve this local Perfetto UI build (a directory with its index.html) instead of opening
-    /// ui.perfetto.dev: for machines whose browser cannot reach it. The UI and the trace are
-    /// served on http://127.0.0.1:10000/ until Ctrl-C.
-    #[arg(long, value_name = "DIR")]
-    pub ui: Option<PathBuf>,
-    /// Port of the local UI with --native --ui (tests; trace processors accept 10000).
-    #[arg(long, hide = true, default_value_t = crate::serve::ui_dir::LOCAL_UI_PORT)]
-    pub ui_port: u16,
-    /// Port to serve on (tests; the UI accepts only 9001).
-    #[arg(long, hide = true, default_value_t = PERFETTO_PORT)]
-    pub port: u16,
-    /// Convert with these options (profiles only).
-    #[command(flatten)]
-    pub select: crate::cli::args::SelectArgs,
-    #[command(flatten)]
-    pub nsys: crate::cli::args::NsysArgs,
-}
 
 /// Listen on 127.0.0.1:`port`; when it is taken, say `why` it must be that port and how to find
 /// what holds it (`open` has no other port to offer).
@@ -205,9 +156,19 @@ pub fn launch_browser(url: &str) -> Result<String> {
     ))
 }
 
+/// The temporary folder of `open`'s conversion, registered with `cleanup` while it lives.
+struct TempFolder(tempfile::TempDir);
+
+impl Drop for TempFolder {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(self.0.path());
+        crate::cleanup::forget(self.0.path());
+    }
+}
+
 /// The trace to show: the input itself, or its conversion (reused when its record matches). The
 /// temporary directory, when there is one, must outlive the serving.
-fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
+fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     let input = &args.input;
     if !input.exists() {
         bail!("{}: no such file", input.display());
@@ -243,12 +204,19 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<tempfile::TempDir>)> {
     };
     // A selection gets its own temporary trace: the one beside the input stays the full one.
     let (output, temp) = if selected || crate::report::read_only_dir(&dir) {
-        let t = tempfile::Builder::new()
-            .prefix("nsys-perfetto-open-")
-            .tempdir()
-            .context("cannot create a temporary directory")?;
+        // Registered with `cleanup`: an interrupt during the conversion removes it; its name
+        // carries the process id, so that a run killed outright has it removed by the next.
+        let t = crate::cleanup::create(
+            || {
+                tempfile::Builder::new()
+                    .prefix(&crate::cleanup::prefix("nsys-perfetto-open-"))
+                    .tempdir()
+            },
+            |d| d.path().to_path_buf(),
+        )
+        .context("cannot create a temporary directory")?;
         let out = t.path().join(default.file_name().unwrap_or_default());
-        (out, Some(t))
+        (out, Some(TempFolder(t)))
     } else {
         (default, None)
     };

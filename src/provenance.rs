@@ -35,7 +35,6 @@ use std::path::Path;
 pub const TOOL: &str = concat!("nsys-perfetto ", env!("CARGO_PKG_VERSION"));
 
 use crate::output::json::RECORD_KEY as JSON_KEY;
-use crate::output::pftrace::RECORD_KEY as PFTRACE_KEY;
 
 /// How much of an output's end is read to find its record.
 const TAIL: u64 = 64 << 10;
@@ -285,9 +284,7 @@ fn find_last(hay: &[u8], needle: &[u8]) -> Vec<usize> {
 
 /// The record text at the end of a `.pftrace`: the trailer that ends the file exactly.
 fn pftrace_record(tail: &[u8]) -> Option<String> {
-    let mut needle = vec![0x0A, PFTRACE_KEY.len() as u8];
-    needle.extend_from_slice(PFTRACE_KEY.as_bytes());
-    needle.push(0x12);
+    let needle = crate::output::pftrace::record_text_prefix();
     for at in find_last(tail, &needle) {
         let text = &tail[at + needle.len()..];
         // Skip the length varint; the text runs to the end of the file.
@@ -453,15 +450,16 @@ pub fn owns_export(export: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::output::pftrace::TRACE_PACKET_BYTE;
 
     #[test]
     fn trailer_round_trips_and_needs_the_end_of_the_file() {
         let rec = r#"{"a":"b \u00e9"}"#.repeat(20);
-        let mut file = vec![0x0A, 3, 1, 2, 3];
+        let mut file = vec![TRACE_PACKET_BYTE, 3, 1, 2, 3];
         file.extend(crate::output::pftrace::record_packet(&rec));
         assert_eq!(pftrace_record(&file).as_deref(), Some(rec.as_str()));
         // Anything after it (another packet) and it is not the record of this file.
-        file.extend([0x0A, 1, 0]);
+        file.extend([TRACE_PACKET_BYTE, 1, 0]);
         assert_eq!(pftrace_record(&file), None);
     }
 

@@ -1,7 +1,12 @@
-//! The command-line arguments that several commands share (`convert`, `merge`, `open`,
-//! `serve`, `profile`): below every command's module, so that none imports `cli`.
+//! The command-line argument types: those several commands share (`convert`, `merge`, `open`,
+//! `serve`, `profile`) and each command's own (`convert`, `profile`, `stats`, `analyze`,
+//! `extract`, `sweep`, `merge`, `open`, `serve`, `completions`, `man`), with the choices and
+//! defaults they name. Below every command's module, so that none imports `cli`; the
+//! workflows add the methods that run them.
 
+use crate::convert::OutputFormat;
 use clap::{Args, ValueEnum};
+use std::net::IpAddr;
 use std::path::PathBuf;
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
@@ -172,5 +177,471 @@ pub struct StatsArgs {
     #[arg(long)]
     pub raw_names: bool,
     #[command(flatten)]
-    pub out: crate::workflow::OutputArgs,
+    pub out: OutputArgs,
+}
+
+/// Time unit for tables. CSV and JSON always carry nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Unit {
+    #[default]
+    Ns,
+    Us,
+    Ms,
+    S,
+}
+
+/// How `stats` and `extract` print.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct OutputArgs {
+    /// Print CSV (times in ns) instead of a table.
+    #[arg(long, conflicts_with = "json")]
+    pub csv: bool,
+    /// Print JSON (times in ns) instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Time unit of the table (CSV and JSON are always in ns).
+    #[arg(long, value_enum, default_value = "ns", value_name = "UNIT")]
+    pub unit: Unit,
+    /// Write to FILE instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<std::path::PathBuf>,
+    /// The nsys that exports reports (.nsys-rep, .qdrep) to SQLite. Default: $NSYS, then PATH,
+    /// then the usual install places.
+    #[arg(long, value_name = "PATH")]
+    pub nsys: Option<std::path::PathBuf>,
+}
+
+/// `nsys-perfetto extract PROFILE... -e PATTERN [-e PATTERN...]`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ExtractArgs {
+    /// nsys SQLite exports (.sqlite) or reports (.nsys-rep, .qdrep).
+    #[arg(required = true, value_name = "PROFILE")]
+    pub profiles: Vec<PathBuf>,
+    /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or a regex
+    /// as 're:REGEX'. Matched against kernel (short and demangled), memory operation, CUDA API
+    /// and NVTX range names.
+    #[arg(short, long = "events", required = true, value_name = "PATTERN")]
+    pub events: Vec<String>,
+    /// Read every pattern as a regex.
+    #[arg(long)]
+    pub regex: bool,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Which number a sweep table shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Metric {
+    /// Total time of the events per run (mean over iterations).
+    #[default]
+    Total,
+    /// Mean duration of one event.
+    Mean,
+    /// Number of events per run (mean over iterations).
+    Count,
+}
+
+/// `nsys-perfetto sweep -p V... [--iter N] [-e PATTERN...] -o NAME -- COMMAND...`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct SweepArgs {
+    /// Parameter values: each replaces `$p` in the command's arguments and in the output name.
+    #[arg(short = 'p', long = "param", required = true, num_args = 1.., value_name = "VALUE")]
+    pub values: Vec<String>,
+    /// Profile each value N times; cells are means over the iterations.
+    #[arg(long = "iter", default_value_t = 1, value_name = "N")]
+    pub iterations: usize,
+    /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or
+    /// 're:REGEX'. Default: the 10 kernels and 10 NVTX ranges with the most time in the first
+    /// profile.
+    #[arg(short, long = "events", value_name = "PATTERN")]
+    pub events: Vec<String>,
+    /// Read every pattern as a regex.
+    #[arg(long)]
+    pub regex: bool,
+    /// Report name of each run, with `$p` (quote it: 'run_$p'); nsys adds .nsys-rep, the export
+    /// is NAME.sqlite. With --iter, -1, -2... follow the name.
+    #[arg(short, long, default_value = "sweep_$p", value_name = "NAME")]
+    pub output: String,
+    /// Also write the table as CSV (times in ns; rows total_ns, mean_ns and count per event).
+    #[arg(long, value_name = "FILE")]
+    pub csv: Option<PathBuf>,
+    /// What the terminal table shows.
+    #[arg(long, value_enum, default_value = "total")]
+    pub metric: Metric,
+    /// Time unit of the terminal table.
+    #[arg(long, value_enum, default_value = "us", value_name = "UNIT")]
+    pub unit: Unit,
+    /// APIs to trace (nsys profile --trace).
+    #[arg(short, long, default_value = "cuda,nvtx,osrt", value_name = "LIST")]
+    pub trace: String,
+    /// Stop nsys and the program after SECS seconds (each run).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// The nsys to use (binary or install directory). Default: $NSYS, then PATH, then the
+    /// usual install places.
+    #[arg(long, value_name = "PATH")]
+    pub nsys: Option<PathBuf>,
+    /// Do not convert each run's profile to NAME.pftrace.
+    #[arg(long)]
+    pub no_traces: bool,
+    /// Show nsys's and the program's output (by default shown only when a run fails).
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// The command to profile, after `--`, with `$p` where the value goes.
+    #[arg(required = true, last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+/// `nsys-perfetto analyze PROFILE`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct AnalyzeArgs {
+    /// An nsys SQLite export (.sqlite) or report (.nsys-rep, .qdrep).
+    #[arg(value_name = "PROFILE")]
+    pub profile: std::path::PathBuf,
+    /// Rules to run, comma-separated (default: all): cuda_api_sync, cuda_memcpy_async,
+    /// cuda_memcpy_sync, cuda_memset_sync, gpu_gaps, gpu_time_util.
+    #[arg(long, short = 'r', value_delimiter = ',', value_name = "RULE")]
+    pub rule: Vec<String>,
+    /// Findings shown per rule (0: all), the longest first (gpu_time_util: the least used).
+    #[arg(long, default_value_t = 50, value_name = "N")]
+    pub top: usize,
+    /// Only rows from this time on (ns, the export's time as nsys shows it).
+    #[arg(long, value_name = "NS")]
+    pub start: Option<i64>,
+    /// Only rows before this time (ns).
+    #[arg(long, value_name = "NS")]
+    pub end: Option<i64>,
+    /// Only the time (and thread or process) of the first NVTX range of this name:
+    /// NAME[@DOMAIN], NAME/N for the Nth. --start/--end override its times.
+    #[arg(long, value_name = "RANGE")]
+    pub nvtx: Option<String>,
+    /// cuda_api_sync: only calls of this process id.
+    #[arg(long, value_name = "PID")]
+    pub process: Option<i64>,
+    /// cuda_api_sync: only calls of this thread id.
+    #[arg(long, value_name = "TID")]
+    pub thread: Option<i64>,
+    /// gpu_gaps: report gaps longer than this, ms.
+    #[arg(long, default_value_t = 500, value_name = "MS")]
+    pub gap: i64,
+    /// gpu_time_util: report chunks used less than this, percent.
+    #[arg(long, default_value_t = 50, value_name = "PERCENT")]
+    pub threshold: i64,
+    /// gpu_time_util: chunks per process and GPU (1 to 1000).
+    #[arg(long, default_value_t = 30, value_name = "N")]
+    pub chunks: i64,
+    #[command(flatten)]
+    pub out: OutputArgs,
+}
+
+/// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace.
+#[derive(Args, Debug, Clone)]
+#[command(after_help = SCALING_HELP)]
+pub struct MergeArgs {
+    /// Reports or exports (.nsys-rep, .qdrep, .sqlite), directories of them, glob patterns.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// The merged trace (.pftrace, or .json; .gz compresses).
+    #[arg(short, long, value_name = "OUT", required = true)]
+    pub output: PathBuf,
+    /// Output format (default: json when OUT ends in .json or .json.gz, else protobuf).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<FormatArg>,
+    /// JSON output: colour NVTX ranges with the nearest Chrome colour names.
+    #[arg(long)]
+    pub json_colors: bool,
+    /// How the reports share the timeline: wall-clock (each at the time it ran, so ranks line
+    /// up) or start (every report's session start at zero, to compare separate runs).
+    #[arg(long, value_enum, default_value = "wall-clock", value_name = "HOW")]
+    pub align: AlignArg,
+    /// Name each report by the first capture group of REGEX applied to its file name (a number
+    /// gives "rank N"), instead of the rank the report records: --label 'node(\d+)'.
+    #[arg(long, value_name = "REGEX")]
+    pub label: Option<String>,
+    /// Reports to export at the same time (default: all cores).
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub jobs: Option<usize>,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub select: SelectArgs,
+    #[command(flatten)]
+    pub nsys: NsysArgs,
+}
+
+/// How to scale past one machine, in `merge --help` (and docs/merge.md).
+pub const SCALING_HELP: &str = "\
+Scaling past one machine: convert or export each report where it was written, one report per task
+of the scheduler you already have, then merge once:
+  sbatch --array=0-63 --wrap 'nsys-perfetto rank_${SLURM_ARRAY_TASK_ID}.nsys-rep'   (Slurm array)
+  ls *.nsys-rep | xargs -P 16 -n 1 nsys export --type sqlite                        (xargs -P)
+  parallel nsys-perfetto ::: *.nsys-rep                                              (GNU parallel)
+  nsys-perfetto merge *.sqlite -o job.pftrace
+Exports nsys-perfetto made beside their reports are reused while the report is unchanged.";
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AlignArg {
+    /// Each report at its own wall-clock session start.
+    WallClock,
+    /// Every report's session start at zero.
+    Start,
+}
+
+/// The port the Perfetto UI accepts traces (and trace processors) from.
+pub const PERFETTO_PORT: u16 = 9001;
+
+/// `nsys-perfetto open`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct OpenArgs {
+    /// A trace (.pftrace, .json, .gz...) or a profile (.nsys-rep, .qdrep, .sqlite: converted
+    /// first, or reused when the .pftrace beside it was made from the same input content with
+    /// the same options by this version).
+    #[arg(value_name = "INPUT")]
+    pub input: PathBuf,
+    /// Do not start a browser: print the link (automatic without a display or over SSH).
+    #[arg(long)]
+    pub no_browser: bool,
+    /// Load the trace in a native trace_processor_shell (--httpd) that the UI uses instead of
+    /// its in-browser engine: for traces too large for a browser tab (about 2 GB of memory,
+    /// 2-4x the file).
+    #[arg(long)]
+    pub native: bool,
+    /// The trace_processor_shell for --native (default: trace_processor_shell or
+    /// trace_processor on PATH).
+    #[arg(long, value_name = "PATH")]
+    pub trace_processor: Option<PathBuf>,
+    /// Open the UI around this nsys session time (2.5s, 1200ms, 2500000000ns; a slice starting
+    /// exactly there is selected).
+    #[arg(long, value_name = "TIME", conflicts_with = "range")]
+    pub at: Option<String>,
+    /// Open the UI showing this window of nsys session time: 2s..2.5s.
+    #[arg(long, value_name = "A..B")]
+    pub range: Option<String>,
+    /// Stop waiting for the UI after this many seconds (default: until fetched or Ctrl-C).
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// Serve this local Perfetto UI build (a directory with its index.html) instead of opening
+    /// ui.perfetto.dev: for machines whose browser cannot reach it. The UI and the trace are
+    /// served on http://127.0.0.1:10000/ until Ctrl-C.
+    #[arg(long, value_name = "DIR")]
+    pub ui: Option<PathBuf>,
+    /// Port of the local UI with --native --ui (tests; trace processors accept 10000).
+    #[arg(long, hide = true, default_value_t = LOCAL_UI_PORT)]
+    pub ui_port: u16,
+    /// Port to serve on (tests; the UI accepts only 9001).
+    #[arg(long, hide = true, default_value_t = PERFETTO_PORT)]
+    pub port: u16,
+    /// Convert with these options (profiles only).
+    #[command(flatten)]
+    pub select: SelectArgs,
+    #[command(flatten)]
+    pub nsys: NsysArgs,
+}
+
+/// The port `open --ui` serves on unless told otherwise: not 9001, which the UI probes for a
+/// native trace processor, and one Perfetto's `trace_processor_shell` accepts as an origin.
+pub const LOCAL_UI_PORT: u16 = 10000;
+
+/// `nsys-perfetto serve`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Port to listen on (0: any free port, printed at start).
+    #[arg(long, default_value_t = 8080)]
+    pub port: u16,
+    /// Address to listen on. Anything but a loopback address exposes the page (and the files
+    /// it converts) to the network: a warning says so.
+    #[arg(long, default_value = "127.0.0.1", value_name = "ADDR")]
+    pub bind: IpAddr,
+    /// Largest upload accepted, e.g. 4G, 500M (bytes without a unit).
+    #[arg(long, default_value = "8G", value_name = "SIZE", value_parser = parse_size)]
+    pub max_upload: u64,
+    /// Conversions run at once (others wait their turn).
+    #[arg(long, default_value_t = 2, value_name = "N")]
+    pub jobs: usize,
+    /// Where temporary files go (default: the system's temporary directory).
+    #[arg(long, value_name = "DIR")]
+    pub temp_dir: Option<PathBuf>,
+    /// The nsys used for reports (see `nsys-perfetto --help`).
+    #[arg(long, value_name = "PATH")]
+    pub nsys: Option<PathBuf>,
+    /// Serve this local Perfetto UI build (a directory with its index.html) under /perfetto/ and
+    /// open traces in it instead of ui.perfetto.dev: for machines whose browser cannot reach it.
+    #[arg(long, value_name = "DIR")]
+    pub ui: Option<PathBuf>,
+    /// The Perfetto UI the page opens (for tests: a stand-in page; also $NSYS_PERFETTO_UI_URL).
+    #[arg(long, hide = true, value_name = "URL")]
+    pub perfetto_url: Option<String>,
+}
+
+/// `4G`, `500M`, `64k`, `123` (bytes): decimal units; `GiB`, `MiB`, `KiB` binary ones.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
+        Some((i, _)) => {
+            let unit = t[i..].to_ascii_lowercase();
+            let mult: f64 = match unit.as_str() {
+                "b" => 1.0,
+                "k" | "kb" => 1e3,
+                "m" | "mb" => 1e6,
+                "g" | "gb" => 1e9,
+                "t" | "tb" => 1e12,
+                "kib" => 1024.0,
+                "mib" => 1024.0 * 1024.0,
+                "gib" => 1024.0 * 1024.0 * 1024.0,
+                _ => return Err(format!("bad size '{s}' (use e.g. 500M, 4G)")),
+            };
+            (&t[..i], mult)
+        }
+        None => (t, 1.0),
+    };
+    let v: f64 = num
+        .trim()
+        .parse()
+        .map_err(|_| format!("bad size '{s}' (use e.g. 500M, 4G)"))?;
+    if !v.is_finite() || v < 0.0 {
+        return Err(format!("bad size '{s}'"));
+    }
+    Ok((v * mult) as u64)
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub shell: clap_complete::Shell,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ManArgs {
+    /// Write nsys-perfetto.1 and a page per subcommand (nsys-perfetto-stats.1...) into DIR.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ConvertArgs {
+    /// Profiles to convert: nsys SQLite exports (.sqlite), reports (.nsys-rep, .qdrep; exported
+    /// with nsys), directories of them, glob patterns.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// Output file (default: next to the input, with .pftrace or .json). A name ending in .gz
+    /// is gzip-compressed.
+    #[arg(short, long, value_name = "OUT")]
+    pub output: Option<PathBuf>,
+    /// Output format (default: json when OUT ends in .json or .json.gz, else protobuf).
+    #[arg(long, value_enum, value_name = "FORMAT")]
+    pub format: Option<FormatArg>,
+    /// JSON output: colour NVTX ranges with the nearest Chrome colour names.
+    #[arg(long)]
+    pub json_colors: bool,
+    /// Print nothing but errors.
+    #[arg(short, long)]
+    pub quiet: bool,
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Add the findings of nsys' expert rules (as `analyze` finds them, nsys' defaults) as an
+    /// "Analysis" track group: one slice per finding on the time it covers, with the rule's
+    /// explanation and advice, and an arrow from the CUDA call it blames.
+    #[arg(long)]
+    pub analyze: bool,
+    /// Convert even inputs whose output was made from the same input with the same options.
+    /// (With several inputs, a directory or a pattern, those are reused; a single file is
+    /// always converted.)
+    #[arg(long)]
+    pub force: bool,
+    /// Check the SQLite file first (PRAGMA quick_check) and refuse it when damaged. Off by
+    /// default (it reads the whole file once more); damage met while reading fails anyway.
+    #[arg(long)]
+    pub check: bool,
+    /// Files exported and converted at the same time (default: all cores).
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub jobs: Option<usize>,
+    #[command(flatten)]
+    pub nsys: NsysArgs,
+}
+
+impl ConvertArgs {
+    /// The format asked for, else the one the output name implies. Contradictory choices
+    /// (`-o x.json --format protobuf`) are an error.
+    pub fn output_format(&self) -> anyhow::Result<OutputFormat> {
+        let name = self
+            .output
+            .as_ref()
+            .map(|o| o.to_string_lossy().to_lowercase());
+        let named = match name.as_deref() {
+            Some(n) if n.ends_with(".json") || n.ends_with(".json.gz") => Some(OutputFormat::Json),
+            Some(n) if n.ends_with(".pftrace") || n.ends_with(".pftrace.gz") => {
+                Some(OutputFormat::Protobuf)
+            }
+            _ => None,
+        };
+        let asked = self.format.map(|f| match f {
+            FormatArg::Protobuf => OutputFormat::Protobuf,
+            FormatArg::Json => OutputFormat::Json,
+        });
+        match (asked, named) {
+            (Some(a), Some(n)) if a != n => anyhow::bail!(
+                "--format {} contradicts the output name {} (a .{} file): change one",
+                match a {
+                    OutputFormat::Protobuf => "protobuf",
+                    OutputFormat::Json => "json",
+                },
+                self.output.as_ref().expect("named").display(),
+                n.extension()
+            ),
+            (Some(a), _) => Ok(a),
+            (None, Some(n)) => Ok(n),
+            (None, None) => Ok(OutputFormat::Protobuf),
+        }
+    }
+}
+
+#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SampleArg {
+    /// CPU sampling (perf events)
+    Cpu,
+    /// No CPU sampling
+    None,
+}
+
+#[derive(Args, Debug, Clone)]
+pub struct ProfileArgs {
+    /// Base name of the results (NAME.nsys-rep, NAME.sqlite, NAME.pftrace). Default: the
+    /// command's name in the current directory, numbered if taken.
+    #[arg(short, long, value_name = "NAME")]
+    pub output: Option<PathBuf>,
+    /// APIs to trace (nsys profile --trace), comma-separated, e.g. cuda,nvtx,osrt,cublas.
+    #[arg(short, long, value_name = "LIST", default_value = "cuda,nvtx,osrt")]
+    pub trace: String,
+    /// CPU sampling. Off by default: with it, nsys 2022.4 hangs after the program exits on
+    /// some kernels (use --timeout).
+    #[arg(short, long, value_enum, default_value = "none")]
+    pub sample: SampleArg,
+    /// Collect CPU context switches (nsys --cpuctxsw=process-tree; off by default, for the
+    /// same reason as --sample).
+    #[arg(long)]
+    pub cpuctxsw: bool,
+    /// Stop nsys, its agent and the program after SECS seconds.
+    #[arg(long, value_name = "SECS")]
+    pub timeout: Option<u64>,
+    /// One more argument for `nsys profile` (repeat), e.g. --nsys-arg=--duration=30.
+    #[arg(long = "nsys-arg", value_name = "ARG", allow_hyphen_values = true)]
+    pub nsys_args: Vec<std::ffi::OsString>,
+    #[command(flatten)]
+    pub nsys: NsysArgs,
+    /// What to convert from the report (the conversion options: --types, --pid, ...).
+    #[command(flatten)]
+    pub select: SelectArgs,
+    /// Print nothing but errors (nsys's and the program's output are shown only on failure).
+    #[arg(short, long)]
+    pub quiet: bool,
+    /// The command to profile, with its arguments (after `--` when they start with `-`).
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "COMMAND"
+    )]
+    pub command: Vec<std::ffi::OsString>,
 }

@@ -15,7 +15,7 @@
 pub mod http;
 pub mod ui_dir;
 
-use crate::cli::args::SelectArgs;
+use crate::cli::args::{SelectArgs, ServeArgs};
 use crate::convert::{self, OutputFormat};
 use crate::model::Category;
 use crate::summary::Summary;
@@ -25,7 +25,7 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::fs;
 use std::io::{Read, Write};
-use std::net::{IpAddr, SocketAddr};
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,68 +37,6 @@ const PAGE: &str = include_str!("page.html");
 pub const PERFETTO_UI: &str = "https://ui.perfetto.dev";
 /// Traces not fetched or deleted for this long are removed.
 const JOB_TTL: Duration = Duration::from_secs(3600);
-
-/// `nsys-perfetto serve`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct ServeArgs {
-    /// Port to listen on (0: any free port, printed at start).
-    #[arg(long, default_value_t = 8080)]
-    pub port: u16,
-    /// Address to listen on. Anything but a loopback address exposes the page (and the files
-    /// it converts) to the network: a warning says so.
-    #[arg(long, default_value = "127.0.0.1", value_name = "ADDR")]
-    pub bind: IpAddr,
-    /// Largest upload accepted, e.g. 4G, 500M (bytes without a unit).
-    #[arg(long, default_value = "8G", value_name = "SIZE", value_parser = parse_size)]
-    pub max_upload: u64,
-    /// Conversions run at once (others wait their turn).
-    #[arg(long, default_value_t = 2, value_name = "N")]
-    pub jobs: usize,
-    /// Where temporary files go (default: the system's temporary directory).
-    #[arg(long, value_name = "DIR")]
-    pub temp_dir: Option<PathBuf>,
-    /// The nsys used for reports (see `nsys-perfetto --help`).
-    #[arg(long, value_name = "PATH")]
-    pub nsys: Option<PathBuf>,
-    /// Serve this local Perfetto UI build (a directory with its index.html) under /perfetto/ and
-    /// open traces in it instead of ui.perfetto.dev: for machines whose browser cannot reach it.
-    #[arg(long, value_name = "DIR")]
-    pub ui: Option<PathBuf>,
-    /// The Perfetto UI the page opens (for tests: a stand-in page; also $NSYS_PERFETTO_UI_URL).
-    #[arg(long, hide = true, value_name = "URL")]
-    pub perfetto_url: Option<String>,
-}
-
-/// `4G`, `500M`, `64k`, `123` (bytes): decimal units; `GiB`, `MiB`, `KiB` binary ones.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let (num, mult) = match t.char_indices().find(|(_, c)| c.is_ascii_alphabetic()) {
-        Some((i, _)) => {
-            let unit = t[i..].to_ascii_lowercase();
-            let mult: f64 = match unit.as_str() {
-                "b" => 1.0,
-                "k" | "kb" => 1e3,
-                "m" | "mb" => 1e6,
-                "g" | "gb" => 1e9,
-                "t" | "tb" => 1e12,
-                "kib" => 1024.0,
-                "mib" => 1024.0 * 1024.0,
-                "gib" => 1024.0 * 1024.0 * 1024.0,
-                _ => return Err(format!("bad size '{s}' (use e.g. 500M, 4G)")),
-            };
-            (&t[..i], mult)
-        }
-        None => (t, 1.0),
-    };
-    let v: f64 = num
-        .trim()
-        .parse()
-        .map_err(|_| format!("bad size '{s}' (use e.g. 500M, 4G)"))?;
-    if !v.is_finite() || v < 0.0 {
-        return Err(format!("bad size '{s}'"));
-    }
-    Ok((v * mult) as u64)
-}
 
 /// What a conversion is doing, for the page's progress line.
 #[derive(Debug, Clone)]
@@ -778,6 +716,7 @@ fn receive(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cli::args::parse_size;
 
     #[test]
     fn names_and_sizes() {

@@ -14,9 +14,6 @@ use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-/// The port `open --ui` serves on unless told otherwise: not 9001, which the UI probes for a
-/// native trace processor, and one Perfetto's `trace_processor_shell` accepts as an origin.
-pub const LOCAL_UI_PORT: u16 = 10000;
 /// Where `open --ui` serves the trace, beside the UI's own files.
 pub const TRACE_PREFIX: &str = "/nsys-perfetto/";
 /// Where `serve --ui` serves the UI, beside its page and API.

@@ -1,6 +1,7 @@
 //! `nsys-perfetto analyze PROFILE`: the command line and the rendering (text, CSV, JSON) of
 //! the findings of nsys' expert rules, which [`crate::nsys::rules`] runs.
 
+use crate::cli::args::AnalyzeArgs;
 use crate::nsys::rules::{
     CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_sqlite,
 };
@@ -138,48 +139,6 @@ pub fn render(
             s
         }
     }
-}
-
-/// `nsys-perfetto analyze PROFILE`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct AnalyzeArgs {
-    /// An nsys SQLite export (.sqlite) or report (.nsys-rep, .qdrep).
-    #[arg(value_name = "PROFILE")]
-    pub profile: std::path::PathBuf,
-    /// Rules to run, comma-separated (default: all): cuda_api_sync, cuda_memcpy_async,
-    /// cuda_memcpy_sync, cuda_memset_sync, gpu_gaps, gpu_time_util.
-    #[arg(long, short = 'r', value_delimiter = ',', value_name = "RULE")]
-    pub rule: Vec<String>,
-    /// Findings shown per rule (0: all), the longest first (gpu_time_util: the least used).
-    #[arg(long, default_value_t = 50, value_name = "N")]
-    pub top: usize,
-    /// Only rows from this time on (ns, the export's time as nsys shows it).
-    #[arg(long, value_name = "NS")]
-    pub start: Option<i64>,
-    /// Only rows before this time (ns).
-    #[arg(long, value_name = "NS")]
-    pub end: Option<i64>,
-    /// Only the time (and thread or process) of the first NVTX range of this name:
-    /// NAME[@DOMAIN], NAME/N for the Nth. --start/--end override its times.
-    #[arg(long, value_name = "RANGE")]
-    pub nvtx: Option<String>,
-    /// cuda_api_sync: only calls of this process id.
-    #[arg(long, value_name = "PID")]
-    pub process: Option<i64>,
-    /// cuda_api_sync: only calls of this thread id.
-    #[arg(long, value_name = "TID")]
-    pub thread: Option<i64>,
-    /// gpu_gaps: report gaps longer than this, ms.
-    #[arg(long, default_value_t = 500, value_name = "MS")]
-    pub gap: i64,
-    /// gpu_time_util: report chunks used less than this, percent.
-    #[arg(long, default_value_t = 50, value_name = "PERCENT")]
-    pub threshold: i64,
-    /// gpu_time_util: chunks per process and GPU (1 to 1000).
-    #[arg(long, default_value_t = 30, value_name = "N")]
-    pub chunks: i64,
-    #[command(flatten)]
-    pub out: super::OutputArgs,
 }
 
 impl AnalyzeArgs {

@@ -14,6 +14,7 @@
 //! matches were left out that way.
 
 use super::{Export, Kind, Output, Pattern, Table, Unit, csv_line, json_f64, plain_f64};
+use crate::cli::args::ExtractArgs;
 use anyhow::Result;
 use serde_json::json;
 use std::path::{Path, PathBuf};
@@ -267,24 +268,6 @@ pub fn render(results: &[Extract], output: Output, unit: Unit) -> String {
             serde_json::to_string_pretty(&v).expect("JSON") + "\n"
         }
     }
-}
-
-/// `nsys-perfetto extract PROFILE... -e PATTERN [-e PATTERN...]`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct ExtractArgs {
-    /// nsys SQLite exports (.sqlite) or reports (.nsys-rep, .qdrep).
-    #[arg(required = true, value_name = "PROFILE")]
-    pub profiles: Vec<PathBuf>,
-    /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or a regex
-    /// as 're:REGEX'. Matched against kernel (short and demangled), memory operation, CUDA API
-    /// and NVTX range names.
-    #[arg(short, long = "events", required = true, value_name = "PATTERN")]
-    pub events: Vec<String>,
-    /// Read every pattern as a regex.
-    #[arg(long)]
-    pub regex: bool,
-    #[command(flatten)]
-    pub out: super::OutputArgs,
 }
 
 impl ExtractArgs {

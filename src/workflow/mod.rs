@@ -28,6 +28,7 @@ pub mod reports;
 pub mod stats;
 pub mod sweep;
 
+use crate::cli::args::OutputArgs;
 use crate::nsys::enums::Enums;
 use crate::nsys::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
 use crate::nsys::projection::{NVTX_GPU, PROJ_DB, Projection};
@@ -86,15 +87,7 @@ impl Kind {
     }
 }
 
-/// Time unit for tables. CSV and JSON always carry nanoseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Unit {
-    #[default]
-    Ns,
-    Us,
-    Ms,
-    S,
-}
+pub use crate::cli::args::Unit;
 
 impl Unit {
     pub fn as_str(self) -> &'static str {
@@ -578,27 +571,6 @@ impl Export {
 /// Write `text` to `path`, naming the file in errors.
 pub fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
-}
-
-/// How `stats` and `extract` print.
-#[derive(clap::Args, Debug, Clone, Default)]
-pub struct OutputArgs {
-    /// Print CSV (times in ns) instead of a table.
-    #[arg(long, conflicts_with = "json")]
-    pub csv: bool,
-    /// Print JSON (times in ns) instead of a table.
-    #[arg(long)]
-    pub json: bool,
-    /// Time unit of the table (CSV and JSON are always in ns).
-    #[arg(long, value_enum, default_value = "ns", value_name = "UNIT")]
-    pub unit: Unit,
-    /// Write to FILE instead of standard output.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<std::path::PathBuf>,
-    /// The nsys that exports reports (.nsys-rep, .qdrep) to SQLite. Default: $NSYS, then PATH,
-    /// then the usual install places.
-    #[arg(long, value_name = "PATH")]
-    pub nsys: Option<std::path::PathBuf>,
 }
 
 impl OutputArgs {

@@ -14,6 +14,7 @@
 use super::extract::{Extract, extract_of};
 use super::stats::{StatsOptions, stats_of};
 use super::{Export, Kind, Pattern, Table, Unit, csv_line, plain_f64};
+use crate::cli::args::{Metric, SweepArgs};
 use anyhow::{Context, Result, bail};
 use std::path::{Path, PathBuf};
 
@@ -83,18 +84,6 @@ impl Cell {
             self.total_sum as f64 / self.count_sum as f64
         }
     }
-}
-
-/// Which number a sweep table shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Metric {
-    /// Total time of the events per run (mean over iterations).
-    #[default]
-    Total,
-    /// Mean duration of one event.
-    Mean,
-    /// Number of events per run (mean over iterations).
-    Count,
 }
 
 impl Metric {
@@ -397,57 +386,6 @@ impl Sweep {
         }
         s
     }
-}
-
-/// `nsys-perfetto sweep -p V... [--iter N] [-e PATTERN...] -o NAME -- COMMAND...`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SweepArgs {
-    /// Parameter values: each replaces `$p` in the command's arguments and in the output name.
-    #[arg(short = 'p', long = "param", required = true, num_args = 1.., value_name = "VALUE")]
-    pub values: Vec<String>,
-    /// Profile each value N times; cells are means over the iterations.
-    #[arg(long = "iter", default_value_t = 1, value_name = "N")]
-    pub iterations: usize,
-    /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or
-    /// 're:REGEX'. Default: the 10 kernels and 10 NVTX ranges with the most time in the first
-    /// profile.
-    #[arg(short, long = "events", value_name = "PATTERN")]
-    pub events: Vec<String>,
-    /// Read every pattern as a regex.
-    #[arg(long)]
-    pub regex: bool,
-    /// Report name of each run, with `$p` (quote it: 'run_$p'); nsys adds .nsys-rep, the export
-    /// is NAME.sqlite. With --iter, -1, -2... follow the name.
-    #[arg(short, long, default_value = "sweep_$p", value_name = "NAME")]
-    pub output: String,
-    /// Also write the table as CSV (times in ns; rows total_ns, mean_ns and count per event).
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
-    /// What the terminal table shows.
-    #[arg(long, value_enum, default_value = "total")]
-    pub metric: Metric,
-    /// Time unit of the terminal table.
-    #[arg(long, value_enum, default_value = "us", value_name = "UNIT")]
-    pub unit: Unit,
-    /// APIs to trace (nsys profile --trace).
-    #[arg(short, long, default_value = "cuda,nvtx,osrt", value_name = "LIST")]
-    pub trace: String,
-    /// Stop nsys and the program after SECS seconds (each run).
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<u64>,
-    /// The nsys to use (binary or install directory). Default: $NSYS, then PATH, then the
-    /// usual install places.
-    #[arg(long, value_name = "PATH")]
-    pub nsys: Option<PathBuf>,
-    /// Do not convert each run's profile to NAME.pftrace.
-    #[arg(long)]
-    pub no_traces: bool,
-    /// Show nsys's and the program's output (by default shown only when a run fails).
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// The command to profile, after `--`, with `$p` where the value goes.
-    #[arg(required = true, last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
 }
 
 impl SweepArgs {

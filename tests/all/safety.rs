@@ -1162,6 +1162,54 @@ fn ctrl_c_during_serve_stops_the_server_and_its_conversions() {
     );
 }
 
+/// Ctrl-C while `open` converts a report into its own temporary folder (a selection asks for
+/// one; nsys exporting, stopped by the interrupt): the folder goes with the other temporaries.
+/// Needs no real nsys.
+#[test]
+fn ctrl_c_during_open_removes_its_folder() {
+    let t = tempfile::tempdir().unwrap();
+    let d = t.path().join("reports");
+    let tmp = t.path().join("tmp");
+    std::fs::create_dir(&d).unwrap();
+    std::fs::create_dir(&tmp).unwrap();
+    std::fs::copy(
+        common::fixture("nvtx_workload.nsys-rep"),
+        d.join("r.nsys-rep"),
+    )
+    .unwrap();
+    let nsys = hanging_nsys(t.path());
+    let child = Command::new(BIN)
+        .current_dir(&d)
+        .args(["open", "r.nsys-rep", "--types", "kernel", "--no-browser"])
+        .arg("--nsys")
+        .arg(&nsys)
+        .env("TMPDIR", &tmp)
+        .env("XDG_CACHE_HOME", t.path().join("cache"))
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while !t.path().join("sleep.pid").exists() && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        our_scratch(&tmp)
+            .iter()
+            .any(|n| n.starts_with("nsys-perfetto-open-")),
+        "{:?}",
+        our_scratch(&tmp)
+    );
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(130), "{}", text(&o));
+    assert!(our_scratch(&tmp).is_empty(), "{:?}", our_scratch(&tmp));
+    assert_eq!(names(&d), vec!["r.nsys-rep"], "no .part, no lock left");
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(sleep_pid_gone(t.path()), "nsys's process group is stopped");
+}
+
 /// A full `$TMPDIR` (a 16 kB tmpfs; needs root, skips otherwise) while the flow links of a big
 /// input are computed (sorted runs spill there; small runs make this input spill): the error
 /// names the folder, nothing is left anywhere.

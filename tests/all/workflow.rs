@@ -1241,7 +1241,8 @@ fn extract_nvtx_gpu_time_by_hand() {
 // ---------------------------------------------------------------------------------------------
 // sweep
 
-use nsys_perfetto::workflow::sweep::{self, Metric, Sweep, SweepOptions};
+use nsys_perfetto::cli::args::Metric;
+use nsys_perfetto::workflow::sweep::{self, Sweep, SweepOptions};
 
 /// (count, total) of the events of `kind` matching `pattern`, by the test's own reading.
 fn sums(path: &Path, pattern: &str, kind: Kind) -> (u64, i64) {

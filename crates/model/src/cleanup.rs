@@ -308,11 +308,12 @@ pub fn remove_dead(dir: &Path, base: &str, suffix: &str) {
 }
 
 /// The prefixes of this tool's directories in `$TMPDIR` (flow links, NVTX projection, exports
-/// with `--no-cache`).
-pub const SCRATCH_PREFIXES: [&str; 3] = [
+/// with `--no-cache`, `open`'s conversions).
+pub const SCRATCH_PREFIXES: [&str; 4] = [
     "nsys-perfetto-",
     "nsys-perfetto-proj-",
     "nsys-perfetto-export-",
+    "nsys-perfetto-open-",
 ];
 
 /// Remove what dead runs left in `$TMPDIR` (once per process).

@@ -18,7 +18,8 @@ mod samples;
 mod sched;
 mod wire;
 
-pub use file::{Protobuf, RECORD_KEY, record_packet};
+pub use file::{Protobuf, RECORD_KEY, record_packet, record_text_prefix};
+pub use wire::TRACE_PACKET_BYTE;
 
 use super::{Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, WellKnown};
 use crate::model::{CounterValue, CpuSample, CpuSlice, Description, Event, FastHash, Frame};
@@ -28,7 +29,7 @@ use prost::Message;
 use std::collections::HashMap;
 use std::sync::Arc;
 use wire::tag::{self};
-use wire::{TRACE_PACKET_BYTE, field_len, put_field, put_varint, read_varint};
+use wire::{field_len, put_field, put_varint, read_varint};
 
 /// Sequence-scoped clock ids are 64..=127; each sequence declares its own incremental clock.
 const INCREMENTAL_CLOCK: u32 = 64;

@@ -4,7 +4,7 @@
 
 use super::interning::{Interning, Sequences};
 use super::wire::tag::{self, beyond_schema};
-use super::wire::{put_bytes, put_field};
+use super::wire::{put_bytes, put_field, put_varint};
 use super::{
     BOOTTIME, DESCRIPTOR_SEQUENCE, ProtoWriter, REALTIME, SEQ_INCREMENTAL_STATE_CLEARED,
     SESSION_SEQUENCE, SESSION_TRACK_UUID, descriptor_packet, frame, kernel,
@@ -319,6 +319,20 @@ pub fn record_packet(text: &str) -> Vec<u8> {
     put_bytes(&mut packet, beyond_schema::PACKET_CHROME_EVENTS, &bundle);
     let mut out = Vec::new();
     put_bytes(&mut out, tag::TRACE_PACKET, &packet);
+    out
+}
+
+/// What precedes the text in a [`record_packet`]: its `ChromeMetadata.name` (RECORD_KEY) and
+/// the tag of its `string_value`, for a reader to find the record by (the text's length and
+/// the text follow).
+pub fn record_text_prefix() -> Vec<u8> {
+    let mut out = Vec::new();
+    put_bytes(
+        &mut out,
+        beyond_schema::METADATA_NAME,
+        RECORD_KEY.as_bytes(),
+    );
+    put_varint(&mut out, beyond_schema::METADATA_STRING_VALUE);
     out
 }
 
