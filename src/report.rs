@@ -41,9 +41,9 @@
 //! bit on it, even for root, or creating a file there fails), the export goes to
 //! `$XDG_CACHE_HOME/nsys-perfetto/` (else `~/.cache/nsys-perfetto/`), named after the report and
 //! a hash of its absolute path. The same happens when `DIR/X.sqlite` exists but was not written
-//! by this tool (its SQLite `application_id` is not ours, see [`owns_export`]): a user's file is
+//! by this tool (its SQLite `application_id` is not ours, see [`owns_export`](crate::provenance::owns_export)): a user's file is
 //! left alone, never replaced nor reused (nothing says which report content it was exported
-//! from). An export is reused only when it records (table [`EXPORT_RECORD_TABLE`]) that it was
+//! from). An export is reused only when it records (table [`EXPORT_RECORD_TABLE`](crate::provenance::EXPORT_RECORD_TABLE)) that it was
 //! made from this report's content (see [`crate::provenance::FileId`]: a report rewritten with
 //! its old modification time is exported again) by an nsys that reads reports of the report's
 //! capture version, and it opens as an nsys SQLite export; otherwise it is exported again and

@@ -312,7 +312,7 @@ pub struct AnalyzeArgs {
     #[arg(long, value_name = "NS")]
     pub end: Option<i64>,
     /// Only the time (and thread or process) of the first NVTX range of this name:
-    /// NAME[@DOMAIN], NAME/N for the Nth. --start/--end override its times.
+    /// `NAME[@DOMAIN]`, `NAME/N` for the Nth. --start/--end override its times.
     #[arg(long, value_name = "RANGE")]
     pub nvtx: Option<String>,
     /// cuda_api_sync: only calls of this process id.

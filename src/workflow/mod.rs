@@ -549,7 +549,7 @@ impl Export {
     }
 
     /// Whether `p` matches an event of `kind` named `name` (with its second name `alt`), under
-    /// any of the names it goes by ([`Export::durations`]): a kernel's demangled or base name;
+    /// any of the names it goes by (`Export::durations`): a kernel's demangled or base name;
     /// a memory operation's nsys or trace name; an API call's nsys name, its symbol, or the
     /// trace's name (every `_vNNNN` suffix dropped); an NVTX range's `Domain:name` or name.
     pub fn matches(&self, kind: Kind, p: &Pattern, name: &str, alt: Option<&str>) -> bool {

@@ -618,7 +618,7 @@ pub fn scratch_db(
 /// Call stacks of the rows of a table (CUDA_CALLCHAINS, OSRT_CALLCHAINS by `callchainId`),
 /// innermost frame first, one symbol a line (`?` for a symbol missing from StringIds). A
 /// profile repeats a few hundred stacks over many calls, so each is looked up once and kept,
-/// up to [`Callchains::CACHED`] of them (a correlated subquery per row costs many times the
+/// up to `Callchains::CACHED` of them (a correlated subquery per row costs many times the
 /// reading of the table itself).
 pub struct Callchains<'c> {
     stmt: Option<rusqlite::Statement<'c>>,

@@ -227,7 +227,7 @@ impl<const N: usize> Record for Named<N> {
             .map_or(0, |t| t.len());
         N * 8 + 16 + own
     }
-    /// A string equal to the previous record's is written as [`SAME_TEXT`] alone.
+    /// A string equal to the previous record's is written as `SAME_TEXT` alone.
     fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
         let prev_fields = prev.map(|p| &p.fields);
         let Some(text) = &self.text else {

@@ -122,7 +122,7 @@ impl Export {
             .sum()
     }
 
-    /// Run every reader of [`readers`], on threads, each thread with its own sink from
+    /// Run every reader of `readers`, on threads, each thread with its own sink from
     /// `make_sink`, and add up what they converted and skipped. Tables nothing reads are named
     /// in the summary's notes.
     ///

@@ -55,7 +55,7 @@
 //!
 //! [`crate::flows::prepare`] links each GPU row to its launching call in the same
 //! sort-merge join as the flow arrows, and hands over the links sorted by the call's start
-//! ([`Launches`]). Then one sweep in time order over two streams, the NVTX ranges by start and
+//! ([`Launches`](crate::flows::Launches)). Then one sweep in time order over two streams, the NVTX ranges by start and
 //! the launches by start, keeps per thread the ranges open at the current time (at equal times
 //! ranges open first, as `range.start <= call.start`). A launch is inside exactly the open
 //! ranges of its thread: each takes the GPU row into its span on the row's device, and the

@@ -20,7 +20,7 @@
 mod samples;
 
 /// The `otherData` key under which a trace carries what it was made from
-/// ([`crate::provenance`] reads it back).
+/// (the app's `provenance` reads it back).
 pub const RECORD_KEY: &str = "nsys-perfetto-provenance";
 
 use super::{

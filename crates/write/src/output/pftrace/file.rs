@@ -295,7 +295,7 @@ fn explicit_process_order(machine: u32) -> Vec<u8> {
 }
 
 /// The `ChromeMetadata` name under which a trace carries what it was made from
-/// ([`crate::provenance`] reads it back).
+/// (the app's `provenance` reads it back).
 pub const RECORD_KEY: &str = "nsys-perfetto";
 
 /// The last packet of a trace: `TracePacket { chrome_events (5): ChromeEventBundle {
