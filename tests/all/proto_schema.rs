@@ -8,7 +8,7 @@
 //! type name, oneof, default, packed) and every upstream enum value. It was written by this test
 //! (`NSYS_PERFETTO_BLESS_SCHEMA=1 cargo test --release --test all proto_schema`) with the crate's
 //! sources in `~/.cargo/registry/src/*/perfetto_protos-0.51.1/` (a `cargo fetch` of a project
-//! depending on it), parsing them with `protox`, the compiler `build.rs` uses.
+//! depending on it), parsing them with `protox`, the compiler `crates/write/build.rs` uses.
 //!
 //! - `proto_subset_matches_upstream_table`: every file, message, enum, field and value of ours
 //!   has the same signature in the table (fields by number, values by number). Upstream

@@ -3,7 +3,7 @@
 //!
 //! The schema lives in `proto/perfetto/...` (a field-for-field subset of
 //! upstream Perfetto's `protos/perfetto/...`, checked by
-//! `tests/proto_schema.rs`) and is compiled by `build.rs` with `prost-build`
+//! `tests/proto_schema.rs`) and is compiled by the crate's `build.rs` with `prost-build`
 //! (fed by `protox`, so no system `protoc` is needed).
 //!
 //! Everything is re-exported at this level, e.g. `proto::Trace`,

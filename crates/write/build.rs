@@ -9,8 +9,8 @@
 //! message as constants (`field::track_event::NAME_IID`, nested messages as nested modules:
 //! `field::clock_snapshot::clock::TIMESTAMP`), for the packets the writers encode by hand.
 //!
-//! This is the writing crate's build script (`crates/write/Cargo.toml` names it); the schema
-//! stays at the repository's top, in `proto/`.
+//! The script lives in the writing crate's folder, as a source package (`maturin sdist`)
+//! requires; the schema stays at the repository's top, in `proto/`, where the tests read it too.
 
 use std::error::Error;
 use std::fs;
@@ -35,7 +35,7 @@ fn main() -> Result<(), Box<dyn Error>> {
 
     // A directory path makes cargo rescan everything below it for changes.
     println!("cargo:rerun-if-changed=../../proto");
-    println!("cargo:rerun-if-changed=../../build.rs");
+    println!("cargo:rerun-if-changed=build.rs");
 
     let mut files = Vec::new();
     collect_protos(&proto_root, &mut files)?;
