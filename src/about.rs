@@ -83,16 +83,11 @@ pub fn probe_version(path: &Path, timeout: Duration) -> Probe {
 /// in search order. An error when `NSYS` names something unusable.
 pub fn nsys_installs(timeout: Duration) -> anyhow::Result<Vec<(PathBuf, NsysSource, Probe)>> {
     let candidates = report::nsys_candidates(None)?;
-    let handles: Vec<_> = candidates
-        .into_iter()
-        .map(|(p, s)| {
-            std::thread::spawn(move || {
-                let v = probe_version(&p, timeout);
-                (p, s, v)
-            })
-        })
-        .collect();
-    Ok(handles.into_iter().filter_map(|h| h.join().ok()).collect())
+    Ok(crate::parallel::parallel_map(
+        &candidates,
+        candidates.len(),
+        |_, (p, s)| (p.clone(), *s, probe_version(p, timeout)),
+    ))
 }
 
 /// The text of `nsys-perfetto --version`: the version, then the nsys installs found.

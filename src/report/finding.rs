@@ -214,21 +214,10 @@ pub fn nsys_for_report(
 ) -> Result<Nsys> {
     let candidates = nsys_candidates(explicit)?;
     // Probed side by side: each is a process start of its own, and the newest may come last.
-    let probed: Vec<(NsysSource, Result<Nsys>)> = std::thread::scope(|s| {
-        let probes: Vec<_> = candidates
-            .iter()
-            .map(|(path, source)| (*source, s.spawn(move || Nsys::probe(path, *source))))
-            .collect();
-        probes
-            .into_iter()
-            .map(|(source, h)| {
-                let r = h
-                    .join()
-                    .unwrap_or_else(|_| Err(anyhow!("nsys --version: probe panicked")));
-                (source, r)
-            })
-            .collect()
-    });
+    let probed =
+        crate::parallel::parallel_map(&candidates, candidates.len(), |_, (path, source)| {
+            (*source, Nsys::probe(path, *source))
+        });
     let mut first: Option<Nsys> = None;
     let mut others: Vec<Nsys> = Vec::new();
     let mut best: Option<Nsys> = None;
