@@ -501,18 +501,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
         if let Some(u) = self.cpu_group {
             return u;
         }
-        let uuid = self.ids.next_uuid();
-        self.writer.describe(&CustomTrack {
-            uuid,
-            parent: None,
-            name: self.info.per_source("CPUs"),
-            rank: None,
-            explicit_child_order: true,
-            number: None,
-        });
-        self.summary.tracks += 1;
-        self.cpu_group = Some(uuid);
-        uuid
+        let u = self.top_group("CPUs");
+        self.cpu_group = Some(u);
+        u
     }
 
     /// The top-level "Analysis" group (findings of `--analyze`), made on first use.
@@ -520,17 +511,24 @@ impl<'a, W: EventWriter> Router<'a, W> {
         if let Some(u) = self.analysis_group {
             return u;
         }
+        let u = self.top_group("Analysis");
+        self.analysis_group = Some(u);
+        u
+    }
+
+    /// A new top-level group named `name` (per source in a merge), its children in the order
+    /// of their ranks.
+    fn top_group(&mut self, name: &str) -> u64 {
         let uuid = self.ids.next_uuid();
         self.writer.describe(&CustomTrack {
             uuid,
             parent: None,
-            name: self.info.per_source("Analysis"),
+            name: self.info.per_source(name),
             rank: None,
             explicit_child_order: true,
             number: None,
         });
         self.summary.tracks += 1;
-        self.analysis_group = Some(uuid);
         uuid
     }
 
