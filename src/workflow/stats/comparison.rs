@@ -196,12 +196,7 @@ impl Comparison {
                 ]);
             }
             s.push_str(&t.render());
-            if (sec.rows.len() as u64) < sec.names {
-                s.push_str(&format!(
-                    "  ... {} more names (--top 0 shows all)\n",
-                    crate::workflow::group_digits(&(sec.names - sec.rows.len() as u64).to_string())
-                ));
-            }
+            s.push_str(&super::render::more_names(sec.rows.len(), sec.names));
         }
         s
     }

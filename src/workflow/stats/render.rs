@@ -128,12 +128,7 @@ impl Stats {
             ]);
         }
         s.push_str(&t.render());
-        if (sec.rows.len() as u64) < sec.names {
-            s.push_str(&format!(
-                "  ... {} more names (--top 0 shows all)\n",
-                crate::workflow::group_digits(&(sec.names - sec.rows.len() as u64).to_string())
-            ));
-        }
+        s.push_str(&more_names(sec.rows.len(), sec.names));
         s
     }
 
@@ -278,5 +273,17 @@ impl Stats {
                 "unit": m.unit,
             })).collect::<Vec<_>>(),
         })
+    }
+}
+
+/// The line under a table cut to `--top`: how many of its `names` the `shown` rows left out
+/// (nothing when none were).
+pub(super) fn more_names(shown: usize, names: u64) -> String {
+    match names.checked_sub(shown as u64) {
+        Some(more) if more > 0 => format!(
+            "  ... {} more names (--top 0 shows all)\n",
+            crate::workflow::group_digits(&more.to_string())
+        ),
+        _ => String::new(),
     }
 }
