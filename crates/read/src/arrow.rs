@@ -290,6 +290,47 @@ impl Column {
         })
     }
 
+    /// Row `i`'s value as [`crate::int_of`] reads it: integers as they are, reals truncated.
+    #[inline]
+    fn number(&self, i: usize) -> Option<i64> {
+        match &self.data {
+            Data::F64(v) => self
+                .nulls
+                .as_ref()
+                .is_none_or(|n| n.is_valid(i))
+                .then(|| v[i] as i64),
+            Data::F32(v) => self
+                .nulls
+                .as_ref()
+                .is_none_or(|n| n.is_valid(i))
+                .then(|| v[i] as i64),
+            _ => self.int(i),
+        }
+    }
+
+    /// The values of rows `rows` as [`Column::int`] reads them, appended to `out`.
+    fn ints(&self, rows: std::ops::Range<usize>, out: &mut Vec<Option<i64>>) {
+        let from = out.len();
+        match &self.data {
+            Data::I64(v) => out.extend(v[rows.clone()].iter().map(|&x| Some(x))),
+            Data::I32(v) => out.extend(v[rows.clone()].iter().map(|&x| Some(x.into()))),
+            Data::I16(v) => out.extend(v[rows.clone()].iter().map(|&x| Some(x.into()))),
+            Data::I8(v) => out.extend(v[rows.clone()].iter().map(|&x| Some(x.into()))),
+            Data::U64(v) => out.extend(v[rows.clone()].iter().map(|&x| Some(x as i64))),
+            Data::U32(v) => out.extend(v[rows.clone()].iter().map(|&x| Some(x.into()))),
+            Data::U16(v) => out.extend(v[rows.clone()].iter().map(|&x| Some(x.into()))),
+            Data::U8(v) => out.extend(v[rows.clone()].iter().map(|&x| Some(x.into()))),
+            _ => out.extend(rows.clone().map(|i| self.int(i))),
+        }
+        if let Some(nulls) = &self.nulls {
+            for (v, i) in out[from..].iter_mut().zip(rows) {
+                if nulls.is_null(i) {
+                    *v = None;
+                }
+            }
+        }
+    }
+
     #[inline]
     fn value(&self, i: usize) -> ValueRef<'_> {
         if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
@@ -497,33 +538,42 @@ impl Table {
     }
 
     fn rows_sorted(&self, cols: &[c_int]) -> bool {
-        let value = |b: usize, i: usize, row: usize, c: c_int| {
-            if c < 0 {
-                Some(self.rowid(b, i, row))
-            } else {
-                self.batches[b][c as usize].int(i)
-            }
-        };
-        let mut prev: Option<(usize, usize, usize)> = None;
+        // Read a few thousand rows' keys at a time, column by column (each a typed loop), and
+        // compare each row's key with the one before (NULL sorts first).
+        const CHUNK: usize = 4096;
+        let mut keys: Vec<Vec<Option<i64>>> = vec![Vec::with_capacity(CHUNK + 1); cols.len()];
         let mut row = 0;
-        for (b, n) in self.lengths.iter().enumerate() {
-            for i in 0..*n {
-                if i > 0 && i.is_multiple_of(RELEASE_EVERY) {
-                    self.release_before(b, i);
+        for (b, &n) in self.lengths.iter().enumerate() {
+            let batch = &self.batches[b];
+            for start in (0..n).step_by(CHUNK) {
+                if start > 0 && start.is_multiple_of(RELEASE_EVERY) {
+                    self.release_before(b, start);
                 }
-                if let Some((pb, pi, prow)) = prev {
-                    for &c in cols {
-                        match value(pb, pi, prow, c).cmp(&value(b, i, row, c)) {
+                let rows = start..(start + CHUNK).min(n);
+                for (k, &c) in cols.iter().enumerate() {
+                    // The chunk's keys follow the previous chunk's last.
+                    let last = keys[k].last().copied();
+                    keys[k].clear();
+                    keys[k].extend(last);
+                    match (c, self.key) {
+                        (c, _) if c >= 0 => batch[c as usize].ints(rows.clone(), &mut keys[k]),
+                        (_, Some(key)) => batch[key].ints(rows.clone(), &mut keys[k]),
+                        (_, None) => keys[k]
+                            .extend((row + rows.start..row + rows.end).map(|r| Some(r as i64 + 1))),
+                    }
+                }
+                for j in 1..keys.first().map_or(0, Vec::len) {
+                    for key in &keys {
+                        match key[j - 1].cmp(&key[j]) {
                             std::cmp::Ordering::Less => break,
                             std::cmp::Ordering::Equal => continue,
                             std::cmp::Ordering::Greater => return false,
                         }
                     }
                 }
-                prev = Some((b, i, row));
-                row += 1;
             }
-            self.release_before(b, *n);
+            row += n;
+            self.release_before(b, n);
         }
         true
     }
@@ -725,6 +775,14 @@ impl super::query::Fetch for RowRef<'_> {
                 .unwrap_or(ValueRef::Null),
             Some(Pick::Int(n)) => ValueRef::Integer(*n),
             Some(Pick::Null) | None => ValueRef::Null,
+        }
+    }
+
+    #[inline]
+    fn int(&self, k: usize) -> Option<i64> {
+        match self.picks.get(k) {
+            Some(Pick::Column(c)) => self.table.batches[self.batch][*c].number(self.i),
+            _ => crate::int_of(self.fetch(k)),
         }
     }
 }

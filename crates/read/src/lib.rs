@@ -468,7 +468,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
 /// Read an integer column that may be NULL or (in damaged rows) of another type.
 #[inline]
 pub fn int_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
-    int_of(row.fetch(idx))
+    row.int(idx)
 }
 
 /// [`int_at`] of a value already fetched.
@@ -505,7 +505,7 @@ pub const MAX_GLOBAL_ID: i64 = 1 << 56;
 /// Read a global thread id: [`int_at`] within `0..MAX_GLOBAL_ID`, else `None`.
 #[inline]
 pub fn tid_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
-    global_tid_of(row.fetch(idx))
+    global_id(row.int(idx))
 }
 
 /// [`tid_at`] of a value already fetched. This is where nsys' `globalTid` (and `globalPid`)
@@ -513,20 +513,30 @@ pub fn tid_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
 /// `model::global_pid_of`), so a valid one is taken as it is.
 #[inline]
 pub fn global_tid_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
-    int_of(v).filter(|t| (0..MAX_GLOBAL_ID).contains(t))
+    global_id(int_of(v))
+}
+
+#[inline]
+fn global_id(n: Option<i64>) -> Option<i64> {
+    n.filter(|t| (0..MAX_GLOBAL_ID).contains(t))
 }
 
 /// Read a CUDA device number: [`int_at`] within `0..2^32` (a GPU's track is named by it), else
 /// `None`.
 #[inline]
 pub fn device_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
-    device_of(row.fetch(idx))
+    device(row.int(idx))
 }
 
 /// [`device_at`] of a value already fetched.
 #[inline]
 pub fn device_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
-    int_of(v).filter(|d| (0..1 << 32).contains(d))
+    device(int_of(v))
+}
+
+#[inline]
+fn device(n: Option<i64>) -> Option<i64> {
+    n.filter(|d| (0..1 << 32).contains(d))
 }
 
 /// Read a float column that may be stored as integer or NULL.

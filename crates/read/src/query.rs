@@ -33,6 +33,13 @@ pub fn quote_ident(name: &str) -> String {
 pub trait Fetch {
     /// The value of column `i` (NULL where there is no such column).
     fn fetch(&self, i: usize) -> ValueRef<'_>;
+
+    /// The value of column `i` as an integer (see [`crate::int_of`]). Most columns are read
+    /// this way; a source with typed columns answers it without building a value.
+    #[inline]
+    fn int(&self, i: usize) -> Option<i64> {
+        crate::int_of(self.fetch(i))
+    }
 }
 
 impl Fetch for rusqlite::Row<'_> {

@@ -195,4 +195,12 @@ impl Fetch for Row<'_> {
             Row::Arrow(a) => a.fetch(i),
         }
     }
+
+    #[inline]
+    fn int(&self, i: usize) -> Option<i64> {
+        match self {
+            Row::Sql(v) => v.int(i),
+            Row::Arrow(a) => a.int(i),
+        }
+    }
 }
