@@ -290,7 +290,7 @@ impl Column {
         })
     }
 
-    /// Row `i`'s value as [`crate::int_of`] reads it: integers as they are, reals truncated.
+    /// Row `i`'s value as [`super::query::int_of`] reads it: integers as they are, reals truncated.
     #[inline]
     fn number(&self, i: usize) -> Option<i64> {
         match &self.data {
@@ -782,7 +782,7 @@ impl super::query::Fetch for RowRef<'_> {
     fn int(&self, k: usize) -> Option<i64> {
         match self.picks.get(k) {
             Some(Pick::Column(c)) => self.table.batches[self.batch][*c].number(self.i),
-            _ => crate::int_of(self.fetch(k)),
+            _ => super::query::int_of(self.fetch(k)),
         }
     }
 }

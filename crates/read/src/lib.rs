@@ -471,15 +471,7 @@ pub fn int_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
     row.int(idx)
 }
 
-/// [`int_at`] of a value already fetched.
-#[inline]
-pub fn int_of(v: rusqlite::types::ValueRef<'_>) -> Option<i64> {
-    match v {
-        rusqlite::types::ValueRef::Integer(v) => Some(v),
-        rusqlite::types::ValueRef::Real(v) => Some(v as i64),
-        _ => None,
-    }
-}
+pub use query::int_of;
 
 /// [`time_at`] of a value already fetched.
 #[inline]

@@ -34,11 +34,21 @@ pub trait Fetch {
     /// The value of column `i` (NULL where there is no such column).
     fn fetch(&self, i: usize) -> ValueRef<'_>;
 
-    /// The value of column `i` as an integer (see [`crate::int_of`]). Most columns are read
-    /// this way; a source with typed columns answers it without building a value.
+    /// The value of column `i` as an integer (see [`int_of`]). Most columns are read this
+    /// way; a source with typed columns answers it without building a value.
     #[inline]
     fn int(&self, i: usize) -> Option<i64> {
-        crate::int_of(self.fetch(i))
+        int_of(self.fetch(i))
+    }
+}
+
+/// A value read as an integer: integers as they are, reals truncated, anything else `None`.
+#[inline]
+pub fn int_of(v: ValueRef<'_>) -> Option<i64> {
+    match v {
+        ValueRef::Integer(v) => Some(v),
+        ValueRef::Real(v) => Some(v as i64),
+        _ => None,
     }
 }
 
