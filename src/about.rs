@@ -57,9 +57,9 @@ pub fn probe_version(path: &Path, timeout: Duration) -> Probe {
     }
     let start = Instant::now();
     loop {
-        match child.try_wait() {
+        match crate::cleanup::wait_exit(&mut child, Duration::from_millis(50)) {
             Ok(Some(_)) => break,
-            Ok(None) if start.elapsed() < timeout => std::thread::sleep(Duration::from_millis(20)),
+            Ok(None) if start.elapsed() < timeout => {}
             Ok(None) => {
                 let _ = child.kill();
                 let _ = child.wait();

@@ -140,11 +140,11 @@ pub fn launch_browser(url: &str) -> Result<String> {
             // A command that exits with an error within a second did not open anything.
             let deadline = Instant::now() + Duration::from_secs(1);
             loop {
-                match child.try_wait() {
+                match crate::cleanup::wait_exit(&mut child, Duration::from_millis(50)) {
                     Ok(Some(st)) if !st.success() => break,
                     Ok(Some(_)) => return Ok(words[0].clone()),
                     Ok(None) if Instant::now() >= deadline => return Ok(words[0].clone()),
-                    Ok(None) => std::thread::sleep(Duration::from_millis(50)),
+                    Ok(None) => {}
                     Err(_) => break,
                 }
             }
@@ -508,7 +508,7 @@ impl OpenArgs {
             .timeout
             .map(|s| Instant::now() + Duration::from_secs(s));
         loop {
-            if let Some(st) = child.try_wait()? {
+            if let Some(st) = crate::cleanup::wait_exit(&mut child, Duration::from_millis(100))? {
                 return Ok(if st.success() {
                     ExitCode::SUCCESS
                 } else {
@@ -522,7 +522,6 @@ impl OpenArgs {
                 eprintln!("stopped {}", tp.display());
                 return Ok(ExitCode::SUCCESS);
             }
-            std::thread::sleep(Duration::from_millis(100));
         }
     }
 }

@@ -45,7 +45,7 @@ pub fn run_bounded(
         }
     };
     let status = loop {
-        match child.try_wait() {
+        match crate::cleanup::wait_exit(&mut child, Duration::from_millis(50)) {
             Ok(Some(s)) => break s,
             Ok(None) => {}
             Err(e) => {
@@ -76,7 +76,6 @@ pub fn run_bounded(
             crate::say!("waiting for {what}: {secs} s so far");
             said = secs;
         }
-        std::thread::sleep(Duration::from_millis(50));
     };
     crate::cleanup::forget_group(pid);
     clear(terminal && said > 0);

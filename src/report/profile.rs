@@ -161,7 +161,7 @@ pub fn profile_run(opts: &ProfileOptions, command: &[OsString]) -> Result<Profil
         let started = Instant::now();
         let mut grace_until: Option<Instant> = None;
         loop {
-            if let Some(s) = child.try_wait()? {
+            if let Some(s) = crate::cleanup::wait_exit(&mut child, Duration::from_millis(50))? {
                 break s;
             }
             if grace_until.is_none()
@@ -195,7 +195,6 @@ pub fn profile_run(opts: &ProfileOptions, command: &[OsString]) -> Result<Profil
                     nsys.describe()
                 );
             }
-            std::thread::sleep(Duration::from_millis(50));
         }
     };
     let log_text = || -> String {

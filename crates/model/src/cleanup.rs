@@ -243,6 +243,40 @@ pub fn spawn_group(cmd: &mut std::process::Command) -> std::io::Result<std::proc
     Ok(child)
 }
 
+/// Wait up to `at_most` for `child` to exit, and reap it if it did. Returns as soon as it
+/// exits (its pidfd is polled), so a caller that checks for interrupts, timeouts or progress
+/// between waits loses no time to a sleep; where the kernel has no pidfd, it sleeps a few
+/// milliseconds at most.
+pub fn wait_exit(
+    child: &mut std::process::Child,
+    at_most: std::time::Duration,
+) -> std::io::Result<Option<std::process::ExitStatus>> {
+    if let Some(status) = child.try_wait()? {
+        return Ok(Some(status));
+    }
+    // SAFETY: pidfd_open(2) on a child this process has not reaped (its pid cannot be reused
+    // yet); the descriptor is closed below.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, child.id() as libc::pid_t, 0) };
+    if fd >= 0 {
+        let fd = fd as libc::c_int;
+        let mut pollfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let ms = at_most.as_millis().min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: one valid pollfd; the descriptor is ours to close. An early return (a
+        // signal) is fine: the caller waits again.
+        unsafe {
+            libc::poll(&mut pollfd, 1, ms);
+            libc::close(fd);
+        }
+    } else {
+        std::thread::sleep(at_most.min(std::time::Duration::from_millis(5)));
+    }
+    child.try_wait()
+}
+
 /// Forget a child's process group (it ended).
 pub fn forget_group(pid: u32) {
     registry().groups.retain(|&g| g != pid as i32);
