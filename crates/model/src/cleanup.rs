@@ -395,4 +395,33 @@ mod tests {
         want.sort();
         assert_eq!(left, want);
     }
+
+    #[test]
+    fn wait_exit_sees_an_exit_at_once_and_a_running_child_after_at_most() {
+        use std::time::{Duration, Instant};
+        let mut quick = std::process::Command::new("true").spawn().unwrap();
+        let started = Instant::now();
+        let status = wait_exit(&mut quick, Duration::from_secs(20)).unwrap();
+        assert!(status.is_some_and(|s| s.success()));
+        assert!(
+            started.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            started.elapsed()
+        );
+
+        let mut slow = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let started = Instant::now();
+        let status = wait_exit(&mut slow, Duration::from_millis(100)).unwrap();
+        let waited = started.elapsed();
+        slow.kill().unwrap();
+        slow.wait().unwrap();
+        assert!(status.is_none());
+        assert!(
+            waited >= Duration::from_millis(5) && waited < Duration::from_secs(5),
+            "{waited:?}"
+        );
+    }
 }
