@@ -162,11 +162,13 @@ fn unhex(text: &[u8]) -> Option<Vec<u8>> {
 }
 
 /// One column of one record batch: its validity and its typed values, read in place.
+#[derive(Clone)]
 struct Column {
     nulls: Option<NullBuffer>,
     data: Data,
 }
 
+#[derive(Clone)]
 enum Data {
     I64(ScalarBuffer<i64>),
     I32(ScalarBuffer<i32>),
@@ -670,10 +672,23 @@ enum Pick {
     Int(i64),
 }
 
+/// A pick resolved against the batch being read: what a row's values are read from, without
+/// looking the column up again for each value.
+enum Slot {
+    Column(Column),
+    Rowid,
+    Null,
+    Coalesce(Vec<Column>),
+    Int(i64),
+}
+
 /// A scan (see `nsys::scan`) read straight from a table's columns, without SQLite.
 pub struct TableScan {
     table: Arc<Table>,
     picks: Vec<Pick>,
+    /// The picks resolved against batch `slots_of`.
+    slots: Vec<Slot>,
+    slots_of: Option<usize>,
     row: usize,
     batch: usize,
     in_batch: usize,
@@ -722,6 +737,8 @@ impl TableScan {
         Ok(Some(TableScan {
             table: t,
             picks,
+            slots: Vec::new(),
+            slots_of: None,
             row: 0,
             batch: 0,
             in_batch: 0,
@@ -742,9 +759,26 @@ impl TableScan {
         if self.batch >= self.table.lengths.len() {
             return None;
         }
+        if self.slots_of != Some(self.batch) {
+            let cols = &self.table.batches[self.batch];
+            self.slots = self
+                .picks
+                .iter()
+                .map(|p| match p {
+                    Pick::Column(c) => Slot::Column(cols[*c].clone()),
+                    Pick::Rowid => Slot::Rowid,
+                    Pick::Null => Slot::Null,
+                    Pick::Coalesce(cs) => {
+                        Slot::Coalesce(cs.iter().map(|&c| cols[c].clone()).collect())
+                    }
+                    Pick::Int(n) => Slot::Int(*n),
+                })
+                .collect();
+            self.slots_of = Some(self.batch);
+        }
         Some(RowRef {
             table: &self.table,
-            picks: &self.picks,
+            slots: &self.slots,
             batch: self.batch,
             i: self.in_batch,
             row: self.row,
@@ -755,7 +789,7 @@ impl TableScan {
 /// The current row of a [`TableScan`].
 pub struct RowRef<'s> {
     table: &'s Table,
-    picks: &'s [Pick],
+    slots: &'s [Slot],
     batch: usize,
     i: usize,
     row: usize,
@@ -764,24 +798,23 @@ pub struct RowRef<'s> {
 impl super::query::Fetch for RowRef<'_> {
     #[inline]
     fn fetch(&self, k: usize) -> ValueRef<'_> {
-        let cols = &self.table.batches[self.batch];
-        match self.picks.get(k) {
-            Some(Pick::Column(c)) => cols[*c].value(self.i),
-            Some(Pick::Rowid) => ValueRef::Integer(self.table.rowid(self.batch, self.i, self.row)),
-            Some(Pick::Coalesce(cs)) => cs
+        match self.slots.get(k) {
+            Some(Slot::Column(c)) => c.value(self.i),
+            Some(Slot::Rowid) => ValueRef::Integer(self.table.rowid(self.batch, self.i, self.row)),
+            Some(Slot::Coalesce(cs)) => cs
                 .iter()
-                .map(|&c| cols[c].value(self.i))
+                .map(|c| c.value(self.i))
                 .find(|v| *v != ValueRef::Null)
                 .unwrap_or(ValueRef::Null),
-            Some(Pick::Int(n)) => ValueRef::Integer(*n),
-            Some(Pick::Null) | None => ValueRef::Null,
+            Some(Slot::Int(n)) => ValueRef::Integer(*n),
+            Some(Slot::Null) | None => ValueRef::Null,
         }
     }
 
     #[inline]
     fn int(&self, k: usize) -> Option<i64> {
-        match self.picks.get(k) {
-            Some(Pick::Column(c)) => self.table.batches[self.batch][*c].number(self.i),
+        match self.slots.get(k) {
+            Some(Slot::Column(c)) => c.number(self.i),
             _ => super::query::int_of(self.fetch(k)),
         }
     }
