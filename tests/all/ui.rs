@@ -64,8 +64,12 @@ pub fn ui_ready() -> Option<PathBuf> {
 
 /// Take the machine-wide turn on the ports v58 and the native engine use (9001: the trace
 /// processor, 10000: the UI), and wait until nothing else (another worktree's run) holds them.
+/// The turn is a lock on the shared UI tools' directory, which every run on this machine sees
+/// and none writes: no lock file is left behind.
 fn fixed_ports_turn() -> std::fs::File {
-    let lock = std::fs::File::create(std::env::temp_dir().join("nsys-perfetto-ui58.lock")).unwrap();
+    let lock = std::fs::File::open(ui_tools()).unwrap_or_else(|e| {
+        panic!("{}: {e}", ui_tools().display());
+    });
     lock.lock().unwrap();
     let end = std::time::Instant::now() + std::time::Duration::from_secs(300);
     loop {
