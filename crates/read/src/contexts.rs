@@ -20,11 +20,12 @@
 //! keep.
 
 use super::SYNC;
+use super::scan::Scan;
 use super::{KERNEL, MEMCPY, MEMSET, Schema, device_at, int_at};
 use crate::model::{global_pid_of, pid_of};
 use anyhow::Result;
 use rusqlite::Connection;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
 const GRAPH_TRACE: &str = "CUPTI_ACTIVITY_KIND_GRAPH_TRACE";
 const CUDA_EVENT: &str = "CUPTI_ACTIVITY_KIND_CUDA_EVENT";
@@ -52,11 +53,11 @@ impl Contexts {
     pub fn load(conn: &Connection, schema: &Schema) -> Result<Contexts> {
         let mut device_of = HashMap::new();
         if schema.has_columns(CONTEXT_INFO, &["processId", "contextId", "deviceId"]) {
-            let mut stmt = conn.prepare(&format!(
-                "SELECT processId, contextId, deviceId FROM {CONTEXT_INFO}"
-            ))?;
-            let mut rows = stmt.query([])?;
+            let mut rows = Scan::new(schema, CONTEXT_INFO)
+                .cols(schema, &["processId", "contextId", "deviceId"])
+                .open(conn, schema)?;
             while let Some(r) = rows.next()? {
+                let r = &r;
                 if let (Some(p), Some(c), Some(d)) = (int_at(r, 0), int_at(r, 1), device_at(r, 2)) {
                     device_of.insert((p, c), d);
                 }
@@ -64,14 +65,19 @@ impl Contexts {
         }
         let mut by_device: BTreeMap<i64, BTreeSet<(i64, i64)>> = BTreeMap::new();
         for t in work_tables(schema) {
-            let mut stmt = conn.prepare(&format!(
-                "SELECT DISTINCT deviceId, globalPid, contextId FROM \"{t}\""
-            ))?;
-            let mut rows = stmt.query([])?;
+            // Each distinct (device, process, context) once, in the order the rows lie.
+            let mut seen = HashSet::new();
+            let mut rows = Scan::new(schema, t)
+                .cols(schema, &["deviceId", "globalPid", "contextId"])
+                .open(conn, schema)?;
             while let Some(r) = rows.next()? {
+                let r = &r;
                 let (Some(d), Some(c)) = (device_at(r, 0), int_at(r, 2)) else {
                     continue;
                 };
+                if !seen.insert((d, int_at(r, 1), c)) {
+                    continue;
+                }
                 let gp = global_pid_of(int_at(r, 1).unwrap_or(0));
                 device_of.entry((pid_of(gp), c)).or_insert(d);
                 if c != 0 {
@@ -80,11 +86,11 @@ impl Contexts {
             }
         }
         if schema.has_columns(SYNC, &["globalPid", "contextId", "deviceId"]) {
-            let mut stmt = conn.prepare(&format!(
-                "SELECT DISTINCT globalPid, contextId, deviceId FROM {SYNC}"
-            ))?;
-            let mut rows = stmt.query([])?;
+            let mut rows = Scan::new(schema, SYNC)
+                .cols(schema, &["globalPid", "contextId", "deviceId"])
+                .open(conn, schema)?;
             while let Some(r) = rows.next()? {
+                let r = &r;
                 let Some(c) = int_at(r, 1).filter(|c| *c != 0) else {
                     continue;
                 };

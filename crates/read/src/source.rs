@@ -6,6 +6,7 @@ use super::flows::{self, FlowDb};
 use super::info::ProfileInfo;
 use super::projection::{FeedRows, Projected};
 use super::reader::{Notes, ReadContext, Reader};
+use super::scan::Scan;
 use super::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
 use super::{Schema, open_readonly, open_schema};
 use crate::model::{Description, EventSink};
@@ -366,17 +367,21 @@ fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<
         if !schema.has_column(t, col) {
             continue;
         }
-        let sql = format!(
-            "SELECT min(\"{col}\") FROM (SELECT \"{col}\" FROM \"{t}\" WHERE {cond} LIMIT {})",
-            super::REORDER_WINDOW * 2
-        );
         // Damaged rows may hold text or reals: what the readers cannot read as a time (and
         // count as skipped) does not place the trace either.
-        let min: Option<i64> = conn
-            .query_row(&sql, [], |r| Ok(super::time_at(r, 0)))
-            .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
-        if let Some(m) = min {
-            earliest = Some(earliest.map_or(m, |e| e.min(m)));
+        let damaged = |e: anyhow::Error| anyhow!("damaged SQLite database: {e:#}");
+        let mut rows = Scan::new(schema, t)
+            .col(schema, col)
+            .filter(cond)
+            .open(conn, schema)
+            .map_err(damaged)?;
+        for _ in 0..super::REORDER_WINDOW * 2 {
+            let Some(r) = rows.next().map_err(damaged)? else {
+                break;
+            };
+            if let Some(m) = super::time_at(&r, 0) {
+                earliest = Some(earliest.map_or(m, |e| e.min(m)));
+            }
         }
     }
     Ok(earliest)
