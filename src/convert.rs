@@ -776,6 +776,7 @@ fn write_chunks<F: Format, W: Write>(
             }
         }
         put_record(out, &chunk.data)?;
+        crate::output::recycle(chunk.data);
     }
     put(out, &format.footer(placed, record))?;
     Ok(bytes)
