@@ -564,6 +564,12 @@ impl Table {
         let file = std::fs::File::open(path).map_err(|e| anyhow!("cannot read: {e}"))?;
         // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| anyhow!("cannot map: {e}"))?;
+        // The page cache holds a large file in folios of up to 2 MB, which the kernel would map
+        // whole where they are aligned: the pages a reader touches would be 2 MB a column, not
+        // the window it keeps (see `Table::give_back`). Only an advice: without it the
+        // conversion is the same.
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::NoHugePage);
         let damaged = |e: &dyn std::fmt::Display| {
             anyhow!(
                 "not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again"
