@@ -488,6 +488,9 @@ struct Table {
     key: Option<usize>,
     /// Whether the rows are in the order of these columns (ascending), found once per list.
     sorted: Mutex<HashMap<Vec<c_int>, bool>>,
+    /// The addresses of the file's mapping: only its pages are given back (a buffer the
+    /// decoder copied to align it, or a validity bitmap Arrow made, is heap memory).
+    mapped: std::ops::Range<usize>,
 }
 
 /// Tables loaded by this process and still in use, by file: the readers' connections and
@@ -546,8 +549,11 @@ impl Table {
                     return;
                 }
                 let ptr = buffer.as_ptr() as usize;
+                if !self.mapped.contains(&ptr) {
+                    return;
+                }
                 let start = marks[k].max(ptr.next_multiple_of(PAGE));
-                let end = (ptr + bytes.min(buffer.len())) / PAGE * PAGE;
+                let end = ((ptr + bytes.min(buffer.len())).min(self.mapped.end)) / PAGE * PAGE;
                 if end > start && end - start >= min {
                     // SAFETY: the range lies inside a live read-only file mapping this table
                     // owns; MADV_DONTNEED on it only drops the process's copy of its pages.
@@ -577,6 +583,7 @@ impl Table {
         };
         let layout = check_layout(&map).map_err(|e| damaged(&e))?;
         let whole = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
+        let mapped = whole.as_ptr() as usize..whole.as_ptr() as usize + whole.len();
         let checked = layout.is_some();
         let (schema, batches) = match layout {
             Some(layout) => {
@@ -627,6 +634,7 @@ impl Table {
             lengths,
             key: None,
             sorted: Mutex::default(),
+            mapped,
         };
         if checked {
             table.validate(&batches).map_err(|e| damaged(&e))?;
