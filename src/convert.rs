@@ -425,7 +425,9 @@ fn run<F: Format>(
     let gzip = target.gzip(output);
     let file = target.writer()?;
 
-    let (tx, rx) = sync_channel::<ToFile>(8);
+    // Chunks on their way to the file are memory: while the file writer is behind (a slow
+    // disk, a starved thread), two a channel are held, not a number that grows the peak.
+    let (tx, rx) = sync_channel::<ToFile>(2);
     let ids = Ids::default();
     let progress = Progress::default();
     let n_sources = opened.len().max(paths.len());
@@ -471,7 +473,7 @@ fn run<F: Format>(
                 source: i,
                 offset: placed.get(i).map_or(0, |p| p.offset),
             };
-            let (chunks_tx, chunks_rx) = sync_channel::<Chunk>(8);
+            let (chunks_tx, chunks_rx) = sync_channel::<Chunk>(2);
             // Chunks of this source go to the file writer through one forwarding thread.
             let forward = {
                 let tx = tx.clone();
@@ -776,6 +778,7 @@ fn write_chunks<F: Format, W: Write>(
             }
         }
         put_record(out, &chunk.data)?;
+        crate::output::recycle(chunk.data);
     }
     put(out, &format.footer(placed, record))?;
     Ok(bytes)

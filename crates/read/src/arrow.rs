@@ -26,31 +26,51 @@ use rusqlite::vtab::{
 };
 use rusqlite::{Connection, ffi};
 use std::borrow::Cow;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::ffi::{CStr, CString, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+/// What [`check_layout`] found of a stream whose first message is a schema.
+struct Layout {
+    schema: arrow_schema::Schema,
+    version: arrow_ipc::MetadataVersion,
+    /// Each record batch: where its message starts (its length prefix) and the length of its
+    /// prefix and metadata, the body following.
+    batches: Vec<(usize, usize)>,
+}
+
 /// Check that every message of an Arrow IPC stream lies inside the file and every buffer of a
 /// record batch inside its message's body. Arrow's decoder trusts the offsets and lengths a
 /// message gives: in a damaged file they make it panic (inside SQLite's call into a virtual
-/// table, an abort) rather than fail.
-fn check_layout(bytes: &[u8]) -> std::result::Result<(), String> {
+/// table, an abort) rather than fail. Where the stream's first message is a schema whose
+/// columns all have types nsys writes, also check that each record batch's columns have the
+/// rows and buffers their types need (see [`check_batch`]) and that the stream ends cleanly, and
+/// return where the batches are: they can be decoded without the decoder's checks.
+fn check_layout(bytes: &[u8]) -> std::result::Result<Option<Layout>, String> {
     let word = |at: usize| -> Option<i32> {
         Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
     };
     let mut pos = 0usize;
-    // The decoder reports an unfinished stream itself: only what it would read is checked.
-    while let Some(mut len) = word(pos) {
+    let mut layout: Option<Layout> = None;
+    let mut first = true;
+    loop {
+        let start = pos;
+        let Some(mut len) = word(pos) else {
+            break;
+        };
         pos += 4;
         if len == -1 {
             // The continuation marker, then the metadata's length.
-            let Some(l) = word(pos) else { return Ok(()) };
+            let Some(l) = word(pos) else {
+                break;
+            };
             len = l;
             pos += 4;
         }
         if len == 0 {
-            return Ok(());
+            return Ok(layout);
         }
         let end = usize::try_from(len)
             .ok()
@@ -64,9 +84,23 @@ fn check_layout(bytes: &[u8]) -> std::result::Result<(), String> {
             .ok()
             .filter(|&b| pos.checked_add(b).is_some_and(|e| e <= bytes.len()))
             .ok_or("a message's body runs past the end of the file")?;
+        if std::mem::take(&mut first)
+            && let Some(s) = message.header_as_schema()
+        {
+            let schema = arrow_ipc::convert::try_fb_to_schema(s)
+                .map_err(|e| format!("the schema is damaged: {e}"))?;
+            layout = supported(&schema).then(|| Layout {
+                schema,
+                version: message.version(),
+                batches: Vec::new(),
+            });
+            pos += body;
+            continue;
+        }
+        let dictionary = message.header_as_dictionary_batch();
         let batch = message
             .header_as_record_batch()
-            .or_else(|| message.header_as_dictionary_batch().and_then(|d| d.data()));
+            .or_else(|| dictionary.and_then(|d| d.data()));
         for b in batch.and_then(|b| b.buffers()).iter().flatten() {
             let inside = u64::try_from(b.offset())
                 .ok()
@@ -77,7 +111,132 @@ fn check_layout(bytes: &[u8]) -> std::result::Result<(), String> {
                 return Err("a buffer lies outside its message".into());
             }
         }
+        if let Some(layout) = &mut layout {
+            let Some(batch) = message.header_as_record_batch() else {
+                return Err("a message other than a record batch after the schema".into());
+            };
+            if message.version() != layout.version {
+                return Err("messages of different versions".into());
+            }
+            check_batch(&layout.schema, batch)?;
+            layout.batches.push((start, end - start));
+        }
         pos += body;
+    }
+    // The file ends without the end-of-stream marker: only where a message does.
+    if layout.is_some() && pos < bytes.len() {
+        return Err("the stream is truncated".into());
+    }
+    Ok(layout)
+}
+
+/// The schema and record batches of the Arrow IPC stream in `buffer`, through Arrow's stream
+/// decoder and its checks.
+fn stream(mut buffer: arrow_buffer::Buffer) -> Result<(arrow_schema::SchemaRef, Vec<RecordBatch>)> {
+    let mut decoder = arrow_ipc::reader::StreamDecoder::new();
+    let mut batches: Vec<RecordBatch> = Vec::new();
+    let mut schema = None;
+    while !buffer.is_empty() {
+        if let Some(batch) = decoder.decode(&mut buffer)? {
+            schema.get_or_insert_with(|| batch.schema());
+            batches.push(batch);
+        }
+    }
+    decoder.finish()?;
+    if schema.is_none() {
+        // A stream with a schema and no batch: an empty table.
+        schema = decoder.schema();
+    }
+    let Some(schema) = schema else {
+        bail!("no Arrow schema");
+    };
+    Ok((schema, batches))
+}
+
+/// Whether every column of `schema` has a type nsys' Arrow export uses (see [`Column::sql_type`]).
+fn supported(schema: &arrow_schema::Schema) -> bool {
+    schema
+        .fields()
+        .iter()
+        .all(|f| Column::sql_type(f.data_type()).is_some())
+}
+
+/// The columns of `schema` with their SQLite types; an error names a column of a type nsys'
+/// Arrow export does not use.
+fn unsupported(schema: &arrow_schema::Schema) -> Result<Vec<(String, &'static str)>> {
+    let mut columns = Vec::new();
+    for field in schema.fields() {
+        let Some(t) = Column::sql_type(field.data_type()) else {
+            bail!(
+                "column {} has type {}, which nsys' Arrow export does not use",
+                field.name(),
+                field.data_type()
+            );
+        };
+        columns.push((field.name().clone(), t));
+    }
+    Ok(columns)
+}
+
+/// Check that each column of a record batch of `schema` (whose types are all [`supported`]) has
+/// the batch's rows and buffers long enough for them: what the decoder would check before
+/// building its arrays, which are built without those checks (see [`Table::load`]). The values
+/// themselves (offsets, UTF-8, null counts) are checked after decoding, a slice at a time.
+fn check_batch(
+    schema: &arrow_schema::Schema,
+    batch: arrow_ipc::RecordBatch<'_>,
+) -> std::result::Result<(), String> {
+    if batch.compression().is_some() {
+        return Err("a compressed record batch, which nsys does not write".into());
+    }
+    let rows = usize::try_from(batch.length()).map_err(|_| "a negative row count")?;
+    let nodes = batch
+        .nodes()
+        .ok_or("a record batch without its columns' lengths")?;
+    let buffers = batch.buffers().ok_or("a record batch without buffers")?;
+    if nodes.len() < schema.fields().len() {
+        return Err("a record batch with fewer columns than its schema".into());
+    }
+    let mut next = buffers.iter();
+    let too_long = || "a column too long for its buffers".to_string();
+    for (k, field) in schema.fields().iter().enumerate() {
+        let node = nodes.get(k);
+        if node.length() != batch.length() {
+            return Err("a column's length is not its record batch's".into());
+        }
+        if !(0..=node.length()).contains(&node.null_count()) {
+            return Err("a column's null count is not within its rows".into());
+        }
+        let bits = if node.null_count() > 0 {
+            rows.div_ceil(8)
+        } else {
+            0
+        };
+        let t = field.data_type();
+        let offsets = |width: usize| rows.checked_add(1).and_then(|n| n.checked_mul(width));
+        let needs: Vec<Option<usize>> = match t {
+            DataType::Null => Vec::new(),
+            DataType::Utf8 | DataType::Binary => vec![Some(bits), offsets(4), Some(0)],
+            DataType::LargeUtf8 => vec![Some(bits), offsets(8), Some(0)],
+            DataType::Boolean => vec![Some(bits), Some(rows.div_ceil(8))],
+            _ => vec![
+                Some(bits),
+                t.primitive_width().and_then(|w| rows.checked_mul(w)),
+            ],
+        };
+        for (i, need) in needs.into_iter().enumerate() {
+            let b = next
+                .next()
+                .ok_or("a record batch with fewer buffers than its columns")?;
+            let have = usize::try_from(b.length()).map_err(|_| too_long())?;
+            // An empty variable-width column may leave out its offsets.
+            if i == 1 && rows == 0 && have == 0 {
+                continue;
+            }
+            if need.is_none_or(|n| have < n) {
+                return Err(too_long());
+            }
+        }
     }
     Ok(())
 }
@@ -236,39 +395,46 @@ impl Column {
         })
     }
 
-    /// The memory the column reads: its validity bits and its values (and offsets).
-    fn buffers(&self) -> Vec<&[u8]> {
-        let mut out: Vec<&[u8]> = Vec::new();
+    /// Each buffer the column reads (its validity bits, its values, a text's offsets and bytes)
+    /// with how many of its bytes hold rows before row `i` (`i` at most the column's rows):
+    /// `f(k, buffer, bytes)`, `k` the buffer's place (0 validity, 1 values or offsets, 2 bytes).
+    fn behind(&self, i: usize, mut f: impl FnMut(usize, &[u8], usize)) {
         if let Some(n) = &self.nulls {
-            out.push(n.buffer().as_slice());
+            f(0, n.buffer().as_slice(), (n.offset() + i) / 8);
         }
-        match &self.data {
+        fn fixed<T: arrow_buffer::ArrowNativeType>(
+            v: &ScalarBuffer<T>,
+            i: usize,
+        ) -> (&[u8], usize) {
+            (v.inner().as_slice(), i * std::mem::size_of::<T>())
+        }
+        let (values, bytes) = match &self.data {
             Data::Text(a) => {
-                out.push(a.offsets().inner().inner().as_slice());
-                out.push(a.values().as_slice());
+                f(2, a.values().as_slice(), a.value_offsets()[i] as usize);
+                fixed(a.offsets().inner(), i)
             }
             Data::LargeText(a) => {
-                out.push(a.offsets().inner().inner().as_slice());
-                out.push(a.values().as_slice());
+                f(2, a.values().as_slice(), a.value_offsets()[i] as usize);
+                fixed(a.offsets().inner(), i)
             }
             Data::Blob(a) => {
-                out.push(a.offsets().inner().inner().as_slice());
-                out.push(a.values().as_slice());
+                f(2, a.values().as_slice(), a.value_offsets()[i] as usize);
+                fixed(a.offsets().inner(), i)
             }
-            Data::I64(v) => out.push(v.inner().as_slice()),
-            Data::I32(v) => out.push(v.inner().as_slice()),
-            Data::I16(v) => out.push(v.inner().as_slice()),
-            Data::I8(v) => out.push(v.inner().as_slice()),
-            Data::U64(v) => out.push(v.inner().as_slice()),
-            Data::U32(v) => out.push(v.inner().as_slice()),
-            Data::U16(v) => out.push(v.inner().as_slice()),
-            Data::U8(v) => out.push(v.inner().as_slice()),
-            Data::F64(v) => out.push(v.inner().as_slice()),
-            Data::F32(v) => out.push(v.inner().as_slice()),
-            Data::Bool(v) => out.push(v.inner().as_slice()),
-            Data::Null => {}
-        }
-        out
+            Data::I64(v) => fixed(v, i),
+            Data::I32(v) => fixed(v, i),
+            Data::I16(v) => fixed(v, i),
+            Data::I8(v) => fixed(v, i),
+            Data::U64(v) => fixed(v, i),
+            Data::U32(v) => fixed(v, i),
+            Data::U16(v) => fixed(v, i),
+            Data::U8(v) => fixed(v, i),
+            Data::F64(v) => fixed(v, i),
+            Data::F32(v) => fixed(v, i),
+            Data::Bool(v) => (v.inner().as_slice(), (v.offset() + i) / 8),
+            Data::Null => return,
+        };
+        f(1, values, bytes);
     }
 
     /// Row `i`'s value as an integer (NULL and non-integer columns: `None`). Unsigned 64-bit
@@ -365,6 +531,9 @@ struct Table {
     key: Option<usize>,
     /// Whether the rows are in the order of these columns (ascending), found once per list.
     sorted: Mutex<HashMap<Vec<c_int>, bool>>,
+    /// The addresses of the file's mapping: only its pages are given back (a buffer the
+    /// decoder copied to align it, or a validity bitmap Arrow made, is heap memory).
+    mapped: std::ops::Range<usize>,
 }
 
 /// Tables loaded by this process and still in use, by file: the readers' connections and
@@ -394,30 +563,49 @@ impl Table {
         Ok(t)
     }
 
-    /// Forget the pages of this table's mapped columns before row `i` of batch `b`: a scan reads
-    /// each column front to back, so its memory stays a window, not the table. (The pages stay in
-    /// the page cache; a later read of them maps them again.)
-    fn release_before(&self, b: usize, i: usize) {
-        let Some(cols) = self.batches.get(b) else {
+    /// Give back the pages of the buffers of batch `b` marked in `cols` (for each column, a bit
+    /// for each buffer [`Column::behind`] names: [`ALL`] for a column read) that lie wholly
+    /// before row `i` and that `behind` has not given back yet, in runs of at least `min` bytes a
+    /// buffer: a reader reads each column front to back, so the memory it maps stays a window,
+    /// not the table. (The pages stay in the page cache; a later read maps them again.) Each
+    /// call to the kernel costs a flush of the other threads' address translations: a run is
+    /// given back at once, not page by page.
+    fn give_back(&self, b: usize, i: usize, cols: &[Cell<u8>], behind: &mut Behind, min: usize) {
+        let Some(batch) = self.batches.get(b) else {
             return;
         };
-        let n = self.lengths[b].max(1);
-        for c in cols {
-            for buffer in c.buffers() {
-                let (ptr, len) = (buffer.as_ptr() as usize, buffer.len());
-                // Only whole pages behind the cursor; variable-width values are released in
-                // proportion to the rows, one page short, in case they are not evenly spread.
-                let behind = ((len as u128 * i as u128) / n as u128) as usize;
-                let start = ptr.next_multiple_of(PAGE);
-                let end = (ptr + behind).saturating_sub(PAGE) / PAGE * PAGE;
-                if end > start {
+        if behind.batch != b || behind.marks.len() != batch.len() {
+            behind.batch = b;
+            behind.marks.clear();
+            behind.marks.resize(batch.len(), [0; 3]);
+        }
+        let i = i.min(self.lengths[b]);
+        for ((c, on), marks) in batch
+            .iter()
+            .zip(cols)
+            .zip(&mut behind.marks)
+            .filter(|((_, on), _)| on.get() != 0)
+        {
+            let on = on.get();
+            c.behind(i, |k, buffer, bytes| {
+                if on & (1 << k) == 0 {
+                    return;
+                }
+                let ptr = buffer.as_ptr() as usize;
+                if !self.mapped.contains(&ptr) {
+                    return;
+                }
+                let start = marks[k].max(ptr.next_multiple_of(PAGE));
+                let end = ((ptr + bytes.min(buffer.len())).min(self.mapped.end)) / PAGE * PAGE;
+                if end > start && end - start >= min {
                     // SAFETY: the range lies inside a live read-only file mapping this table
                     // owns; MADV_DONTNEED on it only drops the process's copy of its pages.
                     unsafe {
                         libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
                     }
+                    marks[k] = end;
                 }
-            }
+            });
         }
     }
 
@@ -425,41 +613,49 @@ impl Table {
         let file = std::fs::File::open(path).map_err(|e| anyhow!("cannot read: {e}"))?;
         // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| anyhow!("cannot map: {e}"))?;
+        // The page cache holds a large file in folios of up to 2 MB, which the kernel would map
+        // whole where they are aligned: the pages a reader touches would be 2 MB a column, not
+        // the window it keeps (see `Table::give_back`). Only an advice: without it the
+        // conversion is the same.
+        #[cfg(target_os = "linux")]
+        let _ = map.advise(memmap2::Advice::NoHugePage);
         let damaged = |e: &dyn std::fmt::Display| {
             anyhow!(
                 "not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again"
             )
         };
-        check_layout(&map).map_err(|e| damaged(&e))?;
-        let mut buffer = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
-        let mut decoder = arrow_ipc::reader::StreamDecoder::new();
-        let mut batches: Vec<RecordBatch> = Vec::new();
-        let mut schema = None;
-        while !buffer.is_empty() {
-            if let Some(batch) = decoder.decode(&mut buffer).map_err(|e| damaged(&e))? {
-                schema.get_or_insert_with(|| batch.schema());
-                batches.push(batch);
+        let layout = check_layout(&map).map_err(|e| damaged(&e))?;
+        let whole = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
+        let mapped = whole.as_ptr() as usize..whole.as_ptr() as usize + whole.len();
+        let checked = layout.is_some();
+        let (schema, batches) = match layout {
+            Some(layout) => {
+                // The stream decoder's checks read every value of a text column at once,
+                // mapping the whole column: the batches are decoded without them, and their
+                // values checked by `validate` below, a slice of rows at a time, giving back
+                // what it read.
+                let schema = Arc::new(layout.schema);
+                // SAFETY: `check_layout` checked what building the arrays relies on (each
+                // column's rows and its buffers' lengths, for the types `Column::new` takes);
+                // no value is read before `validate` has checked it.
+                let decoder = unsafe {
+                    arrow_ipc::reader::FileDecoder::new(schema.clone(), layout.version)
+                        .with_skip_validation(true)
+                };
+                let mut batches = Vec::with_capacity(layout.batches.len());
+                for (start, meta) in layout.batches {
+                    let meta = i32::try_from(meta).map_err(|_| damaged(&"a message too long"))?;
+                    let block = arrow_ipc::Block::new(0, meta, 0);
+                    let batch = decoder
+                        .read_record_batch(&block, &whole.slice(start))
+                        .map_err(|e| damaged(&e))?;
+                    batches.extend(batch);
+                }
+                (schema, batches)
             }
-        }
-        decoder.finish().map_err(|e| damaged(&e))?;
-        if schema.is_none() {
-            // A stream with a schema and no batch: an empty table.
-            schema = decoder.schema();
-        }
-        let Some(schema) = schema else {
-            bail!("no Arrow schema: a damaged or truncated file; export the report again");
+            None => stream(whole).map_err(|e| damaged(&e))?,
         };
-        let mut columns = Vec::new();
-        for field in schema.fields() {
-            let Some(t) = Column::sql_type(field.data_type()) else {
-                bail!(
-                    "column {} has type {}, which nsys' Arrow export does not use",
-                    field.name(),
-                    field.data_type()
-                );
-            };
-            columns.push((field.name().clone(), t));
-        }
+        let columns = unsupported(&schema)?;
         let mut decoded = Vec::with_capacity(batches.len());
         let mut lengths = Vec::with_capacity(batches.len());
         for batch in &batches {
@@ -481,7 +677,11 @@ impl Table {
             lengths,
             key: None,
             sorted: Mutex::default(),
+            mapped,
         };
+        if checked {
+            table.validate(&batches).map_err(|e| damaged(&e))?;
+        }
         table.key = table
             .columns
             .iter()
@@ -490,34 +690,101 @@ impl Table {
         Ok(table)
     }
 
-    fn rises_strictly(&self, col: usize) -> bool {
-        let mut last = None;
-        for (b, n) in self.lengths.iter().enumerate() {
-            let c = &self.batches[b][col];
-            if let (Data::I64(v), None) = (&c.data, &c.nulls) {
-                let rising = !v.windows(2).any(|w| w[0] >= w[1])
-                    && last.zip(v.first()).is_none_or(|(l, f)| l < *f);
-                self.release_before(b, *n);
-                if !rising {
-                    return false;
+    /// Check the values of the decoded `batches` (this table's) as the decoder would have:
+    /// offsets within their bytes and rising, text in UTF-8, null counts as declared. A slice
+    /// of rows at a time, giving back the pages read behind it.
+    fn validate(&self, batches: &[RecordBatch]) -> std::result::Result<(), String> {
+        const SLICE: usize = 1 << 16;
+        let mut behind = Behind::default();
+        for (b, batch) in batches.iter().enumerate() {
+            let rows = batch.num_rows();
+            for (c, a) in batch.columns().iter().enumerate() {
+                let data = a.to_data();
+                // Only validity bits and variable-width values are read.
+                let only = vec![Cell::new(0); batch.num_columns()];
+                only[c].set(match a.data_type() {
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary => ALL,
+                    _ => 1,
+                });
+                let mut nulls = 0;
+                for start in (0..rows).step_by(SLICE) {
+                    let end = rows.min(start + SLICE);
+                    let slice = data.slice(start, end - start);
+                    slice.validate_full().map_err(|e| e.to_string())?;
+                    nulls += slice.null_count();
+                    let min = if end == rows { 0 } else { RELEASE_BYTES };
+                    self.give_back(b, end, &only, &mut behind, min);
                 }
-                last = v.last().copied().or(last);
-                continue;
-            }
-            for i in 0..*n {
-                if i > 0 && i.is_multiple_of(RELEASE_EVERY) {
-                    self.release_before(b, i);
+                if nulls != data.null_count() {
+                    return Err("a column's null count is not its nulls'".into());
                 }
-                let Some(v) = c.int(i) else {
-                    return false;
-                };
-                if last.is_some_and(|l| v <= l) {
-                    return false;
-                }
-                last = Some(v);
             }
         }
-        true
+        Ok(())
+    }
+
+    /// `ALL` for the columns in `cols` (a rowid, `-1`, reads the key), for [`Table::give_back`].
+    fn reading(&self, cols: impl IntoIterator<Item = c_int>) -> Vec<Cell<u8>> {
+        let mask = vec![Cell::new(0); self.columns.len()];
+        for c in cols {
+            if let Some(m) = usize::try_from(c)
+                .ok()
+                .or(self.key)
+                .and_then(|c| mask.get(c))
+            {
+                m.set(ALL);
+            }
+        }
+        mask
+    }
+
+    fn rises_strictly(&self, col: usize) -> bool {
+        let mask = self.reading([col as c_int]);
+        let mut behind = Behind::default();
+        let mut last = None;
+        let rising = 'rows: {
+            for (b, n) in self.lengths.iter().enumerate() {
+                let c = &self.batches[b][col];
+                if let (Data::I64(v), None) = (&c.data, &c.nulls) {
+                    for (k, part) in v.chunks(RELEASE_EVERY).enumerate() {
+                        if last.zip(part.first()).is_some_and(|(l, f)| l >= *f)
+                            || part.windows(2).any(|w| w[0] >= w[1])
+                        {
+                            break 'rows false;
+                        }
+                        last = part.last().copied();
+                        self.give_back(
+                            b,
+                            (k + 1) * RELEASE_EVERY,
+                            &mask,
+                            &mut behind,
+                            RELEASE_BYTES,
+                        );
+                    }
+                } else {
+                    for i in 0..*n {
+                        if i.is_multiple_of(RELEASE_EVERY) {
+                            self.give_back(b, i, &mask, &mut behind, RELEASE_BYTES);
+                        }
+                        let Some(v) = c.int(i) else {
+                            break 'rows false;
+                        };
+                        if last.is_some_and(|l| v <= l) {
+                            break 'rows false;
+                        }
+                        last = Some(v);
+                    }
+                }
+                self.give_back(b, *n, &mask, &mut behind, 0);
+            }
+            true
+        };
+        // What was read of the batch it stopped in.
+        let b = behind.batch;
+        if let Some(&n) = self.lengths.get(b) {
+            self.give_back(b, n, &mask, &mut behind, 0);
+        }
+        rising
     }
 
     /// Whether the rows come in ascending order of these columns (SQLite's order: NULL first;
@@ -540,44 +807,53 @@ impl Table {
     }
 
     fn rows_sorted(&self, cols: &[c_int]) -> bool {
-        // Read a few thousand rows' keys at a time, column by column (each a typed loop), and
+        // Read a chunk of rows' keys at a time, column by column (each a typed loop), and
         // compare each row's key with the one before (NULL sorts first).
-        const CHUNK: usize = 4096;
-        let mut keys: Vec<Vec<Option<i64>>> = vec![Vec::with_capacity(CHUNK + 1); cols.len()];
+        let mask = self.reading(cols.iter().copied());
+        let mut behind = Behind::default();
+        let mut keys: Vec<Vec<Option<i64>>> =
+            vec![Vec::with_capacity(RELEASE_EVERY + 1); cols.len()];
         let mut row = 0;
-        for (b, &n) in self.lengths.iter().enumerate() {
-            let batch = &self.batches[b];
-            for start in (0..n).step_by(CHUNK) {
-                if start > 0 && start.is_multiple_of(RELEASE_EVERY) {
-                    self.release_before(b, start);
-                }
-                let rows = start..(start + CHUNK).min(n);
-                for (k, &c) in cols.iter().enumerate() {
-                    // The chunk's keys follow the previous chunk's last.
-                    let last = keys[k].last().copied();
-                    keys[k].clear();
-                    keys[k].extend(last);
-                    match (c, self.key) {
-                        (c, _) if c >= 0 => batch[c as usize].ints(rows.clone(), &mut keys[k]),
-                        (_, Some(key)) => batch[key].ints(rows.clone(), &mut keys[k]),
-                        (_, None) => keys[k]
-                            .extend((row + rows.start..row + rows.end).map(|r| Some(r as i64 + 1))),
+        let sorted = 'rows: {
+            for (b, &n) in self.lengths.iter().enumerate() {
+                let batch = &self.batches[b];
+                for start in (0..n).step_by(RELEASE_EVERY) {
+                    self.give_back(b, start, &mask, &mut behind, RELEASE_BYTES);
+                    let rows = start..(start + RELEASE_EVERY).min(n);
+                    for (k, &c) in cols.iter().enumerate() {
+                        // The chunk's keys follow the previous chunk's last.
+                        let last = keys[k].last().copied();
+                        keys[k].clear();
+                        keys[k].extend(last);
+                        match (c, self.key) {
+                            (c, _) if c >= 0 => batch[c as usize].ints(rows.clone(), &mut keys[k]),
+                            (_, Some(key)) => batch[key].ints(rows.clone(), &mut keys[k]),
+                            (_, None) => keys[k].extend(
+                                (row + rows.start..row + rows.end).map(|r| Some(r as i64 + 1)),
+                            ),
+                        }
                     }
-                }
-                for j in 1..keys.first().map_or(0, Vec::len) {
-                    for key in &keys {
-                        match key[j - 1].cmp(&key[j]) {
-                            std::cmp::Ordering::Less => break,
-                            std::cmp::Ordering::Equal => continue,
-                            std::cmp::Ordering::Greater => return false,
+                    for j in 1..keys.first().map_or(0, Vec::len) {
+                        for key in &keys {
+                            match key[j - 1].cmp(&key[j]) {
+                                std::cmp::Ordering::Less => break,
+                                std::cmp::Ordering::Equal => continue,
+                                std::cmp::Ordering::Greater => break 'rows false,
+                            }
                         }
                     }
                 }
+                row += n;
+                self.give_back(b, n, &mask, &mut behind, 0);
             }
-            row += n;
-            self.release_before(b, n);
+            true
+        };
+        // What was read of the batch it stopped in.
+        let b = behind.batch;
+        if let Some(&n) = self.lengths.get(b) {
+            self.give_back(b, n, &mask, &mut behind, 0);
         }
-        true
+        sorted
     }
 
     /// SQLite's rowid of row `i` of batch `b`, row `row` of the table.
@@ -609,19 +885,29 @@ impl Table {
     }
 
     /// Move a scan at (`batch`, `in_batch`) past the batches it has read to their end, and
-    /// with `release`, give back the pages behind it (see [`Table::release_before`]).
+    /// with `release`, give back the pages behind it of the columns it reads (see
+    /// [`Table::give_back`]).
     #[inline]
-    fn step(&self, batch: &mut usize, in_batch: &mut usize, release: bool) {
+    fn step(
+        &self,
+        batch: &mut usize,
+        in_batch: &mut usize,
+        release: Option<(&[Cell<u8>], &mut Behind)>,
+    ) {
+        let mut release = release;
         while *batch < self.lengths.len() && *in_batch >= self.lengths[*batch] {
             // A batch read to its end is all behind the scan.
-            if release {
-                self.release_before(*batch, self.lengths[*batch]);
+            if let Some((cols, behind)) = release.as_mut() {
+                self.give_back(*batch, self.lengths[*batch], cols, behind, 0);
             }
             *in_batch = 0;
             *batch += 1;
         }
-        if release && *in_batch > 0 && in_batch.is_multiple_of(RELEASE_EVERY) {
-            self.release_before(*batch, *in_batch);
+        if let Some((cols, behind)) = release
+            && *in_batch > 0
+            && in_batch.is_multiple_of(RELEASE_EVERY)
+        {
+            self.give_back(*batch, *in_batch, cols, behind, RELEASE_BYTES);
         }
     }
 
@@ -660,8 +946,24 @@ impl Table {
 /// Memory pages, for releasing mapped columns behind a scan.
 const PAGE: usize = 4096;
 
-/// How many rows a scan reads between releases of the pages behind it.
-const RELEASE_EVERY: usize = 1 << 14;
+/// How many rows a reader reads between looks at what it can give back.
+const RELEASE_EVERY: usize = 1 << 12;
+
+/// The least a reader gives back of a buffer at once (but at a batch's end): few calls to the
+/// kernel, each for a run of pages, while the pages a reader maps stay a window of this size a
+/// column.
+const RELEASE_BYTES: usize = 1 << 17;
+
+/// Every buffer of a column, for [`Table::give_back`].
+const ALL: u8 = 0b111;
+
+/// What a reader of a table has given back of the batch it reads: for each column, for each
+/// of its buffers (see [`Column::behind`]), the address below which its pages are given back.
+#[derive(Default)]
+struct Behind {
+    batch: usize,
+    marks: Vec<[usize; 3]>,
+}
 
 /// A column of a direct scan, resolved to the table's columns.
 enum Pick {
@@ -689,6 +991,9 @@ pub struct TableScan {
     /// The picks resolved against batch `slots_of`.
     slots: Vec<Slot>,
     slots_of: Option<usize>,
+    /// The columns the picks read, and what of them is given back (see [`Table::give_back`]).
+    reads: Vec<Cell<u8>>,
+    behind: Behind,
     row: usize,
     batch: usize,
     in_batch: usize,
@@ -734,11 +1039,19 @@ impl TableScan {
         if !keys.is_empty() && !keys.iter().all(|&c| is_key(c)) && !t.sorted_by(&keys) {
             return Ok(None);
         }
+        let reads = t.reading(picks.iter().flat_map(|p| match p {
+            Pick::Column(c) => vec![*c as c_int],
+            Pick::Coalesce(cs) => cs.iter().map(|&c| c as c_int).collect(),
+            Pick::Rowid => vec![-1],
+            Pick::Null | Pick::Int(_) => Vec::new(),
+        }));
         Ok(Some(TableScan {
             table: t,
             picks,
             slots: Vec::new(),
             slots_of: None,
+            reads,
+            behind: Behind::default(),
             row: 0,
             batch: 0,
             in_batch: 0,
@@ -755,7 +1068,9 @@ impl TableScan {
             self.in_batch += 1;
         }
         self.started = true;
-        self.table.step(&mut self.batch, &mut self.in_batch, true);
+        let release = Some((&self.reads[..], &mut self.behind));
+        self.table
+            .step(&mut self.batch, &mut self.in_batch, release);
         if self.batch >= self.table.lengths.len() {
             return None;
         }
@@ -948,6 +1263,8 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
             end: 0,
             batch: 0,
             in_batch: 0,
+            reads: vec![Cell::new(0); self.table.columns.len()],
+            behind: Behind::default(),
         })
     }
 }
@@ -968,6 +1285,9 @@ struct Cursor<'vtab> {
     /// The current row as a batch and a row in it.
     batch: usize,
     in_batch: usize,
+    /// The columns SQLite has read, and what of them is given back (see [`Table::give_back`]).
+    reads: Vec<Cell<u8>>,
+    behind: Behind,
 }
 
 impl Cursor<'_> {
@@ -1018,7 +1338,9 @@ unsafe impl VTabCursor for Cursor<'_> {
         self.in_batch += 1;
         // Only a scan of the whole table leaves pages behind it for good.
         let whole = self.end == self.table.rows;
-        self.table.step(&mut self.batch, &mut self.in_batch, whole);
+        let release = whole.then_some((&self.reads[..], &mut self.behind));
+        self.table
+            .step(&mut self.batch, &mut self.in_batch, release);
         Ok(())
     }
 
@@ -1027,6 +1349,9 @@ unsafe impl VTabCursor for Cursor<'_> {
     }
 
     fn column(&self, ctx: &mut Context, i: c_int) -> rusqlite::Result<()> {
+        if let Some(r) = self.reads.get(i as usize) {
+            r.set(ALL);
+        }
         let value = self.table.batches[self.batch]
             .get(i as usize)
             .map_or(ValueRef::Null, |c| c.value(self.in_batch));
@@ -1034,6 +1359,125 @@ unsafe impl VTabCursor for Cursor<'_> {
     }
 
     fn rowid(&self) -> rusqlite::Result<i64> {
+        if let Some(r) = self.table.key.and_then(|k| self.reads.get(k)) {
+            r.set(ALL);
+        }
         Ok(self.table.rowid(self.batch, self.in_batch, self.row))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int64Array, StringArray};
+
+    /// A stream of one batch: `name` (text) and `n` (integers, one NULL).
+    fn stream() -> Vec<u8> {
+        let batch = RecordBatch::try_from_iter([
+            (
+                "name",
+                Arc::new(StringArray::from(vec!["alpha", "beta", "gamma"])) as _,
+            ),
+            (
+                "n",
+                Arc::new(Int64Array::from(vec![Some(7), None, Some(9)])) as _,
+            ),
+        ])
+        .unwrap();
+        let mut out = Vec::new();
+        let mut w = arrow_ipc::writer::StreamWriter::try_new(&mut out, &batch.schema()).unwrap();
+        w.write(&batch).unwrap();
+        w.finish().unwrap();
+        drop(w);
+        out
+    }
+
+    fn load(bytes: &[u8]) -> Result<Table> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("T.arrow");
+        std::fs::write(&path, bytes).unwrap();
+        Table::load(&path)
+    }
+
+    /// `bytes` with the first run of `from` replaced by `to`.
+    fn patched(bytes: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+        let at = bytes
+            .windows(from.len())
+            .position(|w| w == from)
+            .expect("pattern in the stream");
+        let mut out = bytes.to_vec();
+        out[at..at + to.len()].copy_from_slice(to);
+        out
+    }
+
+    fn le(words: &[i64]) -> Vec<u8> {
+        words.iter().flat_map(|w| w.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn reads_what_was_written() {
+        let t = load(&stream()).unwrap();
+        assert_eq!(t.rows, 3);
+        let names: Vec<_> = (0..3).map(|i| t.batches[0][0].value(i)).collect();
+        assert_eq!(
+            names,
+            [b"alpha" as &[u8], b"beta", b"gamma"].map(ValueRef::Text)
+        );
+        let n: Vec<_> = (0..3).map(|i| t.batches[0][1].int(i)).collect();
+        assert_eq!(n, [Some(7), None, Some(9)]);
+    }
+
+    /// What the decoder's own checks caught, now checked after decoding: one error, no panic.
+    #[test]
+    fn damaged_values_are_errors() {
+        let good = stream();
+        let offsets: Vec<u8> = [0i32, 5, 9, 14]
+            .iter()
+            .flat_map(|o| o.to_le_bytes())
+            .collect();
+        let past_end: Vec<u8> = [0i32, 5, 9, 99]
+            .iter()
+            .flat_map(|o| o.to_le_bytes())
+            .collect();
+        let falling: Vec<u8> = [0i32, 9, 5, 14]
+            .iter()
+            .flat_map(|o| o.to_le_bytes())
+            .collect();
+        let cases = [
+            ("not UTF-8", patched(&good, b"beta", b"\xffeta")),
+            (
+                "an offset past the bytes",
+                patched(&good, &offsets, &past_end),
+            ),
+            ("falling offsets", patched(&good, &offsets, &falling)),
+            // The field node of `n`: 3 rows, 1 NULL (said to be 2, or 0 of 3 rows in a
+            // 1-byte bitmap said to be 300 rows).
+            (
+                "a wrong null count",
+                patched(&good, &le(&[3, 1]), &le(&[3, 2])),
+            ),
+            (
+                "rows past the buffers",
+                patched(&good, &le(&[3, 1]), &le(&[300, 1])),
+            ),
+        ];
+        for (what, bytes) in cases {
+            let e = load(&bytes)
+                .err()
+                .unwrap_or_else(|| panic!("{what}: loaded"));
+            assert!(e.to_string().contains("damaged"), "{what}: {e}");
+        }
+    }
+
+    /// Cut anywhere, the stream fails to load, or loads whole where it is cut between messages
+    /// (after the schema: an empty table).
+    #[test]
+    fn cut_streams_are_errors() {
+        let good = stream();
+        for len in 0..good.len() {
+            if let Ok(t) = load(&good[..len]) {
+                assert!(t.rows == 0 || t.rows == 3, "cut at {len}: {} rows", t.rows);
+            }
+        }
     }
 }

@@ -167,10 +167,40 @@ pub struct ChunkBuffer {
 
 impl Default for ChunkBuffer {
     fn default() -> Self {
+        // Untouched: a writer that writes little keeps few pages of it.
         ChunkBuffer {
             data: Vec::with_capacity(CHUNK_CAPACITY),
             requires: Vec::new(),
         }
+    }
+}
+
+/// Chunk buffers the file writer has written out, for the writers that filled a chunk to fill
+/// again: a buffer is allocated once, not once a chunk, and its pages are not faulted in and
+/// zeroed again.
+static SPARE: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+/// The most buffers [`SPARE`] keeps: spares are resident memory.
+const SPARE_MAX: usize = 2;
+
+/// An empty buffer for a chunk, a spare one when there is one.
+fn spare_buffer() -> Vec<u8> {
+    SPARE
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .pop()
+        .unwrap_or_else(|| Vec::with_capacity(CHUNK_CAPACITY))
+}
+
+/// Give a written chunk's buffer back for another chunk (see [`SPARE`]).
+pub fn recycle(mut data: Vec<u8>) {
+    if data.capacity() < CHUNK_CAPACITY {
+        return;
+    }
+    data.clear();
+    let mut spare = SPARE.lock().unwrap_or_else(|e| e.into_inner());
+    if spare.len() < SPARE_MAX {
+        spare.push(data);
     }
 }
 
@@ -196,7 +226,7 @@ impl ChunkBuffer {
             return None;
         }
         Some(Chunk {
-            data: std::mem::replace(&mut self.data, Vec::with_capacity(CHUNK_CAPACITY)),
+            data: std::mem::replace(&mut self.data, spare_buffer()),
             requires: std::mem::take(&mut self.requires),
         })
     }
