@@ -580,6 +580,33 @@ impl Table {
             behind.marks.resize(batch.len(), [0; 3]);
         }
         let i = i.min(self.lengths[b]);
+        if i == self.lengths[b] && self.lengths.len() > 1 {
+            // A batch of many read to its end: one call gives back the span of all its
+            // buffers, partly used pages and the columns not read included, which the kernel
+            // maps around a page that is read (fault-around): small batches would otherwise
+            // each keep tens of kilobytes. A neighbour still being read maps its page again.
+            // (A table of one batch, as nsys writes them, is given back column by column.)
+            let (mut lo, mut hi) = (usize::MAX, 0);
+            for c in batch {
+                c.behind(i, |_, buffer, _| {
+                    let ptr = buffer.as_ptr() as usize;
+                    if self.mapped.contains(&ptr) {
+                        lo = lo.min(ptr);
+                        hi = hi.max(ptr + buffer.len());
+                    }
+                });
+            }
+            let lo = lo / PAGE * PAGE;
+            let hi = hi.min(self.mapped.end).next_multiple_of(PAGE);
+            if hi > lo {
+                // SAFETY: as below; the span lies inside this table's file mapping (whose
+                // last page is mapped whole).
+                unsafe {
+                    libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED);
+                }
+            }
+            return;
+        }
         for ((c, on), marks) in batch
             .iter()
             .zip(cols)
