@@ -584,17 +584,26 @@ impl Table {
             // A batch of many read to its end: one call gives back the span of all its
             // buffers, partly used pages and the columns not read included, which the kernel
             // maps around a page that is read (fault-around): small batches would otherwise
-            // each keep tens of kilobytes. A neighbour still being read maps its page again.
-            // (A table of one batch, as nsys writes them, is given back column by column.)
-            let (mut lo, mut hi) = (usize::MAX, 0);
-            for c in batch {
-                c.behind(i, |_, buffer, _| {
-                    let ptr = buffer.as_ptr() as usize;
-                    if self.mapped.contains(&ptr) {
-                        lo = lo.min(ptr);
-                        hi = hi.max(ptr + buffer.len());
-                    }
-                });
+            // each keep tens of kilobytes. The span starts at the batch before, whose last
+            // pages the first reads of this one mapped again the same way. A neighbour still
+            // being read maps its page again. (A table of one batch, as nsys writes them, is
+            // given back column by column.)
+            let span = |b: usize| {
+                let (mut lo, mut hi) = (usize::MAX, 0);
+                for c in &self.batches[b] {
+                    c.behind(self.lengths[b], |_, buffer, _| {
+                        let ptr = buffer.as_ptr() as usize;
+                        if self.mapped.contains(&ptr) {
+                            lo = lo.min(ptr);
+                            hi = hi.max(ptr + buffer.len());
+                        }
+                    });
+                }
+                (lo, hi)
+            };
+            let (mut lo, hi) = span(b);
+            if let Some(before) = b.checked_sub(1) {
+                lo = lo.min(span(before).0);
             }
             let lo = lo / PAGE * PAGE;
             let hi = hi.min(self.mapped.end).next_multiple_of(PAGE);

@@ -5,7 +5,8 @@
 //! its bounded, memory-mapped scans serve Parquet unchanged.
 
 use anyhow::{Context as _, Result, anyhow};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use parquet::file::metadata::ParquetStatisticsPolicy;
 use std::path::Path;
 
 /// The file extension nsys gives a table of a Parquet export.
@@ -43,6 +44,13 @@ pub fn to_arrow(dir: &Path) -> Result<tempfile::TempDir> {
             .path()
             .join(format!("{table}.{}", super::arrow::EXTENSION));
         rewrite(&file, &target).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
+        // The table's footer, freed, was many small blocks the allocator would keep for the
+        // rest of the conversion: give them back to the system.
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        // SAFETY: malloc_trim only returns free memory of glibc's allocator to the system.
+        unsafe {
+            libc::malloc_trim(0);
+        }
     }
     Ok(out)
 }
@@ -55,7 +63,14 @@ fn rewrite(file: &Path, target: &Path) -> Result<()> {
         )
     };
     let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+    // The footer describes every row group's column chunks; their statistics, a good part of
+    // it, are not needed to read the rows (nsys writes small row groups: at 100x a table has
+    // thousands, and their statistics held tens of MB while the table was rewritten).
+    let options = ArrowReaderOptions::new()
+        .with_encoding_stats_policy(ParquetStatisticsPolicy::SkipAll)
+        .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
+        .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll);
+    let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(f, options)
         .map_err(|e| damaged(&e))?
         .with_batch_size(BATCH_ROWS)
         .build()
