@@ -192,7 +192,8 @@ fn spare_buffer() -> Vec<u8> {
         .unwrap_or_else(|| Vec::with_capacity(CHUNK_CAPACITY))
 }
 
-/// Give a written chunk's buffer back for another chunk (see [`SPARE`]).
+/// Give a written chunk's buffer back for another chunk (kept in `SPARE`, at most `SPARE_MAX`
+/// of them).
 pub fn recycle(mut data: Vec<u8>) {
     if data.capacity() < CHUNK_CAPACITY {
         return;
