@@ -48,7 +48,11 @@ struct Layout {
 /// columns all have types nsys writes, also check that each record batch's columns have the
 /// rows and buffers their types need (see [`check_batch`]) and that the stream ends cleanly, and
 /// return where the batches are: they can be decoded without the decoder's checks.
-fn check_layout(bytes: &[u8]) -> std::result::Result<Option<Layout>, String> {
+/// `walked(pos)` is told after each message that everything before `pos` has been read.
+fn check_layout(
+    bytes: &[u8],
+    mut walked: impl FnMut(usize),
+) -> std::result::Result<Option<Layout>, String> {
     let word = |at: usize| -> Option<i32> {
         Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
     };
@@ -122,6 +126,7 @@ fn check_layout(bytes: &[u8]) -> std::result::Result<Option<Layout>, String> {
             layout.batches.push((start, end - start));
         }
         pos += body;
+        walked(pos);
     }
     // The file ends without the end-of-stream marker: only where a message does.
     if layout.is_some() && pos < bytes.len() {
@@ -660,7 +665,30 @@ impl Table {
                 "not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again"
             )
         };
-        let layout = check_layout(&map).map_err(|e| damaged(&e))?;
+        // Walking the messages maps the pages around each header read (the kernel's
+        // fault-around): a table of many batches would have most of its file mapped at once.
+        // Both walks (the check, then the decoding) give back what they have read as they go,
+        // a megabyte at a time.
+        let (base, len) = (map.as_ptr() as usize, map.len());
+        let walker = || {
+            let mut released = 0usize;
+            move |pos: usize| {
+                let end = pos.min(len) / PAGE * PAGE;
+                if end >= released + (1 << 20) {
+                    // SAFETY: the range lies inside this read-only file mapping, alive for the
+                    // whole load; MADV_DONTNEED only drops the process's copy of its pages.
+                    unsafe {
+                        libc::madvise(
+                            (base + released) as *mut libc::c_void,
+                            end - released,
+                            libc::MADV_DONTNEED,
+                        );
+                    }
+                    released = end;
+                }
+            }
+        };
+        let layout = check_layout(&map, walker()).map_err(|e| damaged(&e))?;
         let whole = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
         let mapped = whole.as_ptr() as usize..whole.as_ptr() as usize + whole.len();
         let checked = layout.is_some();
@@ -679,7 +707,9 @@ impl Table {
                         .with_skip_validation(true)
                 };
                 let mut batches = Vec::with_capacity(layout.batches.len());
+                let mut walked = walker();
                 for (start, meta) in layout.batches {
+                    walked(start);
                     let meta = i32::try_from(meta).map_err(|_| damaged(&"a message too long"))?;
                     let block = arrow_ipc::Block::new(0, meta, 0);
                     let batch = decoder
