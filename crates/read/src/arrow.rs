@@ -466,19 +466,13 @@ impl Column {
     /// Row `i`'s value as [`super::query::int_of`] reads it: integers as they are, reals truncated.
     #[inline]
     fn number(&self, i: usize) -> Option<i64> {
-        match &self.data {
-            Data::F64(v) => self
-                .nulls
-                .as_ref()
-                .is_none_or(|n| n.is_valid(i))
-                .then(|| v[i] as i64),
-            Data::F32(v) => self
-                .nulls
-                .as_ref()
-                .is_none_or(|n| n.is_valid(i))
-                .then(|| v[i] as i64),
-            _ => self.int(i),
-        }
+        let real: f64 = match &self.data {
+            Data::F64(v) => v[i],
+            Data::F32(v) => v[i].into(),
+            _ => return self.int(i),
+        };
+        let valid = self.nulls.as_ref().is_none_or(|n| n.is_valid(i));
+        valid.then_some(real as i64)
     }
 
     /// The values of rows `rows` as [`Column::int`] reads them, appended to `out`.
@@ -610,15 +604,8 @@ impl Table {
             if let Some(before) = b.checked_sub(1) {
                 lo = lo.min(span(before).0);
             }
-            let lo = lo / PAGE * PAGE;
-            let hi = hi.min(self.mapped.end).next_multiple_of(PAGE);
-            if hi > lo {
-                // SAFETY: as below; the span lies inside this table's file mapping (whose
-                // last page is mapped whole).
-                unsafe {
-                    libc::madvise(lo as *mut libc::c_void, hi - lo, libc::MADV_DONTNEED);
-                }
-            }
+            // SAFETY: `mapped` is this table's file mapping, alive as long as the table.
+            unsafe { drop_pages(&self.mapped, lo / PAGE * PAGE, hi.next_multiple_of(PAGE)) };
             return;
         }
         for ((c, on), marks) in batch
@@ -639,11 +626,8 @@ impl Table {
                 let start = marks[k].max(ptr.next_multiple_of(PAGE));
                 let end = ((ptr + bytes.min(buffer.len())).min(self.mapped.end)) / PAGE * PAGE;
                 if end > start && end - start >= min {
-                    // SAFETY: the range lies inside a live read-only file mapping this table
-                    // owns; MADV_DONTNEED on it only drops the process's copy of its pages.
-                    unsafe {
-                        libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED);
-                    }
+                    // SAFETY: `mapped` is this table's file mapping, alive as long as the table.
+                    unsafe { drop_pages(&self.mapped, start, end) };
                     marks[k] = end;
                 }
             });
@@ -669,28 +653,22 @@ impl Table {
         // fault-around): a table of many batches would have most of its file mapped at once.
         // Both walks (the check, then the decoding) give back what they have read as they go,
         // a megabyte at a time.
-        let (base, len) = (map.as_ptr() as usize, map.len());
+        let mapped = map.as_ptr() as usize..map.as_ptr() as usize + map.len();
         let walker = || {
-            let mut released = 0usize;
+            let mut released = mapped.start;
+            let mapped = mapped.clone();
             move |pos: usize| {
-                let end = pos.min(len) / PAGE * PAGE;
+                let end = (mapped.start + pos) / PAGE * PAGE;
                 if end >= released + (1 << 20) {
-                    // SAFETY: the range lies inside this read-only file mapping, alive for the
-                    // whole load; MADV_DONTNEED only drops the process's copy of its pages.
-                    unsafe {
-                        libc::madvise(
-                            (base + released) as *mut libc::c_void,
-                            end - released,
-                            libc::MADV_DONTNEED,
-                        );
-                    }
+                    // SAFETY: `mapped` is the file's mapping, alive for the whole load (it
+                    // moves into the table's buffer, not away).
+                    unsafe { drop_pages(&mapped, released, end) };
                     released = end;
                 }
             }
         };
         let layout = check_layout(&map, walker()).map_err(|e| damaged(&e))?;
         let whole = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
-        let mapped = whole.as_ptr() as usize..whole.as_ptr() as usize + whole.len();
         let checked = layout.is_some();
         let (schema, batches) = match layout {
             Some(layout) => {
@@ -1011,6 +989,21 @@ impl Table {
 
 /// Memory pages, for releasing mapped columns behind a scan.
 const PAGE: usize = 4096;
+
+/// Drop this process's copy of the whole pages of `[start, end)` that lie inside `mapped` (the
+/// page cache keeps them; a later read maps them again).
+///
+/// # Safety
+/// `mapped` must be a live read-only file mapping: on heap memory MADV_DONTNEED would zero it.
+unsafe fn drop_pages(mapped: &std::ops::Range<usize>, start: usize, end: usize) {
+    // The mapping's last page is mapped whole.
+    let start = start.max(mapped.start).next_multiple_of(PAGE);
+    let end = end.min(mapped.end.next_multiple_of(PAGE)) / PAGE * PAGE;
+    if end > start {
+        // SAFETY: a page range inside the mapping, as the caller promises.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
+}
 
 /// How many rows a reader reads between looks at what it can give back.
 const RELEASE_EVERY: usize = 1 << 12;
