@@ -1,6 +1,7 @@
 //! Protobuf's wire format for the packets written by hand, field by field, as Perfetto's
 //! protozero does: the schema is `proto/` (prost types decode these bytes in the tests), the
-//! field numbers are generated from it (`crate::proto::field`), the varints are prost's.
+//! field numbers are generated from it (`crate::proto::field`), the varints are prost's
+//! encoding.
 //!
 //! A tag is `(field number << 3) | wire type`.
 
@@ -117,9 +118,16 @@ pub mod tag {
 pub const TRACE_PACKET_BYTE: u8 = tag::TRACE_PACKET as u8;
 const _: () = assert!(tag::TRACE_PACKET < 0x80);
 
+/// `v` as a varint, inlined: prost's own is a call that grows the vector byte by byte, and
+/// most values here (tags, small ids) are one byte.
 #[inline]
-pub fn put_varint(out: &mut Vec<u8>, v: u64) {
-    prost::encoding::encode_varint(v, out);
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    out.reserve(10);
+    while v >= 0x80 {
+        out.push(v as u8 | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
 }
 
 #[inline]
@@ -179,9 +187,15 @@ mod tests {
         put_field(&mut ours, tag::PACKET_MACHINE_ID, 3);
         assert_eq!(ours, prost::Message::encode_to_vec(&p));
         assert_eq!(TRACE_PACKET_BYTE, 0x0A);
-        for v in [0, 1, 127, 128, 300, u64::from(u32::MAX), u64::MAX] {
+        for v in (0..64)
+            .flat_map(|s| [1u64 << s, (1u64 << s) - 1, (1u64 << s) + 1])
+            .chain([0, 300, u64::MAX])
+        {
             let mut b = Vec::new();
             put_varint(&mut b, v);
+            let mut theirs = Vec::new();
+            prost::encoding::encode_varint(v, &mut theirs);
+            assert_eq!(b, theirs, "{v}");
             assert_eq!(b.len(), varint_len(v));
             assert_eq!(read_varint(&b), (v, b.len()));
         }
