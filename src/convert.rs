@@ -5,7 +5,10 @@
 
 use crate::errors::{error_line, os_error, write_error};
 use crate::layout::{Placement, Router};
-use crate::model::{Description, EventSink};
+use crate::model::{
+    CounterKey, CounterSample, CpuSample, CpuSlice, Description, Event, EventSink, Filtered,
+    GroupKey, SinkFilter,
+};
 use crate::nsys::source::Export;
 use crate::output::json::Json;
 use crate::output::pftrace::Protobuf;
@@ -287,66 +290,47 @@ pub fn merge_sqlite(
     Ok((summary, sources))
 }
 
-/// A merged source's sink: a row earlier than the source's own earliest time (a table out of
+/// A merged source's filter: a row earlier than the source's own earliest time (a table out of
 /// time order) is skipped as its conversion on its own would skip it, although the merge's
 /// timeline (shifted for other sources) would have room for it: a merge holds exactly what each
 /// source converts to on its own.
-struct Floor<S> {
-    sink: S,
-    floor: i64,
+struct Floor(i64);
+
+impl Floor {
+    /// Whether a row at `ts` goes on; a row before the floor is counted as skipped.
+    fn keeps<S: EventSink>(&self, sink: &mut S, ts: i64) -> bool {
+        let keeps = ts >= self.0;
+        if !keeps {
+            sink.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
+        }
+        keeps
+    }
 }
 
-impl<S: EventSink> EventSink for Floor<S> {
-    fn event(&mut self, key: crate::model::GroupKey, ev: &crate::model::Event<'_>) -> Result<()> {
-        if ev.start < self.floor {
-            self.sink
-                .skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
-            return Ok(());
+impl<S: EventSink> SinkFilter<S> for Floor {
+    fn event(&mut self, sink: &mut S, key: GroupKey, ev: &Event<'_>) -> Result<()> {
+        match self.keeps(sink, ev.start) {
+            true => sink.event(key, ev),
+            false => Ok(()),
         }
-        self.sink.event(key, ev)
     }
-    fn skip(&mut self, table: &'static str, reason: &'static str) {
-        self.sink.skip(table, reason)
-    }
-    fn note(&mut self, what: &'static str, reason: &'static str) {
-        self.sink.note(what, reason)
-    }
-    fn naming_row(&mut self, table: &'static str) {
-        self.sink.naming_row(table)
-    }
-    fn extra_row(&mut self) {
-        self.sink.extra_row()
-    }
-    fn counter(
-        &mut self,
-        key: &crate::model::CounterKey<'_>,
-        sample: crate::model::CounterSample,
-    ) -> Result<()> {
-        if sample.ts < self.floor {
-            self.sink
-                .skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
-            return Ok(());
+    fn counter(&mut self, sink: &mut S, key: &CounterKey<'_>, sample: CounterSample) -> Result<()> {
+        match self.keeps(sink, sample.ts) {
+            true => sink.counter(key, sample),
+            false => Ok(()),
         }
-        self.sink.counter(key, sample)
     }
-    fn cpu_sample(&mut self, sample: &crate::model::CpuSample<'_>) -> Result<()> {
-        if sample.ts < self.floor {
-            self.sink
-                .skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
-            return Ok(());
+    fn cpu_sample(&mut self, sink: &mut S, sample: &CpuSample<'_>) -> Result<()> {
+        match self.keeps(sink, sample.ts) {
+            true => sink.cpu_sample(sample),
+            false => Ok(()),
         }
-        self.sink.cpu_sample(sample)
     }
-    fn cpu_slice(&mut self, slice: &crate::model::CpuSlice) -> Result<()> {
-        if slice.start < self.floor {
-            self.sink
-                .skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
-            return Ok(());
+    fn cpu_slice(&mut self, sink: &mut S, slice: &CpuSlice) -> Result<()> {
+        match self.keeps(sink, slice.start) {
+            true => sink.cpu_slice(slice),
+            false => Ok(()),
         }
-        self.sink.cpu_slice(slice)
-    }
-    fn finish(self) -> Result<Summary> {
-        self.sink.finish()
     }
 }
 
@@ -496,8 +480,8 @@ fn run<F: Format>(
             } else {
                 Default::default()
             };
-            let make_sink = || crate::nsys::rules::Blamed {
-                sink: Floor {
+            let make_sink = || Filtered {
+                sink: Filtered {
                     sink: Router::new(
                         format.writer(i, desc.clone()),
                         &ids,
@@ -506,10 +490,12 @@ fn run<F: Format>(
                         chunks_tx.clone(),
                     )
                     .with_progress(&progress),
-                    floor: floors.get(i).copied().unwrap_or(i64::MIN),
+                    filter: Floor(floors.get(i).copied().unwrap_or(i64::MIN)),
                 },
-                findings: &findings,
-                scratch: Vec::new(),
+                filter: crate::nsys::rules::Blamed {
+                    findings: &findings,
+                    scratch: Vec::new(),
+                },
             };
             let part = export.read(&opts.selection, &make_sink).and_then(|mut p| {
                 if opts.analyze {

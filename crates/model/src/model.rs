@@ -535,6 +535,60 @@ pub trait EventSink {
     }
 }
 
+/// What a sink in front of another changes: each hook gets a row and the sink behind, and by
+/// default passes the row on. [`Filtered`] puts one in front of a sink; the counts and the
+/// finish go straight through.
+pub trait SinkFilter<S: EventSink> {
+    fn event(&mut self, sink: &mut S, key: GroupKey, ev: &Event<'_>) -> Result<()> {
+        sink.event(key, ev)
+    }
+    fn counter(&mut self, sink: &mut S, key: &CounterKey<'_>, sample: CounterSample) -> Result<()> {
+        sink.counter(key, sample)
+    }
+    fn cpu_sample(&mut self, sink: &mut S, sample: &CpuSample<'_>) -> Result<()> {
+        sink.cpu_sample(sample)
+    }
+    fn cpu_slice(&mut self, sink: &mut S, slice: &CpuSlice) -> Result<()> {
+        sink.cpu_slice(slice)
+    }
+}
+
+/// `sink` behind `filter` (see [`SinkFilter`]).
+pub struct Filtered<S, F> {
+    pub sink: S,
+    pub filter: F,
+}
+
+impl<S: EventSink, F: SinkFilter<S>> EventSink for Filtered<S, F> {
+    fn event(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
+        self.filter.event(&mut self.sink, key, ev)
+    }
+    fn skip(&mut self, table: &'static str, reason: &'static str) {
+        self.sink.skip(table, reason)
+    }
+    fn note(&mut self, what: &'static str, reason: &'static str) {
+        self.sink.note(what, reason)
+    }
+    fn naming_row(&mut self, table: &'static str) {
+        self.sink.naming_row(table)
+    }
+    fn extra_row(&mut self) {
+        self.sink.extra_row()
+    }
+    fn counter(&mut self, key: &CounterKey<'_>, sample: CounterSample) -> Result<()> {
+        self.filter.counter(&mut self.sink, key, sample)
+    }
+    fn cpu_sample(&mut self, sample: &CpuSample<'_>) -> Result<()> {
+        self.filter.cpu_sample(&mut self.sink, sample)
+    }
+    fn cpu_slice(&mut self, slice: &CpuSlice) -> Result<()> {
+        self.filter.cpu_slice(&mut self.sink, slice)
+    }
+    fn finish(self) -> Result<crate::summary::Summary> {
+        self.sink.finish()
+    }
+}
+
 /// Why a thread left its CPU, as far as the profiler recorded it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum OffCpu {

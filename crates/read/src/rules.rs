@@ -1127,15 +1127,19 @@ pub fn for_trace(schema: &Schema) -> Result<TraceFindings> {
     Ok(out)
 }
 
-/// A sink that adds, to each CUDA call a finding blames, the arrow to the finding.
-pub struct Blamed<'a, S> {
-    pub sink: S,
+/// A filter that adds, to each CUDA call a finding blames, the arrow to the finding.
+pub struct Blamed<'a> {
     pub findings: &'a TraceFindings,
     pub scratch: Vec<u64>,
 }
 
-impl<S: crate::model::EventSink> crate::model::EventSink for Blamed<'_, S> {
-    fn event(&mut self, key: crate::model::GroupKey, ev: &crate::model::Event<'_>) -> Result<()> {
+impl<S: crate::model::EventSink> crate::model::SinkFilter<S> for Blamed<'_> {
+    fn event(
+        &mut self,
+        sink: &mut S,
+        key: crate::model::GroupKey,
+        ev: &crate::model::Event<'_>,
+    ) -> Result<()> {
         if !self.findings.blamed.is_empty()
             && ev.category == crate::model::Category::CudaApi
             && let crate::model::GroupKey::ThreadApi { global_tid } = key
@@ -1155,39 +1159,11 @@ impl<S: crate::model::EventSink> crate::model::EventSink for Blamed<'_, S> {
                 },
                 ..ev.clone()
             };
-            let result = self.sink.event(key, &linked);
+            let result = sink.event(key, &linked);
             self.scratch = scratch;
             return result;
         }
-        self.sink.event(key, ev)
-    }
-    fn skip(&mut self, table: &'static str, reason: &'static str) {
-        self.sink.skip(table, reason)
-    }
-    fn note(&mut self, what: &'static str, reason: &'static str) {
-        self.sink.note(what, reason)
-    }
-    fn naming_row(&mut self, table: &'static str) {
-        self.sink.naming_row(table)
-    }
-    fn extra_row(&mut self) {
-        self.sink.extra_row()
-    }
-    fn counter(
-        &mut self,
-        key: &crate::model::CounterKey<'_>,
-        sample: crate::model::CounterSample,
-    ) -> Result<()> {
-        self.sink.counter(key, sample)
-    }
-    fn cpu_sample(&mut self, sample: &crate::model::CpuSample<'_>) -> Result<()> {
-        self.sink.cpu_sample(sample)
-    }
-    fn cpu_slice(&mut self, slice: &crate::model::CpuSlice) -> Result<()> {
-        self.sink.cpu_slice(slice)
-    }
-    fn finish(self) -> Result<crate::summary::Summary> {
-        self.sink.finish()
+        sink.event(key, ev)
     }
 }
 
