@@ -143,7 +143,7 @@ fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Re
 /// Whether every column chunk the footer describes lies within the file: parquet's reader
 /// panics on a negative offset or length.
 fn check_chunks(metadata: &parquet::file::metadata::ParquetMetaData, len: u64) -> Result<()> {
-    for (g, group) in metadata.row_groups().iter().enumerate() {
+    for group in metadata.row_groups() {
         for column in group.columns() {
             let start = column
                 .dictionary_page_offset()
@@ -155,7 +155,7 @@ fn check_chunks(metadata: &parquet::file::metadata::ParquetMetaData, len: u64) -
                 .and_then(|(s, n)| s.checked_add(n));
             if end.is_none_or(|end| end > len) {
                 return Err(anyhow!(
-                    "row group {g}'s column {} at {start}, {size} bytes, is not within the file",
+                    "a column chunk of {} at {start}, {size} bytes, is not within the file",
                     column.column_path()
                 ));
             }
@@ -329,5 +329,48 @@ mod tests {
             };
         }
         true
+    }
+
+    /// A column chunk placed before the file's start, or past its end, is refused (parquet's
+    /// reader panics on a negative offset or length).
+    #[test]
+    fn column_chunks_outside_the_file_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("T.parquet");
+        write_parquet(&src, &table_of(600));
+        let f = std::fs::File::open(&src).unwrap();
+        let len = f.metadata().unwrap().len();
+        let good = ParquetMetaDataReader::new().parse_and_finish(&f).unwrap();
+        check_chunks(&good, len).unwrap();
+        let moved = |offset: i64, size: i64| {
+            let mut metadata = good.clone().into_builder();
+            let mut groups = metadata.take_row_groups();
+            let mut columns = groups[3].columns().to_vec();
+            columns[1] = columns[1]
+                .clone()
+                .into_builder()
+                .set_dictionary_page_offset(None)
+                .set_data_page_offset(offset)
+                .set_total_compressed_size(size)
+                .build()
+                .unwrap();
+            groups[3] = groups[3]
+                .clone()
+                .into_builder()
+                .set_column_metadata(columns)
+                .build()
+                .unwrap();
+            metadata.set_row_groups(groups).build()
+        };
+        check_chunks(&moved(4, 100), len).unwrap();
+        for (offset, size) in [(-8, 100), (4, -1), (len as i64 - 50, 51), (i64::MAX, 2)] {
+            let e = check_chunks(&moved(offset, size), len).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "a column chunk of \"name\" at {offset}, {size} bytes, is not within the file"
+                )
+            );
+        }
     }
 }
