@@ -5,9 +5,14 @@
 //! its bounded, memory-mapped scans serve Parquet unchanged.
 
 use anyhow::{Context as _, Result, anyhow};
-use parquet::arrow::arrow_reader::{ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
-use parquet::file::metadata::ParquetStatisticsPolicy;
+use parquet::arrow::arrow_reader::{
+    ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
+};
+use parquet::file::metadata::{ParquetMetaDataReader, ParquetStatisticsPolicy};
 use std::path::Path;
+use std::sync::Arc;
+
+mod footer;
 
 /// The file extension nsys gives a table of a Parquet export.
 pub const EXTENSION: &str = "parquet";
@@ -55,8 +60,15 @@ pub fn to_arrow(dir: &Path) -> Result<tempfile::TempDir> {
     Ok(out)
 }
 
-/// One table: its Parquet row groups as the record batches of an Arrow IPC stream.
+/// One table: its Parquet row groups as the record batches of an Arrow IPC stream, read a run
+/// of row groups at a time ([`footer`]), or whole where its footer is not what the walk over
+/// it expects (then parquet's own decoding says what is wrong).
 fn rewrite(file: &Path, target: &Path) -> Result<()> {
+    rewrite_in_pieces(file, target, Some(footer::PIECE_BYTES))
+}
+
+/// [`rewrite`], in runs of row groups of at most `piece_bytes` of footer, or whole (`None`).
+fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Result<()> {
     let damaged = |e: &dyn std::fmt::Display| {
         anyhow!(
             "not a readable Parquet file ({e}): a damaged or truncated file; export the report again"
@@ -64,30 +76,301 @@ fn rewrite(file: &Path, target: &Path) -> Result<()> {
     };
     let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
     // The footer describes every row group's column chunks; their statistics, a good part of
-    // it, are not needed to read the rows (nsys writes small row groups: at 100x a table has
-    // thousands, and their statistics held tens of MB while the table was rewritten).
+    // it, are not needed to read the rows.
     let options = ArrowReaderOptions::new()
         .with_encoding_stats_policy(ParquetStatisticsPolicy::SkipAll)
         .with_column_stats_policy(ParquetStatisticsPolicy::SkipAll)
         .with_size_stats_policy(ParquetStatisticsPolicy::SkipAll);
-    let reader = ParquetRecordBatchReaderBuilder::try_new_with_options(f, options)
-        .map_err(|e| damaged(&e))?
-        .with_batch_size(BATCH_ROWS)
-        .build()
-        .map_err(|e| damaged(&e))?;
-    let schema = arrow_array::RecordBatchReader::schema(&reader);
-    let out = std::fs::File::create(target).map_err(|e| crate::errors::write_error(target, &e))?;
-    let mut writer =
-        arrow_ipc::writer::StreamWriter::try_new(std::io::BufWriter::new(out), &schema)
-            .map_err(|e| anyhow!("cannot write {}: {e}", target.display()))?;
-    for batch in reader {
-        let batch = batch.map_err(|e| damaged(&e))?;
+    let len = f.metadata().map_err(|e| anyhow!("cannot read: {e}"))?.len();
+    let pieces = piece_bytes.and_then(|b| footer::pieces(&f, b));
+    let count = pieces.as_ref().map_or(1, footer::Pieces::len);
+    let mut writer = None;
+    for i in 0..count {
+        let builder = match &pieces {
+            Some(pieces) => {
+                let bytes = pieces
+                    .footer(&f, i)
+                    .map_err(|e| anyhow!("cannot read: {e}"))?;
+                let metadata = ParquetMetaDataReader::decode_metadata_with_options(
+                    &bytes,
+                    Some(options.metadata_options()),
+                )
+                .map_err(|e| damaged(&e))?;
+                drop(bytes);
+                let metadata = ArrowReaderMetadata::try_new(Arc::new(metadata), options.clone())
+                    .map_err(|e| damaged(&e))?;
+                let f = f.try_clone().map_err(|e| anyhow!("cannot read: {e}"))?;
+                ParquetRecordBatchReaderBuilder::new_with_metadata(f, metadata)
+            }
+            None => {
+                let f = f.try_clone().map_err(|e| anyhow!("cannot read: {e}"))?;
+                ParquetRecordBatchReaderBuilder::try_new_with_options(f, options.clone())
+                    .map_err(|e| damaged(&e))?
+            }
+        };
+        check_chunks(builder.metadata(), len).map_err(|e| damaged(&e))?;
+        let reader = builder
+            .with_batch_size(BATCH_ROWS)
+            .build()
+            .map_err(|e| damaged(&e))?;
+        let writer = match &mut writer {
+            Some(w) => w,
+            None => {
+                let schema = arrow_array::RecordBatchReader::schema(&reader);
+                let out = std::fs::File::create(target)
+                    .map_err(|e| crate::errors::write_error(target, &e))?;
+                writer.insert(
+                    arrow_ipc::writer::StreamWriter::try_new(std::io::BufWriter::new(out), &schema)
+                        .map_err(|e| anyhow!("cannot write {}: {e}", target.display()))?,
+                )
+            }
+        };
+        for batch in reader {
+            let batch = batch.map_err(|e| damaged(&e))?;
+            writer
+                .write(&batch)
+                .map_err(|e| anyhow!("cannot write {}: {e}", target.display()))?;
+        }
+    }
+    if let Some(mut writer) = writer {
         writer
-            .write(&batch)
+            .finish()
             .map_err(|e| anyhow!("cannot write {}: {e}", target.display()))?;
     }
-    writer
-        .finish()
-        .map_err(|e| anyhow!("cannot write {}: {e}", target.display()))?;
     Ok(())
+}
+
+/// Whether every column chunk the footer describes lies within the file: parquet's reader
+/// panics on a negative offset or length.
+fn check_chunks(metadata: &parquet::file::metadata::ParquetMetaData, len: u64) -> Result<()> {
+    for group in metadata.row_groups() {
+        for column in group.columns() {
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(column.data_page_offset());
+            let size = column.compressed_size();
+            let end = u64::try_from(start)
+                .ok()
+                .zip(u64::try_from(size).ok())
+                .and_then(|(s, n)| s.checked_add(n));
+            if end.is_none_or(|end| end > len) {
+                return Err(anyhow!(
+                    "a column chunk of {} at {start}, {size} bytes, is not within the file",
+                    column.column_path()
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow_array::{Int32Array, Int64Array, RecordBatch, StringArray};
+    use parquet::arrow::ArrowWriter;
+    use parquet::file::properties::WriterProperties;
+
+    /// 5 000 rows (a text column, a nullable one, an integer one) in row groups of 64 rows,
+    /// with the statistics parquet writes by default.
+    fn table() -> RecordBatch {
+        table_of(5_000)
+    }
+
+    fn table_of(n: i64) -> RecordBatch {
+        RecordBatch::try_from_iter([
+            ("id", Arc::new(Int64Array::from_iter_values(0..n)) as _),
+            (
+                "name",
+                Arc::new(StringArray::from_iter_values(
+                    (0..n).map(|i| format!("kernel_{}", i % 37)),
+                )) as _,
+            ),
+            (
+                "stream",
+                Arc::new(Int32Array::from_iter(
+                    (0..n).map(|i| (i % 5 != 0).then_some((i % 7) as i32)),
+                )) as _,
+            ),
+        ])
+        .unwrap()
+    }
+
+    fn write_parquet(path: &Path, batch: &RecordBatch) {
+        let props = WriterProperties::builder()
+            .set_max_row_group_row_count(Some(64))
+            .build();
+        let f = std::fs::File::create(path).unwrap();
+        let mut w = ArrowWriter::try_new(f, batch.schema(), Some(props)).unwrap();
+        w.write(batch).unwrap();
+        w.close().unwrap();
+    }
+
+    fn read_arrow(path: &Path) -> Vec<RecordBatch> {
+        let f = std::fs::File::open(path).unwrap();
+        arrow_ipc::reader::StreamReader::try_new(f, None)
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+    }
+
+    /// A table's rewriting in runs of its row groups holds what the whole table holds, in the
+    /// same order and with the same schema, however small the runs.
+    #[test]
+    fn runs_of_row_groups_rewrite_the_whole_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("T.parquet");
+        let want = table();
+        write_parquet(&src, &want);
+        let f = std::fs::File::open(&src).unwrap();
+        for (piece_bytes, runs) in [(u64::MAX, 1), (footer::PIECE_BYTES, 1), (1, 79), (2_000, 0)] {
+            let pieces = footer::pieces(&f, piece_bytes).expect("a footer the walk reads");
+            if runs > 0 {
+                assert_eq!(pieces.len(), runs, "runs of at most {piece_bytes} bytes");
+            } else {
+                assert!(pieces.len() > 1 && pieces.len() < 79, "{}", pieces.len());
+            }
+            let target = dir.path().join(format!("T{piece_bytes}.arrow"));
+            rewrite_in_pieces(&src, &target, Some(piece_bytes)).unwrap();
+            let got = read_arrow(&target);
+            let mut at = 0;
+            for batch in &got {
+                assert_eq!(batch.schema(), want.schema());
+                let n = batch.num_rows();
+                assert!(n > 0 && n <= BATCH_ROWS);
+                assert_eq!(
+                    batch,
+                    &want.slice(at, n),
+                    "rows from {at}, runs of {piece_bytes} B"
+                );
+                at += n;
+            }
+            assert_eq!(at, want.num_rows(), "runs of at most {piece_bytes} bytes");
+        }
+    }
+
+    /// Every byte of a footer damaged in turn (all bits, the lowest or the fifth flipped): the rewriting in runs of row groups never reads
+    /// what the whole footer's decoding refuses, reads the same rows where both read, and does
+    /// not panic where the whole footer's reading does not. It refuses some damage the whole
+    /// decoding lets through: the walk reads a damaged field by its Thrift type, where parquet
+    /// reads some fields by what they should be.
+    #[test]
+    fn damaged_footers_fail_as_whole_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("T.parquet");
+        write_parquet(&src, &table_of(600));
+        let good = std::fs::read(&src).unwrap();
+        let tail = &good[good.len() - 8..good.len() - 4];
+        let start = good.len() - 8 - u32::from_le_bytes(tail.try_into().unwrap()) as usize;
+        let (whole, runs) = (dir.path().join("w.arrow"), dir.path().join("r.arrow"));
+        let (mut refused, mut read, mut stricter, mut parquet_panics) = (0, 0, 0, 0);
+        for at in start..good.len() {
+            {
+                let flip = [0xffu8, 0x01, 0x10][at % 3];
+                let mut bytes = good.clone();
+                bytes[at] ^= flip;
+                std::fs::write(&src, &bytes).unwrap();
+                let case = format!("footer byte {} ^ {flip:#x}", at - start);
+                let Ok(w) = std::panic::catch_unwind(|| rewrite_in_pieces(&src, &whole, None))
+                else {
+                    // Parquet's own decoding panics on some damage (a dictionary page the
+                    // footer misplaces): the rewriting in runs is only asked not to add any.
+                    parquet_panics += 1;
+                    continue;
+                };
+                let r = std::panic::catch_unwind(|| rewrite_in_pieces(&src, &runs, Some(200)))
+                    .unwrap_or_else(|_| panic!("{case}: a panic the whole footer has not"));
+                match (w, r) {
+                    (Err(_), Err(_)) => refused += 1,
+                    (Ok(()), Ok(())) => {
+                        read += 1;
+                        assert!(same_rows(&read_arrow(&whole), &read_arrow(&runs)), "{case}");
+                    }
+                    (Ok(()), Err(_)) => stricter += 1,
+                    (Err(e), Ok(())) => panic!("{case}: read in runs, refused whole: {e:#}"),
+                }
+            }
+        }
+        let cases = good.len() - start;
+        assert!(
+            refused > cases / 4 && read > cases / 4,
+            "{refused} refused, {read} read"
+        );
+        assert!(
+            stricter < cases / 20,
+            "{stricter} of {cases} refused in runs only"
+        );
+        assert!(parquet_panics < 10, "{parquet_panics} panics");
+    }
+
+    /// Whether two runs of batches hold the same rows, wherever their batches end.
+    fn same_rows(a: &[RecordBatch], b: &[RecordBatch]) -> bool {
+        let rows = |x: &[RecordBatch]| x.iter().map(RecordBatch::num_rows).sum::<usize>();
+        if rows(a) != rows(b) || a.first().map(|x| x.schema()) != b.first().map(|x| x.schema()) {
+            return false;
+        }
+        let (mut a, mut b) = (a.iter(), b.iter());
+        let (mut x, mut y) = (a.next().cloned(), b.next().cloned());
+        while let (Some(p), Some(q)) = (&x, &y) {
+            let n = p.num_rows().min(q.num_rows());
+            if p.slice(0, n) != q.slice(0, n) {
+                return false;
+            }
+            let (p, q) = (p.slice(n, p.num_rows() - n), q.slice(n, q.num_rows() - n));
+            x = if p.num_rows() == 0 {
+                a.next().cloned()
+            } else {
+                Some(p)
+            };
+            y = if q.num_rows() == 0 {
+                b.next().cloned()
+            } else {
+                Some(q)
+            };
+        }
+        true
+    }
+
+    /// A column chunk placed before the file's start, or past its end, is refused (parquet's
+    /// reader panics on a negative offset or length).
+    #[test]
+    fn column_chunks_outside_the_file_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("T.parquet");
+        write_parquet(&src, &table_of(600));
+        let f = std::fs::File::open(&src).unwrap();
+        let len = f.metadata().unwrap().len();
+        let good = ParquetMetaDataReader::new().parse_and_finish(&f).unwrap();
+        check_chunks(&good, len).unwrap();
+        let moved = |offset: i64, size: i64| {
+            let mut metadata = good.clone().into_builder();
+            let mut groups = metadata.take_row_groups();
+            let mut columns = groups[3].columns().to_vec();
+            columns[1] = columns[1]
+                .clone()
+                .into_builder()
+                .set_dictionary_page_offset(None)
+                .set_data_page_offset(offset)
+                .set_total_compressed_size(size)
+                .build()
+                .unwrap();
+            groups[3] = groups[3]
+                .clone()
+                .into_builder()
+                .set_column_metadata(columns)
+                .build()
+                .unwrap();
+            metadata.set_row_groups(groups).build()
+        };
+        check_chunks(&moved(4, 100), len).unwrap();
+        for (offset, size) in [(-8, 100), (4, -1), (len as i64 - 50, 51), (i64::MAX, 2)] {
+            let e = check_chunks(&moved(offset, size), len).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!(
+                    "a column chunk of \"name\" at {offset}, {size} bytes, is not within the file"
+                )
+            );
+        }
+    }
 }
