@@ -168,7 +168,7 @@ fn supported(schema: &arrow_schema::Schema) -> bool {
 
 /// The columns of `schema` with their SQLite types; an error names a column of a type nsys'
 /// Arrow export does not use.
-fn unsupported(schema: &arrow_schema::Schema) -> Result<Vec<(String, &'static str)>> {
+fn sql_columns(schema: &arrow_schema::Schema) -> Result<Vec<(String, &'static str)>> {
     let mut columns = Vec::new();
     for field in schema.fields() {
         let Some(t) = Column::sql_type(field.data_type()) else {
@@ -699,7 +699,7 @@ impl Table {
             }
             None => stream(whole).map_err(|e| damaged(&e))?,
         };
-        let columns = unsupported(&schema)?;
+        let columns = sql_columns(&schema)?;
         let mut decoded = Vec::with_capacity(batches.len());
         let mut lengths = Vec::with_capacity(batches.len());
         for batch in &batches {
@@ -767,6 +767,15 @@ impl Table {
         Ok(())
     }
 
+    /// Give back what a walk that may have stopped early (at the first row out of order) read
+    /// of the batch it stopped in.
+    fn give_back_stopped(&self, cols: &[Cell<u8>], behind: &mut Behind) {
+        let b = behind.batch;
+        if let Some(&n) = self.lengths.get(b) {
+            self.give_back(b, n, cols, behind, 0);
+        }
+    }
+
     /// `ALL` for the columns in `cols` (a rowid, `-1`, reads the key), for [`Table::give_back`].
     fn reading(&self, cols: impl IntoIterator<Item = c_int>) -> Vec<Cell<u8>> {
         let mask = vec![Cell::new(0); self.columns.len()];
@@ -823,11 +832,7 @@ impl Table {
             }
             true
         };
-        // What was read of the batch it stopped in.
-        let b = behind.batch;
-        if let Some(&n) = self.lengths.get(b) {
-            self.give_back(b, n, &mask, &mut behind, 0);
-        }
+        self.give_back_stopped(&mask, &mut behind);
         rising
     }
 
@@ -892,11 +897,7 @@ impl Table {
             }
             true
         };
-        // What was read of the batch it stopped in.
-        let b = behind.batch;
-        if let Some(&n) = self.lengths.get(b) {
-            self.give_back(b, n, &mask, &mut behind, 0);
-        }
+        self.give_back_stopped(&mask, &mut behind);
         sorted
     }
 

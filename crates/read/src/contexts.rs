@@ -75,10 +75,11 @@ impl Contexts {
                 let (Some(d), Some(c)) = (device_at(r, 0), int_at(r, 2)) else {
                     continue;
                 };
-                if !seen.insert((d, int_at(r, 1), c)) {
+                let process = int_at(r, 1);
+                if !seen.insert((d, process, c)) {
                     continue;
                 }
-                let gp = global_pid_of(int_at(r, 1).unwrap_or(0));
+                let gp = global_pid_of(process.unwrap_or(0));
                 device_of.entry((pid_of(gp), c)).or_insert(d);
                 if c != 0 {
                     by_device.entry(d).or_default().insert((gp, c));

@@ -77,11 +77,14 @@ fn rewrite_caught(file: &Path, target: &Path) -> Result<()> {
     QUIET.with(|q| q.set(true));
     let result = std::panic::catch_unwind(|| rewrite(file, target));
     QUIET.with(|q| q.set(false));
-    result.unwrap_or_else(|_| {
-        Err(anyhow!(
-            "not a readable Parquet file (its decoder failed): a damaged or truncated file; export the report again"
-        ))
-    })
+    result.unwrap_or_else(|_| Err(damaged(&"its decoder failed")))
+}
+
+/// The error of a table that parquet cannot read.
+fn damaged(e: &dyn std::fmt::Display) -> anyhow::Error {
+    anyhow!(
+        "not a readable Parquet file ({e}): a damaged or truncated file; export the report again"
+    )
 }
 
 /// One table: its Parquet row groups as the record batches of an Arrow IPC stream, read a run
@@ -93,11 +96,8 @@ fn rewrite(file: &Path, target: &Path) -> Result<()> {
 
 /// [`rewrite`], in runs of row groups of at most `piece_bytes` of footer, or whole (`None`).
 fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Result<()> {
-    let damaged = |e: &dyn std::fmt::Display| {
-        anyhow!(
-            "not a readable Parquet file ({e}): a damaged or truncated file; export the report again"
-        )
-    };
+    let cannot_write =
+        |e: &dyn std::fmt::Display| anyhow!("cannot write {}: {e}", target.display());
     let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
     // The footer describes every row group's column chunks; their statistics, a good part of
     // it, are not needed to read the rows.
@@ -110,6 +110,7 @@ fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Re
     let count = pieces.as_ref().map_or(1, footer::Pieces::len);
     let mut writer = None;
     for i in 0..count {
+        let source = f.try_clone().map_err(|e| anyhow!("cannot read: {e}"))?;
         let builder = match &pieces {
             Some(pieces) => {
                 let bytes = pieces
@@ -123,14 +124,10 @@ fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Re
                 drop(bytes);
                 let metadata = ArrowReaderMetadata::try_new(Arc::new(metadata), options.clone())
                     .map_err(|e| damaged(&e))?;
-                let f = f.try_clone().map_err(|e| anyhow!("cannot read: {e}"))?;
-                ParquetRecordBatchReaderBuilder::new_with_metadata(f, metadata)
+                ParquetRecordBatchReaderBuilder::new_with_metadata(source, metadata)
             }
-            None => {
-                let f = f.try_clone().map_err(|e| anyhow!("cannot read: {e}"))?;
-                ParquetRecordBatchReaderBuilder::try_new_with_options(f, options.clone())
-                    .map_err(|e| damaged(&e))?
-            }
+            None => ParquetRecordBatchReaderBuilder::try_new_with_options(source, options.clone())
+                .map_err(|e| damaged(&e))?,
         };
         check_chunks(builder.metadata(), len).map_err(|e| damaged(&e))?;
         let reader = builder
@@ -145,21 +142,17 @@ fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Re
                     .map_err(|e| crate::errors::write_error(target, &e))?;
                 writer.insert(
                     arrow_ipc::writer::StreamWriter::try_new(std::io::BufWriter::new(out), &schema)
-                        .map_err(|e| anyhow!("cannot write {}: {e}", target.display()))?,
+                        .map_err(|e| cannot_write(&e))?,
                 )
             }
         };
         for batch in reader {
             let batch = batch.map_err(|e| damaged(&e))?;
-            writer
-                .write(&batch)
-                .map_err(|e| anyhow!("cannot write {}: {e}", target.display()))?;
+            writer.write(&batch).map_err(|e| cannot_write(&e))?;
         }
     }
     if let Some(mut writer) = writer {
-        writer
-            .finish()
-            .map_err(|e| anyhow!("cannot write {}: {e}", target.display()))?;
+        writer.finish().map_err(|e| cannot_write(&e))?;
     }
     Ok(())
 }
@@ -273,11 +266,21 @@ mod tests {
         }
     }
 
-    /// Every byte of a footer damaged in turn (all bits, the lowest or the fifth flipped): the rewriting in runs of row groups never reads
-    /// what the whole footer's decoding refuses, reads the same rows where both read, and does
-    /// not panic where the whole footer's reading does not. It refuses some damage the whole
-    /// decoding lets through: the walk reads a damaged field by its Thrift type, where parquet
-    /// reads some fields by what they should be.
+    /// Write `good` to `path` with byte `at` damaged: all its bits, the lowest or the fifth
+    /// flipped, by turns; returns the bits flipped.
+    fn write_damaged(path: &Path, good: &[u8], at: usize) -> u8 {
+        let flip = [0xffu8, 0x01, 0x10][at % 3];
+        let mut bytes = good.to_vec();
+        bytes[at] ^= flip;
+        std::fs::write(path, &bytes).unwrap();
+        flip
+    }
+
+    /// Every byte of a footer damaged in turn ([`write_damaged`]): the rewriting in runs of row
+    /// groups never reads what the whole footer's decoding refuses, reads the same rows where
+    /// both read, and does not panic where the whole footer's reading does not. It refuses some
+    /// damage the whole decoding lets through: the walk reads a damaged field by its Thrift
+    /// type, where parquet reads some fields by what they should be.
     #[test]
     fn damaged_footers_fail_as_whole_ones() {
         let dir = tempfile::tempdir().unwrap();
@@ -289,30 +292,24 @@ mod tests {
         let (whole, runs) = (dir.path().join("w.arrow"), dir.path().join("r.arrow"));
         let (mut refused, mut read, mut stricter, mut parquet_panics) = (0, 0, 0, 0);
         for at in start..good.len() {
-            {
-                let flip = [0xffu8, 0x01, 0x10][at % 3];
-                let mut bytes = good.clone();
-                bytes[at] ^= flip;
-                std::fs::write(&src, &bytes).unwrap();
-                let case = format!("footer byte {} ^ {flip:#x}", at - start);
-                let Ok(w) = std::panic::catch_unwind(|| rewrite_in_pieces(&src, &whole, None))
-                else {
-                    // Parquet's own decoding panics on some damage (a dictionary page the
-                    // footer misplaces): the rewriting in runs is only asked not to add any.
-                    parquet_panics += 1;
-                    continue;
-                };
-                let r = std::panic::catch_unwind(|| rewrite_in_pieces(&src, &runs, Some(200)))
-                    .unwrap_or_else(|_| panic!("{case}: a panic the whole footer has not"));
-                match (w, r) {
-                    (Err(_), Err(_)) => refused += 1,
-                    (Ok(()), Ok(())) => {
-                        read += 1;
-                        assert!(same_rows(&read_arrow(&whole), &read_arrow(&runs)), "{case}");
-                    }
-                    (Ok(()), Err(_)) => stricter += 1,
-                    (Err(e), Ok(())) => panic!("{case}: read in runs, refused whole: {e:#}"),
+            let flip = write_damaged(&src, &good, at);
+            let case = format!("footer byte {} ^ {flip:#x}", at - start);
+            let Ok(w) = std::panic::catch_unwind(|| rewrite_in_pieces(&src, &whole, None)) else {
+                // Parquet's own decoding panics on some damage (a dictionary page the
+                // footer misplaces): the rewriting in runs is only asked not to add any.
+                parquet_panics += 1;
+                continue;
+            };
+            let r = std::panic::catch_unwind(|| rewrite_in_pieces(&src, &runs, Some(200)))
+                .unwrap_or_else(|_| panic!("{case}: a panic the whole footer has not"));
+            match (w, r) {
+                (Err(_), Err(_)) => refused += 1,
+                (Ok(()), Ok(())) => {
+                    read += 1;
+                    assert!(same_rows(&read_arrow(&whole), &read_arrow(&runs)), "{case}");
                 }
+                (Ok(()), Err(_)) => stricter += 1,
+                (Err(e), Ok(())) => panic!("{case}: read in runs, refused whole: {e:#}"),
             }
         }
         let cases = good.len() - start;
@@ -327,9 +324,9 @@ mod tests {
         assert!(parquet_panics < 10, "{parquet_panics} panics");
     }
 
-    /// Every byte of a table damaged in turn (footer, pages and all): the rewriting reads the
-    /// table or refuses it with the one-line error, and never panics, where parquet's decoders
-    /// do on some of these files.
+    /// Every byte of a table damaged in turn ([`write_damaged`], footer, pages and all): the
+    /// rewriting reads the table or refuses it with the one-line error, and never panics, where
+    /// parquet's decoders do on some of these files.
     #[test]
     fn damaged_tables_are_refused_not_panics() {
         let dir = tempfile::tempdir().unwrap();
@@ -339,10 +336,7 @@ mod tests {
         let target = dir.path().join("T.arrow");
         let (mut refused, mut read) = (0, 0);
         for at in 0..good.len() {
-            let flip = [0xffu8, 0x01, 0x10][at % 3];
-            let mut bytes = good.clone();
-            bytes[at] ^= flip;
-            std::fs::write(&src, &bytes).unwrap();
+            let flip = write_damaged(&src, &good, at);
             match std::panic::catch_unwind(|| rewrite_caught(&src, &target)) {
                 Ok(Ok(())) => read += 1,
                 Ok(Err(e)) => {
