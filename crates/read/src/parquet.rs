@@ -223,6 +223,14 @@ mod tests {
         w.close().unwrap();
     }
 
+    /// `batch` as `T.parquet` in a new temporary folder.
+    fn written(batch: &RecordBatch) -> (tempfile::TempDir, std::path::PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let src = dir.path().join("T.parquet");
+        write_parquet(&src, batch);
+        (dir, src)
+    }
+
     fn read_arrow(path: &Path) -> Vec<RecordBatch> {
         let f = std::fs::File::open(path).unwrap();
         arrow_ipc::reader::StreamReader::try_new(f, None)
@@ -235,10 +243,8 @@ mod tests {
     /// same order and with the same schema, however small the runs.
     #[test]
     fn runs_of_row_groups_rewrite_the_whole_table() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("T.parquet");
         let want = table();
-        write_parquet(&src, &want);
+        let (dir, src) = written(&want);
         let f = std::fs::File::open(&src).unwrap();
         for (piece_bytes, runs) in [(u64::MAX, 1), (footer::PIECE_BYTES, 1), (1, 79), (2_000, 0)] {
             let pieces = footer::pieces(&f, piece_bytes).expect("a footer the walk reads");
@@ -283,9 +289,7 @@ mod tests {
     /// type, where parquet reads some fields by what they should be.
     #[test]
     fn damaged_footers_fail_as_whole_ones() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("T.parquet");
-        write_parquet(&src, &table_of(600));
+        let (dir, src) = written(&table_of(600));
         let good = std::fs::read(&src).unwrap();
         let tail = &good[good.len() - 8..good.len() - 4];
         let start = good.len() - 8 - u32::from_le_bytes(tail.try_into().unwrap()) as usize;
@@ -329,9 +333,7 @@ mod tests {
     /// parquet's decoders do on some of these files.
     #[test]
     fn damaged_tables_are_refused_not_panics() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("T.parquet");
-        write_parquet(&src, &table_of(600));
+        let (dir, src) = written(&table_of(600));
         let good = std::fs::read(&src).unwrap();
         let target = dir.path().join("T.arrow");
         let (mut refused, mut read) = (0, 0);
@@ -382,9 +384,7 @@ mod tests {
     /// reader panics on a negative offset or length).
     #[test]
     fn column_chunks_outside_the_file_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let src = dir.path().join("T.parquet");
-        write_parquet(&src, &table_of(600));
+        let (_dir, src) = written(&table_of(600));
         let f = std::fs::File::open(&src).unwrap();
         let len = f.metadata().unwrap().len();
         let good = ParquetMetaDataReader::new().parse_and_finish(&f).unwrap();
