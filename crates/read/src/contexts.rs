@@ -22,7 +22,7 @@
 use super::SYNC;
 use super::scan::Scan;
 use super::{KERNEL, MEMCPY, MEMSET, Schema, device_at, int_at};
-use crate::model::{global_pid_of, pid_of};
+use crate::model::{FastHash, global_pid_of, pid_of};
 use anyhow::Result;
 use rusqlite::Connection;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
@@ -34,7 +34,7 @@ const CONTEXT_INFO: &str = "TARGET_INFO_CUDA_CONTEXT_INFO";
 #[derive(Debug, Default)]
 pub struct Contexts {
     /// (pid, contextId) -> CUDA device of that context's work.
-    pub device_of: HashMap<(i64, i64), i64>,
+    pub device_of: HashMap<(i64, i64), i64, FastHash>,
     /// CUDA device -> its contexts with GPU-side rows, as (globalPid, contextId), sorted
     /// (moved into [`crate::model::Description::gpu_contexts`] once loaded).
     pub by_device: BTreeMap<i64, Vec<(i64, i64)>>,
@@ -51,7 +51,7 @@ fn work_tables(schema: &Schema) -> impl Iterator<Item = &'static str> + '_ {
 
 impl Contexts {
     pub fn load(conn: &Connection, schema: &Schema) -> Result<Contexts> {
-        let mut device_of = HashMap::new();
+        let mut device_of = HashMap::default();
         if schema.has_columns(CONTEXT_INFO, &["processId", "contextId", "deviceId"]) {
             let mut rows = Scan::new(schema, CONTEXT_INFO)
                 .cols(schema, &["processId", "contextId", "deviceId"])
@@ -66,7 +66,7 @@ impl Contexts {
         let mut by_device: BTreeMap<i64, BTreeSet<(i64, i64)>> = BTreeMap::new();
         for t in work_tables(schema) {
             // Each distinct (device, process, context) once, in the order the rows lie.
-            let mut seen = HashSet::new();
+            let mut seen: HashSet<_, FastHash> = HashSet::default();
             let mut rows = Scan::new(schema, t)
                 .cols(schema, &["deviceId", "globalPid", "contextId"])
                 .open(conn, schema)?;

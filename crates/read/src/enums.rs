@@ -2,6 +2,7 @@
 //! do not, so the values nsys has always used are built in. Unknown values show as numbers.
 
 use super::Schema;
+use crate::model::FastHash;
 use rusqlite::Connection;
 use std::borrow::Cow;
 use std::collections::HashMap;
@@ -41,14 +42,17 @@ const LAUNCH_TYPES: &[&str] = &[
 
 #[derive(Debug, Default, Clone)]
 pub struct Enums {
-    copy_kind: HashMap<i64, String>,
-    mem_kind: HashMap<i64, String>,
-    launch_type: HashMap<i64, String>,
-    sync_type: HashMap<i64, String>,
+    copy_kind: Labels,
+    mem_kind: Labels,
+    launch_type: Labels,
+    sync_type: Labels,
 }
 
-pub fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> HashMap<i64, String> {
-    let mut out = HashMap::new();
+/// An enum table's labels by value, looked up per row (hence the fast hasher).
+pub type Labels = HashMap<i64, String, FastHash>;
+
+pub fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> Labels {
+    let mut out = Labels::default();
     if !schema.has_column(table, "id") {
         return out;
     }
@@ -71,12 +75,8 @@ pub fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> HashMap<i64
 }
 
 /// Built-in labels first, then whatever the export's own table adds.
-fn merged(
-    builtin: &[&str],
-    from_export: HashMap<i64, String>,
-    export_wins: bool,
-) -> HashMap<i64, String> {
-    let mut out: HashMap<i64, String> = builtin
+fn merged(builtin: &[&str], from_export: Labels, export_wins: bool) -> Labels {
+    let mut out: Labels = builtin
         .iter()
         .enumerate()
         .map(|(i, s)| (i as i64, s.to_string()))
@@ -89,7 +89,7 @@ fn merged(
     out
 }
 
-fn label(map: &HashMap<i64, String>, v: i64) -> Cow<'_, str> {
+fn label(map: &Labels, v: i64) -> Cow<'_, str> {
     match map.get(&v) {
         Some(s) => Cow::Borrowed(s.as_str()),
         None => Cow::Owned(v.to_string()),

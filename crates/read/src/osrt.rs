@@ -77,7 +77,11 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     Ok(())
 }
 
-fn emit<S: EventSink>(row: &Row, markers: &HashSet<i64>, sink: &mut S) -> Result<()> {
+fn emit<S: EventSink>(
+    row: &Row,
+    markers: &HashSet<i64, crate::model::FastHash>,
+    sink: &mut S,
+) -> Result<()> {
     if let Some(id) = row.name_id.filter(|id| markers.contains(id)) {
         let (Some(start), Some(global_tid)) = (row.start, row.global_tid) else {
             sink.skip(OSRT, "profiler marker without a time or thread");

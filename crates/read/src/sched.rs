@@ -123,7 +123,7 @@ fn off_table(
     table: &str,
     builtin: &[&str],
     meaning: fn(&str) -> Option<OffCpu>,
-) -> HashMap<i64, OffCpu> {
+) -> HashMap<i64, OffCpu, FastHash> {
     let mut labels = read_enum(conn, schema, table);
     if labels.is_empty() {
         labels = builtin
@@ -216,8 +216,8 @@ struct State {
     /// cpu -> (thread, sched-in time) of the thread running there.
     running: HashMap<i64, (i64, i64), FastHash>,
     /// `threadState` and `threadBlock` values that tell why a thread left its CPU.
-    by_state: HashMap<i64, OffCpu>,
-    by_block: HashMap<i64, OffCpu>,
+    by_state: HashMap<i64, OffCpu, FastHash>,
+    by_block: HashMap<i64, OffCpu, FastHash>,
 }
 
 impl State {

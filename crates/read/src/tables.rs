@@ -17,8 +17,8 @@
 
 use super::Schema;
 use crate::model::{
-    Arg, ArgValue, Category, Event, EventSink, Flows, GroupKey, Name, TrackKind, global_pid_of,
-    pid_of,
+    Arg, ArgValue, Category, Event, EventSink, FastHash, Flows, GroupKey, Name, TrackKind,
+    global_pid_of, pid_of,
 };
 use crate::select::Selection;
 use anyhow::Result;
@@ -846,8 +846,8 @@ pub fn is_marker_name(name: &str) -> bool {
 }
 
 /// String ids whose text is a profiler marker.
-pub fn marker_ids(conn: &Connection, schema: &Schema) -> Result<HashSet<i64>> {
-    let mut out = HashSet::new();
+pub fn marker_ids(conn: &Connection, schema: &Schema) -> Result<HashSet<i64, FastHash>> {
+    let mut out = HashSet::default();
     if !schema.has_columns("StringIds", &["id", "value"]) {
         return Ok(out);
     }
@@ -1086,7 +1086,12 @@ fn int(v: &Value) -> Option<i64> {
     }
 }
 
-fn emit<S: EventSink>(plan: &Plan, row: &Row, markers: &HashSet<i64>, sink: &mut S) -> Result<()> {
+fn emit<S: EventSink>(
+    plan: &Plan,
+    row: &Row,
+    markers: &HashSet<i64, FastHash>,
+    sink: &mut S,
+) -> Result<()> {
     let spec = plan.spec;
     let table = spec.table;
     let name_id = match spec.name {

@@ -84,7 +84,7 @@ pub struct RangeColumns {
 /// [`Registered::CACHED`] of them.
 pub(super) struct Registered<'c> {
     stmt: rusqlite::Statement<'c>,
-    cache: HashMap<i64, Option<Text>>,
+    cache: HashMap<i64, Option<Text>, crate::model::FastHash>,
 }
 
 impl<'c> Registered<'c> {
@@ -111,7 +111,7 @@ impl<'c> Registered<'c> {
         }
         Ok(Some(Registered {
             stmt: conn.prepare("SELECT value FROM main.StringIds WHERE id = ?1")?,
-            cache: HashMap::new(),
+            cache: HashMap::default(),
         }))
     }
 
