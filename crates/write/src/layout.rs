@@ -98,7 +98,7 @@ pub struct Router<'a, W: EventWriter> {
     /// Each key's group, at its index in `groups`. A row that arrives later than its group's
     /// written time (a table not in start order) waits in `late` and goes to a further group,
     /// on lanes of their own.
-    group_of: HashMap<GroupKey, u32, crate::model::FastHash>,
+    group_of: HashMap<GroupKey, u32, FastHash>,
     /// The groups in a list, not in the map: a trace can have tens of thousands (one stream per
     /// kernel), which the map would move on every growth and the sort at the end again.
     groups: Vec<Group>,
@@ -111,17 +111,17 @@ pub struct Router<'a, W: EventWriter> {
     /// The "Analysis" group track, once a finding of `--analyze` came.
     analysis_group: Option<u64>,
     /// GPUs this router has put tracks under (for the track count).
-    gpu_tracks: std::collections::HashSet<i64>,
+    gpu_tracks: std::collections::HashSet<i64, FastHash>,
     /// GPU contexts (device, index) this router has put tracks under (for the track count).
-    context_tracks: std::collections::HashSet<(i64, u32)>,
+    context_tracks: std::collections::HashSet<(i64, u32), FastHash>,
     /// Counter tracks by owner (few per owner: found by a short scan, no allocation per value).
-    counters: HashMap<CounterOwner, Vec<Counter>>,
+    counters: HashMap<CounterOwner, Vec<Counter>, FastHash>,
     /// Each GPU's "GPU metrics" group track (below its streams), once this router made one.
-    metrics_groups: HashMap<i64, u64>,
+    metrics_groups: HashMap<i64, u64, FastHash>,
     /// The sequence of this router's CPU samples, once one came.
     samples_seq: Option<u32>,
     /// Threads whose samples this router has written (their descriptors were required).
-    sample_threads: std::collections::HashSet<i64>,
+    sample_threads: std::collections::HashSet<i64, FastHash>,
     /// Threads on CPUs, where the format shows scheduling natively.
     sched: Sched,
     pub summary: Summary,
@@ -153,8 +153,8 @@ impl<'a, W: EventWriter> Router<'a, W> {
             context_tracks: Default::default(),
             cpu_group: None,
             analysis_group: None,
-            counters: HashMap::new(),
-            metrics_groups: HashMap::new(),
+            counters: HashMap::default(),
+            metrics_groups: HashMap::default(),
             samples_seq: None,
             sample_threads: Default::default(),
             sched: Default::default(),

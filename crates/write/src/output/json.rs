@@ -27,8 +27,8 @@ use super::{
     Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
 };
 use crate::model::{
-    ArgValue, Category, CounterValue, CpuSample, Description, Event, Name, source_of, tid_of,
-    trace_pid_of, without_source,
+    ArgValue, Category, CounterValue, CpuSample, Description, Event, FastHash, Name, source_of,
+    tid_of, trace_pid_of, without_source,
 };
 use std::collections::HashMap;
 use std::io::Write as _;
@@ -60,14 +60,14 @@ impl Format for Json {
             info: desc,
             colors: self.colors,
             out: ChunkBuffer::default(),
-            tracks: HashMap::new(),
-            groups: HashMap::new(),
-            group_names: HashMap::new(),
-            children: HashMap::new(),
-            cnames: HashMap::new(),
-            strings: HashMap::new(),
+            tracks: HashMap::default(),
+            groups: HashMap::default(),
+            group_names: HashMap::default(),
+            children: HashMap::default(),
+            cnames: HashMap::default(),
+            strings: HashMap::default(),
             event_pseudo_pids: Default::default(),
-            counters: HashMap::new(),
+            counters: HashMap::default(),
             natural_tids: Default::default(),
         }
     }
@@ -220,22 +220,22 @@ pub struct JsonWriter {
     colors: bool,
     out: ChunkBuffer,
     /// Custom tracks described to this writer, and well-known thread lanes once used.
-    tracks: HashMap<u64, Track>,
-    groups: HashMap<u32, GroupLanes>,
+    tracks: HashMap<u64, Track, FastHash>,
+    groups: HashMap<u32, GroupLanes, FastHash>,
     /// Groups opened per (parent, name) of their first track.
-    group_names: HashMap<(Option<u64>, String), u32>,
+    group_names: HashMap<(Option<u64>, String), u32, FastHash>,
     /// Pseudo-threads created per parent uuid, to order them after their thread.
-    children: HashMap<u64, i64>,
+    children: HashMap<u64, i64, FastHash>,
     /// NVTX colour (0xRRGGBB) -> Chrome colour name.
-    cnames: HashMap<u32, &'static str>,
+    cnames: HashMap<u32, &'static str, FastHash>,
     /// Strings by id, looked up once each (JSON repeats names on every event).
-    strings: HashMap<i64, Box<str>>,
+    strings: HashMap<i64, Box<str>, FastHash>,
     /// Top-level pseudo-processes whose own pseudo-thread holds events (named once).
-    event_pseudo_pids: std::collections::HashSet<u32>,
+    event_pseudo_pids: std::collections::HashSet<u32, FastHash>,
     /// Counter tracks by uuid (see `samples`).
-    counters: HashMap<u64, JsonCounter>,
+    counters: HashMap<u64, JsonCounter, FastHash>,
     /// (pid, tid) taken by tracks whose tid is their number ([`natural_number`]).
-    natural_tids: std::collections::HashSet<(u32, u32)>,
+    natural_tids: std::collections::HashSet<(u32, u32), FastHash>,
 }
 
 /// What a counter's `C` events say besides their value (written by `samples.rs`).
@@ -247,7 +247,11 @@ struct JsonCounter {
 }
 
 /// A string id's text through a writer's cache; the cache starts over past 64k names.
-fn cached<'c>(cache: &'c mut HashMap<i64, Box<str>>, desc: &Description, sid: i64) -> &'c str {
+fn cached<'c>(
+    cache: &'c mut HashMap<i64, Box<str>, FastHash>,
+    desc: &Description,
+    sid: i64,
+) -> &'c str {
     if !cache.contains_key(&sid) && cache.len() >= 1 << 16 {
         cache.clear();
     }
