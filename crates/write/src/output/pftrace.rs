@@ -50,8 +50,8 @@ pub struct ProtoWriter {
     out: ChunkBuffer,
     seqs: Sequences,
     interning: Interning,
-    /// The TrackEvent being encoded (its fields, without tag and length).
-    event: Vec<u8>,
+    /// Scratch: an event packet's header, when its lengths take more than a byte.
+    scratch: Vec<u8>,
     /// What the event interns (InternedData fields), empty when it interns nothing.
     interned: Vec<u8>,
     /// Interning state of CPU sample sequences (see `samples`).
@@ -179,27 +179,15 @@ impl EventWriter for ProtoWriter {
     }
 
     fn begin(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
-        self.bound_interning(group);
-        self.fill(group, track_event::Type::SliceBegin, lane_uuid, lane0, ev);
-        self.write_event(group, ev.start);
+        self.event_packet(group, track_event::Type::SliceBegin, lane_uuid, lane0, ev);
     }
 
     fn end(&mut self, group: u32, lane_uuid: u64, lane0: bool, ts: i64) {
-        put_field(
-            &mut self.event,
-            tag::TYPE,
-            track_event::Type::SliceEnd as u64,
-        );
-        if !lane0 {
-            put_field(&mut self.event, tag::TRACK_UUID, lane_uuid);
-        }
-        self.write_event(group, ts);
+        self.end_packet(group, lane_uuid, lane0, ts);
     }
 
     fn instant(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
-        self.bound_interning(group);
-        self.fill(group, track_event::Type::Instant, lane_uuid, lane0, ev);
-        self.write_event(group, ev.start);
+        self.event_packet(group, track_event::Type::Instant, lane_uuid, lane0, ev);
     }
 
     fn describe_counter(&mut self, track: &CounterTrack) {

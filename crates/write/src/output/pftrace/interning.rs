@@ -194,9 +194,9 @@ pub(super) struct Sequences {
 }
 
 impl Sequences {
-    pub(super) fn get(&self, id: u32) -> Option<&Sequence> {
-        let &i = self.index.get(&id)?;
-        Some(&self.list[i as usize])
+    /// Where the sequence `id` is in `list`.
+    pub(super) fn index(&self, id: u32) -> Option<usize> {
+        self.index.get(&id).map(|&i| i as usize)
     }
 
     pub(super) fn get_mut(&mut self, id: u32) -> Option<&mut Sequence> {
