@@ -103,6 +103,10 @@ struct SampleSeq {
     functions: IdMap<i64, u64>,
     mappings: IdMap<i64, u64>,
     frames: IdMap<Frame, u64>,
+    /// Callstacks whose frames' ids all fit 32 bits, by those ids packed (root first): a
+    /// sample of a known stack is found without looking up each of its frames.
+    by_frames: IdMap<Box<[u64]>, u64>,
+    /// The other callstacks, by their frames' iids (root first).
     callstacks: IdMap<Box<[u64]>, u64>,
     callstack_frames: usize,
     /// Scratch: the callstack being looked up, root first.
