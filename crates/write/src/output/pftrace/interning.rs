@@ -191,17 +191,27 @@ pub(super) struct Sequences {
     /// In a list, not in the map: a new sequence is written where the last one was, not in a
     /// cold slot of a large table (a trace can have one per stream).
     pub(super) list: Vec<Sequence>,
+    /// The last sequence looked up (id, index): events come in runs on one sequence.
+    pub(super) last: Option<(u32, u32)>,
 }
 
 impl Sequences {
     /// Where the sequence `id` is in `list`.
-    pub(super) fn index(&self, id: u32) -> Option<usize> {
-        self.index.get(&id).map(|&i| i as usize)
+    #[inline]
+    pub(super) fn index(&mut self, id: u32) -> Option<usize> {
+        if let Some((last, at)) = self.last
+            && last == id
+        {
+            return Some(at as usize);
+        }
+        let &at = self.index.get(&id)?;
+        self.last = Some((id, at));
+        Some(at as usize)
     }
 
     pub(super) fn get_mut(&mut self, id: u32) -> Option<&mut Sequence> {
-        let &i = self.index.get(&id)?;
-        Some(&mut self.list[i as usize])
+        let at = self.index(id)?;
+        Some(&mut self.list[at])
     }
 
     /// The sequence `id`, added if new.
