@@ -116,16 +116,18 @@ impl ProtoWriter {
         let mut stack = std::mem::take(&mut seq.stack);
         stack.clear();
         // A known stack is one lookup, its frames unread: by its frames' ids, root first.
-        let packable = s
-            .frames
-            .iter()
-            .all(|f| pack32(f.symbol).is_some() && pack32(f.module).is_some());
-        if packable {
-            stack.extend(s.frames.iter().rev().map(|f| {
-                u64::from(f.symbol.wrapping_add(1) as u32) << 32
-                    | u64::from(f.module.wrapping_add(1) as u32)
-            }));
-        }
+        // Each id plus one (`-1`, no string, is 0); they pack when none needs more than 32
+        // bits, which their union tells in the same pass.
+        let mut union = 0;
+        stack.extend(s.frames.iter().rev().map(|f| {
+            let (symbol, module) = (
+                f.symbol.wrapping_add(1) as u64,
+                f.module.wrapping_add(1) as u64,
+            );
+            union |= symbol | module;
+            symbol << 32 | module
+        }));
+        let packable = union >> 32 == 0;
         let known = match packable && !stack.is_empty() {
             true => seq.by_frames.get(stack.as_slice()).copied(),
             false => None,
@@ -297,12 +299,6 @@ fn put_sample_packet(
             }
         }
     });
-}
-
-/// A string id as 32 bits (`-1`, no string, included), if it fits.
-#[inline]
-fn pack32(id: i64) -> Option<u32> {
-    u32::try_from(id.wrapping_add(1)).ok()
 }
 
 /// The iid of a string id in `map`, defining it in `out` on first use.
