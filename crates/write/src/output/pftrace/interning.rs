@@ -67,6 +67,7 @@ pub(super) struct ByKey {
 }
 
 impl ByKey {
+    #[inline]
     pub(super) fn get(&self, key: Key<'_>) -> Option<u32> {
         match key {
             Key::Sid(sid) => self.sid.get(&sid).copied(),
@@ -248,9 +249,20 @@ pub(super) struct Interning {
 
 impl Interning {
     /// The iid of a name (`value` false) or value on `seq`, and whether it is new there.
+    #[inline]
     pub(super) fn intern(&mut self, seq: &mut Sequence, value: bool, key: Key<'_>) -> (u32, bool) {
+        match seq.maps.is_some() {
+            true => in_maps(seq, value, key),
+            false => self.intern_small(seq, value, key),
+        }
+    }
+
+    /// [`Interning::intern`] on a sequence without maps yet: its short lists, then maps once
+    /// they are full.
+    #[inline(never)]
+    fn intern_small(&mut self, seq: &mut Sequence, value: bool, key: Key<'_>) -> (u32, bool) {
         let count = if value { seq.values } else { seq.names };
-        if seq.maps.is_none() {
+        {
             let block = match seq.small_at {
                 Some(at) => at,
                 None => {
@@ -296,12 +308,7 @@ impl Interning {
             }
             seq.maps = Some(self.promote(seq));
         }
-        let by_key = seq.maps.as_mut().expect("promoted above").of(value);
-        if let Some(iid) = by_key.get(key) {
-            return (iid, false);
-        }
-        by_key.insert(key, count + 1);
-        (seq.next(value), true)
+        in_maps(seq, value, key)
     }
 
     /// Maps holding what the sequence's short lists hold.
@@ -378,6 +385,18 @@ impl Sequence {
         *n += 1;
         *n
     }
+}
+
+/// [`Interning::intern`] on a sequence with maps.
+#[inline(always)]
+fn in_maps(seq: &mut Sequence, value: bool, key: Key<'_>) -> (u32, bool) {
+    let count = if value { seq.values } else { seq.names };
+    let by_key = seq.maps.as_mut().expect("a sequence with maps").of(value);
+    if let Some(iid) = by_key.get(key) {
+        return (iid, false);
+    }
+    by_key.insert(key, count + 1);
+    (seq.next(value), true)
 }
 
 /// The interned id of an arg key (its position in `keys`, from 1).
