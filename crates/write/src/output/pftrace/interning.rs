@@ -3,6 +3,7 @@
 
 use crate::model::{Category, FastHash, TextNo};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Interning state of one sequence. Ids are per kind of interned data, starting at 1.
 ///
@@ -63,7 +64,62 @@ pub(super) const SMALL: u32 = 8;
 pub(super) struct ByKey {
     pub(super) sid: HashMap<i64, u32, FastHash>,
     pub(super) no: ByNumber,
-    pub(super) text: HashMap<Box<str>, u32, FastHash>,
+    pub(super) text: HashMap<Box<str>, u32, BuildHasherDefault<TextHasher>>,
+}
+
+/// The text maps' hasher: FxHash's multiply over eight bytes at a time, with the bytes past
+/// the last full eight read as one overlapping word instead of one by one (labels such as
+/// launch shapes are a dozen bytes). These maps are looked up, never walked: their hash
+/// decides nothing that is written.
+#[derive(Default, Clone, Copy)]
+pub(super) struct TextHasher(u64);
+
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl TextHasher {
+    #[inline(always)]
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
+    }
+}
+
+impl Hasher for TextHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        // The multiply's well-mixed high bits pick the bucket (see the model's `FxHasher`).
+        self.0.rotate_left(26)
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let n = bytes.len();
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("eight bytes"));
+        if n >= 8 {
+            let mut chunks = bytes.chunks_exact(8);
+            for c in &mut chunks {
+                self.mix(word(c));
+            }
+            if !chunks.remainder().is_empty() {
+                self.mix(word(&bytes[n - 8..]) ^ n as u64);
+            }
+        } else if n >= 4 {
+            let half = |b: &[u8]| u64::from(u32::from_le_bytes(b.try_into().expect("four")));
+            self.mix(half(&bytes[..4]) | half(&bytes[n - 4..]) << 32 ^ (n as u64) << 61);
+        } else if n > 0 {
+            let b = |i: usize| u64::from(bytes[i]);
+            self.mix(b(0) | b(n / 2) << 8 | b(n - 1) << 16 | (n as u64) << 24);
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, v: u8) {
+        self.mix(u64::from(v));
+    }
+
+    #[inline]
+    fn write_usize(&mut self, v: usize) {
+        self.mix(v as u64);
+    }
 }
 
 impl ByKey {
