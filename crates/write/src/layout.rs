@@ -99,6 +99,8 @@ pub struct Router<'a, W: EventWriter> {
     /// written time (a table not in start order) waits in `late` and goes to a further group,
     /// on lanes of their own.
     group_of: HashMap<GroupKey, u32, FastHash>,
+    /// The last key placed and its group: a reader's rows come in runs on one group.
+    last_group: Option<(GroupKey, u32)>,
     /// The groups in a list, not in the map: a trace can have tens of thousands (one stream per
     /// kernel), which the map would move on every growth and the sort at the end again.
     groups: Vec<Group>,
@@ -146,6 +148,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             flow_scratch: Vec::new(),
             tx,
             group_of: HashMap::default(),
+            last_group: None,
             groups: Vec::new(),
             late: Vec::new(),
             streams: Default::default(),
@@ -181,16 +184,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
     /// An event in the trace's terms (ids and times already placed).
     fn place(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
-        let i = match self.group_of.get(&key) {
-            Some(&i) => i as usize,
-            None => {
-                let g = self.new_group(key, ev.start);
-                self.groups.push(g);
-                let i = self.groups.len() - 1;
-                self.group_of
-                    .insert(key, u32::try_from(i).expect("fewer than 2^32 groups"));
-                i
-            }
+        let i = match self.last_group {
+            Some((last, i)) if last == key => i as usize,
+            _ => self.group_index(key, ev.start),
         };
         self.summary.count(ev.category);
         self.tick();
@@ -208,6 +204,23 @@ impl<'a, W: EventWriter> Router<'a, W> {
         }
         place_in(&mut self.writer, self.ids, &mut self.summary, group, ev);
         self.maybe_send(false)
+    }
+
+    /// The index of `key`'s group, made (its first event at `start`) if new.
+    fn group_index(&mut self, key: GroupKey, start: i64) -> usize {
+        let i = match self.group_of.get(&key) {
+            Some(&i) => i as usize,
+            None => {
+                let g = self.new_group(key, start);
+                self.groups.push(g);
+                let i = self.groups.len() - 1;
+                self.group_of
+                    .insert(key, u32::try_from(i).expect("fewer than 2^32 groups"));
+                i
+            }
+        };
+        self.last_group = Some((key, i as u32));
+        i
     }
 
     /// Write the held late rows, sorted, on one further group per key.

@@ -50,8 +50,8 @@ pub struct ProtoWriter {
     out: ChunkBuffer,
     seqs: Sequences,
     interning: Interning,
-    /// The TrackEvent being encoded (its fields, without tag and length).
-    event: Vec<u8>,
+    /// Scratch: an event packet's header, when its lengths take more than a byte.
+    scratch: Vec<u8>,
     /// What the event interns (InternedData fields), empty when it interns nothing.
     interned: Vec<u8>,
     /// Interning state of CPU sample sequences (see `samples`).
@@ -103,6 +103,10 @@ struct SampleSeq {
     functions: IdMap<i64, u64>,
     mappings: IdMap<i64, u64>,
     frames: IdMap<Frame, u64>,
+    /// Callstacks whose frames' ids all fit 32 bits, by those ids packed (root first): a
+    /// sample of a known stack is found without looking up each of its frames.
+    by_frames: IdMap<Box<[u64]>, u64>,
+    /// The other callstacks, by their frames' iids (root first).
     callstacks: IdMap<Box<[u64]>, u64>,
     callstack_frames: usize,
     /// Scratch: the callstack being looked up, root first.
@@ -179,27 +183,15 @@ impl EventWriter for ProtoWriter {
     }
 
     fn begin(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
-        self.bound_interning(group);
-        self.fill(group, track_event::Type::SliceBegin, lane_uuid, lane0, ev);
-        self.write_event(group, ev.start);
+        self.event_packet(group, track_event::Type::SliceBegin, lane_uuid, lane0, ev);
     }
 
     fn end(&mut self, group: u32, lane_uuid: u64, lane0: bool, ts: i64) {
-        put_field(
-            &mut self.event,
-            tag::TYPE,
-            track_event::Type::SliceEnd as u64,
-        );
-        if !lane0 {
-            put_field(&mut self.event, tag::TRACK_UUID, lane_uuid);
-        }
-        self.write_event(group, ts);
+        self.end_packet(group, lane_uuid, lane0, ts);
     }
 
     fn instant(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
-        self.bound_interning(group);
-        self.fill(group, track_event::Type::Instant, lane_uuid, lane0, ev);
-        self.write_event(group, ev.start);
+        self.event_packet(group, track_event::Type::Instant, lane_uuid, lane0, ev);
     }
 
     fn describe_counter(&mut self, track: &CounterTrack) {

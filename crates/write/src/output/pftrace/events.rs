@@ -1,15 +1,15 @@
 //! Track events: each sequence's clear packet, then every slice, instant and its args, with
 //! what it interns, as one packet written by hand.
 
-use super::interning::{Key, Sequence};
+use super::interning::{Interning, Key, Sequence};
 use super::wire::tag::{self};
 use super::wire::{
-    TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint, varint_len,
+    TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint, with_room,
 };
 use super::{
     BOOTTIME, INCREMENTAL_CLOCK, MAX_INTERNED, ProtoWriter, SEQ_INCREMENTAL_STATE_CLEARED,
 };
-use crate::model::{ArgValue, Event, Name};
+use crate::model::{ArgValue, Description, Event, Name};
 use crate::proto::track_event;
 
 /// The packet that clears a sequence's incremental state: a snapshot that starts its
@@ -111,187 +111,275 @@ impl ProtoWriter {
         };
     }
 
-    /// Interning stays bounded: past [`MAX_INTERNED`] names and values on one sequence, its
-    /// incremental state is cleared and interning starts over (Perfetto's way to let a
-    /// long-running writer forget), so memory does not grow with distinct names.
-    pub(super) fn bound_interning(&mut self, group: u32) {
-        let Some(seq) = self.seqs.get(group) else {
-            return;
-        };
+    /// A BEGIN or INSTANT packet of `ev` on sequence `group`, with what it interns, written
+    /// straight into the output: its two lengths are taken to be one byte each (nearly every
+    /// packet is under 128 bytes) and the header is rewritten, the event moved, when they are
+    /// not.
+    pub(super) fn event_packet(
+        &mut self,
+        group: u32,
+        kind: track_event::Type,
+        lane: u64,
+        lane0: bool,
+        ev: &Event<'_>,
+    ) {
+        let at = self.seqs.index(group).expect("group opened before use");
+        // Interning stays bounded: past [`MAX_INTERNED`] names and values on one sequence, its
+        // incremental state is cleared and interning starts over (Perfetto's way to let a
+        // long-running writer forget), so memory does not grow with distinct names.
+        let seq = &self.seqs.list[at];
         if (seq.names + seq.values) as usize >= MAX_INTERNED {
             let (track, ts) = (seq.default_track, seq.last_ts);
             self.clear_state(group, track, ts, false);
         }
+        let seq = &mut self.seqs.list[at];
+        debug_assert!(
+            ev.start >= seq.last_ts,
+            "layout keeps each sequence in time order"
+        );
+        let delta = (ev.start - seq.last_ts).max(0) as u64;
+        seq.last_ts = ev.start;
+        let out = &mut self.out.data;
+        let start = out.len();
+        // Only the sequence's first packet carries flags (it clears the incremental state);
+        // later packets use that state without restating SEQ_NEEDS_INCREMENTAL_STATE, which
+        // trace_processor does not require: 2 bytes saved on every packet.
+        with_room(out, HEAD_MAX, |r| {
+            r.byte(TRACE_PACKET_BYTE);
+            r.byte(0);
+            r.field(tag::PACKET_TIMESTAMP, delta);
+            r.field(tag::PACKET_SEQUENCE_ID, group.into());
+            r.byte(tag::PACKET_TRACK_EVENT as u8);
+            r.byte(0);
+        });
+        let body = out.len();
+        fill(
+            out,
+            &mut self.interned,
+            &mut self.interning,
+            seq,
+            &self.desc,
+            kind,
+            lane,
+            lane0,
+            ev,
+        );
+        let ev_len = out.len() - body;
+        let int_len = self.interned.len();
+        // The timestamp and sequence fields.
+        let head = body - start - 4;
+        let mut len = head + bytes_len(tag::PACKET_TRACK_EVENT, ev_len);
+        if int_len > 0 {
+            len += bytes_len(tag::PACKET_INTERNED_DATA, int_len);
+        }
+        if len < 0x80 && ev_len < 0x80 {
+            out[start + 1] = len as u8;
+            out[body - 1] = ev_len as u8;
+        } else {
+            let hdr = &mut self.scratch;
+            hdr.clear();
+            hdr.push(TRACE_PACKET_BYTE);
+            put_varint(hdr, len as u64);
+            hdr.extend_from_slice(&out[start + 2..body - 2]);
+            put_varint(hdr, tag::PACKET_TRACK_EVENT);
+            put_varint(hdr, ev_len as u64);
+            let extra = hdr.len() - (body - start);
+            out.resize(out.len() + extra, 0);
+            out.copy_within(body..body + ev_len, body + extra);
+            out[start..start + hdr.len()].copy_from_slice(hdr);
+        }
+        if int_len > 0 {
+            put_bytes(out, tag::PACKET_INTERNED_DATA, &self.interned);
+            self.interned.clear();
+        }
     }
 
-    /// Frame `self.event` (and `self.interned`) as one packet of the sequence at `ts`.
-    pub(super) fn write_event(&mut self, seq_id: u32, ts: i64) {
-        let seq = self.seqs.get_mut(seq_id).expect("group opened before use");
+    /// A slice's END packet on sequence `group` at `ts`.
+    pub(super) fn end_packet(&mut self, group: u32, lane: u64, lane0: bool, ts: i64) {
+        let seq = self.seqs.get_mut(group).expect("group opened before use");
         debug_assert!(
             ts >= seq.last_ts,
             "layout keeps each sequence in time order"
         );
         let delta = (ts - seq.last_ts).max(0) as u64;
         seq.last_ts = ts;
-        // Only the sequence's first packet carries flags (it clears the incremental state);
-        // later packets use that state without restating SEQ_NEEDS_INCREMENTAL_STATE, which
-        // trace_processor does not require: 2 bytes saved on every packet.
-        let ev_len = self.event.len();
-        let int_len = self.interned.len();
-        let mut len = field_len(tag::PACKET_TIMESTAMP, delta)
-            + field_len(tag::PACKET_SEQUENCE_ID, seq_id as u64)
+        let ev_len = field_len(tag::TYPE, track_event::Type::SliceEnd as u64)
+            + if lane0 {
+                0
+            } else {
+                field_len(tag::TRACK_UUID, lane)
+            };
+        let len = field_len(tag::PACKET_TIMESTAMP, delta)
+            + field_len(tag::PACKET_SEQUENCE_ID, group.into())
             + bytes_len(tag::PACKET_TRACK_EVENT, ev_len);
-        if int_len > 0 {
-            len += bytes_len(tag::PACKET_INTERNED_DATA, int_len);
-        }
-        let out = &mut self.out.data;
-        out.reserve(len + 6);
-        out.push(TRACE_PACKET_BYTE);
-        put_varint(out, len as u64);
-        put_field(out, tag::PACKET_TIMESTAMP, delta);
-        put_field(out, tag::PACKET_SEQUENCE_ID, seq_id as u64);
-        put_bytes(out, tag::PACKET_TRACK_EVENT, &self.event);
-        if int_len > 0 {
-            put_bytes(out, tag::PACKET_INTERNED_DATA, &self.interned);
-            self.interned.clear();
-        }
-        self.event.clear();
-    }
-
-    /// Encode a BEGIN or INSTANT in `self.event`, interning what the sequence has not seen.
-    pub(super) fn fill(
-        &mut self,
-        seq_id: u32,
-        kind: track_event::Type,
-        lane: u64,
-        lane0: bool,
-        ev: &Event<'_>,
-    ) {
-        let info = &*self.desc;
-        let seq = self.seqs.get_mut(seq_id).expect("group opened before use");
-        let interning = &mut self.interning;
-        let interned = &mut self.interned;
-        let e = &mut self.event;
-
-        let ci = ev.category.index();
-        if seq.categories[ci] == 0 {
-            seq.next_category += 1;
-            seq.categories[ci] = seq.next_category;
-            put_entry(
-                interned,
-                tag::EVENT_CATEGORIES,
-                u64::from(seq.next_category),
-                ev.category.as_str().as_bytes(),
-            );
-        }
-        put_field(e, tag::CATEGORY_IIDS, u64::from(seq.categories[ci]));
-
-        let mut key_iid = 0;
-        for arg in ev.args {
-            let new;
-            (key_iid, new) = interning.arg_key(seq, arg.key, key_iid);
-            if new {
-                put_entry(
-                    interned,
-                    tag::DEBUG_ANNOTATION_NAMES,
-                    key_iid,
-                    arg.key.as_bytes(),
-                );
+        with_room(&mut self.out.data, HEAD_MAX + 16, |r| {
+            r.byte(TRACE_PACKET_BYTE);
+            r.varint(len as u64);
+            r.field(tag::PACKET_TIMESTAMP, delta);
+            r.field(tag::PACKET_SEQUENCE_ID, group.into());
+            r.field(tag::PACKET_TRACK_EVENT, ev_len as u64);
+            r.field(tag::TYPE, track_event::Type::SliceEnd as u64);
+            if !lane0 {
+                r.field(tag::TRACK_UUID, lane);
             }
-            let name_len = field_len(tag::ANNOTATION_NAME_IID, key_iid);
-            let value = match arg.value {
-                ArgValue::Int(v) => {
-                    put_varint(e, tag::DEBUG_ANNOTATIONS);
-                    put_varint(e, (name_len + field_len(tag::INT_VALUE, v as u64)) as u64);
-                    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
-                    put_field(e, tag::INT_VALUE, v as u64);
-                    continue;
-                }
-                ArgValue::Double(v) => {
-                    put_varint(e, tag::DEBUG_ANNOTATIONS);
-                    put_varint(e, (name_len + varint_len(tag::DOUBLE_VALUE) + 8) as u64);
-                    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
-                    put_varint(e, tag::DOUBLE_VALUE);
-                    e.extend_from_slice(&v.to_le_bytes());
-                    continue;
-                }
-                ArgValue::Bool(v) => {
-                    put_varint(e, tag::DEBUG_ANNOTATIONS);
-                    put_varint(e, (name_len + field_len(tag::BOOL_VALUE, v as u64)) as u64);
-                    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
-                    put_field(e, tag::BOOL_VALUE, v as u64);
-                    continue;
-                }
-                ArgValue::Str(s) => {
-                    let n = s.len();
-                    put_varint(e, tag::DEBUG_ANNOTATIONS);
-                    put_varint(e, (name_len + bytes_len(tag::STRING_VALUE, n)) as u64);
-                    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
-                    put_bytes(e, tag::STRING_VALUE, s.as_bytes());
-                    continue;
-                }
-                ArgValue::Label(s) => Key::Text(s),
-                ArgValue::StrId(sid) => Key::Sid(sid),
-                ArgValue::Numbered(no, s) => Key::No(no, s),
-            };
-            let (iid, new) = interning.intern(seq, true, value);
-            if new {
-                let text = match value {
-                    Key::Text(s) | Key::No(_, s) => s.into(),
-                    Key::Sid(sid) => info.string_or_id(sid),
-                };
-                put_entry(
-                    interned,
-                    tag::DEBUG_ANNOTATION_STRING_VALUES,
-                    u64::from(iid),
-                    text.as_bytes(),
-                );
-            }
-            put_iid_annotation(e, key_iid, u64::from(iid));
-        }
-
-        put_field(e, tag::TYPE, kind as u64);
-
-        let name = match ev.name {
-            Name::Str(sid) => Key::Sid(sid),
-            Name::Text(t) | Name::Static(t) => Key::Text(t),
-            Name::Numbered(no, t) => Key::No(no, t),
-        };
-        let (name_iid, new) = interning.intern(seq, false, name);
-        let name_iid = u64::from(name_iid);
-        if new {
-            let text = match name {
-                Key::Text(t) | Key::No(_, t) => t.into(),
-                Key::Sid(sid) => info.string_or_id(sid),
-            };
-            put_entry(interned, tag::EVENT_NAMES, name_iid, text.as_bytes());
-        }
-        put_field(e, tag::NAME_IID, name_iid);
-        if !lane0 {
-            put_field(e, tag::TRACK_UUID, lane);
-        }
-
-        // `flow_ids_old` is the varint form of `flow_ids` (fixed64): 5 bytes less per arrow end,
-        // about 2 MB on a 200k-kernel profile; trace_processor reads either.
-        for &id in ev.flows.out {
-            put_field(e, tag::FLOW_IDS_OLD, id);
-        }
-        if let Some(t) = ev.flows.terminating {
-            put_field(e, tag::TERMINATING_FLOW_IDS_OLD, t);
-        }
+        });
     }
 }
 
-/// A debug annotation whose value is an interned string.
-fn put_iid_annotation(e: &mut Vec<u8>, key_iid: u64, iid: u64) {
-    put_varint(e, tag::DEBUG_ANNOTATIONS);
-    put_varint(
-        e,
-        (field_len(tag::ANNOTATION_NAME_IID, key_iid) + field_len(tag::STRING_VALUE_IID, iid))
-            as u64,
-    );
-    put_field(e, tag::ANNOTATION_NAME_IID, key_iid);
-    put_field(e, tag::STRING_VALUE_IID, iid);
+/// Bytes of an event packet's header at most: framing, the timestamp and sequence fields, the
+/// event's tag and length.
+const HEAD_MAX: usize = 1 + 10 + 11 + 6 + 1 + 10;
+// The header is written with one-byte tags.
+const _: () = assert!(tag::PACKET_TRACK_EVENT < 0x80 && tag::DEBUG_ANNOTATIONS < 0x80);
+
+/// Bytes of a debug annotation with a varint value, at most.
+const ANNOTATION_MAX: usize = 2 + 11 + 11;
+
+/// Encode the fields of a BEGIN or INSTANT at the end of `out`, interning (into `interned`)
+/// what the sequence has not seen.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+fn fill(
+    out: &mut Vec<u8>,
+    interned: &mut Vec<u8>,
+    interning: &mut Interning,
+    seq: &mut Sequence,
+    info: &Description,
+    kind: track_event::Type,
+    lane: u64,
+    lane0: bool,
+    ev: &Event<'_>,
+) {
+    let ci = ev.category.index();
+    if seq.categories[ci] == 0 {
+        seq.next_category += 1;
+        seq.categories[ci] = seq.next_category;
+        put_entry(
+            interned,
+            tag::EVENT_CATEGORIES,
+            u64::from(seq.next_category),
+            ev.category.as_str().as_bytes(),
+        );
+    }
+    let category = u64::from(seq.categories[ci]);
+    with_room(out, 11, |r| r.field(tag::CATEGORY_IIDS, category));
+
+    let mut key_iid = 0;
+    for arg in ev.args {
+        let new;
+        (key_iid, new) = interning.arg_key(seq, arg.key, key_iid);
+        if new {
+            put_entry(
+                interned,
+                tag::DEBUG_ANNOTATION_NAMES,
+                key_iid,
+                arg.key.as_bytes(),
+            );
+        }
+        // One place writes the annotations with a varint value, so that it is inlined.
+        let (value_tag, v) = match arg.value {
+            ArgValue::Int(v) => (tag::INT_VALUE, v as u64),
+            ArgValue::Bool(v) => (tag::BOOL_VALUE, v as u64),
+            ArgValue::Double(v) => {
+                with_room(out, ANNOTATION_MAX, |r| {
+                    r.byte(tag::DEBUG_ANNOTATIONS as u8);
+                    let at = r.written();
+                    r.byte(0);
+                    r.field(tag::ANNOTATION_NAME_IID, key_iid);
+                    r.varint(tag::DOUBLE_VALUE);
+                    for b in v.to_le_bytes() {
+                        r.byte(b);
+                    }
+                    let n = r.written() - at - 1;
+                    r.set(at, n as u8);
+                });
+                continue;
+            }
+            ArgValue::Str(s) => {
+                let n = s.len();
+                let name_len = field_len(tag::ANNOTATION_NAME_IID, key_iid);
+                with_room(out, ANNOTATION_MAX + 20, |r| {
+                    r.byte(tag::DEBUG_ANNOTATIONS as u8);
+                    r.varint((name_len + bytes_len(tag::STRING_VALUE, n)) as u64);
+                    r.field(tag::ANNOTATION_NAME_IID, key_iid);
+                    r.field(tag::STRING_VALUE, n as u64);
+                });
+                out.extend_from_slice(s.as_bytes());
+                continue;
+            }
+            ArgValue::Label(s) => intern_value(interning, interned, seq, info, Key::Text(s)),
+            ArgValue::StrId(sid) => intern_value(interning, interned, seq, info, Key::Sid(sid)),
+            ArgValue::Numbered(no, s) => {
+                intern_value(interning, interned, seq, info, Key::No(no, s))
+            }
+        };
+        // A debug annotation `{name_iid, <value_tag>: v}`: under 128 bytes, so its length is
+        // one byte.
+        with_room(out, ANNOTATION_MAX, |r| {
+            r.byte(tag::DEBUG_ANNOTATIONS as u8);
+            let at = r.written();
+            r.byte(0);
+            r.field(tag::ANNOTATION_NAME_IID, key_iid);
+            r.field(value_tag, v);
+            let n = r.written() - at - 1;
+            r.set(at, n as u8);
+        });
+    }
+
+    let name = match ev.name {
+        Name::Str(sid) => Key::Sid(sid),
+        Name::Text(t) | Name::Static(t) => Key::Text(t),
+        Name::Numbered(no, t) => Key::No(no, t),
+    };
+    let (name_iid, new) = interning.intern(seq, false, name);
+    let name_iid = u64::from(name_iid);
+    if new {
+        let text = match name {
+            Key::Text(t) | Key::No(_, t) => t.into(),
+            Key::Sid(sid) => info.string_or_id(sid),
+        };
+        put_entry(interned, tag::EVENT_NAMES, name_iid, text.as_bytes());
+    }
+    let flows = ev.flows.out;
+    // `flow_ids_old` is the varint form of `flow_ids` (fixed64): 5 bytes less per arrow end,
+    // about 2 MB on a 200k-kernel profile; trace_processor reads either.
+    with_room(out, 2 + 11 + 11 + 11 * (flows.len() + 1), |r| {
+        r.field(tag::TYPE, kind as u64);
+        r.field(tag::NAME_IID, name_iid);
+        if !lane0 {
+            r.field(tag::TRACK_UUID, lane);
+        }
+        for &id in flows {
+            r.field(tag::FLOW_IDS_OLD, id);
+        }
+        if let Some(t) = ev.flows.terminating {
+            r.field(tag::TERMINATING_FLOW_IDS_OLD, t);
+        }
+    });
+}
+
+/// The (value tag, iid) of an arg's interned string value, interning it on first use.
+fn intern_value(
+    interning: &mut Interning,
+    interned: &mut Vec<u8>,
+    seq: &mut Sequence,
+    info: &Description,
+    value: Key<'_>,
+) -> (u64, u64) {
+    let (iid, new) = interning.intern(seq, true, value);
+    if new {
+        let text = match value {
+            Key::Text(s) | Key::No(_, s) => s.into(),
+            Key::Sid(sid) => info.string_or_id(sid),
+        };
+        put_entry(
+            interned,
+            tag::DEBUG_ANNOTATION_STRING_VALUES,
+            u64::from(iid),
+            text.as_bytes(),
+        );
+    }
+    (tag::STRING_VALUE_IID, u64::from(iid))
 }
 
 #[cfg(test)]
@@ -453,5 +541,91 @@ mod tests {
         }
         assert_eq!(got, want);
         assert!(names.len() > SMALL as usize && values.len() > SMALL as usize);
+    }
+
+    /// Packets whose lengths take more than a byte (a long string arg, a long name interned
+    /// with the event) decode to what was written, as do the short ones around them.
+    #[test]
+    #[allow(deprecated)] // `flow_ids_old`, the field written
+    fn long_events_decode() {
+        use crate::model::{Arg, Flows};
+        use crate::proto::{Trace, debug_annotation};
+        let long_value = "v".repeat(300);
+        let long_name = "n".repeat(200);
+        let mut w = Protobuf::default().writer(0, Arc::new(Description::default()));
+        w.open_group(2, 7, 0);
+        let cases: [(&str, &str, usize); 5] = [
+            ("short", "x", 1),
+            (&long_name, "x", 1),
+            ("short", &long_value, 1),
+            (&long_name, &long_value, 40),
+            ("short", "y", 0),
+        ];
+        let mut want = Vec::new();
+        for (i, &(name, value, flows)) in cases.iter().enumerate() {
+            let args = [
+                Arg {
+                    key: "text",
+                    value: ArgValue::Str(value),
+                },
+                Arg {
+                    key: "int",
+                    value: ArgValue::Int(-(i as i64)),
+                },
+            ];
+            let out: Vec<u64> = (0..flows as u64).map(|f| f << 40).collect();
+            let ts = 1000 * i as i64;
+            let ev = Event {
+                start: ts,
+                end: Some(ts + 5),
+                name: Name::Text(name),
+                category: Category::Kernel,
+                args: &args,
+                flows: Flows {
+                    out: &out,
+                    terminating: None,
+                },
+            };
+            w.begin(2, 9, false, &ev);
+            w.end(2, 9, false, ts + 5);
+            want.push((
+                ts as u64,
+                name.to_string(),
+                value.to_string(),
+                -(i as i64),
+                out,
+            ));
+        }
+        let bytes = w.take_chunk().unwrap().data;
+        let mut names = HashMap::new();
+        let mut got = Vec::new();
+        let mut ts = 0;
+        for p in Trace::decode(&bytes[..]).unwrap().packet {
+            if let Some(d) = &p.interned_data {
+                for e in &d.event_names {
+                    names.insert(e.iid(), e.name().to_string());
+                }
+            }
+            let Some(trace_packet::Data::TrackEvent(ev)) = p.data else {
+                continue;
+            };
+            ts += p.timestamp.unwrap_or(0);
+            assert_eq!(ev.track_uuid, Some(9));
+            let Some(track_event::NameField::NameIid(iid)) = ev.name_field else {
+                assert_eq!(ev.r#type, Some(track_event::Type::SliceEnd as i32));
+                continue;
+            };
+            let [text, int] = &ev.debug_annotations[..] else {
+                panic!("two args");
+            };
+            let Some(debug_annotation::Value::StringValue(v)) = &text.value else {
+                panic!("a string");
+            };
+            let Some(debug_annotation::Value::IntValue(n)) = int.value else {
+                panic!("an int");
+            };
+            got.push((ts, names[&iid].clone(), v.clone(), n, ev.flow_ids_old));
+        }
+        assert_eq!(got, want);
     }
 }

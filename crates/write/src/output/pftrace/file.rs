@@ -94,7 +94,7 @@ impl Format for Protobuf {
             out: ChunkBuffer::default(),
             seqs: Sequences::default(),
             interning: Interning::default(),
-            event: Vec::with_capacity(256),
+            scratch: Vec::new(),
             interned: Vec::new(),
             samples: HashMap::default(),
             sched: Default::default(),

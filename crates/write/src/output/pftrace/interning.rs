@@ -3,6 +3,7 @@
 
 use crate::model::{Category, FastHash, TextNo};
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// Interning state of one sequence. Ids are per kind of interned data, starting at 1.
 ///
@@ -63,10 +64,66 @@ pub(super) const SMALL: u32 = 8;
 pub(super) struct ByKey {
     pub(super) sid: HashMap<i64, u32, FastHash>,
     pub(super) no: ByNumber,
-    pub(super) text: HashMap<Box<str>, u32, FastHash>,
+    pub(super) text: HashMap<Box<str>, u32, BuildHasherDefault<TextHasher>>,
+}
+
+/// The text maps' hasher: FxHash's multiply over eight bytes at a time, with the bytes past
+/// the last full eight read as one overlapping word instead of one by one (labels such as
+/// launch shapes are a dozen bytes). These maps are looked up, never walked: their hash
+/// decides nothing that is written.
+#[derive(Default, Clone, Copy)]
+pub(super) struct TextHasher(u64);
+
+const SEED: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+
+impl TextHasher {
+    #[inline(always)]
+    fn mix(&mut self, word: u64) {
+        self.0 = (self.0.rotate_left(5) ^ word).wrapping_mul(SEED);
+    }
+}
+
+impl Hasher for TextHasher {
+    #[inline]
+    fn finish(&self) -> u64 {
+        // The multiply's well-mixed high bits pick the bucket (see the model's `FxHasher`).
+        self.0.rotate_left(26)
+    }
+
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        let n = bytes.len();
+        let word = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("eight bytes"));
+        if n >= 8 {
+            let mut chunks = bytes.chunks_exact(8);
+            for c in &mut chunks {
+                self.mix(word(c));
+            }
+            if !chunks.remainder().is_empty() {
+                self.mix(word(&bytes[n - 8..]) ^ n as u64);
+            }
+        } else if n >= 4 {
+            let half = |b: &[u8]| u64::from(u32::from_le_bytes(b.try_into().expect("four")));
+            self.mix(half(&bytes[..4]) | half(&bytes[n - 4..]) << 32 ^ (n as u64) << 61);
+        } else if n > 0 {
+            let b = |i: usize| u64::from(bytes[i]);
+            self.mix(b(0) | b(n / 2) << 8 | b(n - 1) << 16 | (n as u64) << 24);
+        }
+    }
+
+    #[inline]
+    fn write_u8(&mut self, v: u8) {
+        self.mix(u64::from(v));
+    }
+
+    #[inline]
+    fn write_usize(&mut self, v: usize) {
+        self.mix(v as u64);
+    }
 }
 
 impl ByKey {
+    #[inline]
     pub(super) fn get(&self, key: Key<'_>) -> Option<u32> {
         match key {
             Key::Sid(sid) => self.sid.get(&sid).copied(),
@@ -191,17 +248,27 @@ pub(super) struct Sequences {
     /// In a list, not in the map: a new sequence is written where the last one was, not in a
     /// cold slot of a large table (a trace can have one per stream).
     pub(super) list: Vec<Sequence>,
+    /// The last sequence looked up (id, index): events come in runs on one sequence.
+    pub(super) last: Option<(u32, u32)>,
 }
 
 impl Sequences {
-    pub(super) fn get(&self, id: u32) -> Option<&Sequence> {
-        let &i = self.index.get(&id)?;
-        Some(&self.list[i as usize])
+    /// Where the sequence `id` is in `list`.
+    #[inline]
+    pub(super) fn index(&mut self, id: u32) -> Option<usize> {
+        if let Some((last, at)) = self.last
+            && last == id
+        {
+            return Some(at as usize);
+        }
+        let &at = self.index.get(&id)?;
+        self.last = Some((id, at));
+        Some(at as usize)
     }
 
     pub(super) fn get_mut(&mut self, id: u32) -> Option<&mut Sequence> {
-        let &i = self.index.get(&id)?;
-        Some(&mut self.list[i as usize])
+        let at = self.index(id)?;
+        Some(&mut self.list[at])
     }
 
     /// The sequence `id`, added if new.
@@ -238,9 +305,20 @@ pub(super) struct Interning {
 
 impl Interning {
     /// The iid of a name (`value` false) or value on `seq`, and whether it is new there.
+    #[inline]
     pub(super) fn intern(&mut self, seq: &mut Sequence, value: bool, key: Key<'_>) -> (u32, bool) {
+        match seq.maps.is_some() {
+            true => in_maps(seq, value, key),
+            false => self.intern_small(seq, value, key),
+        }
+    }
+
+    /// [`Interning::intern`] on a sequence without maps yet: its short lists, then maps once
+    /// they are full.
+    #[inline(never)]
+    fn intern_small(&mut self, seq: &mut Sequence, value: bool, key: Key<'_>) -> (u32, bool) {
         let count = if value { seq.values } else { seq.names };
-        if seq.maps.is_none() {
+        {
             let block = match seq.small_at {
                 Some(at) => at,
                 None => {
@@ -286,12 +364,7 @@ impl Interning {
             }
             seq.maps = Some(self.promote(seq));
         }
-        let by_key = seq.maps.as_mut().expect("promoted above").of(value);
-        if let Some(iid) = by_key.get(key) {
-            return (iid, false);
-        }
-        by_key.insert(key, count + 1);
-        (seq.next(value), true)
+        in_maps(seq, value, key)
     }
 
     /// Maps holding what the sequence's short lists hold.
@@ -368,6 +441,18 @@ impl Sequence {
         *n += 1;
         *n
     }
+}
+
+/// [`Interning::intern`] on a sequence with maps.
+#[inline(always)]
+fn in_maps(seq: &mut Sequence, value: bool, key: Key<'_>) -> (u32, bool) {
+    let count = if value { seq.values } else { seq.names };
+    let by_key = seq.maps.as_mut().expect("a sequence with maps").of(value);
+    if let Some(iid) = by_key.get(key) {
+        return (iid, false);
+    }
+    by_key.insert(key, count + 1);
+    (seq.next(value), true)
 }
 
 /// The interned id of an arg key (its position in `keys`, from 1).

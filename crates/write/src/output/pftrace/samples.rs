@@ -12,9 +12,9 @@
 //!   tables pass a bound, the sequence clears its incremental state and starts again, so memory
 //!   stays bounded however many distinct frames a profile holds.
 
-use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_field, put_varint, tag};
+use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_field, tag, with_room};
 use super::{IdMap, ProtoWriter, SampleSeq, frame};
-use crate::model::{CounterValue, CpuSample, pid_of, tid_of};
+use crate::model::{CounterValue, CpuSample, Description, Frame, pid_of, tid_of};
 use crate::output::CounterTrack;
 use crate::proto::{
     Callstack, CounterDescriptor, InternedData, InternedString, Mapping, PerfSample, TracePacket,
@@ -32,7 +32,11 @@ const MAX_CALLSTACK_FRAMES: usize = 1_000_000;
 
 impl SampleSeq {
     fn entries(&self) -> usize {
-        self.functions.len() + self.mappings.len() + self.frames.len() + self.callstacks.len()
+        self.functions.len() + self.mappings.len() + self.frames.len() + self.stacks()
+    }
+
+    fn stacks(&self) -> usize {
+        self.by_frames.len() + self.callstacks.len()
     }
 
     fn reset(&mut self) {
@@ -40,6 +44,7 @@ impl SampleSeq {
         self.functions.clear();
         self.mappings.clear();
         self.frames.clear();
+        self.by_frames.clear();
         self.callstacks.clear();
         self.callstack_frames = 0;
     }
@@ -108,11 +113,78 @@ impl ProtoWriter {
         {
             seq.reset();
         }
-        let mut interned = InternedData::default();
         let mut stack = std::mem::take(&mut seq.stack);
         stack.clear();
+        // A known stack is one lookup, its frames unread: by its frames' ids, root first.
+        // Each id plus one (`-1`, no string, is 0); they pack when none needs more than 32
+        // bits, which their union tells in the same pass.
+        let mut union = 0;
+        stack.extend(s.frames.iter().rev().map(|f| {
+            let (symbol, module) = (
+                f.symbol.wrapping_add(1) as u64,
+                f.module.wrapping_add(1) as u64,
+            );
+            union |= symbol | module;
+            symbol << 32 | module
+        }));
+        let packable = union >> 32 == 0;
+        let known = match packable && !stack.is_empty() {
+            true => seq.by_frames.get(stack.as_slice()).copied(),
+            false => None,
+        };
+        let mut interned = None;
+        let callstack_iid = if known.is_some() || s.frames.is_empty() {
+            known
+        } else {
+            let key = packable.then(|| stack.as_slice().into());
+            let mut new = InternedData::default();
+            let iid = seq.resolve(info, s.frames, key, &mut stack, &mut new);
+            let has_interned = !new.function_names.is_empty()
+                || !new.mappings.is_empty()
+                || !new.frames.is_empty()
+                || !new.callstacks.is_empty();
+            interned = has_interned.then_some(new);
+            Some(iid)
+        };
+        seq.stack = stack;
+        let flags = if std::mem::replace(&mut seq.started, true) {
+            SEQ_NEEDS_INCREMENTAL_STATE
+        } else {
+            SEQ_INCREMENTAL_STATE_CLEARED
+        };
+        let sample = PerfSample {
+            cpu: s.cpu.map(|c| c.clamp(0, u32::MAX as i64) as u32),
+            pid: Some(pid_of(s.global_tid) as u32),
+            tid: Some(tid_of(s.global_tid) as u32),
+            callstack_iid,
+        };
+        put_sample_packet(
+            &mut self.out.data,
+            s.ts.max(0) as u64,
+            group,
+            flags,
+            interned.as_ref(),
+            &sample,
+        );
+    }
+}
+
+impl SampleSeq {
+    /// The iid of the callstack of `frames` (leaf first), interning into `interned` what it
+    /// needs that the sequence has not seen; `key` is its packed frames, when they pack.
+    /// `stack` is scratch.
+    fn resolve(
+        &mut self,
+        info: &Description,
+        frames: &[Frame],
+        key: Option<Box<[u64]>>,
+        stack: &mut Vec<u64>,
+        interned: &mut InternedData,
+    ) -> u64 {
+        let seq = self;
+        stack.clear();
         // Root first, as Perfetto builds callsites from the bottom of the stack up.
-        for f in s.frames.iter().rev() {
+        for f in frames.iter().rev() {
             let next = seq.frames.len() as u64 + 1;
             let iid = match seq.frames.get(f) {
                 Some(&iid) => iid,
@@ -146,8 +218,8 @@ impl ProtoWriter {
                         iid: Some(next),
                         function_name_id: Some(function),
                         mapping_id: Some(mapping),
-                        // The symbol id: a stable, distinct address per function of a module,
-                        // so two functions never share a frame.
+                        // The symbol id: a stable, distinct address per function of a
+                        // module, so two functions never share a frame.
                         rel_pc: Some(f.symbol as u64),
                     });
                     next
@@ -155,47 +227,29 @@ impl ProtoWriter {
             };
             stack.push(iid);
         }
-        let callstack_iid = if stack.is_empty() {
-            None
-        } else {
-            Some(match seq.callstacks.get(stack.as_slice()) {
+        let next = seq.stacks() as u64 + 1;
+        let iid = match key {
+            // Not found by its frames above: new.
+            Some(key) => {
+                seq.by_frames.insert(key, next);
+                next
+            }
+            None => match seq.callstacks.get(stack.as_slice()) {
                 Some(&iid) => iid,
                 None => {
-                    let iid = seq.callstacks.len() as u64 + 1;
-                    seq.callstacks.insert(stack.clone().into_boxed_slice(), iid);
-                    seq.callstack_frames += stack.len();
-                    interned.callstacks.push(Callstack {
-                        iid: Some(iid),
-                        frame_ids: stack.clone(),
-                    });
-                    iid
+                    seq.callstacks.insert(stack.as_slice().into(), next);
+                    next
                 }
-            })
+            },
         };
-        seq.stack = stack;
-        let has_interned = !interned.function_names.is_empty()
-            || !interned.mappings.is_empty()
-            || !interned.frames.is_empty()
-            || !interned.callstacks.is_empty();
-        let flags = if std::mem::replace(&mut seq.started, true) {
-            SEQ_NEEDS_INCREMENTAL_STATE
-        } else {
-            SEQ_INCREMENTAL_STATE_CLEARED
-        };
-        let sample = PerfSample {
-            cpu: s.cpu.map(|c| c.clamp(0, u32::MAX as i64) as u32),
-            pid: Some(pid_of(s.global_tid) as u32),
-            tid: Some(tid_of(s.global_tid) as u32),
-            callstack_iid,
-        };
-        put_sample_packet(
-            &mut self.out.data,
-            s.ts.max(0) as u64,
-            group,
-            flags,
-            has_interned.then_some(&interned),
-            &sample,
-        );
+        if iid == next {
+            seq.callstack_frames += stack.len();
+            interned.callstacks.push(Callstack {
+                iid: Some(iid),
+                frame_ids: stack.clone(),
+            });
+        }
+        iid
     }
 }
 
@@ -220,29 +274,31 @@ fn put_sample_packet(
         .iter()
         .filter_map(|&(tag, v)| v.map(|v| field_len(tag, v)))
         .sum();
+    let interned_len = interned.map(|i| i.encoded_len());
     let packet_len = field_len(tag::PACKET_TIMESTAMP, ts)
         + field_len(tag::PACKET_SEQUENCE_ID, u64::from(seq))
         + field_len(tag::PACKET_SEQUENCE_FLAGS, u64::from(flags))
-        + interned.map_or(0, |i| bytes_len(tag::PACKET_INTERNED_DATA, i.encoded_len()))
+        + interned_len.map_or(0, |n| bytes_len(tag::PACKET_INTERNED_DATA, n))
         + bytes_len(tag::PACKET_PERF_SAMPLE, sample_len);
-    out.push(TRACE_PACKET_BYTE);
-    put_varint(out, packet_len as u64);
-    put_field(out, tag::PACKET_TIMESTAMP, ts);
-    put_field(out, tag::PACKET_SEQUENCE_ID, u64::from(seq));
-    if let Some(interned) = interned {
-        put_varint(out, tag::PACKET_INTERNED_DATA);
-        interned
-            .encode_length_delimited(out)
-            .expect("Vec<u8> grows as needed");
+    with_room(out, 1 + 10 + 11 + 6, |r| {
+        r.byte(TRACE_PACKET_BYTE);
+        r.varint(packet_len as u64);
+        r.field(tag::PACKET_TIMESTAMP, ts);
+        r.field(tag::PACKET_SEQUENCE_ID, u64::from(seq));
+    });
+    if let (Some(interned), Some(n)) = (interned, interned_len) {
+        put_field(out, tag::PACKET_INTERNED_DATA, n as u64);
+        interned.encode_raw(out);
     }
-    put_field(out, tag::PACKET_SEQUENCE_FLAGS, u64::from(flags));
-    put_varint(out, tag::PACKET_PERF_SAMPLE);
-    put_varint(out, sample_len as u64);
-    for (tag, v) in fields {
-        if let Some(v) = v {
-            put_field(out, tag, v);
+    with_room(out, 6 + 1 + 10 + 4 * 11, |r| {
+        r.field(tag::PACKET_SEQUENCE_FLAGS, u64::from(flags));
+        r.field(tag::PACKET_PERF_SAMPLE, sample_len as u64);
+        for (tag, v) in fields {
+            if let Some(v) = v {
+                r.field(tag, v);
+            }
         }
-    }
+    });
 }
 
 /// The iid of a string id in `map`, defining it in `out` on first use.
@@ -318,5 +374,65 @@ mod tests {
             frame(&want, &mut prost_bytes);
             assert_eq!(got.len(), prost_bytes.len(), "same size as prost's");
         }
+    }
+
+    /// Stacks found by their packed frames and stacks whose ids do not pack (past 32 bits)
+    /// resolve alike: each sample's callstack is its own frames, and no iid is given twice.
+    #[test]
+    fn packed_and_unpacked_stacks_resolve() {
+        use crate::model::Frame;
+        use crate::output::{EventWriter, Format};
+        use crate::proto::Trace;
+        use std::collections::HashMap;
+        use std::sync::Arc;
+        let far = 1i64 << 40;
+        let stacks: [&[(i64, i64)]; 5] = [
+            &[(1, 2), (3, 2), (5, -1)],
+            &[(far, 2), (3, 2)],
+            &[(3, 2), (1, 2)],
+            &[(far, 2), (3, 2)],
+            &[],
+        ];
+        let mut w = super::super::Protobuf::default().writer(0, Arc::new(Description::default()));
+        let mut want = Vec::new();
+        for i in 0..20usize {
+            let frames: Vec<Frame> = stacks[i % 5]
+                .iter()
+                .map(|&(symbol, module)| Frame { symbol, module })
+                .collect();
+            w.cpu_sample(
+                3,
+                &CpuSample {
+                    ts: i as i64,
+                    global_tid: 7,
+                    cpu: None,
+                    state: None,
+                    frames: &frames,
+                },
+            );
+            want.push(frames.iter().rev().map(|f| f.symbol).collect::<Vec<_>>());
+        }
+        let bytes = w.take_chunk().unwrap().data;
+        let (mut frames, mut stacks) = (HashMap::new(), HashMap::new());
+        let mut got = Vec::new();
+        for p in Trace::decode(&bytes[..]).unwrap().packet {
+            if let Some(d) = p.interned_data {
+                for f in d.frames {
+                    assert!(frames.insert(f.iid(), f.rel_pc() as i64).is_none());
+                }
+                for c in d.callstacks {
+                    assert!(stacks.insert(c.iid(), c.frame_ids).is_none());
+                }
+            }
+            let Some(trace_packet::Data::PerfSample(s)) = p.data else {
+                panic!("a sample");
+            };
+            got.push(match s.callstack_iid {
+                Some(iid) => stacks[&iid].iter().map(|f| frames[f]).collect(),
+                None => Vec::new(),
+            });
+        }
+        assert_eq!(got, want);
+        assert_eq!(stacks.len(), 3);
     }
 }

@@ -7,6 +7,7 @@
 
 use crate::proto::field;
 use prost::encoding::WireType;
+use std::mem::MaybeUninit;
 
 const fn key(field: u32, wire: WireType) -> u64 {
     (field as u64) << 3 | wire as u64
@@ -121,13 +122,69 @@ const _: () = assert!(tag::TRACE_PACKET < 0x80);
 /// `v` as a varint, inlined: prost's own is a call that grows the vector byte by byte, and
 /// most values here (tags, small ids) are one byte.
 #[inline]
-pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
-    out.reserve(10);
-    while v >= 0x80 {
-        out.push(v as u8 | 0x80);
-        v >>= 7;
+pub fn put_varint(out: &mut Vec<u8>, v: u64) {
+    with_room(out, 10, |r| r.varint(v));
+}
+
+/// Room reserved at the end of a vector, written front to back: the hot packets check the
+/// vector's capacity once for a run of fields, not once a byte, and the position stays in a
+/// register instead of the vector's length being stored after every byte.
+pub struct Room<'a> {
+    buf: &'a mut [MaybeUninit<u8>],
+    at: usize,
+}
+
+impl Room<'_> {
+    #[inline(always)]
+    pub fn byte(&mut self, b: u8) {
+        self.buf[self.at] = MaybeUninit::new(b);
+        self.at += 1;
     }
-    out.push(v as u8);
+
+    #[inline(always)]
+    pub fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.byte(v as u8 | 0x80);
+            v >>= 7;
+        }
+        self.byte(v as u8);
+    }
+
+    #[inline(always)]
+    pub fn field(&mut self, tag: u64, v: u64) {
+        self.varint(tag);
+        self.varint(v);
+    }
+
+    /// Set a byte already written (a length once what it measures is written).
+    #[inline(always)]
+    pub fn set(&mut self, at: usize, b: u8) {
+        assert!(at < self.at, "only a written byte is set");
+        self.buf[at] = MaybeUninit::new(b);
+    }
+
+    /// Bytes written so far.
+    #[inline(always)]
+    pub fn written(&self) -> usize {
+        self.at
+    }
+}
+
+/// Let `f` write at most `max` bytes at the end of `out` (more is a bug, and panics).
+#[inline(always)]
+pub fn with_room<R>(out: &mut Vec<u8>, max: usize, f: impl FnOnce(&mut Room<'_>) -> R) -> R {
+    out.reserve(max);
+    let len = out.len();
+    let mut room = Room {
+        buf: &mut out.spare_capacity_mut()[..max],
+        at: 0,
+    };
+    let r = f(&mut room);
+    let n = room.at;
+    // SAFETY: `Room` writes only through `byte`, which initializes `buf[at]` before moving
+    // `at` past it, so the first `n` bytes of the spare capacity are initialized.
+    unsafe { out.set_len(len + n) };
+    r
 }
 
 #[inline]
@@ -144,14 +201,12 @@ pub fn read_varint(data: &[u8]) -> (u64, usize) {
 
 #[inline]
 pub fn put_field(out: &mut Vec<u8>, tag: u64, v: u64) {
-    put_varint(out, tag);
-    put_varint(out, v);
+    with_room(out, 20, |r| r.field(tag, v));
 }
 
 #[inline]
 pub fn put_bytes(out: &mut Vec<u8>, tag: u64, bytes: &[u8]) {
-    put_varint(out, tag);
-    put_varint(out, bytes.len() as u64);
+    with_room(out, 20, |r| r.field(tag, bytes.len() as u64));
     out.extend_from_slice(bytes);
 }
 
