@@ -349,6 +349,13 @@ enum Data {
     LargeText(LargeStringArray),
     Blob(BinaryArray),
     Null,
+    /// What a direct scan reads in place of a table's column (see [`TableScan`]), never a
+    /// table's own: a constant,
+    Const(i64),
+    /// the row's number in the batch from this value on (the rowid of a table without a key),
+    Count(i64),
+    /// the first non-NULL value of these columns.
+    Coalesce(Box<[Column]>),
 }
 
 impl Column {
@@ -437,7 +444,7 @@ impl Column {
             Data::F64(v) => fixed(v, i),
             Data::F32(v) => fixed(v, i),
             Data::Bool(v) => (v.inner().as_slice(), (v.offset() + i) / 8),
-            Data::Null => return,
+            Data::Null | Data::Const(_) | Data::Count(_) | Data::Coalesce(_) => return,
         };
         f(1, values, bytes);
     }
@@ -463,16 +470,46 @@ impl Column {
         })
     }
 
-    /// Row `i`'s value as [`super::query::int_of`] reads it: integers as they are, reals truncated.
+    /// Row `i`'s value as [`super::query::int_of`] reads it: integers as they are, reals
+    /// truncated. One dispatch on the type, as a scan reads most values this way.
     #[inline]
     fn number(&self, i: usize) -> Option<i64> {
-        let real: f64 = match &self.data {
-            Data::F64(v) => v[i],
-            Data::F32(v) => v[i].into(),
-            _ => return self.int(i),
-        };
-        let valid = self.nulls.as_ref().is_none_or(|n| n.is_valid(i));
-        valid.then_some(real as i64)
+        if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+            return None;
+        }
+        Some(match &self.data {
+            Data::I64(v) => v[i],
+            Data::I32(v) => v[i].into(),
+            Data::I16(v) => v[i].into(),
+            Data::I8(v) => v[i].into(),
+            Data::U64(v) => v[i] as i64,
+            Data::U32(v) => v[i].into(),
+            Data::U16(v) => v[i].into(),
+            Data::U8(v) => v[i].into(),
+            Data::Bool(v) => v.value(i).into(),
+            Data::F64(v) => v[i] as i64,
+            Data::F32(v) => f64::from(v[i]) as i64,
+            Data::Const(n) => *n,
+            Data::Count(first) => first + i as i64,
+            Data::Coalesce(_) => return super::query::int_of(self.value(i)),
+            Data::Text(_) | Data::LargeText(_) | Data::Blob(_) | Data::Null => return None,
+        })
+    }
+
+    /// The values of rows `rows`, appended to `out`, where the column holds integers (of a type
+    /// nsys uses for them) and no NULL; false (and `out` partly filled) otherwise.
+    fn plain_ints(&self, rows: std::ops::Range<usize>, out: &mut Vec<i64>) -> bool {
+        if self.nulls.is_some() {
+            return false;
+        }
+        match &self.data {
+            Data::I64(v) => out.extend_from_slice(&v[rows]),
+            Data::I32(v) => out.extend(v[rows].iter().map(|&x| i64::from(x))),
+            Data::U64(v) => out.extend(v[rows].iter().map(|&x| x as i64)),
+            Data::U32(v) => out.extend(v[rows].iter().map(|&x| i64::from(x))),
+            _ => return false,
+        }
+        true
     }
 
     /// The values of rows `rows` as [`Column::int`] reads them, appended to `out`.
@@ -498,21 +535,40 @@ impl Column {
         }
     }
 
+    /// Row `i`'s value. One dispatch on the type, as [`Column::number`].
     #[inline]
     fn value(&self, i: usize) -> ValueRef<'_> {
         if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
             return ValueRef::Null;
         }
-        match &self.data {
-            Data::I64(v) => ValueRef::Integer(v[i]),
-            Data::F64(v) => ValueRef::Real(v[i]),
-            Data::F32(v) => ValueRef::Real(v[i].into()),
-            Data::Text(a) => ValueRef::Text(a.value(i).as_bytes()),
-            Data::LargeText(a) => ValueRef::Text(a.value(i).as_bytes()),
-            Data::Blob(a) => ValueRef::Blob(a.value(i)),
-            Data::Null => ValueRef::Null,
-            _ => self.int(i).map_or(ValueRef::Null, ValueRef::Integer),
-        }
+        ValueRef::Integer(match &self.data {
+            Data::I64(v) => v[i],
+            Data::I32(v) => v[i].into(),
+            Data::I16(v) => v[i].into(),
+            Data::I8(v) => v[i].into(),
+            Data::U64(v) => v[i] as i64,
+            Data::U32(v) => v[i].into(),
+            Data::U16(v) => v[i].into(),
+            Data::U8(v) => v[i].into(),
+            Data::Bool(v) => v.value(i).into(),
+            Data::Const(n) => *n,
+            Data::Count(first) => first + i as i64,
+            Data::F64(v) => return ValueRef::Real(v[i]),
+            Data::F32(v) => return ValueRef::Real(v[i].into()),
+            Data::Text(a) => return ValueRef::Text(a.value(i).as_bytes()),
+            Data::LargeText(a) => return ValueRef::Text(a.value(i).as_bytes()),
+            Data::Blob(a) => return ValueRef::Blob(a.value(i)),
+            Data::Null => return ValueRef::Null,
+            Data::Coalesce(cs) => {
+                // Most of the columns are NULL: their validity bits are read, not their values.
+                return cs
+                    .iter()
+                    .filter(|c| c.nulls.as_ref().is_none_or(|n| n.is_valid(i)))
+                    .map(|c| c.value(i))
+                    .find(|v| *v != ValueRef::Null)
+                    .unwrap_or(ValueRef::Null);
+            }
+        })
     }
 }
 
@@ -857,39 +913,69 @@ impl Table {
 
     fn rows_sorted(&self, cols: &[c_int]) -> bool {
         // Read a chunk of rows' keys at a time, column by column (each a typed loop), and
-        // compare each row's key with the one before (NULL sorts first).
+        // compare each row's key with the one before (NULL sorts first): as plain integers
+        // where no key column of the batch has a NULL (nsys' tables), else as options.
         let mask = self.reading(cols.iter().copied());
         let mut behind = Behind::default();
-        let mut keys: Vec<Vec<Option<i64>>> =
-            vec![Vec::with_capacity(RELEASE_EVERY + 1); cols.len()];
+        let mut plain: Vec<Vec<i64>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
+        let mut keys: Vec<Vec<Option<i64>>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
+        // The key of the last row compared (empty before the first).
+        let mut last: Vec<Option<i64>> = Vec::with_capacity(cols.len());
         let mut row = 0;
         let sorted = 'rows: {
             for (b, &n) in self.lengths.iter().enumerate() {
                 let batch = &self.batches[b];
+                let column = |c: c_int| match (c, self.key) {
+                    (c, _) if c >= 0 => Some(&batch[c as usize]),
+                    (_, Some(key)) => Some(&batch[key]),
+                    // Row numbers.
+                    (_, None) => None,
+                };
                 for start in (0..n).step_by(RELEASE_EVERY) {
                     self.give_back(b, start, &mask, &mut behind, RELEASE_BYTES);
                     let rows = start..(start + RELEASE_EVERY).min(n);
-                    for (k, &c) in cols.iter().enumerate() {
-                        // The chunk's keys follow the previous chunk's last.
-                        let last = keys[k].last().copied();
-                        keys[k].clear();
-                        keys[k].extend(last);
-                        match (c, self.key) {
-                            (c, _) if c >= 0 => batch[c as usize].ints(rows.clone(), &mut keys[k]),
-                            (_, Some(key)) => batch[key].ints(rows.clone(), &mut keys[k]),
-                            (_, None) => keys[k].extend(
-                                (row + rows.start..row + rows.end).map(|r| Some(r as i64 + 1)),
-                            ),
-                        }
-                    }
-                    for j in 1..keys.first().map_or(0, Vec::len) {
-                        for key in &keys {
-                            match key[j - 1].cmp(&key[j]) {
-                                std::cmp::Ordering::Less => break,
-                                std::cmp::Ordering::Equal => continue,
-                                std::cmp::Ordering::Greater => break 'rows false,
+                    let numbers = || (row + rows.start..row + rows.end).map(|r| r as i64 + 1);
+                    let is_plain = cols.iter().zip(&mut plain).all(|(&c, out)| {
+                        out.clear();
+                        match column(c) {
+                            Some(col) => col.plain_ints(rows.clone(), out),
+                            None => {
+                                out.extend(numbers());
+                                true
                             }
                         }
+                    });
+                    let first: Vec<Option<i64>>;
+                    if is_plain {
+                        first = plain.iter().map(|k| k.first().copied()).collect();
+                        if !ascending(&plain) {
+                            break 'rows false;
+                        }
+                    } else {
+                        for (&c, out) in cols.iter().zip(&mut keys) {
+                            out.clear();
+                            match column(c) {
+                                Some(col) => col.ints(rows.clone(), out),
+                                None => out.extend(numbers().map(Some)),
+                            }
+                        }
+                        first = keys.iter().map(|k| k.first().copied().flatten()).collect();
+                        for j in 1..keys.first().map_or(0, Vec::len) {
+                            let before = keys.iter().map(|k| k[j - 1]);
+                            if before.gt(keys.iter().map(|k| k[j])) {
+                                break 'rows false;
+                            }
+                        }
+                    }
+                    // The chunk's first row against the last row before it.
+                    if !last.is_empty() && last > first {
+                        break 'rows false;
+                    }
+                    last.clear();
+                    if is_plain {
+                        last.extend(plain.iter().map(|k| k.last().copied()));
+                    } else {
+                        last.extend(keys.iter().map(|k| k.last().copied().flatten()));
                     }
                 }
                 row += n;
@@ -988,6 +1074,27 @@ impl Table {
     }
 }
 
+/// Whether the rows whose key columns are `keys` (each the same length) come in ascending
+/// order of their keys. Without branches or early exits per row, which would keep the
+/// compiler from comparing many rows at once.
+fn ascending(keys: &[Vec<i64>]) -> bool {
+    match keys {
+        [] => true,
+        [a] => a.windows(2).fold(true, |ok, w| ok & (w[0] <= w[1])),
+        [a, b] => {
+            let n = a.len().min(b.len());
+            let (a, b) = (&a[..n], &b[..n]);
+            (1..n).fold(true, |ok, j| {
+                ok & ((a[j - 1] < a[j]) | ((a[j - 1] == a[j]) & (b[j - 1] <= b[j])))
+            })
+        }
+        _ => (1..keys[0].len()).all(|j| {
+            let before = keys.iter().map(|k| k[j - 1]);
+            before.le(keys.iter().map(|k| k[j]))
+        }),
+    }
+}
+
 /// Memory pages, for releasing mapped columns behind a scan.
 const PAGE: usize = 4096;
 
@@ -1034,30 +1141,24 @@ enum Pick {
     Int(i64),
 }
 
-/// A pick resolved against the batch being read: what a row's values are read from, without
-/// looking the column up again for each value.
-enum Slot {
-    Column(Column),
-    Rowid,
-    Null,
-    Coalesce(Vec<Column>),
-    Int(i64),
-}
-
 /// A scan (see `nsys::scan`) read straight from a table's columns, without SQLite.
 pub struct TableScan {
     table: Arc<Table>,
     picks: Vec<Pick>,
-    /// The picks resolved against batch `slots_of`.
-    slots: Vec<Slot>,
-    slots_of: Option<usize>,
+    /// The picks resolved against batch `batch` (see [`TableScan::resolve`]): a row's values
+    /// are read from them without looking the column up again for each value.
+    slots: Vec<Column>,
     /// The columns the picks read, and what of them is given back (see [`Table::give_back`]).
     reads: Vec<Cell<u8>>,
     behind: Behind,
-    row: usize,
+    /// The batch being read, and the table's row number of its first row.
     batch: usize,
-    in_batch: usize,
-    started: bool,
+    first: usize,
+    /// The row of `batch` the next call hands out, and the row from which a call takes the
+    /// slow path ([`TableScan::advance`]): the batch's end or the next look at what can be
+    /// given back. Before the first row and after the last, both 0.
+    next: usize,
+    until: usize,
 }
 
 impl TableScan {
@@ -1109,13 +1210,12 @@ impl TableScan {
             table: t,
             picks,
             slots: Vec::new(),
-            slots_of: None,
             reads,
             behind: Behind::default(),
-            row: 0,
             batch: 0,
-            in_batch: 0,
-            started: false,
+            first: 0,
+            next: 0,
+            until: 0,
         }))
     }
 
@@ -1123,75 +1223,81 @@ impl TableScan {
     #[allow(clippy::should_implement_trait)]
     #[inline]
     pub fn next(&mut self) -> Option<RowRef<'_>> {
-        if self.started {
-            self.row += 1;
-            self.in_batch += 1;
-        }
-        self.started = true;
-        let release = Some((&self.reads[..], &mut self.behind));
-        self.table
-            .step(&mut self.batch, &mut self.in_batch, release);
-        if self.batch >= self.table.lengths.len() {
+        let i = self.next;
+        if i < self.until {
+            self.next = i + 1;
+        } else if !self.advance() {
             return None;
         }
-        if self.slots_of != Some(self.batch) {
-            let cols = &self.table.batches[self.batch];
-            self.slots = self
-                .picks
-                .iter()
-                .map(|p| match p {
-                    Pick::Column(c) => Slot::Column(cols[*c].clone()),
-                    Pick::Rowid => Slot::Rowid,
-                    Pick::Null => Slot::Null,
-                    Pick::Coalesce(cs) => {
-                        Slot::Coalesce(cs.iter().map(|&c| cols[c].clone()).collect())
-                    }
-                    Pick::Int(n) => Slot::Int(*n),
-                })
-                .collect();
-            self.slots_of = Some(self.batch);
-        }
         Some(RowRef {
-            table: &self.table,
             slots: &self.slots,
-            batch: self.batch,
-            i: self.in_batch,
-            row: self.row,
+            i: self.next - 1,
         })
+    }
+
+    /// Move to row `next` of the batch where it is the batch's end or a multiple of
+    /// [`RELEASE_EVERY`]: past the batches read to their end, giving back what is behind the
+    /// scan (see [`Table::step`]); false after the last row.
+    #[inline(never)]
+    fn advance(&mut self) -> bool {
+        let (from, mut i) = (self.batch, self.next);
+        let release = Some((&self.reads[..], &mut self.behind));
+        self.table.step(&mut self.batch, &mut i, release);
+        let Some(&n) = self.table.lengths.get(self.batch) else {
+            (self.next, self.until) = (0, 0);
+            return false;
+        };
+        if self.batch != from || self.slots.is_empty() {
+            self.first += self.table.lengths[from..self.batch].iter().sum::<usize>();
+            self.resolve();
+        }
+        self.next = i + 1;
+        self.until = n.min((i / RELEASE_EVERY + 1) * RELEASE_EVERY);
+        true
+    }
+
+    /// Resolve the picks against batch `batch`.
+    fn resolve(&mut self) {
+        let t = &self.table;
+        let cols = &t.batches[self.batch];
+        let computed = |data| Column { nulls: None, data };
+        self.slots = self
+            .picks
+            .iter()
+            .map(|p| match p {
+                Pick::Column(c) => cols[*c].clone(),
+                // A key has no NULL (see `Table::rises_strictly`).
+                Pick::Rowid => match t.key {
+                    Some(k) => computed(cols[k].data.clone()),
+                    None => computed(Data::Count(self.first as i64 + 1)),
+                },
+                Pick::Null => computed(Data::Null),
+                Pick::Coalesce(cs) => computed(Data::Coalesce(
+                    cs.iter().map(|&c| cols[c].clone()).collect(),
+                )),
+                Pick::Int(n) => computed(Data::Const(*n)),
+            })
+            .collect();
     }
 }
 
 /// The current row of a [`TableScan`].
 pub struct RowRef<'s> {
-    table: &'s Table,
-    slots: &'s [Slot],
-    batch: usize,
+    slots: &'s [Column],
     i: usize,
-    row: usize,
 }
 
 impl super::query::Fetch for RowRef<'_> {
     #[inline]
     fn fetch(&self, k: usize) -> ValueRef<'_> {
-        match self.slots.get(k) {
-            Some(Slot::Column(c)) => c.value(self.i),
-            Some(Slot::Rowid) => ValueRef::Integer(self.table.rowid(self.batch, self.i, self.row)),
-            Some(Slot::Coalesce(cs)) => cs
-                .iter()
-                .map(|c| c.value(self.i))
-                .find(|v| *v != ValueRef::Null)
-                .unwrap_or(ValueRef::Null),
-            Some(Slot::Int(n)) => ValueRef::Integer(*n),
-            Some(Slot::Null) | None => ValueRef::Null,
-        }
+        self.slots
+            .get(k)
+            .map_or(ValueRef::Null, |c| c.value(self.i))
     }
 
     #[inline]
     fn int(&self, k: usize) -> Option<i64> {
-        match self.slots.get(k) {
-            Some(Slot::Column(c)) => c.number(self.i),
-            _ => super::query::int_of(self.fetch(k)),
-        }
+        self.slots.get(k).and_then(|c| c.number(self.i))
     }
 }
 
