@@ -512,6 +512,58 @@ impl Column {
         true
     }
 
+    /// The values of rows `rows` as [`Column::number`] reads them, into `out` (as long),
+    /// but for a coalesce, left `None`.
+    fn numbers(&self, rows: std::ops::Range<usize>, out: &mut [Option<i64>]) {
+        fn each<T: Copy>(v: &[T], out: &mut [Option<i64>], f: impl Fn(T) -> i64) {
+            for (o, &x) in out.iter_mut().zip(v) {
+                *o = Some(f(x));
+            }
+        }
+        let out = &mut out[..rows.len()];
+        match &self.data {
+            Data::I64(v) => each(&v[rows.clone()], out, |x| x),
+            Data::I32(v) => each(&v[rows.clone()], out, i64::from),
+            Data::I16(v) => each(&v[rows.clone()], out, i64::from),
+            Data::I8(v) => each(&v[rows.clone()], out, i64::from),
+            Data::U64(v) => each(&v[rows.clone()], out, |x| x as i64),
+            Data::U32(v) => each(&v[rows.clone()], out, i64::from),
+            Data::U16(v) => each(&v[rows.clone()], out, i64::from),
+            Data::U8(v) => each(&v[rows.clone()], out, i64::from),
+            Data::F64(v) => each(&v[rows.clone()], out, |x| x as i64),
+            Data::F32(v) => each(&v[rows.clone()], out, |x| f64::from(x) as i64),
+            Data::Bool(v) => {
+                out.fill(Some(1));
+                each_clear(v, rows.clone(), |j| out[j] = Some(0));
+            }
+            Data::Const(n) => out.fill(Some(*n)),
+            Data::Count(first) => {
+                for (o, i) in out.iter_mut().zip(rows.clone()) {
+                    *o = Some(first + i as i64);
+                }
+            }
+            Data::Text(_) | Data::LargeText(_) | Data::Blob(_) | Data::Null | Data::Coalesce(_) => {
+                out.fill(None)
+            }
+        }
+        if let Some(nulls) = &self.nulls {
+            each_clear(nulls.inner(), rows, |j| out[j] = None);
+        }
+    }
+
+    /// Whether [`Column::value`] is an integer or NULL: then it is [`Column::number`]'s.
+    fn integral(&self) -> bool {
+        !matches!(
+            self.data,
+            Data::F64(_)
+                | Data::F32(_)
+                | Data::Text(_)
+                | Data::LargeText(_)
+                | Data::Blob(_)
+                | Data::Coalesce(_)
+        )
+    }
+
     /// The values of rows `rows` as [`Column::int`] reads them, appended to `out`.
     fn ints(&self, rows: std::ops::Range<usize>, out: &mut Vec<Option<i64>>) {
         let from = out.len();
@@ -1095,6 +1147,24 @@ fn ascending(keys: &[Vec<i64>]) -> bool {
     }
 }
 
+/// Call `f(j)` for each of rows `rows` of `bits` whose bit is clear, `j` counted from
+/// `rows.start`: a word of 64 rows at a time, most of them all set.
+fn each_clear(bits: &BooleanBuffer, rows: std::ops::Range<usize>, mut f: impl FnMut(usize)) {
+    let len = rows.len();
+    let words = bits.slice(rows.start, len);
+    for (w, word) in words.bit_chunks().iter_padded().enumerate() {
+        let mut clear = !word;
+        while clear != 0 {
+            let j = w * 64 + clear.trailing_zeros() as usize;
+            if j >= len {
+                break;
+            }
+            f(j);
+            clear &= clear - 1;
+        }
+    }
+}
+
 /// Memory pages, for releasing mapped columns behind a scan.
 const PAGE: usize = 4096;
 
@@ -1148,18 +1218,32 @@ pub struct TableScan {
     /// The picks resolved against batch `batch` (see [`TableScan::resolve`]): a row's values
     /// are read from them without looking the column up again for each value.
     slots: Vec<Column>,
+    /// The picks' values as integers ([`Column::number`]) for the rows of the chunk being
+    /// read: pick `k` of the chunk's row `r` at `k * CHUNK + r`. Most values are read as
+    /// integers: a typed loop over each column per chunk, then a load per value, costs less
+    /// than finding each value's type.
+    ints: Vec<Option<i64>>,
+    /// Whether each pick's values are integers (or NULL): then fetched from `ints`.
+    integral: Vec<bool>,
+    /// Whether a pick's integers are left out of `ints` (a coalesce: its values are fetched):
+    /// then a `None` there is looked up in `slots`.
+    partial: bool,
     /// The columns the picks read, and what of them is given back (see [`Table::give_back`]).
     reads: Vec<Cell<u8>>,
     behind: Behind,
     /// The batch being read, and the table's row number of its first row.
     batch: usize,
     first: usize,
-    /// The row of `batch` the next call hands out, and the row from which a call takes the
-    /// slow path ([`TableScan::advance`]): the batch's end or the next look at what can be
-    /// given back. Before the first row and after the last, both 0.
-    next: usize,
-    until: usize,
+    /// The chunk being read: the batch's row it starts at, its rows, and the current row in
+    /// it (`usize::MAX` before the first).
+    chunk: usize,
+    rows: usize,
+    at: usize,
 }
+
+/// Rows of a [`TableScan`]'s chunk: a divisor of [`RELEASE_EVERY`], so that a chunk starts
+/// wherever the scan looks at what to give back.
+const CHUNK: usize = 256;
 
 impl TableScan {
     /// The direct reading of `cols` of `table` in the export `dir`, in `order`: `None` when the
@@ -1206,16 +1290,21 @@ impl TableScan {
             Pick::Rowid => vec![-1],
             Pick::Null | Pick::Int(_) => Vec::new(),
         }));
+        let partial = picks.iter().any(|p| matches!(p, Pick::Coalesce(_)));
         Ok(Some(TableScan {
             table: t,
             picks,
             slots: Vec::new(),
+            ints: Vec::new(),
+            integral: Vec::new(),
+            partial,
             reads,
             behind: Behind::default(),
             batch: 0,
             first: 0,
-            next: 0,
-            until: 0,
+            chunk: 0,
+            rows: 0,
+            at: usize::MAX,
         }))
     }
 
@@ -1223,36 +1312,36 @@ impl TableScan {
     #[allow(clippy::should_implement_trait)]
     #[inline]
     pub fn next(&mut self) -> Option<RowRef<'_>> {
-        let i = self.next;
-        if i < self.until {
-            self.next = i + 1;
+        let at = self.at.wrapping_add(1);
+        if at < self.rows {
+            self.at = at;
         } else if !self.advance() {
             return None;
         }
-        Some(RowRef {
-            slots: &self.slots,
-            i: self.next - 1,
-        })
+        Some(RowRef { scan: self })
     }
 
-    /// Move to row `next` of the batch where it is the batch's end or a multiple of
-    /// [`RELEASE_EVERY`]: past the batches read to their end, giving back what is behind the
-    /// scan (see [`Table::step`]); false after the last row.
+    /// Move to the next chunk: past the batches read to their end, giving back what is behind
+    /// the scan (see [`Table::step`]); false after the last row.
     #[inline(never)]
     fn advance(&mut self) -> bool {
-        let (from, mut i) = (self.batch, self.next);
+        let (from, mut i) = (self.batch, self.chunk + self.rows);
         let release = Some((&self.reads[..], &mut self.behind));
         self.table.step(&mut self.batch, &mut i, release);
         let Some(&n) = self.table.lengths.get(self.batch) else {
-            (self.next, self.until) = (0, 0);
+            (self.chunk, self.rows, self.at) = (0, 0, usize::MAX);
             return false;
         };
-        if self.batch != from || self.slots.is_empty() {
+        if self.batch != from || self.slots.len() != self.picks.len() {
             self.first += self.table.lengths[from..self.batch].iter().sum::<usize>();
             self.resolve();
         }
-        self.next = i + 1;
-        self.until = n.min((i / RELEASE_EVERY + 1) * RELEASE_EVERY);
+        let rows = i..n.min(i + CHUNK);
+        self.ints.resize(self.slots.len() * CHUNK, None);
+        for (c, out) in self.slots.iter().zip(self.ints.chunks_exact_mut(CHUNK)) {
+            c.numbers(rows.clone(), out);
+        }
+        (self.chunk, self.rows, self.at) = (i, rows.len(), 0);
         true
     }
 
@@ -1278,26 +1367,34 @@ impl TableScan {
                 Pick::Int(n) => computed(Data::Const(*n)),
             })
             .collect();
+        self.integral = self.slots.iter().map(Column::integral).collect();
     }
 }
 
 /// The current row of a [`TableScan`].
 pub struct RowRef<'s> {
-    slots: &'s [Column],
-    i: usize,
+    scan: &'s TableScan,
 }
 
 impl super::query::Fetch for RowRef<'_> {
     #[inline]
     fn fetch(&self, k: usize) -> ValueRef<'_> {
-        self.slots
-            .get(k)
-            .map_or(ValueRef::Null, |c| c.value(self.i))
+        let s = self.scan;
+        match s.integral.get(k) {
+            Some(true) => s.ints[k * CHUNK + s.at].map_or(ValueRef::Null, ValueRef::Integer),
+            Some(false) => s.slots[k].value(s.chunk + s.at),
+            None => ValueRef::Null,
+        }
     }
 
-    #[inline]
+    #[inline(always)]
     fn int(&self, k: usize) -> Option<i64> {
-        self.slots.get(k).and_then(|c| c.number(self.i))
+        let s = self.scan;
+        match s.ints.get(k * CHUNK + s.at) {
+            Some(&Some(v)) => Some(v),
+            _ if s.partial => s.slots.get(k).and_then(|c| c.number(s.chunk + s.at)),
+            _ => None,
+        }
     }
 }
 
@@ -1633,6 +1730,98 @@ mod tests {
                 .unwrap_or_else(|| panic!("{what}: loaded"));
             assert!(e.to_string().contains("damaged"), "{what}: {e}");
         }
+    }
+
+    /// A direct scan reads what the columns hold, across batches of any size, chunk ends and
+    /// NULLs, as integers and as values alike.
+    #[test]
+    fn a_scan_reads_every_row_as_the_columns_hold_it() {
+        use super::super::column::Col;
+        use super::super::query::Fetch;
+        use arrow_array::{BooleanArray, Float64Array, Int32Array, UInt32Array};
+        let sizes = [300usize, 0, 5000, 1];
+        let mut out = Vec::new();
+        let mut w = None;
+        let mut total = 0;
+        let mut expected: Vec<[ValueRef<'static>; 6]> = Vec::new();
+        for n in sizes {
+            let a: Vec<Option<i64>> = (0..n)
+                .map(|i| (i % 7 != 3).then_some((total + i) as i64 * 3 - 50))
+                .collect();
+            let b: Vec<u32> = (0..n).map(|i| u32::MAX - i as u32).collect();
+            let c: Vec<Option<bool>> = (0..n).map(|i| (i % 5 != 0).then_some(i % 3 == 0)).collect();
+            let d: Vec<f64> = (0..n).map(|i| i as f64 * -1.75).collect();
+            let e: Vec<Option<&str>> = (0..n).map(|i| (i % 2 == 0).then_some("x")).collect();
+            let f: Vec<Option<i32>> = (0..n)
+                .map(|i| (i % 4 == 0).then_some(-(i as i32)))
+                .collect();
+            for i in 0..n {
+                expected.push([
+                    a[i].map_or(ValueRef::Null, ValueRef::Integer),
+                    ValueRef::Integer(b[i].into()),
+                    c[i].map_or(ValueRef::Null, |v| ValueRef::Integer(v.into())),
+                    ValueRef::Real(d[i]),
+                    e[i].map_or(ValueRef::Null, |_| ValueRef::Text(b"x")),
+                    a[i].or(f[i].map(i64::from))
+                        .map_or(ValueRef::Null, ValueRef::Integer),
+                ]);
+            }
+            total += n;
+            let batch = RecordBatch::try_from_iter([
+                ("a", Arc::new(Int64Array::from(a)) as _),
+                ("b", Arc::new(UInt32Array::from(b)) as _),
+                ("c", Arc::new(BooleanArray::from(c)) as _),
+                ("d", Arc::new(Float64Array::from(d)) as _),
+                ("e", Arc::new(StringArray::from(e)) as _),
+                ("f", Arc::new(Int32Array::from(f)) as _),
+            ])
+            .unwrap();
+            let w = w.get_or_insert_with(|| {
+                arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema()).unwrap()
+            });
+            w.write(&batch).unwrap();
+        }
+        out.extend(w.unwrap().into_inner().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("T.arrow"), &out).unwrap();
+        let col = |n: &str| Col::Column(n.to_string());
+        let cols = [
+            col("a"),
+            col("b"),
+            col("c"),
+            col("d"),
+            col("e"),
+            Col::Coalesce(vec!["a".into(), "f".into()]),
+            Col::Rowid,
+            Col::Int(5),
+            Col::Null,
+            col("missing"),
+        ];
+        let mut scan = TableScan::open(dir.path(), "T", &cols, &[])
+            .unwrap()
+            .unwrap();
+        let mut row = 0;
+        while let Some(r) = scan.next() {
+            let want = &expected[row];
+            for (k, &want) in want.iter().enumerate() {
+                assert_eq!(r.fetch(k), want, "row {row}, column {k}");
+                let int = match want {
+                    ValueRef::Integer(v) => Some(v),
+                    ValueRef::Real(v) => Some(v as i64),
+                    _ => None,
+                };
+                assert_eq!(r.int(k), int, "row {row}, column {k}");
+            }
+            assert_eq!(r.fetch(6), ValueRef::Integer(row as i64 + 1));
+            assert_eq!(r.int(6), Some(row as i64 + 1));
+            assert_eq!((r.fetch(7), r.int(7)), (ValueRef::Integer(5), Some(5)));
+            for k in [8, 9, 10] {
+                assert_eq!((r.fetch(k), r.int(k)), (ValueRef::Null, None));
+            }
+            row += 1;
+        }
+        assert_eq!(row, total);
+        assert!(scan.next().is_none());
     }
 
     /// Cut anywhere, the stream fails to load, or loads whole where it is cut between messages

@@ -196,11 +196,18 @@ impl Fetch for Row<'_> {
         }
     }
 
-    #[inline]
+    /// Inlined into the readers: from Arrow, an integer is a load (see `arrow::TableScan`).
+    #[inline(always)]
     fn int(&self, i: usize) -> Option<i64> {
         match self {
-            Row::Sql(v) => v.int(i),
+            Row::Sql(v) => sql_int(v, i),
             Row::Arrow(a) => a.int(i),
         }
     }
+}
+
+/// [`Fetch::int`] of an SQLite row, kept out of the readers' code.
+#[inline(never)]
+fn sql_int(v: &Values<'_>, i: usize) -> Option<i64> {
+    v.int(i)
 }
