@@ -512,17 +512,19 @@ impl Column {
         true
     }
 
-    /// The values of rows `rows` as [`Column::number`] reads them, into `out` (as long),
-    /// but for a coalesce, left `None`.
-    fn numbers(&self, rows: std::ops::Range<usize>, out: &mut [Option<i64>]) {
-        fn each<T: Copy>(v: &[T], out: &mut [Option<i64>], f: impl Fn(T) -> i64) {
+    /// The values of rows `rows` (at most [`CHUNK`]) as [`Column::number`] reads them, into
+    /// `lane`; but for a coalesce, left out.
+    fn numbers(&self, rows: std::ops::Range<usize>, lane: &mut Lane) {
+        fn each<T: Copy>(v: &[T], out: &mut [i64], f: impl Fn(T) -> i64) {
             for (o, &x) in out.iter_mut().zip(v) {
-                *o = Some(f(x));
+                *o = f(x);
             }
         }
-        let out = &mut out[..rows.len()];
+        let n = rows.len();
+        let (some, out) = (&mut lane.some[..n], &mut lane.values[..n]);
+        some.fill(true);
         match &self.data {
-            Data::I64(v) => each(&v[rows.clone()], out, |x| x),
+            Data::I64(v) => out.copy_from_slice(&v[rows.clone()]),
             Data::I32(v) => each(&v[rows.clone()], out, i64::from),
             Data::I16(v) => each(&v[rows.clone()], out, i64::from),
             Data::I8(v) => each(&v[rows.clone()], out, i64::from),
@@ -533,21 +535,21 @@ impl Column {
             Data::F64(v) => each(&v[rows.clone()], out, |x| x as i64),
             Data::F32(v) => each(&v[rows.clone()], out, |x| f64::from(x) as i64),
             Data::Bool(v) => {
-                out.fill(Some(1));
-                each_clear(v, rows.clone(), |j| out[j] = Some(0));
+                out.fill(1);
+                each_clear(v, rows.clone(), |j| out[j] = 0);
             }
-            Data::Const(n) => out.fill(Some(*n)),
+            Data::Const(c) => out.fill(*c),
             Data::Count(first) => {
                 for (o, i) in out.iter_mut().zip(rows.clone()) {
-                    *o = Some(first + i as i64);
+                    *o = first + i as i64;
                 }
             }
             Data::Text(_) | Data::LargeText(_) | Data::Blob(_) | Data::Null | Data::Coalesce(_) => {
-                out.fill(None)
+                some.fill(false)
             }
         }
         if let Some(nulls) = &self.nulls {
-            each_clear(nulls.inner(), rows, |j| out[j] = None);
+            each_clear(nulls.inner(), rows, |j| some[j] = false);
         }
     }
 
@@ -1130,14 +1132,19 @@ impl Table {
 /// order of their keys. Without branches or early exits per row, which would keep the
 /// compiler from comparing many rows at once.
 fn ascending(keys: &[Vec<i64>]) -> bool {
+    fn after(k: &[i64]) -> &[i64] {
+        k.get(1..).unwrap_or_default()
+    }
     match keys {
         [] => true,
-        [a] => a.windows(2).fold(true, |ok, w| ok & (w[0] <= w[1])),
+        [a] => a
+            .iter()
+            .zip(after(a))
+            .fold(true, |ok, (x, y)| ok & (x <= y)),
         [a, b] => {
-            let n = a.len().min(b.len());
-            let (a, b) = (&a[..n], &b[..n]);
-            (1..n).fold(true, |ok, j| {
-                ok & ((a[j - 1] < a[j]) | ((a[j - 1] == a[j]) & (b[j - 1] <= b[j])))
+            let pairs = a.iter().zip(after(a)).zip(b.iter().zip(after(b)));
+            pairs.fold(true, |ok, ((a0, a1), (b0, b1))| {
+                ok & ((a0 < a1) | ((a0 == a1) & (b0 <= b1)))
             })
         }
         _ => (1..keys[0].len()).all(|j| {
@@ -1218,14 +1225,13 @@ pub struct TableScan {
     /// The picks resolved against batch `batch` (see [`TableScan::resolve`]): a row's values
     /// are read from them without looking the column up again for each value.
     slots: Vec<Column>,
-    /// The picks' values as integers ([`Column::number`]) for the rows of the chunk being
-    /// read: pick `k` of the chunk's row `r` at `k * CHUNK + r`. Most values are read as
-    /// integers: a typed loop over each column per chunk, then a load per value, costs less
-    /// than finding each value's type.
-    ints: Vec<Option<i64>>,
-    /// Whether each pick's values are integers (or NULL): then fetched from `ints`.
+    /// Each pick's values as integers ([`Column::number`]) for the rows of the chunk being
+    /// read. Most values are read as integers: a typed loop over each column per chunk, then
+    /// a load per value, costs less than finding each value's type.
+    lanes: Vec<Lane>,
+    /// Whether each pick's values are integers (or NULL): then fetched from `lanes`.
     integral: Vec<bool>,
-    /// Whether a pick's integers are left out of `ints` (a coalesce: its values are fetched):
+    /// Whether a pick's integers are left out of `lanes` (a coalesce: its values are fetched):
     /// then a `None` there is looked up in `slots`.
     partial: bool,
     /// The columns the picks read, and what of them is given back (see [`Table::give_back`]).
@@ -1239,6 +1245,24 @@ pub struct TableScan {
     chunk: usize,
     rows: usize,
     at: usize,
+}
+
+/// A pick's values as integers for the rows of a [`TableScan`]'s chunk.
+#[derive(Clone)]
+struct Lane {
+    /// Whether the row's value is an integer (not NULL, nor of another type).
+    some: [bool; CHUNK],
+    values: [i64; CHUNK],
+}
+
+impl Lane {
+    /// Row `r` of the chunk.
+    #[inline(always)]
+    fn get(&self, r: usize) -> Option<i64> {
+        // A row of the chunk: no bounds check.
+        let r = r % CHUNK;
+        self.some[r].then_some(self.values[r])
+    }
 }
 
 /// Rows of a [`TableScan`]'s chunk: a divisor of [`RELEASE_EVERY`], so that a chunk starts
@@ -1295,7 +1319,7 @@ impl TableScan {
             table: t,
             picks,
             slots: Vec::new(),
-            ints: Vec::new(),
+            lanes: Vec::new(),
             integral: Vec::new(),
             partial,
             reads,
@@ -1337,9 +1361,15 @@ impl TableScan {
             self.resolve();
         }
         let rows = i..n.min(i + CHUNK);
-        self.ints.resize(self.slots.len() * CHUNK, None);
-        for (c, out) in self.slots.iter().zip(self.ints.chunks_exact_mut(CHUNK)) {
-            c.numbers(rows.clone(), out);
+        if self.lanes.len() != self.slots.len() {
+            let empty = Lane {
+                some: [false; CHUNK],
+                values: [0; CHUNK],
+            };
+            self.lanes = vec![empty; self.slots.len()];
+        }
+        for (c, lane) in self.slots.iter().zip(&mut self.lanes) {
+            c.numbers(rows.clone(), lane);
         }
         (self.chunk, self.rows, self.at) = (i, rows.len(), 0);
         true
@@ -1381,7 +1411,9 @@ impl super::query::Fetch for RowRef<'_> {
     fn fetch(&self, k: usize) -> ValueRef<'_> {
         let s = self.scan;
         match s.integral.get(k) {
-            Some(true) => s.ints[k * CHUNK + s.at].map_or(ValueRef::Null, ValueRef::Integer),
+            Some(true) => s.lanes[k]
+                .get(s.at)
+                .map_or(ValueRef::Null, ValueRef::Integer),
             Some(false) => s.slots[k].value(s.chunk + s.at),
             None => ValueRef::Null,
         }
@@ -1390,11 +1422,11 @@ impl super::query::Fetch for RowRef<'_> {
     #[inline(always)]
     fn int(&self, k: usize) -> Option<i64> {
         let s = self.scan;
-        match s.ints.get(k * CHUNK + s.at) {
-            Some(&Some(v)) => Some(v),
-            _ if s.partial => s.slots.get(k).and_then(|c| c.number(s.chunk + s.at)),
-            _ => None,
+        let v = s.lanes.get(k).and_then(|l| l.get(s.at));
+        if v.is_none() && s.partial {
+            return s.slots.get(k).and_then(|c| c.number(s.chunk + s.at));
         }
+        v
     }
 }
 
