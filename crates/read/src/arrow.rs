@@ -660,9 +660,10 @@ impl Table {
         let stamp = (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ino());
         let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
         loaded.retain(|(_, _, t)| t.strong_count() > 0);
+        // The stamp first: comparing paths compares their components.
         if let Some(t) = loaded
             .iter()
-            .find(|(p, s, _)| p == path && *s == stamp)
+            .find(|(p, s, _)| *s == stamp && p == path)
             .and_then(|(_, _, t)| t.upgrade())
         {
             return Ok(t);
@@ -1407,7 +1408,7 @@ pub struct RowRef<'s> {
 }
 
 impl super::query::Fetch for RowRef<'_> {
-    #[inline]
+    #[inline(always)]
     fn fetch(&self, k: usize) -> ValueRef<'_> {
         let s = self.scan;
         match s.integral.get(k) {

@@ -188,10 +188,10 @@ pub enum Row<'r> {
 }
 
 impl Fetch for Row<'_> {
-    #[inline]
+    #[inline(always)]
     fn fetch(&self, i: usize) -> ValueRef<'_> {
         match self {
-            Row::Sql(v) => v.fetch(i),
+            Row::Sql(v) => sql_fetch(v, i),
             Row::Arrow(a) => a.fetch(i),
         }
     }
@@ -204,6 +204,12 @@ impl Fetch for Row<'_> {
             Row::Arrow(a) => a.int(i),
         }
     }
+}
+
+/// [`Fetch::fetch`] of an SQLite row, kept out of the readers' code.
+#[inline(never)]
+fn sql_fetch<'v>(v: &'v Values<'_>, i: usize) -> ValueRef<'v> {
+    v.fetch(i)
 }
 
 /// [`Fetch::int`] of an SQLite row, kept out of the readers' code.
