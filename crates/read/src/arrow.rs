@@ -513,7 +513,7 @@ impl Column {
     }
 
     /// The values of rows `rows` (at most [`CHUNK`]) as [`Column::number`] reads them, into
-    /// `lane`; but for a coalesce, left out.
+    /// `lane`.
     fn numbers(&self, rows: std::ops::Range<usize>, lane: &mut Lane) {
         fn each<T: Copy>(v: &[T], out: &mut [i64], f: impl Fn(T) -> i64) {
             for (o, &x) in out.iter_mut().zip(v) {
@@ -544,8 +544,36 @@ impl Column {
                     *o = first + i as i64;
                 }
             }
-            Data::Text(_) | Data::LargeText(_) | Data::Blob(_) | Data::Null | Data::Coalesce(_) => {
-                some.fill(false)
+            Data::Text(_) | Data::LargeText(_) | Data::Blob(_) | Data::Null => some.fill(false),
+            Data::Coalesce(cs) => {
+                // Each row's value is its first column's that is not NULL (a column of NULLs
+                // has none), a word of 64 rows at a time: most rows of nsys' coalesced
+                // columns are NULL in all of them.
+                some.fill(false);
+                let mut taken = [0u64; CHUNK / 64];
+                for c in cs.iter().filter(|c| !matches!(c.data, Data::Null)) {
+                    let mut valid = [u64::MAX; CHUNK / 64];
+                    if let Some(nulls) = &c.nulls {
+                        let bits = nulls.inner().slice(rows.start, n);
+                        for (v, word) in valid.iter_mut().zip(bits.bit_chunks().iter_padded()) {
+                            *v = word;
+                        }
+                    }
+                    for (w, (valid, taken)) in valid.iter().zip(&mut taken).enumerate() {
+                        let mut new = valid & !*taken;
+                        *taken |= new;
+                        while new != 0 {
+                            let j = w * 64 + new.trailing_zeros() as usize;
+                            if j >= n {
+                                break;
+                            }
+                            if let Some(x) = c.number(rows.start + j) {
+                                (out[j], some[j]) = (x, true);
+                            }
+                            new &= new - 1;
+                        }
+                    }
+                }
             }
         }
         if let Some(nulls) = &self.nulls {
@@ -1232,9 +1260,6 @@ pub struct TableScan {
     lanes: Vec<Lane>,
     /// Whether each pick's values are integers (or NULL): then fetched from `lanes`.
     integral: Vec<bool>,
-    /// Whether a pick's integers are left out of `lanes` (a coalesce: its values are fetched):
-    /// then a `None` there is looked up in `slots`.
-    partial: bool,
     /// The columns the picks read, and what of them is given back (see [`Table::give_back`]).
     reads: Vec<Cell<u8>>,
     behind: Behind,
@@ -1315,14 +1340,12 @@ impl TableScan {
             Pick::Rowid => vec![-1],
             Pick::Null | Pick::Int(_) => Vec::new(),
         }));
-        let partial = picks.iter().any(|p| matches!(p, Pick::Coalesce(_)));
         Ok(Some(TableScan {
             table: t,
             picks,
             slots: Vec::new(),
             lanes: Vec::new(),
             integral: Vec::new(),
-            partial,
             reads,
             behind: Behind::default(),
             batch: 0,
@@ -1423,11 +1446,7 @@ impl super::query::Fetch for RowRef<'_> {
     #[inline(always)]
     fn int(&self, k: usize) -> Option<i64> {
         let s = self.scan;
-        let v = s.lanes.get(k).and_then(|l| l.get(s.at));
-        if v.is_none() && s.partial {
-            return s.slots.get(k).and_then(|c| c.number(s.chunk + s.at));
-        }
-        v
+        s.lanes.get(k).and_then(|l| l.get(s.at))
     }
 }
 
