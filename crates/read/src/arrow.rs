@@ -349,6 +349,13 @@ enum Data {
     LargeText(LargeStringArray),
     Blob(BinaryArray),
     Null,
+    /// What a direct scan reads in place of a table's column (see [`TableScan`]), never a
+    /// table's own: a constant,
+    Const(i64),
+    /// the row's number in the batch from this value on (the rowid of a table without a key),
+    Count(i64),
+    /// the first non-NULL value of these columns.
+    Coalesce(Box<[Column]>),
 }
 
 impl Column {
@@ -437,7 +444,7 @@ impl Column {
             Data::F64(v) => fixed(v, i),
             Data::F32(v) => fixed(v, i),
             Data::Bool(v) => (v.inner().as_slice(), (v.offset() + i) / 8),
-            Data::Null => return,
+            Data::Null | Data::Const(_) | Data::Count(_) | Data::Coalesce(_) => return,
         };
         f(1, values, bytes);
     }
@@ -463,16 +470,128 @@ impl Column {
         })
     }
 
-    /// Row `i`'s value as [`super::query::int_of`] reads it: integers as they are, reals truncated.
+    /// Row `i`'s value as [`super::query::int_of`] reads it: integers as they are, reals
+    /// truncated. One dispatch on the type, as a scan reads most values this way.
     #[inline]
     fn number(&self, i: usize) -> Option<i64> {
-        let real: f64 = match &self.data {
-            Data::F64(v) => v[i],
-            Data::F32(v) => v[i].into(),
-            _ => return self.int(i),
-        };
-        let valid = self.nulls.as_ref().is_none_or(|n| n.is_valid(i));
-        valid.then_some(real as i64)
+        if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+            return None;
+        }
+        Some(match &self.data {
+            Data::I64(v) => v[i],
+            Data::I32(v) => v[i].into(),
+            Data::I16(v) => v[i].into(),
+            Data::I8(v) => v[i].into(),
+            Data::U64(v) => v[i] as i64,
+            Data::U32(v) => v[i].into(),
+            Data::U16(v) => v[i].into(),
+            Data::U8(v) => v[i].into(),
+            Data::Bool(v) => v.value(i).into(),
+            Data::F64(v) => v[i] as i64,
+            Data::F32(v) => f64::from(v[i]) as i64,
+            Data::Const(n) => *n,
+            Data::Count(first) => first + i as i64,
+            Data::Coalesce(_) => return super::query::int_of(self.value(i)),
+            Data::Text(_) | Data::LargeText(_) | Data::Blob(_) | Data::Null => return None,
+        })
+    }
+
+    /// The values of rows `rows`, appended to `out`, where the column holds integers (of a type
+    /// nsys uses for them) and no NULL; false (and `out` partly filled) otherwise.
+    fn plain_ints(&self, rows: std::ops::Range<usize>, out: &mut Vec<i64>) -> bool {
+        if self.nulls.is_some() {
+            return false;
+        }
+        match &self.data {
+            Data::I64(v) => out.extend_from_slice(&v[rows]),
+            Data::I32(v) => out.extend(v[rows].iter().map(|&x| i64::from(x))),
+            Data::U64(v) => out.extend(v[rows].iter().map(|&x| x as i64)),
+            Data::U32(v) => out.extend(v[rows].iter().map(|&x| i64::from(x))),
+            _ => return false,
+        }
+        true
+    }
+
+    /// The values of rows `rows` (at most [`CHUNK`]) as [`Column::number`] reads them, into
+    /// `lane`.
+    fn numbers(&self, rows: std::ops::Range<usize>, lane: &mut Lane) {
+        fn each<T: Copy>(v: &[T], out: &mut [i64], f: impl Fn(T) -> i64) {
+            for (o, &x) in out.iter_mut().zip(v) {
+                *o = f(x);
+            }
+        }
+        let n = rows.len();
+        let (some, out) = (&mut lane.some[..n], &mut lane.values[..n]);
+        some.fill(true);
+        match &self.data {
+            Data::I64(v) => out.copy_from_slice(&v[rows.clone()]),
+            Data::I32(v) => each(&v[rows.clone()], out, i64::from),
+            Data::I16(v) => each(&v[rows.clone()], out, i64::from),
+            Data::I8(v) => each(&v[rows.clone()], out, i64::from),
+            Data::U64(v) => each(&v[rows.clone()], out, |x| x as i64),
+            Data::U32(v) => each(&v[rows.clone()], out, i64::from),
+            Data::U16(v) => each(&v[rows.clone()], out, i64::from),
+            Data::U8(v) => each(&v[rows.clone()], out, i64::from),
+            Data::F64(v) => each(&v[rows.clone()], out, |x| x as i64),
+            Data::F32(v) => each(&v[rows.clone()], out, |x| f64::from(x) as i64),
+            Data::Bool(v) => {
+                out.fill(1);
+                each_clear(v, rows.clone(), |j| out[j] = 0);
+            }
+            Data::Const(c) => out.fill(*c),
+            Data::Count(first) => {
+                for (o, i) in out.iter_mut().zip(rows.clone()) {
+                    *o = first + i as i64;
+                }
+            }
+            Data::Text(_) | Data::LargeText(_) | Data::Blob(_) | Data::Null => some.fill(false),
+            Data::Coalesce(cs) => {
+                // Each row's value is its first column's that is not NULL (a column of NULLs
+                // has none), a word of 64 rows at a time: most rows of nsys' coalesced
+                // columns are NULL in all of them.
+                some.fill(false);
+                let mut taken = [0u64; CHUNK / 64];
+                for c in cs.iter().filter(|c| !matches!(c.data, Data::Null)) {
+                    let mut valid = [u64::MAX; CHUNK / 64];
+                    if let Some(nulls) = &c.nulls {
+                        let bits = nulls.inner().slice(rows.start, n);
+                        for (v, word) in valid.iter_mut().zip(bits.bit_chunks().iter_padded()) {
+                            *v = word;
+                        }
+                    }
+                    for (w, (valid, taken)) in valid.iter().zip(&mut taken).enumerate() {
+                        let mut new = valid & !*taken;
+                        *taken |= new;
+                        while new != 0 {
+                            let j = w * 64 + new.trailing_zeros() as usize;
+                            if j >= n {
+                                break;
+                            }
+                            if let Some(x) = c.number(rows.start + j) {
+                                (out[j], some[j]) = (x, true);
+                            }
+                            new &= new - 1;
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(nulls) = &self.nulls {
+            each_clear(nulls.inner(), rows, |j| some[j] = false);
+        }
+    }
+
+    /// Whether [`Column::value`] is an integer or NULL: then it is [`Column::number`]'s.
+    fn integral(&self) -> bool {
+        !matches!(
+            self.data,
+            Data::F64(_)
+                | Data::F32(_)
+                | Data::Text(_)
+                | Data::LargeText(_)
+                | Data::Blob(_)
+                | Data::Coalesce(_)
+        )
     }
 
     /// The values of rows `rows` as [`Column::int`] reads them, appended to `out`.
@@ -498,21 +617,40 @@ impl Column {
         }
     }
 
+    /// Row `i`'s value. One dispatch on the type, as [`Column::number`].
     #[inline]
     fn value(&self, i: usize) -> ValueRef<'_> {
         if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
             return ValueRef::Null;
         }
-        match &self.data {
-            Data::I64(v) => ValueRef::Integer(v[i]),
-            Data::F64(v) => ValueRef::Real(v[i]),
-            Data::F32(v) => ValueRef::Real(v[i].into()),
-            Data::Text(a) => ValueRef::Text(a.value(i).as_bytes()),
-            Data::LargeText(a) => ValueRef::Text(a.value(i).as_bytes()),
-            Data::Blob(a) => ValueRef::Blob(a.value(i)),
-            Data::Null => ValueRef::Null,
-            _ => self.int(i).map_or(ValueRef::Null, ValueRef::Integer),
-        }
+        ValueRef::Integer(match &self.data {
+            Data::I64(v) => v[i],
+            Data::I32(v) => v[i].into(),
+            Data::I16(v) => v[i].into(),
+            Data::I8(v) => v[i].into(),
+            Data::U64(v) => v[i] as i64,
+            Data::U32(v) => v[i].into(),
+            Data::U16(v) => v[i].into(),
+            Data::U8(v) => v[i].into(),
+            Data::Bool(v) => v.value(i).into(),
+            Data::Const(n) => *n,
+            Data::Count(first) => first + i as i64,
+            Data::F64(v) => return ValueRef::Real(v[i]),
+            Data::F32(v) => return ValueRef::Real(v[i].into()),
+            Data::Text(a) => return ValueRef::Text(a.value(i).as_bytes()),
+            Data::LargeText(a) => return ValueRef::Text(a.value(i).as_bytes()),
+            Data::Blob(a) => return ValueRef::Blob(a.value(i)),
+            Data::Null => return ValueRef::Null,
+            Data::Coalesce(cs) => {
+                // Most of the columns are NULL: their validity bits are read, not their values.
+                return cs
+                    .iter()
+                    .filter(|c| c.nulls.as_ref().is_none_or(|n| n.is_valid(i)))
+                    .map(|c| c.value(i))
+                    .find(|v| *v != ValueRef::Null)
+                    .unwrap_or(ValueRef::Null);
+            }
+        })
     }
 }
 
@@ -550,9 +688,10 @@ impl Table {
         let stamp = (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ino());
         let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
         loaded.retain(|(_, _, t)| t.strong_count() > 0);
+        // The stamp first: comparing paths compares their components.
         if let Some(t) = loaded
             .iter()
-            .find(|(p, s, _)| p == path && *s == stamp)
+            .find(|(p, s, _)| *s == stamp && p == path)
             .and_then(|(_, _, t)| t.upgrade())
         {
             return Ok(t);
@@ -857,39 +996,69 @@ impl Table {
 
     fn rows_sorted(&self, cols: &[c_int]) -> bool {
         // Read a chunk of rows' keys at a time, column by column (each a typed loop), and
-        // compare each row's key with the one before (NULL sorts first).
+        // compare each row's key with the one before (NULL sorts first): as plain integers
+        // where no key column of the batch has a NULL (nsys' tables), else as options.
         let mask = self.reading(cols.iter().copied());
         let mut behind = Behind::default();
-        let mut keys: Vec<Vec<Option<i64>>> =
-            vec![Vec::with_capacity(RELEASE_EVERY + 1); cols.len()];
+        let mut plain: Vec<Vec<i64>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
+        let mut keys: Vec<Vec<Option<i64>>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
+        // The key of the last row compared (empty before the first).
+        let mut last: Vec<Option<i64>> = Vec::with_capacity(cols.len());
         let mut row = 0;
         let sorted = 'rows: {
             for (b, &n) in self.lengths.iter().enumerate() {
                 let batch = &self.batches[b];
+                let column = |c: c_int| match (c, self.key) {
+                    (c, _) if c >= 0 => Some(&batch[c as usize]),
+                    (_, Some(key)) => Some(&batch[key]),
+                    // Row numbers.
+                    (_, None) => None,
+                };
                 for start in (0..n).step_by(RELEASE_EVERY) {
                     self.give_back(b, start, &mask, &mut behind, RELEASE_BYTES);
                     let rows = start..(start + RELEASE_EVERY).min(n);
-                    for (k, &c) in cols.iter().enumerate() {
-                        // The chunk's keys follow the previous chunk's last.
-                        let last = keys[k].last().copied();
-                        keys[k].clear();
-                        keys[k].extend(last);
-                        match (c, self.key) {
-                            (c, _) if c >= 0 => batch[c as usize].ints(rows.clone(), &mut keys[k]),
-                            (_, Some(key)) => batch[key].ints(rows.clone(), &mut keys[k]),
-                            (_, None) => keys[k].extend(
-                                (row + rows.start..row + rows.end).map(|r| Some(r as i64 + 1)),
-                            ),
-                        }
-                    }
-                    for j in 1..keys.first().map_or(0, Vec::len) {
-                        for key in &keys {
-                            match key[j - 1].cmp(&key[j]) {
-                                std::cmp::Ordering::Less => break,
-                                std::cmp::Ordering::Equal => continue,
-                                std::cmp::Ordering::Greater => break 'rows false,
+                    let numbers = || (row + rows.start..row + rows.end).map(|r| r as i64 + 1);
+                    let is_plain = cols.iter().zip(&mut plain).all(|(&c, out)| {
+                        out.clear();
+                        match column(c) {
+                            Some(col) => col.plain_ints(rows.clone(), out),
+                            None => {
+                                out.extend(numbers());
+                                true
                             }
                         }
+                    });
+                    let first: Vec<Option<i64>>;
+                    if is_plain {
+                        first = plain.iter().map(|k| k.first().copied()).collect();
+                        if !ascending(&plain) {
+                            break 'rows false;
+                        }
+                    } else {
+                        for (&c, out) in cols.iter().zip(&mut keys) {
+                            out.clear();
+                            match column(c) {
+                                Some(col) => col.ints(rows.clone(), out),
+                                None => out.extend(numbers().map(Some)),
+                            }
+                        }
+                        first = keys.iter().map(|k| k.first().copied().flatten()).collect();
+                        for j in 1..keys.first().map_or(0, Vec::len) {
+                            let before = keys.iter().map(|k| k[j - 1]);
+                            if before.gt(keys.iter().map(|k| k[j])) {
+                                break 'rows false;
+                            }
+                        }
+                    }
+                    // The chunk's first row against the last row before it.
+                    if !last.is_empty() && last > first {
+                        break 'rows false;
+                    }
+                    last.clear();
+                    if is_plain {
+                        last.extend(plain.iter().map(|k| k.last().copied()));
+                    } else {
+                        last.extend(keys.iter().map(|k| k.last().copied().flatten()));
                     }
                 }
                 row += n;
@@ -988,6 +1157,50 @@ impl Table {
     }
 }
 
+/// Whether the rows whose key columns are `keys` (each the same length) come in ascending
+/// order of their keys. Without branches or early exits per row, which would keep the
+/// compiler from comparing many rows at once.
+fn ascending(keys: &[Vec<i64>]) -> bool {
+    fn after(k: &[i64]) -> &[i64] {
+        k.get(1..).unwrap_or_default()
+    }
+    match keys {
+        [] => true,
+        [a] => a
+            .iter()
+            .zip(after(a))
+            .fold(true, |ok, (x, y)| ok & (x <= y)),
+        [a, b] => {
+            let pairs = a.iter().zip(after(a)).zip(b.iter().zip(after(b)));
+            pairs.fold(true, |ok, ((a0, a1), (b0, b1))| {
+                ok & ((a0 < a1) | ((a0 == a1) & (b0 <= b1)))
+            })
+        }
+        _ => (1..keys[0].len()).all(|j| {
+            let before = keys.iter().map(|k| k[j - 1]);
+            before.le(keys.iter().map(|k| k[j]))
+        }),
+    }
+}
+
+/// Call `f(j)` for each of rows `rows` of `bits` whose bit is clear, `j` counted from
+/// `rows.start`: a word of 64 rows at a time, most of them all set.
+fn each_clear(bits: &BooleanBuffer, rows: std::ops::Range<usize>, mut f: impl FnMut(usize)) {
+    let len = rows.len();
+    let words = bits.slice(rows.start, len);
+    for (w, word) in words.bit_chunks().iter_padded().enumerate() {
+        let mut clear = !word;
+        while clear != 0 {
+            let j = w * 64 + clear.trailing_zeros() as usize;
+            if j >= len {
+                break;
+            }
+            f(j);
+            clear &= clear - 1;
+        }
+    }
+}
+
 /// Memory pages, for releasing mapped columns behind a scan.
 const PAGE: usize = 4096;
 
@@ -1034,31 +1247,53 @@ enum Pick {
     Int(i64),
 }
 
-/// A pick resolved against the batch being read: what a row's values are read from, without
-/// looking the column up again for each value.
-enum Slot {
-    Column(Column),
-    Rowid,
-    Null,
-    Coalesce(Vec<Column>),
-    Int(i64),
-}
-
 /// A scan (see `nsys::scan`) read straight from a table's columns, without SQLite.
 pub struct TableScan {
     table: Arc<Table>,
     picks: Vec<Pick>,
-    /// The picks resolved against batch `slots_of`.
-    slots: Vec<Slot>,
-    slots_of: Option<usize>,
+    /// The picks resolved against batch `batch` (see [`TableScan::resolve`]): a row's values
+    /// are read from them without looking the column up again for each value.
+    slots: Vec<Column>,
+    /// Each pick's values as integers ([`Column::number`]) for the rows of the chunk being
+    /// read. Most values are read as integers: a typed loop over each column per chunk, then
+    /// a load per value, costs less than finding each value's type.
+    lanes: Vec<Lane>,
+    /// Whether each pick's values are integers (or NULL): then fetched from `lanes`.
+    integral: Vec<bool>,
     /// The columns the picks read, and what of them is given back (see [`Table::give_back`]).
     reads: Vec<Cell<u8>>,
     behind: Behind,
-    row: usize,
+    /// The batch being read, and the table's row number of its first row.
     batch: usize,
-    in_batch: usize,
-    started: bool,
+    first: usize,
+    /// The chunk being read: the batch's row it starts at, its rows, and the current row in
+    /// it (`usize::MAX` before the first).
+    chunk: usize,
+    rows: usize,
+    at: usize,
 }
+
+/// A pick's values as integers for the rows of a [`TableScan`]'s chunk.
+#[derive(Clone)]
+struct Lane {
+    /// Whether the row's value is an integer (not NULL, nor of another type).
+    some: [bool; CHUNK],
+    values: [i64; CHUNK],
+}
+
+impl Lane {
+    /// Row `r` of the chunk.
+    #[inline(always)]
+    fn get(&self, r: usize) -> Option<i64> {
+        // A row of the chunk: no bounds check.
+        let r = r % CHUNK;
+        self.some[r].then_some(self.values[r])
+    }
+}
+
+/// Rows of a [`TableScan`]'s chunk: a divisor of [`RELEASE_EVERY`], so that a chunk starts
+/// wherever the scan looks at what to give back.
+const CHUNK: usize = 256;
 
 impl TableScan {
     /// The direct reading of `cols` of `table` in the export `dir`, in `order`: `None` when the
@@ -1109,13 +1344,15 @@ impl TableScan {
             table: t,
             picks,
             slots: Vec::new(),
-            slots_of: None,
+            lanes: Vec::new(),
+            integral: Vec::new(),
             reads,
             behind: Behind::default(),
-            row: 0,
             batch: 0,
-            in_batch: 0,
-            started: false,
+            first: 0,
+            chunk: 0,
+            rows: 0,
+            at: usize::MAX,
         }))
     }
 
@@ -1123,75 +1360,93 @@ impl TableScan {
     #[allow(clippy::should_implement_trait)]
     #[inline]
     pub fn next(&mut self) -> Option<RowRef<'_>> {
-        if self.started {
-            self.row += 1;
-            self.in_batch += 1;
-        }
-        self.started = true;
-        let release = Some((&self.reads[..], &mut self.behind));
-        self.table
-            .step(&mut self.batch, &mut self.in_batch, release);
-        if self.batch >= self.table.lengths.len() {
+        let at = self.at.wrapping_add(1);
+        if at < self.rows {
+            self.at = at;
+        } else if !self.advance() {
             return None;
         }
-        if self.slots_of != Some(self.batch) {
-            let cols = &self.table.batches[self.batch];
-            self.slots = self
-                .picks
-                .iter()
-                .map(|p| match p {
-                    Pick::Column(c) => Slot::Column(cols[*c].clone()),
-                    Pick::Rowid => Slot::Rowid,
-                    Pick::Null => Slot::Null,
-                    Pick::Coalesce(cs) => {
-                        Slot::Coalesce(cs.iter().map(|&c| cols[c].clone()).collect())
-                    }
-                    Pick::Int(n) => Slot::Int(*n),
-                })
-                .collect();
-            self.slots_of = Some(self.batch);
+        Some(RowRef { scan: self })
+    }
+
+    /// Move to the next chunk: past the batches read to their end, giving back what is behind
+    /// the scan (see [`Table::step`]); false after the last row.
+    #[inline(never)]
+    fn advance(&mut self) -> bool {
+        let (from, mut i) = (self.batch, self.chunk + self.rows);
+        let release = Some((&self.reads[..], &mut self.behind));
+        self.table.step(&mut self.batch, &mut i, release);
+        let Some(&n) = self.table.lengths.get(self.batch) else {
+            (self.chunk, self.rows, self.at) = (0, 0, usize::MAX);
+            return false;
+        };
+        if self.batch != from || self.slots.len() != self.picks.len() {
+            self.first += self.table.lengths[from..self.batch].iter().sum::<usize>();
+            self.resolve();
         }
-        Some(RowRef {
-            table: &self.table,
-            slots: &self.slots,
-            batch: self.batch,
-            i: self.in_batch,
-            row: self.row,
-        })
+        let rows = i..n.min(i + CHUNK);
+        if self.lanes.len() != self.slots.len() {
+            let empty = Lane {
+                some: [false; CHUNK],
+                values: [0; CHUNK],
+            };
+            self.lanes = vec![empty; self.slots.len()];
+        }
+        for (c, lane) in self.slots.iter().zip(&mut self.lanes) {
+            c.numbers(rows.clone(), lane);
+        }
+        (self.chunk, self.rows, self.at) = (i, rows.len(), 0);
+        true
+    }
+
+    /// Resolve the picks against batch `batch`.
+    fn resolve(&mut self) {
+        let t = &self.table;
+        let cols = &t.batches[self.batch];
+        let computed = |data| Column { nulls: None, data };
+        self.slots = self
+            .picks
+            .iter()
+            .map(|p| match p {
+                Pick::Column(c) => cols[*c].clone(),
+                // A key has no NULL (see `Table::rises_strictly`).
+                Pick::Rowid => match t.key {
+                    Some(k) => computed(cols[k].data.clone()),
+                    None => computed(Data::Count(self.first as i64 + 1)),
+                },
+                Pick::Null => computed(Data::Null),
+                Pick::Coalesce(cs) => computed(Data::Coalesce(
+                    cs.iter().map(|&c| cols[c].clone()).collect(),
+                )),
+                Pick::Int(n) => computed(Data::Const(*n)),
+            })
+            .collect();
+        self.integral = self.slots.iter().map(Column::integral).collect();
     }
 }
 
 /// The current row of a [`TableScan`].
 pub struct RowRef<'s> {
-    table: &'s Table,
-    slots: &'s [Slot],
-    batch: usize,
-    i: usize,
-    row: usize,
+    scan: &'s TableScan,
 }
 
 impl super::query::Fetch for RowRef<'_> {
-    #[inline]
+    #[inline(always)]
     fn fetch(&self, k: usize) -> ValueRef<'_> {
-        match self.slots.get(k) {
-            Some(Slot::Column(c)) => c.value(self.i),
-            Some(Slot::Rowid) => ValueRef::Integer(self.table.rowid(self.batch, self.i, self.row)),
-            Some(Slot::Coalesce(cs)) => cs
-                .iter()
-                .map(|c| c.value(self.i))
-                .find(|v| *v != ValueRef::Null)
-                .unwrap_or(ValueRef::Null),
-            Some(Slot::Int(n)) => ValueRef::Integer(*n),
-            Some(Slot::Null) | None => ValueRef::Null,
+        let s = self.scan;
+        match s.integral.get(k) {
+            Some(true) => s.lanes[k]
+                .get(s.at)
+                .map_or(ValueRef::Null, ValueRef::Integer),
+            Some(false) => s.slots[k].value(s.chunk + s.at),
+            None => ValueRef::Null,
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn int(&self, k: usize) -> Option<i64> {
-        match self.slots.get(k) {
-            Some(Slot::Column(c)) => c.number(self.i),
-            _ => super::query::int_of(self.fetch(k)),
-        }
+        let s = self.scan;
+        s.lanes.get(k).and_then(|l| l.get(s.at))
     }
 }
 
@@ -1527,6 +1782,98 @@ mod tests {
                 .unwrap_or_else(|| panic!("{what}: loaded"));
             assert!(e.to_string().contains("damaged"), "{what}: {e}");
         }
+    }
+
+    /// A direct scan reads what the columns hold, across batches of any size, chunk ends and
+    /// NULLs, as integers and as values alike.
+    #[test]
+    fn a_scan_reads_every_row_as_the_columns_hold_it() {
+        use super::super::column::Col;
+        use super::super::query::Fetch;
+        use arrow_array::{BooleanArray, Float64Array, Int32Array, UInt32Array};
+        let sizes = [300usize, 0, 5000, 1];
+        let mut out = Vec::new();
+        let mut w = None;
+        let mut total = 0;
+        let mut expected: Vec<[ValueRef<'static>; 6]> = Vec::new();
+        for n in sizes {
+            let a: Vec<Option<i64>> = (0..n)
+                .map(|i| (i % 7 != 3).then_some((total + i) as i64 * 3 - 50))
+                .collect();
+            let b: Vec<u32> = (0..n).map(|i| u32::MAX - i as u32).collect();
+            let c: Vec<Option<bool>> = (0..n).map(|i| (i % 5 != 0).then_some(i % 3 == 0)).collect();
+            let d: Vec<f64> = (0..n).map(|i| i as f64 * -1.75).collect();
+            let e: Vec<Option<&str>> = (0..n).map(|i| (i % 2 == 0).then_some("x")).collect();
+            let f: Vec<Option<i32>> = (0..n)
+                .map(|i| (i % 4 == 0).then_some(-(i as i32)))
+                .collect();
+            for i in 0..n {
+                expected.push([
+                    a[i].map_or(ValueRef::Null, ValueRef::Integer),
+                    ValueRef::Integer(b[i].into()),
+                    c[i].map_or(ValueRef::Null, |v| ValueRef::Integer(v.into())),
+                    ValueRef::Real(d[i]),
+                    e[i].map_or(ValueRef::Null, |_| ValueRef::Text(b"x")),
+                    a[i].or(f[i].map(i64::from))
+                        .map_or(ValueRef::Null, ValueRef::Integer),
+                ]);
+            }
+            total += n;
+            let batch = RecordBatch::try_from_iter([
+                ("a", Arc::new(Int64Array::from(a)) as _),
+                ("b", Arc::new(UInt32Array::from(b)) as _),
+                ("c", Arc::new(BooleanArray::from(c)) as _),
+                ("d", Arc::new(Float64Array::from(d)) as _),
+                ("e", Arc::new(StringArray::from(e)) as _),
+                ("f", Arc::new(Int32Array::from(f)) as _),
+            ])
+            .unwrap();
+            let w = w.get_or_insert_with(|| {
+                arrow_ipc::writer::StreamWriter::try_new(Vec::new(), &batch.schema()).unwrap()
+            });
+            w.write(&batch).unwrap();
+        }
+        out.extend(w.unwrap().into_inner().unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("T.arrow"), &out).unwrap();
+        let col = |n: &str| Col::Column(n.to_string());
+        let cols = [
+            col("a"),
+            col("b"),
+            col("c"),
+            col("d"),
+            col("e"),
+            Col::Coalesce(vec!["a".into(), "f".into()]),
+            Col::Rowid,
+            Col::Int(5),
+            Col::Null,
+            col("missing"),
+        ];
+        let mut scan = TableScan::open(dir.path(), "T", &cols, &[])
+            .unwrap()
+            .unwrap();
+        let mut row = 0;
+        while let Some(r) = scan.next() {
+            let want = &expected[row];
+            for (k, &want) in want.iter().enumerate() {
+                assert_eq!(r.fetch(k), want, "row {row}, column {k}");
+                let int = match want {
+                    ValueRef::Integer(v) => Some(v),
+                    ValueRef::Real(v) => Some(v as i64),
+                    _ => None,
+                };
+                assert_eq!(r.int(k), int, "row {row}, column {k}");
+            }
+            assert_eq!(r.fetch(6), ValueRef::Integer(row as i64 + 1));
+            assert_eq!(r.int(6), Some(row as i64 + 1));
+            assert_eq!((r.fetch(7), r.int(7)), (ValueRef::Integer(5), Some(5)));
+            for k in [8, 9, 10] {
+                assert_eq!((r.fetch(k), r.int(k)), (ValueRef::Null, None));
+            }
+            row += 1;
+        }
+        assert_eq!(row, total);
+        assert!(scan.next().is_none());
     }
 
     /// Cut anywhere, the stream fails to load, or loads whole where it is cut between messages

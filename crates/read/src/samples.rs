@@ -8,13 +8,44 @@
 
 use super::int_at;
 use super::reader::ReadContext;
-use super::scan::Scan;
+use super::scan::{Rows, Scan};
 use crate::model::{CpuSample, EventSink, Frame};
 use crate::select::EventType;
 use anyhow::Result;
 
 pub const COMPOSITE: &str = "COMPOSITE_EVENTS";
 pub const CALLCHAINS: &str = "SAMPLING_CALLCHAINS";
+
+/// Read the next frame row of `chains` into `pending` (`None` after the last, and `done`
+/// then). Inlined: called once a frame row, the most rows a conversion reads.
+#[inline(always)]
+fn next_frame(
+    chains: Option<&mut Rows<'_>>,
+    done: &mut bool,
+    pending: &mut Option<(i64, Frame)>,
+) -> Result<()> {
+    *pending = None;
+    if *done {
+        return Ok(());
+    }
+    let Some(rows) = chains else {
+        return Ok(());
+    };
+    match rows.next()? {
+        Some(r) => {
+            let r = &r;
+            *pending = Some((
+                int_at(r, 0).unwrap_or(i64::MIN),
+                Frame {
+                    symbol: int_at(r, 1).unwrap_or(-1),
+                    module: int_at(r, 2).unwrap_or(-1),
+                },
+            ));
+        }
+        None => *done = true,
+    }
+    Ok(())
+}
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     let &ReadContext {
@@ -51,30 +82,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     // The next frame row not yet used: (id, frame).
     let mut pending: Option<(i64, Frame)> = None;
     let mut chains_done = chains.is_none();
-    let mut next_frame = |pending: &mut Option<(i64, Frame)>| -> Result<()> {
-        *pending = None;
-        if chains_done {
-            return Ok(());
-        }
-        let Some(rows) = chains.as_mut() else {
-            return Ok(());
-        };
-        match rows.next()? {
-            Some(r) => {
-                let r = &r;
-                *pending = Some((
-                    int_at(r, 0).unwrap_or(i64::MIN),
-                    Frame {
-                        symbol: int_at(r, 1).unwrap_or(-1),
-                        module: int_at(r, 2).unwrap_or(-1),
-                    },
-                ));
-            }
-            None => chains_done = true,
-        }
-        Ok(())
-    };
-    next_frame(&mut pending)?;
+    next_frame(chains.as_mut(), &mut chains_done, &mut pending)?;
 
     let mut frames: Vec<Frame> = Vec::new();
     while let Some(r) = rows.next()? {
@@ -95,7 +103,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
                 // Frames of a sample that is not in COMPOSITE_EVENTS.
                 sink.note(CALLCHAINS, "frames of no sample in COMPOSITE_EVENTS");
             }
-            next_frame(&mut pending)?;
+            next_frame(chains.as_mut(), &mut chains_done, &mut pending)?;
         }
         let state = int_at(r, 4)
             .and_then(|s| states.get(&s))
@@ -111,7 +119,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     if !filtered {
         while pending.is_some() {
             sink.note(CALLCHAINS, "frames of no sample in COMPOSITE_EVENTS");
-            next_frame(&mut pending)?;
+            next_frame(chains.as_mut(), &mut chains_done, &mut pending)?;
         }
     }
     Ok(())
