@@ -1224,8 +1224,9 @@ const RELEASE_EVERY: usize = 1 << 12;
 
 /// The least a reader gives back of a buffer at once (but at a batch's end): few calls to the
 /// kernel, each for a run of pages, while the pages a reader maps stay a window of this size a
-/// column.
-const RELEASE_BYTES: usize = 1 << 17;
+/// column. Each call also flushes the other threads' address translations, which costs more
+/// than the pages it keeps mapped: half a megabyte, not less.
+const RELEASE_BYTES: usize = 1 << 19;
 
 /// Every buffer of a column, for [`Table::give_back`].
 const ALL: u8 = 0b111;
