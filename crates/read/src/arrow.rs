@@ -453,21 +453,12 @@ impl Column {
     /// values keep their bits, as the SQLite export stores them.
     #[inline]
     fn int(&self, i: usize) -> Option<i64> {
-        if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
-            return None;
+        match &self.data {
+            Data::F64(_) | Data::F32(_) | Data::Const(_) | Data::Count(_) | Data::Coalesce(_) => {
+                None
+            }
+            _ => self.number(i),
         }
-        Some(match &self.data {
-            Data::I64(v) => v[i],
-            Data::I32(v) => v[i].into(),
-            Data::I16(v) => v[i].into(),
-            Data::I8(v) => v[i].into(),
-            Data::U64(v) => v[i] as i64,
-            Data::U32(v) => v[i].into(),
-            Data::U16(v) => v[i].into(),
-            Data::U8(v) => v[i].into(),
-            Data::Bool(v) => v.value(i).into(),
-            _ => return None,
-        })
     }
 
     /// Row `i`'s value as [`super::query::int_of`] reads it: integers as they are, reals
