@@ -453,21 +453,17 @@ impl Column {
     /// values keep their bits, as the SQLite export stores them.
     #[inline]
     fn int(&self, i: usize) -> Option<i64> {
-        match &self.data {
-            Data::F64(_) | Data::F32(_) | Data::Const(_) | Data::Count(_) | Data::Coalesce(_) => {
-                None
-            }
-            _ => self.number(i),
-        }
-    }
-
-    /// Row `i`'s value as [`super::query::int_of`] reads it: integers as they are, reals
-    /// truncated. One dispatch on the type, as a scan reads most values this way.
-    #[inline]
-    fn number(&self, i: usize) -> Option<i64> {
         if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
             return None;
         }
+        self.stored_int(i)
+    }
+
+    /// Row `i`'s value where the column stores integers (its validity not looked at): the one
+    /// dispatch on the integer types that [`Column::int`], [`Column::number`] and
+    /// [`Column::value`] share.
+    #[inline(always)]
+    fn stored_int(&self, i: usize) -> Option<i64> {
         Some(match &self.data {
             Data::I64(v) => v[i],
             Data::I32(v) => v[i].into(),
@@ -478,13 +474,26 @@ impl Column {
             Data::U16(v) => v[i].into(),
             Data::U8(v) => v[i].into(),
             Data::Bool(v) => v.value(i).into(),
-            Data::F64(v) => v[i] as i64,
-            Data::F32(v) => f64::from(v[i]) as i64,
-            Data::Const(n) => *n,
-            Data::Count(first) => first + i as i64,
-            Data::Coalesce(_) => return super::query::int_of(self.value(i)),
-            Data::Text(_) | Data::LargeText(_) | Data::Blob(_) | Data::Null => return None,
+            _ => return None,
         })
+    }
+
+    /// Row `i`'s value as [`super::query::int_of`] reads it: integers as they are, reals
+    /// truncated.
+    #[inline]
+    fn number(&self, i: usize) -> Option<i64> {
+        if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+            return None;
+        }
+        match &self.data {
+            Data::F64(v) => Some(v[i] as i64),
+            Data::F32(v) => Some(f64::from(v[i]) as i64),
+            Data::Const(n) => Some(*n),
+            Data::Count(first) => Some(first + i as i64),
+            Data::Coalesce(_) => super::query::int_of(self.value(i)),
+            Data::Text(_) | Data::LargeText(_) | Data::Blob(_) | Data::Null => None,
+            _ => self.stored_int(i),
+        }
     }
 
     /// The values of rows `rows`, appended to `out`, where the column holds integers (of a type
@@ -608,40 +617,31 @@ impl Column {
         }
     }
 
-    /// Row `i`'s value. One dispatch on the type, as [`Column::number`].
+    /// Row `i`'s value.
     #[inline]
     fn value(&self, i: usize) -> ValueRef<'_> {
         if self.nulls.as_ref().is_some_and(|n| n.is_null(i)) {
             return ValueRef::Null;
         }
-        ValueRef::Integer(match &self.data {
-            Data::I64(v) => v[i],
-            Data::I32(v) => v[i].into(),
-            Data::I16(v) => v[i].into(),
-            Data::I8(v) => v[i].into(),
-            Data::U64(v) => v[i] as i64,
-            Data::U32(v) => v[i].into(),
-            Data::U16(v) => v[i].into(),
-            Data::U8(v) => v[i].into(),
-            Data::Bool(v) => v.value(i).into(),
-            Data::Const(n) => *n,
-            Data::Count(first) => first + i as i64,
-            Data::F64(v) => return ValueRef::Real(v[i]),
-            Data::F32(v) => return ValueRef::Real(v[i].into()),
-            Data::Text(a) => return ValueRef::Text(a.value(i).as_bytes()),
-            Data::LargeText(a) => return ValueRef::Text(a.value(i).as_bytes()),
-            Data::Blob(a) => return ValueRef::Blob(a.value(i)),
-            Data::Null => return ValueRef::Null,
+        match &self.data {
+            Data::Const(n) => ValueRef::Integer(*n),
+            Data::Count(first) => ValueRef::Integer(first + i as i64),
+            Data::F64(v) => ValueRef::Real(v[i]),
+            Data::F32(v) => ValueRef::Real(v[i].into()),
+            Data::Text(a) => ValueRef::Text(a.value(i).as_bytes()),
+            Data::LargeText(a) => ValueRef::Text(a.value(i).as_bytes()),
+            Data::Blob(a) => ValueRef::Blob(a.value(i)),
+            Data::Null => ValueRef::Null,
             Data::Coalesce(cs) => {
                 // Most of the columns are NULL: their validity bits are read, not their values.
-                return cs
-                    .iter()
+                cs.iter()
                     .filter(|c| c.nulls.as_ref().is_none_or(|n| n.is_valid(i)))
                     .map(|c| c.value(i))
                     .find(|v| *v != ValueRef::Null)
-                    .unwrap_or(ValueRef::Null);
+                    .unwrap_or(ValueRef::Null)
             }
-        })
+            _ => self.stored_int(i).map_or(ValueRef::Null, ValueRef::Integer),
+        }
     }
 }
 
