@@ -21,8 +21,8 @@ use arrow_buffer::{BooleanBuffer, NullBuffer, ScalarBuffer};
 use arrow_schema::DataType;
 use rusqlite::types::ValueRef;
 use rusqlite::vtab::{
-    Context, CreateVTab, Filters, IndexConstraintOp, IndexFlags, IndexInfo, Module, VTab,
-    VTabConnection, VTabCursor, VTabKind,
+    Context, Filters, IndexConstraintOp, IndexFlags, IndexInfo, Module, VTab, VTabConnection,
+    VTabCursor,
 };
 use rusqlite::{Connection, ffi};
 use std::borrow::Cow;
@@ -252,8 +252,6 @@ pub const EXTENSION: &str = "arrow";
 /// What nsys appends to a report's name for its Arrow export's directory.
 pub const NSYS_DIR_SUFFIX: &str = "_arwdir";
 
-const MODULE_NAME: &CStr = c"nsys_arrow";
-
 /// The tables of an Arrow export directory: (table name, file), by name. A table is named by
 /// its file, as nsys names the files.
 pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
@@ -283,46 +281,49 @@ pub fn max_rowid(dir: &Path, table: &str) -> Result<Option<i64>> {
     }))
 }
 
-/// Declare every table of the Arrow export in `dir` as a virtual table of the database
-/// `schema_name` of `conn` (`main`, or an attached in-memory database), registering the module
-/// on `conn` first. Errors name the file and the problem in one line.
-pub fn declare(conn: &Connection, schema_name: &str, dir: &Path) -> Result<()> {
-    const MODULE: Module<ArrowTable> = Module::read_only_module();
-    conn.create_module(MODULE_NAME, &MODULE, None::<()>)?;
+/// Every table of an Arrow export, loaded (each file checked) once: while this is held, the
+/// connections and scans of a conversion find each table loaded (see [`Table::shared`]).
+pub struct Tables(Vec<(String, Arc<Table>)>);
+
+impl std::fmt::Debug for Tables {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.0.iter().map(|(n, _)| n))
+            .finish()
+    }
+}
+
+impl Tables {
+    /// Load every table of the export in `dir`. Errors name the file and the problem in one
+    /// line.
+    pub fn load(dir: &Path) -> Result<Tables> {
+        let mut tables = Vec::new();
+        for (name, file) in table_files(dir)? {
+            let t = Table::shared(&file).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
+            tables.push((name, t));
+        }
+        Ok(Tables(tables))
+    }
+
+    /// Each table's name and column names.
+    pub fn columns(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = &str>)> {
+        self.0
+            .iter()
+            .map(|(n, t)| (n.as_str(), t.columns.iter().map(|(c, _)| c.as_str())))
+    }
+}
+
+/// Make every table of the Arrow export in `dir` readable by its name on `conn`, in any of its
+/// databases: each is an eponymous virtual table, declared by SQLite on a statement's first
+/// use of it. (A conversion opens a connection a reader; most read a few tables, and most of
+/// those with direct scans that need no SQL: declaring every table on every connection would
+/// cost more than the reading of many of them.)
+pub fn register(conn: &Connection, dir: &Path) -> Result<()> {
+    const MODULE: Module<ArrowTable> = Module::eponymous_only_module();
     for (table, file) in table_files(dir)? {
-        let sql = format!(
-            "CREATE VIRTUAL TABLE {schema_name}.{} USING {}({})",
-            super::query::quote_ident(&table),
-            MODULE_NAME.to_str().expect("ASCII"),
-            hex(file.as_os_str().as_encoded_bytes()),
-        );
-        conn.execute_batch(&sql).map_err(|e| {
-            let msg = match &e {
-                rusqlite::Error::SqliteFailure(_, Some(m)) => m.clone(),
-                e => e.to_string(),
-            };
-            anyhow!("{}: {msg}", file.display())
-        })?;
+        conn.create_module(table.as_str(), &MODULE, Some(file))?;
     }
     Ok(())
-}
-
-/// `p` and the lower-case hex of `bytes`: a path as a module argument (one SQL token, whatever
-/// characters the path holds).
-fn hex(bytes: &[u8]) -> String {
-    std::iter::once("p".to_string())
-        .chain(bytes.iter().map(|b| format!("{b:02x}")))
-        .collect()
-}
-
-fn unhex(text: &[u8]) -> Option<Vec<u8>> {
-    let text = text.strip_prefix(b"p")?;
-    if text.len() % 2 != 0 {
-        return None;
-    }
-    text.chunks(2)
-        .map(|p| u8::from_str_radix(std::str::from_utf8(p).ok()?, 16).ok())
-        .collect()
 }
 
 /// One column of one record batch: its validity and its typed values, read in place.
@@ -1457,24 +1458,22 @@ const BY_ROWID: c_int = 1;
 const SORTED_EQ: c_int = 2;
 
 unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
-    type Aux = ();
+    /// The table's file.
+    type Aux = PathBuf;
     type Cursor = Cursor<'vtab>;
 
     fn connect(
         _db: &mut VTabConnection,
-        _aux: Option<&()>,
+        file: Option<&PathBuf>,
         _module: &[u8],
         _database: &[u8],
         _table: &[u8],
-        args: &[&[u8]],
+        _args: &[&[u8]],
     ) -> rusqlite::Result<(Cow<'static, CStr>, ArrowTable)> {
         let module_error = |m: String| rusqlite::Error::ModuleError(m);
-        let path = args
-            .first()
-            .and_then(|a| unhex(a))
-            .map(|b| PathBuf::from(unsafe { std::ffi::OsString::from_encoded_bytes_unchecked(b) }))
-            .ok_or_else(|| module_error("nsys_arrow takes the file's path".into()))?;
-        let table = Table::shared(&path).map_err(|e| module_error(format!("{e:#}")))?;
+        let file = file.ok_or_else(|| module_error("an Arrow table without its file".into()))?;
+        let table =
+            Table::shared(file).map_err(|e| module_error(format!("{}: {e:#}", file.display())))?;
         // The key is declared as the SQLite export declares it (readers check for it).
         let columns: Vec<String> = table
             .columns
@@ -1574,10 +1573,6 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
             behind: Behind::default(),
         })
     }
-}
-
-impl CreateVTab<'_> for ArrowTable {
-    const KIND: VTabKind = VTabKind::Default;
 }
 
 /// A scan of a table, or the one row a rowid names.

@@ -116,6 +116,8 @@ pub struct Schema {
     /// The Arrow rewriting of a Parquet export, which `path` names: removed when the last
     /// copy of the schema goes.
     _rewritten: Option<std::sync::Arc<tempfile::TempDir>>,
+    /// An Arrow export's tables, loaded once for every copy of the schema and its readers.
+    _loaded: Option<std::sync::Arc<arrow::Tables>>,
 }
 
 impl Schema {
@@ -317,7 +319,7 @@ pub fn is_export_dir(path: &Path) -> bool {
 }
 
 /// Open the export read-only (see [`read_params`]). An Arrow export is read through an
-/// in-memory database that declares its tables (see [`arrow`]).
+/// in-memory database where its tables are virtual tables (see [`arrow::register`]).
 pub fn open_readonly(path: &Path) -> Result<Connection> {
     if is_arrow_export(path) {
         let mut conn = Connection::open_in_memory_with_flags(
@@ -326,7 +328,7 @@ pub fn open_readonly(path: &Path) -> Result<Connection> {
                 | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )?;
         tune(&mut conn)?;
-        arrow::declare(&conn, "main", path)?;
+        arrow::register(&conn, path)?;
         return Ok(conn);
     }
     let uri = sqlite_uri(path, read_params(path));
@@ -404,8 +406,52 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             bail!("not an SQLite database (expected an nsys SQLite export)");
         }
     }
-    let conn = open_readonly(path)?;
+    let (conn, tables, without_rowid, loaded) = if meta.is_dir() {
+        let all = arrow::Tables::load(path)?;
+        let tables = all
+            .columns()
+            .map(|(t, columns)| (t.to_string(), columns.map(str::to_string).collect()))
+            .collect();
+        let conn = open_readonly(path)?;
+        (
+            conn,
+            tables,
+            Default::default(),
+            Some(std::sync::Arc::new(all)),
+        )
+    } else {
+        let conn = open_readonly(path)?;
+        let (tables, without_rowid) = read_sqlite_schema(&conn)?;
+        (conn, tables, without_rowid, None)
+    };
+    if !NSYS_MARKERS.iter().any(|t| tables.contains_key(*t)) {
+        bail!(
+            "SQLite database is not an Nsight Systems export (no StringIds, NVTX or CUPTI tables)"
+        );
+    }
+    Ok((
+        conn,
+        Schema {
+            path: path.to_path_buf(),
+            tables,
+            without_rowid,
+            arrow: meta.is_dir(),
+            _rewritten: None,
+            _loaded: loaded,
+        },
+    ))
+}
+
+/// The tables of an SQLite export with their columns, and those declared `WITHOUT ROWID`.
+#[allow(clippy::type_complexity)]
+fn read_sqlite_schema(
+    conn: &Connection,
+) -> Result<(
+    HashMap<String, Vec<String>>,
+    std::collections::HashSet<String>,
+)> {
     let mut tables: HashMap<String, Vec<String>> = HashMap::new();
+    let mut without_rowid = std::collections::HashSet::new();
     {
         let mut stmt = conn
             .prepare(
@@ -425,7 +471,6 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             tables.entry(t).or_default().push(c);
         }
     }
-    let mut without_rowid = std::collections::HashSet::new();
     {
         let mut stmt = conn
             .prepare("SELECT name, sql FROM sqlite_master WHERE type = 'table'")
@@ -448,21 +493,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             }
         }
     }
-    if !NSYS_MARKERS.iter().any(|t| tables.contains_key(*t)) {
-        bail!(
-            "SQLite database is not an Nsight Systems export (no StringIds, NVTX or CUPTI tables)"
-        );
-    }
-    Ok((
-        conn,
-        Schema {
-            path: path.to_path_buf(),
-            tables,
-            without_rowid,
-            arrow: meta.is_dir(),
-            _rewritten: None,
-        },
-    ))
+    Ok((tables, without_rowid))
 }
 
 /// Read an integer column that may be NULL or (in damaged rows) of another type.
@@ -606,8 +637,10 @@ pub fn scratch_db(
     conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
     tune(&mut conn)?;
     if is_arrow_export(&schema.path) {
+        // The export's tables answer to any database's name, `src` too (see
+        // `arrow::register`); the empty database only makes `src` a name.
         conn.execute_batch("ATTACH DATABASE ':memory:' AS src")?;
-        arrow::declare(&conn, "src", &schema.path)?;
+        arrow::register(&conn, &schema.path)?;
     } else {
         conn.execute(
             "ATTACH DATABASE ?1 AS src",

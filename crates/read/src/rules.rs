@@ -478,7 +478,7 @@ fn filtered_tables(schema: &Schema) -> Vec<&'static str> {
 
 fn drop_views(conn: &Connection, schema: &Schema) -> Result<()> {
     for t in filtered_tables(schema) {
-        conn.execute_batch(&format!("DROP VIEW IF EXISTS temp.\"{t}\""))?;
+        drop_temp_view(conn, t)?;
     }
     conn.execute_batch(&format!("DROP TABLE IF EXISTS temp.{CHUNKS}"))?;
     Ok(())
@@ -550,7 +550,23 @@ fn filter(conn: &Connection, schema: &Schema, rule: Rule, opts: &Options) -> Res
                 sql += &format!(" AND globalPid >> 24 == {g} >> 24");
             }
         }
-        conn.execute_batch(&format!("DROP VIEW IF EXISTS temp.\"{t}\"; {sql}"))?;
+        drop_temp_view(conn, t)?;
+        conn.execute_batch(&sql)?;
+    }
+    Ok(())
+}
+
+/// Drop the temporary view `t` where there is one. Not `DROP VIEW IF EXISTS`: without the
+/// view, SQLite would find the export's table of that name instead, which in an Arrow export
+/// is a virtual table that cannot be dropped (see `arrow::register`).
+fn drop_temp_view(conn: &Connection, t: &str) -> Result<()> {
+    let exists: bool = conn.query_row(
+        "SELECT count(*) > 0 FROM temp.sqlite_master WHERE type = 'view' AND name = ?1",
+        [t],
+        |r| r.get(0),
+    )?;
+    if exists {
+        conn.execute_batch(&format!("DROP VIEW temp.\"{t}\""))?;
     }
     Ok(())
 }
