@@ -42,11 +42,16 @@ QUERIES = [
 
 
 def digest(path):
+    from urllib.request import urlcleanup
+
     from perfetto.trace_processor import TraceProcessor, TraceProcessorConfig
 
-    tp = TraceProcessor(trace=path, config=TraceProcessorConfig(bin_path=TP))
     out = []
+    tp = None
     try:
+        # The client polls trace_processor's /status with urlretrieve, which keeps each reply
+        # in a temporary file until urlcleanup: without it, every digest leaves one in $TMPDIR.
+        tp = TraceProcessor(trace=path, config=TraceProcessorConfig(bin_path=TP))
         for label, sql in QUERIES:
             try:
                 rows = [list(vars(r).values()) for r in tp.query(sql)]
@@ -56,7 +61,9 @@ def digest(path):
             for row in rows:
                 out.append(label + "\t" + "\t".join(str(v) for v in row))
     finally:
-        tp.close()
+        if tp is not None:
+            tp.close()
+        urlcleanup()
     return out
 
 

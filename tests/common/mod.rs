@@ -1994,9 +1994,12 @@ pub fn skip(requirement: &str, why: &str) {
 /// absent.
 pub fn content_digest(trace: &Path) -> Option<Vec<String>> {
     let script = manifest_dir().join("bench/content.py");
+    // Its own temporary folder, which must be empty after: the digest leaves nothing behind.
+    let tmp = tempfile::tempdir().unwrap();
     let out = match std::process::Command::new("python3")
         .arg(&script)
         .arg(trace)
+        .env("TMPDIR", tmp.path())
         .output()
     {
         Ok(o) => o,
@@ -2023,6 +2026,11 @@ pub fn content_digest(trace: &Path) -> Option<Vec<String>> {
         "bench/content.py {} failed: {stderr}",
         trace.display()
     );
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "bench/content.py left {left:?} in TMPDIR");
     Some(
         String::from_utf8_lossy(&out.stdout)
             .lines()
