@@ -1132,7 +1132,24 @@ impl Table {
             }
             lo
         };
-        (bound(false), bound(true))
+        let range = (bound(false), bound(true));
+        self.forget_probes(col);
+        range
+    }
+
+    /// Give back the pages a binary search over column `col` mapped, where the column is large:
+    /// each probe maps the page-cache folio it lands in (up to 2 MB on recent kernels), which
+    /// no scan would give back until it passed them. (The rows found are mapped again when read.)
+    fn forget_probes(&self, col: usize) {
+        for batch in &self.batches {
+            batch[col].behind(0, |k, buffer, _| {
+                let ptr = buffer.as_ptr() as usize;
+                if k == 1 && buffer.len() >= PROBED_BYTES && self.mapped.contains(&ptr) {
+                    // SAFETY: `mapped` is this table's file mapping, alive as long as the table.
+                    unsafe { drop_pages(&self.mapped, ptr, ptr + buffer.len()) };
+                }
+            });
+        }
     }
 
     /// The row whose rowid is `rowid`, if any.
@@ -1219,6 +1236,11 @@ const RELEASE_EVERY: usize = 1 << 12;
 /// column. Each call also flushes the other threads' address translations, which costs more
 /// than the pages it keeps mapped: half a megabyte, not less.
 const RELEASE_BYTES: usize = 1 << 19;
+
+/// The least size of a column whose pages a binary search gives back (see
+/// [`Table::forget_probes`]): smaller columns (a string table's ids) are looked up often, and
+/// what their probes map is small.
+const PROBED_BYTES: usize = 4 << 20;
 
 /// Every buffer of a column, for [`Table::give_back`].
 const ALL: u8 = 0b111;
