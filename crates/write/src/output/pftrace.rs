@@ -186,6 +186,7 @@ impl EventWriter for ProtoWriter {
         self.event_packet(group, track_event::Type::SliceBegin, lane_uuid, lane0, ev);
     }
 
+    #[inline]
     fn end(&mut self, group: u32, lane_uuid: u64, lane0: bool, ts: i64) {
         self.end_packet(group, lane_uuid, lane0, ts);
     }

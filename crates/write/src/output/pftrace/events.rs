@@ -195,6 +195,7 @@ impl ProtoWriter {
     }
 
     /// A slice's END packet on sequence `group` at `ts`.
+    #[inline]
     pub(super) fn end_packet(&mut self, group: u32, lane: u64, lane0: bool, ts: i64) {
         let seq = self.seqs.get_mut(group).expect("group opened before use");
         debug_assert!(
