@@ -16,6 +16,7 @@ use anyhow::Result;
 pub use category::{Category, TrackKind};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
+use std::mem::MaybeUninit;
 
 /// Where an event's name comes from. `Str` is an id into the export's `StringIds` table, which
 /// lets writers intern names by id without touching the text on every row; `Numbered` is a
@@ -103,22 +104,26 @@ impl<'a> Arg<'a> {
     }
 }
 
-/// A fixed-size argument list: no allocation per row.
+/// A fixed-size argument list: no allocation per row, and nothing written but the args pushed
+/// (a reader builds one per row; filling all its slots cost more than most rows' args).
 pub struct ArgList<'a> {
-    args: [Arg<'a>; 16],
+    args: [MaybeUninit<Arg<'a>>; MAX_ARGS],
     n: usize,
 }
+
+/// Args an [`ArgList`] holds; further ones are left out.
+const MAX_ARGS: usize = 16;
 
 impl<'a> ArgList<'a> {
     pub fn new() -> Self {
         ArgList {
-            args: [Arg::int("", 0); 16],
+            args: [const { MaybeUninit::uninit() }; MAX_ARGS],
             n: 0,
         }
     }
     pub fn push(&mut self, key: &'static str, value: ArgValue<'a>) {
-        if self.n < self.args.len() {
-            self.args[self.n] = Arg { key, value };
+        if self.n < MAX_ARGS {
+            self.args[self.n].write(Arg { key, value });
             self.n += 1;
         }
     }
@@ -133,7 +138,11 @@ impl<'a> ArgList<'a> {
         }
     }
     pub fn as_slice(&self) -> &[Arg<'a>] {
-        &self.args[..self.n]
+        let pushed = &self.args[..self.n];
+        // SAFETY: `push` initializes `args[n]` before counting it, so the first `n` are
+        // initialized; `MaybeUninit<Arg>` has `Arg`'s layout, and `Arg` is `Copy` (nothing to
+        // drop).
+        unsafe { std::slice::from_raw_parts(pushed.as_ptr().cast::<Arg<'a>>(), pushed.len()) }
     }
 }
 
@@ -735,6 +744,31 @@ mod tests {
             d.gpu_contexts.insert(*device, list.to_vec());
         }
         d
+    }
+
+    /// An arg list holds what was pushed, in order, up to its bound.
+    #[test]
+    fn arg_list_holds_what_was_pushed() {
+        let mut args = ArgList::new();
+        assert!(args.as_slice().is_empty());
+        args.int("a", Some(1));
+        args.int("none", None);
+        args.label("b", Some("x"));
+        assert_eq!(
+            args.as_slice(),
+            &[
+                Arg::int("a", 1),
+                Arg {
+                    key: "b",
+                    value: ArgValue::Label("x")
+                }
+            ]
+        );
+        for i in 0..20 {
+            args.int("n", Some(i));
+        }
+        assert_eq!(args.as_slice().len(), MAX_ARGS);
+        assert_eq!(args.as_slice()[MAX_ARGS - 1], Arg::int("n", 13));
     }
 
     #[test]

@@ -4,7 +4,7 @@ use super::reader::ReadContext;
 use super::scan::{Rows, Scan};
 use super::{Fetch, KERNEL, MEMCPY, MEMSET, Schema, int_at};
 use crate::model::EventSink;
-use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
+use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name, TextNo};
 use crate::projection::KernelNames;
 use crate::runs::Lookup;
 use crate::select::EventType;
@@ -202,7 +202,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
             nvtx,
         });
     }
-    let mut fmt = Formatter::default();
+    let mut fmt = Formatter::new();
     // Per cursor: the last rowid, when the table has real ones (flow ids are built from them).
     let mut last: Vec<Option<Option<i64>>> = kinds
         .iter()
@@ -249,44 +249,121 @@ impl Cursor<'_> {
     }
 }
 
-/// Reusable text buffers for args built per row.
-#[derive(Default)]
+/// The texts of a row's args that repeat (launch shapes, enum labels), each distinct one made
+/// once and numbered (a [`TextNo`] of a set of its own): the writer interns them by number, and
+/// a row costs a lookup, not a formatting. Kernels repeat a few launch shapes.
 struct Formatter {
-    grid: String,
-    block: String,
-    /// (slot, value) -> label; slots: 0 launch type, 1 copy kind, 2 memory kind, 3 memcpy name.
-    labels: HashMap<(u8, i64), String, FastHash>,
+    set: u32,
+    /// Each text by its number; one number per distinct text.
+    texts: Vec<Box<str>>,
+    numbers: HashMap<Box<str>, u32, FastHash>,
+    /// (slot, value) -> label's number; slots: 0 launch type, 1 copy kind, 2 memory kind,
+    /// 3 memcpy name.
+    labels: HashMap<(u8, i64), u32, FastHash>,
+    /// A kernel's grid and block dims -> their texts' numbers. At most [`Formatter::SHAPES`]
+    /// pairs are kept (memory stays bounded); the shapes of further ones are formatted per row
+    /// into `spare` and passed as plain labels.
+    shapes: HashMap<[i64; 6], [u32; 2], FastHash>,
+    spare: [String; 2],
+}
+
+/// A kernel's grid or block text: numbered in [`Formatter::texts`], or in [`Formatter::spare`].
+#[derive(Clone, Copy)]
+enum Shape {
+    Numbered(u32),
+    Spare(usize),
 }
 
 impl Formatter {
-    fn prepare(&mut self, slot: u8, v: Option<i64>, enums: &crate::enums::Enums) {
-        if let Some(v) = v {
-            self.labels.entry((slot, v)).or_insert_with(|| match slot {
-                0 => enums.launch_type(v).into_owned(),
-                1 => enums.copy_kind(v).into_owned(),
-                2 => enums.mem_kind(v).into_owned(),
-                _ => format!("Memcpy {}", enums.copy_kind(v)),
-            });
+    const SHAPES: usize = 1 << 12;
+
+    fn new() -> Formatter {
+        Formatter {
+            set: TextNo::new_set(),
+            texts: Vec::new(),
+            numbers: HashMap::default(),
+            labels: HashMap::default(),
+            shapes: HashMap::default(),
+            spare: Default::default(),
+        }
+    }
+
+    /// The number of `text`, given one if new.
+    fn number(&mut self, text: String) -> u32 {
+        if let Some(&no) = self.numbers.get(text.as_str()) {
+            return no;
+        }
+        let no = u32::try_from(self.texts.len()).expect("fewer than 2^32 texts");
+        let text = text.into_boxed_str();
+        self.texts.push(text.clone());
+        self.numbers.insert(text, no);
+        no
+    }
+
+    /// The number of the label of `v` in `slot`.
+    fn label(&mut self, slot: u8, v: Option<i64>, enums: &crate::enums::Enums) -> Option<u32> {
+        let v = v?;
+        if let Some(&no) = self.labels.get(&(slot, v)) {
+            return Some(no);
+        }
+        let text = match slot {
+            0 => enums.launch_type(v).into_owned(),
+            1 => enums.copy_kind(v).into_owned(),
+            2 => enums.mem_kind(v).into_owned(),
+            _ => format!("Memcpy {}", enums.copy_kind(v)),
+        };
+        let no = self.number(text);
+        self.labels.insert((slot, v), no);
+        Some(no)
+    }
+
+    /// A kernel's grid and block (a missing value reads 0).
+    fn shapes(&mut self, dims6: [Option<i64>; 6]) -> [Shape; 2] {
+        let key = dims6.map(|v| v.unwrap_or(0));
+        if let Some(&[grid, block]) = self.shapes.get(&key) {
+            return [Shape::Numbered(grid), Shape::Numbered(block)];
+        }
+        let [x, y, z, bx, by, bz] = key;
+        if self.shapes.len() >= Self::SHAPES {
+            dims(&mut self.spare[0], [x, y, z]);
+            dims(&mut self.spare[1], [bx, by, bz]);
+            return [Shape::Spare(0), Shape::Spare(1)];
+        }
+        let mut text = |xyz| {
+            let mut buf = String::new();
+            dims(&mut buf, xyz);
+            self.number(buf)
+        };
+        let pair = [text([x, y, z]), text([bx, by, bz])];
+        self.shapes.insert(key, pair);
+        pair.map(Shape::Numbered)
+    }
+
+    /// The arg value of a numbered text.
+    fn text(&self, no: u32) -> ArgValue<'_> {
+        ArgValue::Numbered(TextNo::new(self.set, no), &self.texts[no as usize])
+    }
+
+    fn shape(&self, shape: Shape) -> ArgValue<'_> {
+        match shape {
+            Shape::Numbered(no) => self.text(no),
+            Shape::Spare(i) => ArgValue::Label(&self.spare[i]),
         }
     }
 }
 
-/// `buf` becomes `"(x, y, z)"` (a missing value reads 0). By hand with `itoa`: `write!` cost
-/// more than the rest of a kernel's args together (two per kernel).
-fn dims(buf: &mut String, xyz: [Option<i64>; 3]) {
+/// `buf` becomes `"(x, y, z)"`. By hand with `itoa`: `write!` cost more than the rest of a
+/// kernel's args together.
+fn dims(buf: &mut String, xyz: [i64; 3]) {
     buf.clear();
     buf.push('(');
     for (i, v) in xyz.into_iter().enumerate() {
         if i > 0 {
             buf.push_str(", ");
         }
-        buf.push_str(itoa::Buffer::new().format(v.unwrap_or(0)));
+        buf.push_str(itoa::Buffer::new().format(v));
     }
     buf.push(')');
-}
-
-fn label(labels: &HashMap<(u8, i64), String, FastHash>, slot: u8, v: Option<i64>) -> Option<&str> {
-    v.and_then(|v| labels.get(&(slot, v)).map(String::as_str))
 }
 
 fn emit<S: EventSink>(
@@ -323,33 +400,20 @@ fn emit<S: EventSink>(
         ..Default::default()
     };
     let x = &row.extra.get();
-    {
-        let enums = &cx.info.enums;
-        match row.kind {
-            Kind::Kernel => {
-                f.prepare(0, x[11], enums);
-                dims(&mut f.grid, [x[2], x[3], x[4]]);
-                dims(&mut f.block, [x[5], x[6], x[7]]);
-            }
-            Kind::Memcpy => {
-                f.prepare(1, x[1], enums);
-                f.prepare(3, x[1], enums);
-                f.prepare(2, x[2], enums);
-                f.prepare(2, x[3], enums);
-            }
-            Kind::Memset => f.prepare(2, x[2], enums),
-        }
-    }
-    let labels = &f.labels;
+    let enums = &cx.info.enums;
     let mut args = ArgList::new();
     let (name, category) = match row.kind {
         Kind::Kernel => {
-            args.push("grid", ArgValue::Label(&f.grid));
-            args.push("block", ArgValue::Label(&f.block));
+            let launch_type = f.label(0, x[11], enums);
+            let [grid, block] = f.shapes([x[2], x[3], x[4], x[5], x[6], x[7]]);
+            args.push("grid", f.shape(grid));
+            args.push("block", f.shape(block));
             args.int("registers_per_thread", x[8]);
             args.int("shared_memory_static_bytes", x[9]);
             args.int("shared_memory_dynamic_bytes", x[10]);
-            args.label("launch_type", label(labels, 0, x[11]));
+            if let Some(no) = launch_type {
+                args.push("launch_type", f.text(no));
+            }
             args.int("graph_node_id", x[12]);
             args.int("graph_id", x[13]);
             if let Some(d) = x[1] {
@@ -362,10 +426,24 @@ fn emit<S: EventSink>(
             (name, Category::Kernel)
         }
         Kind::Memcpy => {
+            let labels = [
+                f.label(1, x[1], enums),
+                f.label(2, x[2], enums),
+                f.label(2, x[3], enums),
+                f.label(3, x[1], enums),
+            ];
+            let [copy_kind, src_kind, dst_kind, memcpy_name] = labels;
+            let f = &*f;
             args.int("bytes", x[0]);
-            args.label("copy_kind", label(labels, 1, x[1]));
-            args.label("src_kind", label(labels, 2, x[2]));
-            args.label("dst_kind", label(labels, 2, x[3]));
+            for (key, no) in [
+                ("copy_kind", copy_kind),
+                ("src_kind", src_kind),
+                ("dst_kind", dst_kind),
+            ] {
+                if let Some(no) = no {
+                    args.push(key, f.text(no));
+                }
+            }
             args.int("src_device", x[4]);
             args.int("dst_device", x[5]);
             if let Some(b) = x[0]
@@ -378,13 +456,18 @@ fn emit<S: EventSink>(
                     ArgValue::Double((gbps * 1000.0).round() / 1000.0),
                 );
             }
-            let name = label(labels, 3, x[1]).map_or(Name::Static("Memcpy"), Name::Text);
+            let name = memcpy_name.map_or(Name::Static("Memcpy"), |no| {
+                Name::Numbered(TextNo::new(f.set, no), &f.texts[no as usize])
+            });
             (name, Category::Memcpy)
         }
         Kind::Memset => {
+            let mem_kind = f.label(2, x[2], enums);
             args.int("bytes", x[0]);
             args.int("value", x[1]);
-            args.label("mem_kind", label(labels, 2, x[2]));
+            if let Some(no) = mem_kind {
+                args.push("mem_kind", f.text(no));
+            }
             (Name::Static("Memset"), Category::Memset)
         }
     };
@@ -419,19 +502,38 @@ fn emit<S: EventSink>(
 
 #[cfg(test)]
 mod tests {
-    use super::dims;
+    use super::{Formatter, Shape, dims};
+    use crate::model::ArgValue;
 
     #[test]
     fn dims_read_as_write_would_print_them() {
         let mut buf = String::from("stale");
-        for xyz in [
-            [Some(1), Some(2), Some(3)],
-            [Some(0), None, Some(-7)],
-            [Some(i64::MIN), Some(i64::MAX), Some(1_000_000)],
-        ] {
+        for xyz in [[1, 2, 3], [0, 0, -7], [i64::MIN, i64::MAX, 1_000_000]] {
             dims(&mut buf, xyz);
-            let [x, y, z] = xyz.map(|v| v.unwrap_or(0));
+            let [x, y, z] = xyz;
             assert_eq!(buf, format!("({x}, {y}, {z})"));
         }
+    }
+
+    /// One text, one number (a grid and a block of one shape share it); past the bound,
+    /// shapes come as plain labels with the same texts, and known ones stay numbered.
+    #[test]
+    fn shapes_numbered_then_labels_past_the_bound() {
+        let mut f = Formatter::new();
+        let text = |f: &Formatter, s: Shape| match f.shape(s) {
+            ArgValue::Numbered(_, t) | ArgValue::Label(t) => t.to_string(),
+            _ => panic!("a shape is text"),
+        };
+        let first = f.shapes([Some(2), None, Some(1), Some(2), Some(0), Some(1)]);
+        assert_eq!(text(&f, first[0]), "(2, 0, 1)");
+        assert!(f.shape(first[0]) == f.shape(first[1]));
+        for i in 1..Formatter::SHAPES as i64 {
+            f.shapes([Some(i), Some(1), Some(1), Some(1), Some(1), Some(1)]);
+        }
+        let past = f.shapes([Some(-1), Some(1), Some(1), Some(3), Some(1), Some(1)]);
+        assert!(matches!(f.shape(past[0]), ArgValue::Label("(-1, 1, 1)")));
+        assert!(matches!(f.shape(past[1]), ArgValue::Label("(3, 1, 1)")));
+        let again = f.shapes([Some(2), Some(0), Some(1), Some(2), Some(0), Some(1)]);
+        assert!(f.shape(again[1]) == f.shape(first[1]));
     }
 }

@@ -16,35 +16,33 @@ use anyhow::Result;
 pub const COMPOSITE: &str = "COMPOSITE_EVENTS";
 pub const CALLCHAINS: &str = "SAMPLING_CALLCHAINS";
 
-/// Read the next frame row of `chains` into `pending` (`None` after the last, and `done`
-/// then). Inlined: called once a frame row, the most rows a conversion reads.
+/// The next frame row of `chains`: (id, frame), `None` after the last (and `done` then).
+/// Inlined, and returned by value so that the pending row stays in registers: called once a
+/// frame row, the most rows a conversion reads.
 #[inline(always)]
-fn next_frame(
-    chains: Option<&mut Rows<'_>>,
-    done: &mut bool,
-    pending: &mut Option<(i64, Frame)>,
-) -> Result<()> {
-    *pending = None;
+fn next_frame(chains: Option<&mut Rows<'_>>, done: &mut bool) -> Result<Option<(i64, Frame)>> {
     if *done {
-        return Ok(());
+        return Ok(None);
     }
     let Some(rows) = chains else {
-        return Ok(());
+        return Ok(None);
     };
     match rows.next()? {
         Some(r) => {
             let r = &r;
-            *pending = Some((
+            Ok(Some((
                 int_at(r, 0).unwrap_or(i64::MIN),
                 Frame {
                     symbol: int_at(r, 1).unwrap_or(-1),
                     module: int_at(r, 2).unwrap_or(-1),
                 },
-            ));
+            )))
         }
-        None => *done = true,
+        None => {
+            *done = true;
+            Ok(None)
+        }
     }
-    Ok(())
 }
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
@@ -80,9 +78,8 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
         None
     };
     // The next frame row not yet used: (id, frame).
-    let mut pending: Option<(i64, Frame)> = None;
     let mut chains_done = chains.is_none();
-    next_frame(chains.as_mut(), &mut chains_done, &mut pending)?;
+    let mut pending = next_frame(chains.as_mut(), &mut chains_done)?;
 
     let mut frames: Vec<Frame> = Vec::new();
     while let Some(r) = rows.next()? {
@@ -103,7 +100,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
                 // Frames of a sample that is not in COMPOSITE_EVENTS.
                 sink.note(CALLCHAINS, "frames of no sample in COMPOSITE_EVENTS");
             }
-            next_frame(chains.as_mut(), &mut chains_done, &mut pending)?;
+            pending = next_frame(chains.as_mut(), &mut chains_done)?;
         }
         let state = int_at(r, 4)
             .and_then(|s| states.get(&s))
@@ -119,7 +116,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     if !filtered {
         while pending.is_some() {
             sink.note(CALLCHAINS, "frames of no sample in COMPOSITE_EVENTS");
-            next_frame(chains.as_mut(), &mut chains_done, &mut pending)?;
+            pending = next_frame(chains.as_mut(), &mut chains_done)?;
         }
     }
     Ok(())

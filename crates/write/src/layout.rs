@@ -761,7 +761,9 @@ fn fits(lane: &Lane, end: i64, nests: bool) -> bool {
     }
 }
 
-/// Put one event on its group: close what ended before it, then find it a lane.
+/// Put one event on its group: close what ended before it, then find it a lane. Inlined, as
+/// are the ENDs it writes: once an event, in a chain of small calls.
+#[inline(always)]
 fn place_in<W: EventWriter>(
     writer: &mut W,
     ids: &Ids,
@@ -850,6 +852,7 @@ fn find_lane(group: &Group, end: i64) -> Option<usize> {
 
 /// Emit, in time order across lanes, the ENDs of every slice that ended at or before `ts`.
 /// ENDs at `ts` come before a BEGIN at `ts`, as Perfetto expects. Returns how many.
+#[inline(always)]
 fn flush_ends<W: EventWriter>(writer: &mut W, group: &mut Group, ts: i64) -> u64 {
     let mut n = 0;
     if group.lanes.len() == 1 {

@@ -93,6 +93,8 @@ struct Cpu {
     last_ts: i64,
     /// pid -> its comm's index in the bundle's intern table.
     comms: HashMap<i32, u32, FastHash>,
+    /// The idle task's (pid 0) comm index in the bundle's intern table, once it has one.
+    idle_comm: Option<u32>,
 }
 
 /// Interning state of one sample sequence (one generation).
@@ -186,6 +188,7 @@ impl EventWriter for ProtoWriter {
         self.event_packet(group, track_event::Type::SliceBegin, lane_uuid, lane0, ev);
     }
 
+    #[inline]
     fn end(&mut self, group: u32, lane_uuid: u64, lane0: bool, ts: i64) {
         self.end_packet(group, lane_uuid, lane0, ts);
     }

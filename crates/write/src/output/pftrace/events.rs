@@ -195,6 +195,7 @@ impl ProtoWriter {
     }
 
     /// A slice's END packet on sequence `group` at `ts`.
+    #[inline]
     pub(super) fn end_packet(&mut self, group: u32, lane: u64, lane0: bool, ts: i64) {
         let seq = self.seqs.get_mut(group).expect("group opened before use");
         debug_assert!(
@@ -332,33 +333,33 @@ fn fill(
         Name::Numbered(no, t) => Key::No(no, t),
     };
     let (name_iid, new) = interning.intern(seq, false, name);
-    let name_iid = u64::from(name_iid);
     if new {
-        let text = match name {
-            Key::Text(t) | Key::No(_, t) => t.into(),
-            Key::Sid(sid) => info.string_or_id(sid),
-        };
-        put_entry(interned, tag::EVENT_NAMES, name_iid, text.as_bytes());
+        put_interned(interned, tag::EVENT_NAMES, name_iid, info, name);
     }
+    let name_iid = u64::from(name_iid);
     let flows = ev.flows.out;
     // `flow_ids_old` is the varint form of `flow_ids` (fixed64): 5 bytes less per arrow end,
     // about 2 MB on a 200k-kernel profile; trace_processor reads either.
-    with_room(out, 2 + 11 + 11 + 11 * (flows.len() + 1), |r| {
+    // Rooms of a fixed size (their bounds are checked as they are reserved, not a byte at a
+    // time): the flows, few events have, in rooms of their own.
+    with_room(out, 2 + 11 + 11, |r| {
         r.field(tag::TYPE, kind as u64);
         r.field(tag::NAME_IID, name_iid);
         if !lane0 {
             r.field(tag::TRACK_UUID, lane);
         }
-        for &id in flows {
-            r.field(tag::FLOW_IDS_OLD, id);
-        }
-        if let Some(t) = ev.flows.terminating {
-            r.field(tag::TERMINATING_FLOW_IDS_OLD, t);
-        }
     });
+    for &id in flows {
+        with_room(out, 11, |r| r.field(tag::FLOW_IDS_OLD, id));
+    }
+    if let Some(t) = ev.flows.terminating {
+        with_room(out, 11, |r| r.field(tag::TERMINATING_FLOW_IDS_OLD, t));
+    }
 }
 
-/// The (value tag, iid) of an arg's interned string value, interning it on first use.
+/// The (value tag, iid) of an arg's interned string value, interning it on first use. Inlined
+/// at each kind of value (a kernel interns several per event); what a first use writes is not.
+#[inline(always)]
 fn intern_value(
     interning: &mut Interning,
     interned: &mut Vec<u8>,
@@ -368,18 +369,26 @@ fn intern_value(
 ) -> (u64, u64) {
     let (iid, new) = interning.intern(seq, true, value);
     if new {
-        let text = match value {
-            Key::Text(s) | Key::No(_, s) => s.into(),
-            Key::Sid(sid) => info.string_or_id(sid),
-        };
-        put_entry(
+        put_interned(
             interned,
             tag::DEBUG_ANNOTATION_STRING_VALUES,
-            u64::from(iid),
-            text.as_bytes(),
+            iid,
+            info,
+            value,
         );
     }
     (tag::STRING_VALUE_IID, u64::from(iid))
+}
+
+/// The entry of a name or value interned on first use, under `tag` of InternedData.
+#[cold]
+#[inline(never)]
+fn put_interned(interned: &mut Vec<u8>, tag: u64, iid: u32, info: &Description, key: Key<'_>) {
+    let text = match key {
+        Key::Text(s) | Key::No(_, s) => s.into(),
+        Key::Sid(sid) => info.string_or_id(sid),
+    };
+    put_entry(interned, tag, u64::from(iid), text.as_bytes());
 }
 
 #[cfg(test)]

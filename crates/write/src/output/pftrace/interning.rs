@@ -123,7 +123,7 @@ impl Hasher for TextHasher {
 }
 
 impl ByKey {
-    #[inline]
+    #[inline(always)]
     pub(super) fn get(&self, key: Key<'_>) -> Option<u32> {
         match key {
             Key::Sid(sid) => self.sid.get(&sid).copied(),
@@ -165,6 +165,7 @@ pub(super) struct ByNumber {
 }
 
 impl ByNumber {
+    #[inline(always)]
     pub(super) fn get(&self, key: TextNo) -> Option<u32> {
         let (set, no) = (key.set(), key.number() as usize);
         if let Some((_, table)) = self.dense.iter().find(|(s, _)| *s == set)
@@ -305,7 +306,8 @@ pub(super) struct Interning {
 
 impl Interning {
     /// The iid of a name (`value` false) or value on `seq`, and whether it is new there.
-    #[inline]
+    /// Inlined, as what it looks up: a call site interns one kind of key.
+    #[inline(always)]
     pub(super) fn intern(&mut self, seq: &mut Sequence, value: bool, key: Key<'_>) -> (u32, bool) {
         match seq.maps.is_some() {
             true => in_maps(seq, value, key),

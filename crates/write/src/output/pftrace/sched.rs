@@ -53,11 +53,16 @@ impl Cpu {
         put_varint(&mut self.next_pids, i64::from(next_pid) as u64);
         put_varint(&mut self.next_prios, i64::from(PRIO) as u64);
         let (intern, interned) = (&mut self.intern, &mut self.interned);
-        let index = *self.comms.entry(next_pid).or_insert_with(|| {
+        let add = || {
             put_bytes(intern, tag::INTERN_TABLE, comm().as_bytes());
             *interned += 1;
             *interned - 1
-        });
+        };
+        // The idle task comes between most slices: its index is kept apart from the map.
+        let index = match next_pid {
+            0 => *self.idle_comm.get_or_insert_with(add),
+            _ => *self.comms.entry(next_pid).or_insert_with(add),
+        };
         put_varint(&mut self.comm_indices, u64::from(index));
     }
 
@@ -108,6 +113,7 @@ impl Cpu {
         self.switches = 0;
         self.interned = 0;
         self.comms.clear();
+        self.idle_comm = None;
     }
 }
 
