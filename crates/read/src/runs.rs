@@ -8,8 +8,9 @@
 //! into an index). Records are integer tuples (`[i64; N]`) or integer tuples carrying a string
 //! ([`Named`]).
 
-use crate::order::{KMerge, Reorder};
+use crate::order::KMerge;
 use anyhow::{Context, Result};
+use std::collections::VecDeque;
 use std::fs::File;
 use std::io::{BufRead, BufReader, BufWriter, Write};
 use std::path::PathBuf;
@@ -336,18 +337,20 @@ impl Spill {
 /// Collects records; [`Sorter::finish`] sorts them.
 ///
 /// Most streams arrive already in order (a join walked in key order, rows in their table's
-/// order): a chunk found in order is not sorted, and a chunk that starts at or after the last
-/// record written goes on the end of the last run rather than into a new one, so such a stream
-/// is one run read straight through, with no merge. Once a run is on disk, a record that
-/// follows its last one is written straight on its end: a long stream in order passes through
-/// the run's write buffer alone, not through a chunk of megabytes that every record would
-/// cost a cache miss to write, sort and read back.
+/// order): a chunk keeps the records pushed in order as they are, and sorts only those that
+/// came late (before the last one kept), merging the two as it is written; a chunk that
+/// starts at or after the last record written goes on the end of the last run rather than
+/// into a new one, so such a stream is one run read straight through, with no merge. Once a
+/// run is on disk, a record that follows its last one is written straight on its end: a long
+/// stream in order passes through the run's write buffer alone, not through a chunk of
+/// megabytes that every record would cost a cache miss to write, sort and read back.
 pub struct Sorter<R: Record> {
+    /// Records in the order pushed, each at or after the one before.
     chunk: Vec<R>,
-    /// What the chunk holds, in bytes.
+    /// Records of the chunk that came before the last of `chunk`.
+    late: Vec<R>,
+    /// What the chunk holds (both parts), in bytes.
     bytes: usize,
-    /// Whether the chunk is in order as pushed.
-    in_order: bool,
     runs: Vec<PathBuf>,
     /// The last record of the last run.
     last_written: Option<R>,
@@ -359,8 +362,8 @@ impl<R: Record> Default for Sorter<R> {
     fn default() -> Self {
         Sorter {
             chunk: Vec::new(),
+            late: Vec::new(),
             bytes: 0,
-            in_order: true,
             runs: Vec::new(),
             last_written: None,
             tail: None,
@@ -379,10 +382,13 @@ impl<R: Record> Sorter<R> {
             return Ok(());
         }
         let last = self.chunk.last();
-        self.in_order &= last.is_none_or(|l| *l <= rec);
         self.bytes += rec.size(last);
-        self.chunk.push(rec);
-        if self.chunk.len() >= run_records() || self.bytes >= RUN_BYTES {
+        if last.is_none_or(|l| *l <= rec) {
+            self.chunk.push(rec);
+        } else {
+            self.late.push(rec);
+        }
+        if self.chunk.len() + self.late.len() >= run_records() || self.bytes >= RUN_BYTES {
             self.write_run(spill)?;
         }
         Ok(())
@@ -393,33 +399,51 @@ impl<R: Record> Sorter<R> {
         self.chunk.is_empty() && self.runs.is_empty()
     }
 
-    fn write_run(&mut self, spill: &mut Spill) -> Result<()> {
+    /// The order of the late records: `None` when sorted in place, else their places.
+    fn sort_late(&mut self) -> Option<Vec<u32>> {
         // Large records are not moved to sort them: their (first field, place) pairs are, and
-        // the records are written in that order. `None`: the chunk's own order (as pushed, or
-        // sorted in place).
-        let order: Option<Vec<u32>> = if self.in_order {
-            None
-        } else if std::mem::size_of::<R>() > 32 {
-            let chunk = &self.chunk;
-            let mut keyed: Vec<(i64, u32)> = (0..chunk.len())
-                .map(|i| (chunk[i].key(), i as u32))
-                .collect();
-            keyed.sort_unstable_by(|a, b| {
-                a.0.cmp(&b.0)
-                    .then_with(|| chunk[a.1 as usize].cmp(&chunk[b.1 as usize]))
-            });
-            Some(keyed.into_iter().map(|(_, i)| i).collect())
-        } else {
-            self.chunk.sort_unstable();
-            None
+        // the records are taken in that order.
+        if std::mem::size_of::<R>() <= 32 {
+            self.late.sort_unstable();
+            return None;
+        }
+        let late = &self.late;
+        let mut keyed: Vec<(i64, u32)> =
+            (0..late.len()).map(|i| (late[i].key(), i as u32)).collect();
+        keyed.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| late[a.1 as usize].cmp(&late[b.1 as usize]))
+        });
+        Some(keyed.into_iter().map(|(_, i)| i).collect())
+    }
+
+    fn write_run(&mut self, spill: &mut Spill) -> Result<()> {
+        let order = self.sort_late();
+        let late = &self.late;
+        let mut late = (0..late.len()).map(|k| &late[order.as_ref().map_or(k, |o| o[k] as usize)]);
+        let mut next_late = late.next();
+        let mut chunk = self.chunk.iter();
+        let mut next_kept = chunk.next();
+        // The chunk's records in order: the kept and the late ones merged.
+        let mut next = || match (next_kept, next_late) {
+            (Some(k), Some(l)) if l < k => {
+                next_late = late.next();
+                Some(l)
+            }
+            (Some(k), _) => {
+                next_kept = chunk.next();
+                Some(k)
+            }
+            (None, l) => {
+                next_late = late.next();
+                l
+            }
         };
-        let chunk = &self.chunk;
-        let nth = |k: usize| &chunk[order.as_ref().map_or(k, |o| o[k] as usize)];
-        let Some(last) = chunk.len().checked_sub(1) else {
+        let Some(first) = next() else {
             return Ok(());
         };
         // After the last run's last record: the chunk continues that run.
-        let continues = self.last_written.as_ref().is_some_and(|l| l <= nth(0));
+        let continues = self.last_written.as_ref().is_some_and(|l| l <= first);
         let (mut w, mut prev) = match self.tail.take() {
             Some(w) if continues => (w, self.last_written.as_ref()),
             old => {
@@ -429,28 +453,32 @@ impl<R: Record> Sorter<R> {
                 (BufWriter::with_capacity(1 << 16, file), None)
             }
         };
-        for k in 0..=last {
-            let rec = nth(k);
+        let mut rec = first;
+        loop {
             rec.write_to(prev, &mut w)
                 .with_context(|| cannot_write(self.runs.last()))?;
             prev = Some(rec);
+            match next() {
+                Some(r) => rec = r,
+                None => break,
+            }
         }
-        self.last_written = Some(nth(last).clone());
+        self.last_written = Some(rec.clone());
         self.tail = Some(w);
         self.chunk.clear();
+        self.late.clear();
         self.bytes = 0;
-        self.in_order = true;
         Ok(())
     }
 
     pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<R>> {
         if self.runs.is_empty() {
-            if !self.in_order {
-                self.chunk.sort_unstable();
-            }
+            self.late.sort_unstable();
             self.chunk.shrink_to_fit();
+            self.late.shrink_to_fit();
             return Ok(Sorted {
                 memory: self.chunk,
+                late: self.late,
                 runs: Vec::new(),
             });
         }
@@ -460,6 +488,7 @@ impl<R: Record> Sorter<R> {
         flush(self.tail.take(), self.runs.last())?;
         Ok(Sorted {
             memory: Vec::new(),
+            late: Vec::new(),
             runs: std::mem::take(&mut self.runs),
         })
     }
@@ -482,18 +511,21 @@ fn cannot_write(path: Option<&PathBuf>) -> String {
 
 /// A [`Sorter`] for streams that are nearly in order but for records held back a while (the
 /// NVTX-on-GPU spans: a range's span is known when the range ends, after the spans of the
-/// ranges inside it). Records pass through a small [`Reorder`] window first, and nearly all
-/// leave it in order: past the first chunk they go straight on the end of one run (see
-/// [`Sorter`]). The window orders by the whole record, as the runs do.
+/// ranges inside it, which sort after it). Records pass through a small window first, kept
+/// sorted, and nearly all leave it in order: past the first chunk they go straight on the end
+/// of one run (see [`Sorter`]). A record that comes late is inserted where it belongs: it
+/// belongs just before the few records that came after it (a range's span before those of
+/// the ranges inside it), so it moves few records, where a heap would move it and its
+/// neighbours at every level. The window orders by the whole record, as the runs do.
 pub struct NearlySorted<R: Record> {
-    window: Reorder<(), R>,
+    window: VecDeque<R>,
     sorter: Sorter<R>,
 }
 
 impl<R: Record> Default for NearlySorted<R> {
     fn default() -> Self {
         NearlySorted {
-            window: Reorder::new(Self::WINDOW),
+            window: VecDeque::with_capacity(Self::WINDOW + 1),
             sorter: Sorter::default(),
         }
     }
@@ -505,14 +537,22 @@ impl<R: Record> NearlySorted<R> {
     const WINDOW: usize = 256;
 
     pub fn push(&mut self, rec: R, spill: &mut Spill) -> Result<()> {
-        if let Some((next, ())) = self.window.push(rec, ()) {
+        if self.window.back().is_none_or(|last| *last <= rec) {
+            self.window.push_back(rec);
+        } else {
+            let at = self.window.partition_point(|r| *r <= rec);
+            self.window.insert(at, rec);
+        }
+        if self.window.len() > Self::WINDOW
+            && let Some(next) = self.window.pop_front()
+        {
             self.sorter.push(next, spill)?;
         }
         Ok(())
     }
 
     pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<R>> {
-        while let Some((next, ())) = self.window.pop() {
+        while let Some(next) = self.window.pop_front() {
             self.sorter.push(next, spill)?;
         }
         self.sorter.finish(spill)
@@ -522,13 +562,15 @@ impl<R: Record> NearlySorted<R> {
 /// Sorted records, in memory or as runs on disk; read them in order with [`Sorted::iter`] (any
 /// number of times, from any thread).
 pub struct Sorted<R: Record> {
+    /// Records held in memory, in two sorted parts to merge (see [`Sorter`]).
     memory: Vec<R>,
+    late: Vec<R>,
     runs: Vec<PathBuf>,
 }
 
 impl<R: Record> Sorted<R> {
     pub fn is_empty(&self) -> bool {
-        self.memory.is_empty() && self.runs.is_empty()
+        self.memory.is_empty() && self.late.is_empty() && self.runs.is_empty()
     }
 
     pub fn iter(&self) -> Result<Merge<'_, R>> {
@@ -543,6 +585,7 @@ impl<R: Record> Sorted<R> {
         }
         let mut m = Merge {
             memory: self.memory.iter(),
+            late: self.late.iter(),
             readers,
             runs: KMerge::new(Vec::new(), R::cmp),
         };
@@ -571,6 +614,7 @@ impl<R: Record> Drop for Sorted<R> {
 /// Records of a [`Sorted`] in order.
 pub struct Merge<'a, R: Record> {
     memory: std::slice::Iter<'a, R>,
+    late: std::slice::Iter<'a, R>,
     readers: Vec<(BufReader<File>, R::ReadState)>,
     /// The runs' next records; equal records leave in run order.
     runs: KMerge<R>,
@@ -586,7 +630,16 @@ impl<R: Record> Merge<'_, R> {
             return self.read(0);
         }
         if self.readers.is_empty() {
-            return Ok(self.memory.next().cloned());
+            let late_first = match (self.memory.as_slice().first(), self.late.as_slice().first()) {
+                (Some(m), Some(l)) => l < m,
+                (m, _) => m.is_none(),
+            };
+            let next = if late_first {
+                self.late.next()
+            } else {
+                self.memory.next()
+            };
+            return Ok(next.cloned());
         }
         let readers = &mut self.readers;
         self.runs.next(R::cmp, |i| read_run(readers, i))
