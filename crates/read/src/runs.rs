@@ -8,11 +8,11 @@
 //! into an index). Records are integer tuples (`[i64; N]`) or integer tuples carrying a string
 //! ([`Named`]).
 
-use crate::order::KMerge;
+use crate::order::{KMerge, Slab};
 use anyhow::{Context, Result};
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -28,7 +28,7 @@ pub trait Record: Ord + Clone {
     /// Bytes the record adds in memory (the chunk budget), after `prev`.
     fn size(&self, prev: Option<&Self>) -> usize;
     /// Write the record, which follows `prev` in its run.
-    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()>;
+    fn write_to(&self, prev: Option<&Self>, w: &mut RunWriter) -> std::io::Result<()>;
     /// What reading a run keeps between records.
     type ReadState: Default;
     /// The next record, `None` at the end of the run.
@@ -159,11 +159,61 @@ fn write_fields<const N: usize>(
     fields: &[i64; N],
     prev: Option<&[i64; N]>,
     tag: u32,
-    w: &mut impl Write,
+    w: &mut RunWriter,
 ) -> std::io::Result<()> {
-    let mut b = [0u8; ENCODED];
-    let len = encode(fields, prev, tag, &mut b);
-    w.write_all(&b[..len])
+    let len = encode(fields, prev, tag, w.room()?);
+    w.at += len;
+    Ok(())
+}
+
+/// A run's file, written through a buffer that records are encoded straight into (no copy of
+/// each record from a buffer of its own, which would also be cleared for each record).
+pub struct RunWriter {
+    file: File,
+    /// [`RunWriter::BUF`] bytes to fill, and room for one more encoded record.
+    buf: Box<[u8]>,
+    /// The end of what `buf` holds.
+    at: usize,
+}
+
+impl RunWriter {
+    const BUF: usize = 1 << 16;
+
+    fn new(file: File) -> RunWriter {
+        RunWriter {
+            file,
+            buf: vec![0; RunWriter::BUF + ENCODED].into_boxed_slice(),
+            at: 0,
+        }
+    }
+
+    /// Room for an encoded record at the end of the buffer.
+    fn room(&mut self) -> std::io::Result<&mut [u8; ENCODED]> {
+        if self.at > RunWriter::BUF {
+            self.flush()?;
+        }
+        Ok((&mut self.buf[self.at..self.at + ENCODED])
+            .try_into()
+            .expect("room for a record past the buffer"))
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if self.at + bytes.len() > self.buf.len() {
+            self.flush()?;
+            if bytes.len() > RunWriter::BUF {
+                return self.file.write_all(bytes);
+            }
+        }
+        self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.write_all(&self.buf[..self.at])?;
+        self.at = 0;
+        Ok(())
+    }
 }
 
 impl<const N: usize> Record for [i64; N] {
@@ -173,7 +223,7 @@ impl<const N: usize> Record for [i64; N] {
     fn size(&self, _: Option<&Self>) -> usize {
         N * 8
     }
-    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
+    fn write_to(&self, prev: Option<&Self>, w: &mut RunWriter) -> std::io::Result<()> {
         write_fields(self, prev, 0, w)
     }
     /// The previous record.
@@ -232,7 +282,7 @@ impl<const N: usize> Record for Named<N> {
         N * 8 + 16 + own
     }
     /// A string equal to the previous record's is written as `SAME_TEXT` alone.
-    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
+    fn write_to(&self, prev: Option<&Self>, w: &mut RunWriter) -> std::io::Result<()> {
         let prev_fields = prev.map(|p| &p.fields);
         let Some(text) = &self.text else {
             return write_fields(&self.fields, prev_fields, NO_TEXT, w);
@@ -355,7 +405,7 @@ pub struct Sorter<R: Record> {
     /// The last record of the last run.
     last_written: Option<R>,
     /// The last run, still open for writing.
-    tail: Option<BufWriter<File>>,
+    tail: Option<RunWriter>,
 }
 
 impl<R: Record> Default for Sorter<R> {
@@ -450,7 +500,7 @@ impl<R: Record> Sorter<R> {
                 flush(old, self.runs.last())?;
                 let (path, file) = spill.file()?;
                 self.runs.push(path);
-                (BufWriter::with_capacity(1 << 16, file), None)
+                (RunWriter::new(file), None)
             }
         };
         let mut rec = first;
@@ -495,7 +545,7 @@ impl<R: Record> Sorter<R> {
 }
 
 /// Write out what a run's buffer holds.
-fn flush(w: Option<BufWriter<File>>, path: Option<&PathBuf>) -> Result<()> {
+fn flush(w: Option<RunWriter>, path: Option<&PathBuf>) -> Result<()> {
     if let Some(mut w) = w {
         w.flush().with_context(|| cannot_write(path))?;
     }
@@ -515,17 +565,20 @@ fn cannot_write(path: Option<&PathBuf>) -> String {
 /// sorted, and nearly all leave it in order: past the first chunk they go straight on the end
 /// of one run (see [`Sorter`]). A record that comes late is inserted where it belongs: it
 /// belongs just before the few records that came after it (a range's span before those of
-/// the ranges inside it), so it moves few records, where a heap would move it and its
-/// neighbours at every level. The window orders by the whole record, as the runs do.
+/// the ranges inside it), and what moves to make room is their slot numbers, not the records.
+/// The window orders by the whole record, as the runs do.
 pub struct NearlySorted<R: Record> {
-    window: VecDeque<R>,
+    held: Slab<R>,
+    /// The slots of the records held, in record order.
+    order: VecDeque<u32>,
     sorter: Sorter<R>,
 }
 
 impl<R: Record> Default for NearlySorted<R> {
     fn default() -> Self {
         NearlySorted {
-            window: VecDeque::with_capacity(Self::WINDOW + 1),
+            held: Slab::default(),
+            order: VecDeque::with_capacity(Self::WINDOW + 1),
             sorter: Sorter::default(),
         }
     }
@@ -537,23 +590,32 @@ impl<R: Record> NearlySorted<R> {
     const WINDOW: usize = 256;
 
     pub fn push(&mut self, rec: R, spill: &mut Spill) -> Result<()> {
-        if self.window.back().is_none_or(|last| *last <= rec) {
-            self.window.push_back(rec);
+        let held = &self.held;
+        let in_order = self.order.back().is_none_or(|&s| *held.get(s) <= rec);
+        let at = if in_order {
+            self.order.len()
         } else {
-            let at = self.window.partition_point(|r| *r <= rec);
-            self.window.insert(at, rec);
-        }
-        if self.window.len() > Self::WINDOW
-            && let Some(next) = self.window.pop_front()
-        {
-            self.sorter.push(next, spill)?;
+            self.order.partition_point(|&s| *held.get(s) <= rec)
+        };
+        let slot = self.held.put(rec);
+        self.order.insert(at, slot);
+        if self.order.len() > Self::WINDOW {
+            self.release(spill)?;
         }
         Ok(())
     }
 
+    /// Move the least record held to the sorter.
+    fn release(&mut self, spill: &mut Spill) -> Result<()> {
+        match self.order.pop_front() {
+            Some(s) => self.sorter.push(self.held.take(s), spill),
+            None => Ok(()),
+        }
+    }
+
     pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<R>> {
-        while let Some(next) = self.window.pop_front() {
-            self.sorter.push(next, spill)?;
+        while !self.order.is_empty() {
+            self.release(spill)?;
         }
         self.sorter.finish(spill)
     }
