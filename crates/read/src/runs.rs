@@ -532,6 +532,24 @@ impl<R: Record> Sorter<R> {
                 runs: Vec::new(),
             });
         }
+        // A last chunk that cannot go on the end of the one run there is (the few records
+        // that came too late for a nearly sorted window) stays in memory, merged with the run
+        // as it is read: as a second run, every record of the first would pass through the
+        // heap of a merge.
+        let continues = self.last_written.as_ref().is_some_and(|l| {
+            self.chunk.first().is_none_or(|f| l <= f) && self.late.iter().all(|r| l <= r)
+        });
+        if self.runs.len() == 1 && !continues {
+            flush(self.tail.take(), self.runs.last())?;
+            self.late.sort_unstable();
+            self.chunk.shrink_to_fit();
+            self.late.shrink_to_fit();
+            return Ok(Sorted {
+                memory: self.chunk,
+                late: self.late,
+                runs: std::mem::take(&mut self.runs),
+            });
+        }
         if !self.chunk.is_empty() {
             self.write_run(spill)?;
         }
@@ -591,14 +609,14 @@ impl<R: Record> NearlySorted<R> {
 
     pub fn push(&mut self, rec: R, spill: &mut Spill) -> Result<()> {
         let held = &self.held;
-        let in_order = self.order.back().is_none_or(|&s| *held.get(s) <= rec);
-        let at = if in_order {
-            self.order.len()
+        if self.order.back().is_none_or(|&s| *held.get(s) <= rec) {
+            let slot = self.held.put(rec);
+            self.order.push_back(slot);
         } else {
-            self.order.partition_point(|&s| *held.get(s) <= rec)
-        };
-        let slot = self.held.put(rec);
-        self.order.insert(at, slot);
+            let at = self.order.partition_point(|&s| *held.get(s) <= rec);
+            let slot = self.held.put(rec);
+            self.order.insert(at, slot);
+        }
         if self.order.len() > Self::WINDOW {
             self.release(spill)?;
         }
@@ -624,7 +642,8 @@ impl<R: Record> NearlySorted<R> {
 /// Sorted records, in memory or as runs on disk; read them in order with [`Sorted::iter`] (any
 /// number of times, from any thread).
 pub struct Sorted<R: Record> {
-    /// Records held in memory, in two sorted parts to merge (see [`Sorter`]).
+    /// Records held in memory, in two sorted parts to merge (see [`Sorter`]); with no runs,
+    /// or with one.
     memory: Vec<R>,
     late: Vec<R>,
     runs: Vec<PathBuf>,
@@ -648,10 +667,12 @@ impl<R: Record> Sorted<R> {
         let mut m = Merge {
             memory: self.memory.iter(),
             late: self.late.iter(),
+            held: None,
             readers,
             runs: KMerge::new(Vec::new(), R::cmp),
         };
-        // One run (an in-order stream, the common case): read straight through, no heap.
+        // One run (an in-order stream, the common case): read straight through, no heap (but
+        // for a comparison with the records held in memory, while there are any).
         if m.readers.len() == 1 {
             return Ok(m);
         }
@@ -677,34 +698,66 @@ impl<R: Record> Drop for Sorted<R> {
 pub struct Merge<'a, R: Record> {
     memory: std::slice::Iter<'a, R>,
     late: std::slice::Iter<'a, R>,
+    /// With one run and records in memory: the run's next record, read ahead.
+    held: Option<R>,
     readers: Vec<(BufReader<File>, R::ReadState)>,
     /// The runs' next records; equal records leave in run order.
     runs: KMerge<R>,
 }
 
-impl<R: Record> Merge<'_, R> {
+impl<'a, R: Record> Merge<'a, R> {
     fn read(&mut self, i: usize) -> Result<Option<R>> {
         read_run(&mut self.readers, i)
     }
 
+    /// The next record held in memory (of its two parts), and whether it is a late one.
+    fn memory_head(&self) -> Option<(&'a R, bool)> {
+        match (self.memory.as_slice().first(), self.late.as_slice().first()) {
+            (Some(m), Some(l)) if l < m => Some((l, true)),
+            (Some(m), _) => Some((m, false)),
+            (None, l) => l.map(|l| (l, true)),
+        }
+    }
+
+    fn take_memory(&mut self, late: bool) -> Option<R> {
+        let next = if late {
+            self.late.next()
+        } else {
+            self.memory.next()
+        };
+        next.cloned()
+    }
+
     pub fn next_record(&mut self) -> Result<Option<R>> {
-        if self.readers.len() == 1 {
-            return self.read(0);
+        match self.readers.len() {
+            0 => {
+                let late = match (self.memory.as_slice().first(), self.late.as_slice().first()) {
+                    (Some(m), Some(l)) => l < m,
+                    (m, _) => m.is_none(),
+                };
+                Ok(self.take_memory(late))
+            }
+            1 => {
+                let Some((m, late)) = self.memory_head() else {
+                    return match self.held.take() {
+                        Some(r) => Ok(Some(r)),
+                        None => self.read(0),
+                    };
+                };
+                if self.held.is_none() {
+                    self.held = self.read(0)?;
+                }
+                if self.held.as_ref().is_some_and(|h| h <= m) {
+                    Ok(self.held.take())
+                } else {
+                    Ok(self.take_memory(late))
+                }
+            }
+            _ => {
+                let readers = &mut self.readers;
+                self.runs.next(R::cmp, |i| read_run(readers, i))
+            }
         }
-        if self.readers.is_empty() {
-            let late_first = match (self.memory.as_slice().first(), self.late.as_slice().first()) {
-                (Some(m), Some(l)) => l < m,
-                (m, _) => m.is_none(),
-            };
-            let next = if late_first {
-                self.late.next()
-            } else {
-                self.memory.next()
-            };
-            return Ok(next.cloned());
-        }
-        let readers = &mut self.readers;
-        self.runs.next(R::cmp, |i| read_run(readers, i))
     }
 }
 
@@ -857,6 +910,47 @@ mod tests {
             assert_eq!(it.next_record().unwrap().as_ref(), Some(w));
         }
         assert!(it.next_record().unwrap().is_none());
+    }
+
+    /// A stream in order but for a few records that come at its end, too late for the run on
+    /// disk: they stay in memory, merged with the run as it is read, also through `Lookup`.
+    #[test]
+    fn stragglers_stay_in_memory_beside_one_run() {
+        let n = 2 * RUN_RECORDS as i64 + 9;
+        let mut recs: Vec<[i64; 2]> = (0..n).map(|i| [i * 2, 0]).collect();
+        recs.extend([[5, 1], [-3, 0], [2 * n + 4, 0], [5, 1], [7, 2]]);
+        let mut spill = Spill::default();
+        let mut s = Sorter::<[i64; 2]>::default();
+        for r in &recs {
+            s.push(*r, &mut spill).unwrap();
+        }
+        let sorted = s.finish(&mut spill).unwrap();
+        assert_eq!(sorted.runs.len(), 1);
+        assert!(!sorted.memory.is_empty());
+        let mut want = recs.clone();
+        want.sort_unstable();
+        let mut it = sorted.iter().unwrap();
+        for w in &want {
+            assert_eq!(it.next_record().unwrap().as_ref(), Some(w));
+        }
+        assert!(it.next_record().unwrap().is_none());
+        let mut lookup = Lookup::new(sorted.iter().unwrap());
+        let mut found = Vec::new();
+        for key in [-3, 0, 5, 7, 10, 2 * n + 4] {
+            lookup.matching(key, |r| found.push(r)).unwrap();
+        }
+        assert_eq!(
+            found,
+            [
+                [-3, 0],
+                [0, 0],
+                [5, 1],
+                [5, 1],
+                [7, 2],
+                [10, 0],
+                [2 * n + 4, 0]
+            ]
+        );
     }
 
     #[test]
