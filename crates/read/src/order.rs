@@ -183,7 +183,7 @@ pub fn merge_by_start<R>(
 
 /// Items held in numbered slots, so that an ordering structure moves a small number instead of
 /// the item; freed slots are used again.
-struct Slab<T> {
+pub(crate) struct Slab<T> {
     slots: Vec<Option<T>>,
     free: Vec<u32>,
 }
@@ -199,7 +199,7 @@ impl<T> Default for Slab<T> {
 
 impl<T> Slab<T> {
     /// Hold `item`; its slot.
-    fn put(&mut self, item: T) -> u32 {
+    pub(crate) fn put(&mut self, item: T) -> u32 {
         match self.free.pop() {
             Some(i) => {
                 self.slots[i as usize] = Some(item);
@@ -212,8 +212,13 @@ impl<T> Slab<T> {
         }
     }
 
+    /// The item in `slot` (held).
+    pub(crate) fn get(&self, slot: u32) -> &T {
+        self.slots[slot as usize].as_ref().expect("a held item")
+    }
+
     /// Take the item out of `slot` (held), freeing the slot.
-    fn take(&mut self, slot: u32) -> T {
+    pub(crate) fn take(&mut self, slot: u32) -> T {
         self.free.push(slot);
         self.slots[slot as usize].take().expect("a held item")
     }

@@ -8,10 +8,11 @@
 //! into an index). Records are integer tuples (`[i64; N]`) or integer tuples carrying a string
 //! ([`Named`]).
 
-use crate::order::{KMerge, Reorder};
+use crate::order::{KMerge, Slab};
 use anyhow::{Context, Result};
+use std::collections::VecDeque;
 use std::fs::File;
-use std::io::{BufRead, BufReader, BufWriter, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -27,7 +28,7 @@ pub trait Record: Ord + Clone {
     /// Bytes the record adds in memory (the chunk budget), after `prev`.
     fn size(&self, prev: Option<&Self>) -> usize;
     /// Write the record, which follows `prev` in its run.
-    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()>;
+    fn write_to(&self, prev: Option<&Self>, w: &mut RunWriter) -> std::io::Result<()>;
     /// What reading a run keeps between records.
     type ReadState: Default;
     /// The next record, `None` at the end of the run.
@@ -158,11 +159,61 @@ fn write_fields<const N: usize>(
     fields: &[i64; N],
     prev: Option<&[i64; N]>,
     tag: u32,
-    w: &mut impl Write,
+    w: &mut RunWriter,
 ) -> std::io::Result<()> {
-    let mut b = [0u8; ENCODED];
-    let len = encode(fields, prev, tag, &mut b);
-    w.write_all(&b[..len])
+    let len = encode(fields, prev, tag, w.room()?);
+    w.at += len;
+    Ok(())
+}
+
+/// A run's file, written through a buffer that records are encoded straight into (no copy of
+/// each record from a buffer of its own, which would also be cleared for each record).
+pub struct RunWriter {
+    file: File,
+    /// [`RunWriter::BUF`] bytes to fill, and room for one more encoded record.
+    buf: Box<[u8]>,
+    /// The end of what `buf` holds.
+    at: usize,
+}
+
+impl RunWriter {
+    const BUF: usize = 1 << 16;
+
+    fn new(file: File) -> RunWriter {
+        RunWriter {
+            file,
+            buf: vec![0; RunWriter::BUF + ENCODED].into_boxed_slice(),
+            at: 0,
+        }
+    }
+
+    /// Room for an encoded record at the end of the buffer.
+    fn room(&mut self) -> std::io::Result<&mut [u8; ENCODED]> {
+        if self.at > RunWriter::BUF {
+            self.flush()?;
+        }
+        Ok((&mut self.buf[self.at..self.at + ENCODED])
+            .try_into()
+            .expect("room for a record past the buffer"))
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        if self.at + bytes.len() > self.buf.len() {
+            self.flush()?;
+            if bytes.len() > RunWriter::BUF {
+                return self.file.write_all(bytes);
+            }
+        }
+        self.buf[self.at..self.at + bytes.len()].copy_from_slice(bytes);
+        self.at += bytes.len();
+        Ok(())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.write_all(&self.buf[..self.at])?;
+        self.at = 0;
+        Ok(())
+    }
 }
 
 impl<const N: usize> Record for [i64; N] {
@@ -172,7 +223,7 @@ impl<const N: usize> Record for [i64; N] {
     fn size(&self, _: Option<&Self>) -> usize {
         N * 8
     }
-    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
+    fn write_to(&self, prev: Option<&Self>, w: &mut RunWriter) -> std::io::Result<()> {
         write_fields(self, prev, 0, w)
     }
     /// The previous record.
@@ -231,7 +282,7 @@ impl<const N: usize> Record for Named<N> {
         N * 8 + 16 + own
     }
     /// A string equal to the previous record's is written as `SAME_TEXT` alone.
-    fn write_to(&self, prev: Option<&Self>, w: &mut impl Write) -> std::io::Result<()> {
+    fn write_to(&self, prev: Option<&Self>, w: &mut RunWriter) -> std::io::Result<()> {
         let prev_fields = prev.map(|p| &p.fields);
         let Some(text) = &self.text else {
             return write_fields(&self.fields, prev_fields, NO_TEXT, w);
@@ -336,31 +387,33 @@ impl Spill {
 /// Collects records; [`Sorter::finish`] sorts them.
 ///
 /// Most streams arrive already in order (a join walked in key order, rows in their table's
-/// order): a chunk found in order is not sorted, and a chunk that starts at or after the last
-/// record written goes on the end of the last run rather than into a new one, so such a stream
-/// is one run read straight through, with no merge. Once a run is on disk, a record that
-/// follows its last one is written straight on its end: a long stream in order passes through
-/// the run's write buffer alone, not through a chunk of megabytes that every record would
-/// cost a cache miss to write, sort and read back.
+/// order): a chunk keeps the records pushed in order as they are, and sorts only those that
+/// came late (before the last one kept), merging the two as it is written; a chunk that
+/// starts at or after the last record written goes on the end of the last run rather than
+/// into a new one, so such a stream is one run read straight through, with no merge. Once a
+/// run is on disk, a record that follows its last one is written straight on its end: a long
+/// stream in order passes through the run's write buffer alone, not through a chunk of
+/// megabytes that every record would cost a cache miss to write, sort and read back.
 pub struct Sorter<R: Record> {
+    /// Records in the order pushed, each at or after the one before.
     chunk: Vec<R>,
-    /// What the chunk holds, in bytes.
+    /// Records of the chunk that came before the last of `chunk`.
+    late: Vec<R>,
+    /// What the chunk holds (both parts), in bytes.
     bytes: usize,
-    /// Whether the chunk is in order as pushed.
-    in_order: bool,
     runs: Vec<PathBuf>,
     /// The last record of the last run.
     last_written: Option<R>,
     /// The last run, still open for writing.
-    tail: Option<BufWriter<File>>,
+    tail: Option<RunWriter>,
 }
 
 impl<R: Record> Default for Sorter<R> {
     fn default() -> Self {
         Sorter {
             chunk: Vec::new(),
+            late: Vec::new(),
             bytes: 0,
-            in_order: true,
             runs: Vec::new(),
             last_written: None,
             tail: None,
@@ -379,10 +432,13 @@ impl<R: Record> Sorter<R> {
             return Ok(());
         }
         let last = self.chunk.last();
-        self.in_order &= last.is_none_or(|l| *l <= rec);
         self.bytes += rec.size(last);
-        self.chunk.push(rec);
-        if self.chunk.len() >= run_records() || self.bytes >= RUN_BYTES {
+        if last.is_none_or(|l| *l <= rec) {
+            self.chunk.push(rec);
+        } else {
+            self.late.push(rec);
+        }
+        if self.chunk.len() + self.late.len() >= run_records() || self.bytes >= RUN_BYTES {
             self.write_run(spill)?;
         }
         Ok(())
@@ -393,65 +449,105 @@ impl<R: Record> Sorter<R> {
         self.chunk.is_empty() && self.runs.is_empty()
     }
 
-    fn write_run(&mut self, spill: &mut Spill) -> Result<()> {
+    /// The order of the late records: `None` when sorted in place, else their places.
+    fn sort_late(&mut self) -> Option<Vec<u32>> {
         // Large records are not moved to sort them: their (first field, place) pairs are, and
-        // the records are written in that order. `None`: the chunk's own order (as pushed, or
-        // sorted in place).
-        let order: Option<Vec<u32>> = if self.in_order {
-            None
-        } else if std::mem::size_of::<R>() > 32 {
-            let chunk = &self.chunk;
-            let mut keyed: Vec<(i64, u32)> = (0..chunk.len())
-                .map(|i| (chunk[i].key(), i as u32))
-                .collect();
-            keyed.sort_unstable_by(|a, b| {
-                a.0.cmp(&b.0)
-                    .then_with(|| chunk[a.1 as usize].cmp(&chunk[b.1 as usize]))
-            });
-            Some(keyed.into_iter().map(|(_, i)| i).collect())
-        } else {
-            self.chunk.sort_unstable();
-            None
+        // the records are taken in that order.
+        if std::mem::size_of::<R>() <= 32 {
+            self.late.sort_unstable();
+            return None;
+        }
+        let late = &self.late;
+        let mut keyed: Vec<(i64, u32)> =
+            (0..late.len()).map(|i| (late[i].key(), i as u32)).collect();
+        keyed.sort_unstable_by(|a, b| {
+            a.0.cmp(&b.0)
+                .then_with(|| late[a.1 as usize].cmp(&late[b.1 as usize]))
+        });
+        Some(keyed.into_iter().map(|(_, i)| i).collect())
+    }
+
+    fn write_run(&mut self, spill: &mut Spill) -> Result<()> {
+        let order = self.sort_late();
+        let late = &self.late;
+        let mut late = (0..late.len()).map(|k| &late[order.as_ref().map_or(k, |o| o[k] as usize)]);
+        let mut next_late = late.next();
+        let mut chunk = self.chunk.iter();
+        let mut next_kept = chunk.next();
+        // The chunk's records in order: the kept and the late ones merged.
+        let mut next = || match (next_kept, next_late) {
+            (Some(k), Some(l)) if l < k => {
+                next_late = late.next();
+                Some(l)
+            }
+            (Some(k), _) => {
+                next_kept = chunk.next();
+                Some(k)
+            }
+            (None, l) => {
+                next_late = late.next();
+                l
+            }
         };
-        let chunk = &self.chunk;
-        let nth = |k: usize| &chunk[order.as_ref().map_or(k, |o| o[k] as usize)];
-        let Some(last) = chunk.len().checked_sub(1) else {
+        let Some(first) = next() else {
             return Ok(());
         };
         // After the last run's last record: the chunk continues that run.
-        let continues = self.last_written.as_ref().is_some_and(|l| l <= nth(0));
+        let continues = self.last_written.as_ref().is_some_and(|l| l <= first);
         let (mut w, mut prev) = match self.tail.take() {
             Some(w) if continues => (w, self.last_written.as_ref()),
             old => {
                 flush(old, self.runs.last())?;
                 let (path, file) = spill.file()?;
                 self.runs.push(path);
-                (BufWriter::with_capacity(1 << 16, file), None)
+                (RunWriter::new(file), None)
             }
         };
-        for k in 0..=last {
-            let rec = nth(k);
+        let mut rec = first;
+        loop {
             rec.write_to(prev, &mut w)
                 .with_context(|| cannot_write(self.runs.last()))?;
             prev = Some(rec);
+            match next() {
+                Some(r) => rec = r,
+                None => break,
+            }
         }
-        self.last_written = Some(nth(last).clone());
+        self.last_written = Some(rec.clone());
         self.tail = Some(w);
         self.chunk.clear();
+        self.late.clear();
         self.bytes = 0;
-        self.in_order = true;
         Ok(())
     }
 
     pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<R>> {
         if self.runs.is_empty() {
-            if !self.in_order {
-                self.chunk.sort_unstable();
-            }
+            self.late.sort_unstable();
             self.chunk.shrink_to_fit();
+            self.late.shrink_to_fit();
             return Ok(Sorted {
                 memory: self.chunk,
+                late: self.late,
                 runs: Vec::new(),
+            });
+        }
+        // A last chunk that cannot go on the end of the one run there is (the few records
+        // that came too late for a nearly sorted window) stays in memory, merged with the run
+        // as it is read: as a second run, every record of the first would pass through the
+        // heap of a merge.
+        let continues = self.last_written.as_ref().is_some_and(|l| {
+            self.chunk.first().is_none_or(|f| l <= f) && self.late.iter().all(|r| l <= r)
+        });
+        if self.runs.len() == 1 && !continues {
+            flush(self.tail.take(), self.runs.last())?;
+            self.late.sort_unstable();
+            self.chunk.shrink_to_fit();
+            self.late.shrink_to_fit();
+            return Ok(Sorted {
+                memory: self.chunk,
+                late: self.late,
+                runs: std::mem::take(&mut self.runs),
             });
         }
         if !self.chunk.is_empty() {
@@ -460,13 +556,14 @@ impl<R: Record> Sorter<R> {
         flush(self.tail.take(), self.runs.last())?;
         Ok(Sorted {
             memory: Vec::new(),
+            late: Vec::new(),
             runs: std::mem::take(&mut self.runs),
         })
     }
 }
 
 /// Write out what a run's buffer holds.
-fn flush(w: Option<BufWriter<File>>, path: Option<&PathBuf>) -> Result<()> {
+fn flush(w: Option<RunWriter>, path: Option<&PathBuf>) -> Result<()> {
     if let Some(mut w) = w {
         w.flush().with_context(|| cannot_write(path))?;
     }
@@ -482,18 +579,24 @@ fn cannot_write(path: Option<&PathBuf>) -> String {
 
 /// A [`Sorter`] for streams that are nearly in order but for records held back a while (the
 /// NVTX-on-GPU spans: a range's span is known when the range ends, after the spans of the
-/// ranges inside it). Records pass through a small [`Reorder`] window first, and nearly all
-/// leave it in order: past the first chunk they go straight on the end of one run (see
-/// [`Sorter`]). The window orders by the whole record, as the runs do.
+/// ranges inside it, which sort after it). Records pass through a small window first, kept
+/// sorted, and nearly all leave it in order: past the first chunk they go straight on the end
+/// of one run (see [`Sorter`]). A record that comes late is inserted where it belongs: it
+/// belongs just before the few records that came after it (a range's span before those of
+/// the ranges inside it), and what moves to make room is their slot numbers, not the records.
+/// The window orders by the whole record, as the runs do.
 pub struct NearlySorted<R: Record> {
-    window: Reorder<(), R>,
+    held: Slab<R>,
+    /// The slots of the records held, in record order.
+    order: VecDeque<u32>,
     sorter: Sorter<R>,
 }
 
 impl<R: Record> Default for NearlySorted<R> {
     fn default() -> Self {
         NearlySorted {
-            window: Reorder::new(Self::WINDOW),
+            held: Slab::default(),
+            order: VecDeque::with_capacity(Self::WINDOW + 1),
             sorter: Sorter::default(),
         }
     }
@@ -505,15 +608,32 @@ impl<R: Record> NearlySorted<R> {
     const WINDOW: usize = 256;
 
     pub fn push(&mut self, rec: R, spill: &mut Spill) -> Result<()> {
-        if let Some((next, ())) = self.window.push(rec, ()) {
-            self.sorter.push(next, spill)?;
+        let held = &self.held;
+        if self.order.back().is_none_or(|&s| *held.get(s) <= rec) {
+            let slot = self.held.put(rec);
+            self.order.push_back(slot);
+        } else {
+            let at = self.order.partition_point(|&s| *held.get(s) <= rec);
+            let slot = self.held.put(rec);
+            self.order.insert(at, slot);
+        }
+        if self.order.len() > Self::WINDOW {
+            self.release(spill)?;
         }
         Ok(())
     }
 
+    /// Move the least record held to the sorter.
+    fn release(&mut self, spill: &mut Spill) -> Result<()> {
+        match self.order.pop_front() {
+            Some(s) => self.sorter.push(self.held.take(s), spill),
+            None => Ok(()),
+        }
+    }
+
     pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<R>> {
-        while let Some((next, ())) = self.window.pop() {
-            self.sorter.push(next, spill)?;
+        while !self.order.is_empty() {
+            self.release(spill)?;
         }
         self.sorter.finish(spill)
     }
@@ -522,13 +642,16 @@ impl<R: Record> NearlySorted<R> {
 /// Sorted records, in memory or as runs on disk; read them in order with [`Sorted::iter`] (any
 /// number of times, from any thread).
 pub struct Sorted<R: Record> {
+    /// Records held in memory, in two sorted parts to merge (see [`Sorter`]); with no runs,
+    /// or with one.
     memory: Vec<R>,
+    late: Vec<R>,
     runs: Vec<PathBuf>,
 }
 
 impl<R: Record> Sorted<R> {
     pub fn is_empty(&self) -> bool {
-        self.memory.is_empty() && self.runs.is_empty()
+        self.memory.is_empty() && self.late.is_empty() && self.runs.is_empty()
     }
 
     pub fn iter(&self) -> Result<Merge<'_, R>> {
@@ -543,10 +666,13 @@ impl<R: Record> Sorted<R> {
         }
         let mut m = Merge {
             memory: self.memory.iter(),
+            late: self.late.iter(),
+            held: None,
             readers,
             runs: KMerge::new(Vec::new(), R::cmp),
         };
-        // One run (an in-order stream, the common case): read straight through, no heap.
+        // One run (an in-order stream, the common case): read straight through, no heap (but
+        // for a comparison with the records held in memory, while there are any).
         if m.readers.len() == 1 {
             return Ok(m);
         }
@@ -571,25 +697,67 @@ impl<R: Record> Drop for Sorted<R> {
 /// Records of a [`Sorted`] in order.
 pub struct Merge<'a, R: Record> {
     memory: std::slice::Iter<'a, R>,
+    late: std::slice::Iter<'a, R>,
+    /// With one run and records in memory: the run's next record, read ahead.
+    held: Option<R>,
     readers: Vec<(BufReader<File>, R::ReadState)>,
     /// The runs' next records; equal records leave in run order.
     runs: KMerge<R>,
 }
 
-impl<R: Record> Merge<'_, R> {
+impl<'a, R: Record> Merge<'a, R> {
     fn read(&mut self, i: usize) -> Result<Option<R>> {
         read_run(&mut self.readers, i)
     }
 
+    /// The next record held in memory (of its two parts), and whether it is a late one.
+    fn memory_head(&self) -> Option<(&'a R, bool)> {
+        match (self.memory.as_slice().first(), self.late.as_slice().first()) {
+            (Some(m), Some(l)) if l < m => Some((l, true)),
+            (Some(m), _) => Some((m, false)),
+            (None, l) => l.map(|l| (l, true)),
+        }
+    }
+
+    fn take_memory(&mut self, late: bool) -> Option<R> {
+        let next = if late {
+            self.late.next()
+        } else {
+            self.memory.next()
+        };
+        next.cloned()
+    }
+
     pub fn next_record(&mut self) -> Result<Option<R>> {
-        if self.readers.len() == 1 {
-            return self.read(0);
+        match self.readers.len() {
+            0 => {
+                let late = match (self.memory.as_slice().first(), self.late.as_slice().first()) {
+                    (Some(m), Some(l)) => l < m,
+                    (m, _) => m.is_none(),
+                };
+                Ok(self.take_memory(late))
+            }
+            1 => {
+                let Some((m, late)) = self.memory_head() else {
+                    return match self.held.take() {
+                        Some(r) => Ok(Some(r)),
+                        None => self.read(0),
+                    };
+                };
+                if self.held.is_none() {
+                    self.held = self.read(0)?;
+                }
+                if self.held.as_ref().is_some_and(|h| h <= m) {
+                    Ok(self.held.take())
+                } else {
+                    Ok(self.take_memory(late))
+                }
+            }
+            _ => {
+                let readers = &mut self.readers;
+                self.runs.next(R::cmp, |i| read_run(readers, i))
+            }
         }
-        if self.readers.is_empty() {
-            return Ok(self.memory.next().cloned());
-        }
-        let readers = &mut self.readers;
-        self.runs.next(R::cmp, |i| read_run(readers, i))
     }
 }
 
@@ -742,6 +910,47 @@ mod tests {
             assert_eq!(it.next_record().unwrap().as_ref(), Some(w));
         }
         assert!(it.next_record().unwrap().is_none());
+    }
+
+    /// A stream in order but for a few records that come at its end, too late for the run on
+    /// disk: they stay in memory, merged with the run as it is read, also through `Lookup`.
+    #[test]
+    fn stragglers_stay_in_memory_beside_one_run() {
+        let n = 2 * RUN_RECORDS as i64 + 9;
+        let mut recs: Vec<[i64; 2]> = (0..n).map(|i| [i * 2, 0]).collect();
+        recs.extend([[5, 1], [-3, 0], [2 * n + 4, 0], [5, 1], [7, 2]]);
+        let mut spill = Spill::default();
+        let mut s = Sorter::<[i64; 2]>::default();
+        for r in &recs {
+            s.push(*r, &mut spill).unwrap();
+        }
+        let sorted = s.finish(&mut spill).unwrap();
+        assert_eq!(sorted.runs.len(), 1);
+        assert!(!sorted.memory.is_empty());
+        let mut want = recs.clone();
+        want.sort_unstable();
+        let mut it = sorted.iter().unwrap();
+        for w in &want {
+            assert_eq!(it.next_record().unwrap().as_ref(), Some(w));
+        }
+        assert!(it.next_record().unwrap().is_none());
+        let mut lookup = Lookup::new(sorted.iter().unwrap());
+        let mut found = Vec::new();
+        for key in [-3, 0, 5, 7, 10, 2 * n + 4] {
+            lookup.matching(key, |r| found.push(r)).unwrap();
+        }
+        assert_eq!(
+            found,
+            [
+                [-3, 0],
+                [0, 0],
+                [5, 1],
+                [5, 1],
+                [7, 2],
+                [10, 0],
+                [2 * n + 4, 0]
+            ]
+        );
     }
 
     #[test]

@@ -81,7 +81,7 @@ mod tables;
 pub use feed::{Feed, FeedRows, RangeColumns, RangeValues};
 pub use tables::Projection;
 
-use self::names::{Names, Strings, Text, carried_text, carry, lossy};
+use self::names::{Names, Strings, Text, lossy};
 use super::nvtx_type::{PUSH_POP, START_END};
 use crate::model::TextNo;
 use crate::runs::{Lookup, Named, NearlySorted, Sorted, Sorter, Spill};
@@ -136,13 +136,15 @@ pub struct Span<'a> {
 }
 
 /// Span record fields: `[gpu_start, -gpu_end, nvtx rowid, device, gpu rows, thread, domain,
-/// name id, flags, text number]` (the sort key first); the text is its number in [`Names`], or
-/// the record's string when it has none (-1).
-type SpanRecord = Named<10>;
+/// name id, carried]` (the sort key first). `carried` holds the flags in its low
+/// [`FLAG_BITS`] bits and above them the text's number in [`Names`] plus one, or 0 when the
+/// record carries the string itself (or has none).
+type SpanRecord = Named<9>;
 const HAS_TEXT: i64 = 1;
 const HAS_NAME_ID: i64 = 2;
 /// Flag: a start/end range (else push/pop; the sweep and the SQL definition take no others).
 const IS_START_END: i64 = 4;
+const FLAG_BITS: u32 = 3;
 
 impl Span<'_> {
     /// The record, with the span's own text.
@@ -158,7 +160,14 @@ impl Span<'_> {
     /// The record, the text carried as `text` says (the span's own `text` is not read).
     fn record_with(&self, text: Option<&Text>) -> SpanRecord {
         let flag = |on: bool, f: i64| if on { f } else { 0 };
-        let carried = text.map_or((-1, None), carry);
+        let flags = flag(text.is_some(), HAS_TEXT)
+            | flag(self.name_id.is_some(), HAS_NAME_ID)
+            | flag(self.event_type == START_END, IS_START_END);
+        let (no, text) = match text {
+            Some(Text::No(no)) => (i64::from(*no) + 1, None),
+            Some(Text::Own(t)) => (0, Some(t.clone())),
+            None => (0, None),
+        };
         Named {
             fields: [
                 self.gpu_start,
@@ -170,19 +179,30 @@ impl Span<'_> {
                 self.global_tid,
                 self.domain,
                 self.name_id.unwrap_or(0),
-                flag(text.is_some(), HAS_TEXT)
-                    | flag(self.name_id.is_some(), HAS_NAME_ID)
-                    | flag(self.event_type == START_END, IS_START_END),
-                carried.0,
+                no << FLAG_BITS | flags,
             ],
-            text: carried.1,
+            text,
         }
     }
 
     fn of(r: SpanRecord, names: &Strings) -> Span<'_> {
-        let f = r.fields;
-        let (text_no, text) = carried_text(f[9], r.text.as_deref(), names);
-        let has_text = f[8] & HAS_TEXT != 0;
+        let f = &r.fields;
+        let carried = f[8];
+        let (text_no, text) = if carried & HAS_TEXT == 0 {
+            (None, None)
+        } else if carried >> FLAG_BITS != 0 {
+            let no = ((carried >> FLAG_BITS) - 1) as u32;
+            (
+                Some(TextNo::new(names.set, no)),
+                Some(Cow::Borrowed(names.get(no))),
+            )
+        } else {
+            let t = r.text.as_deref().unwrap_or_default();
+            (
+                None,
+                Some(Cow::Owned(String::from_utf8_lossy(t).into_owned())),
+            )
+        };
         Span {
             gpu_start: f[0],
             gpu_end: f[1].wrapping_neg(),
@@ -190,15 +210,15 @@ impl Span<'_> {
             device: f[3],
             gpu_rows: f[4],
             global_tid: f[5],
-            event_type: if f[8] & IS_START_END != 0 {
+            event_type: if carried & IS_START_END != 0 {
                 START_END
             } else {
                 PUSH_POP
             },
             domain: f[6],
-            name_id: (f[8] & HAS_NAME_ID != 0).then_some(f[7]),
-            text: has_text.then_some(text),
-            text_no: text_no.filter(|_| has_text),
+            name_id: (carried & HAS_NAME_ID != 0).then_some(f[7]),
+            text,
+            text_no,
         }
     }
 }

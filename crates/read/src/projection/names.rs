@@ -166,6 +166,16 @@ impl Names {
             ends: Vec::with_capacity(self.ends.len()),
             set: self.set,
         };
+        // Nearly always valid UTF-8 as a whole, each string ending on a character boundary
+        // (a string cut inside a character is not valid on its own): then the strings and
+        // their ends are as they are.
+        if let Ok(text) = std::str::from_utf8(&self.bytes)
+            && self.ends.iter().all(|&e| text.is_char_boundary(e as usize))
+        {
+            out.text.push_str(text);
+            out.ends = self.ends;
+            return out;
+        }
         for no in 0..self.ends.len() as u32 {
             out.text += &String::from_utf8_lossy(self.numbered(no));
             out.ends.push(out.text.len() as u32);
@@ -208,6 +218,16 @@ mod tests {
         assert_eq!(strings.get(7), "aten::op, seq = 7");
         assert_eq!(strings.get(1000), "");
         assert_eq!(strings.get(1001), "\u{fffd}\u{fffd}");
+        // A character cut between two strings: valid as a whole, not as the strings.
+        let mut cut = Names::default();
+        let e = "\u{e9}".as_bytes();
+        cut.text(b"ok");
+        cut.text(&e[..1]);
+        cut.text(&e[1..]);
+        let strings = cut.into_strings();
+        assert_eq!(strings.get(0), "ok");
+        assert_eq!(strings.get(1), "\u{fffd}");
+        assert_eq!(strings.get(2), "\u{fffd}");
 
         let mut full = Names::default();
         let big = vec![b'x'; Names::BYTES / 2];
