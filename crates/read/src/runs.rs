@@ -920,20 +920,9 @@ mod tests {
         let mut recs: Vec<[i64; 2]> = (0..n).map(|i| [i * 2, 0]).collect();
         recs.extend([[5, 1], [-3, 0], [2 * n + 4, 0], [5, 1], [7, 2]]);
         let mut spill = Spill::default();
-        let mut s = Sorter::<[i64; 2]>::default();
-        for r in &recs {
-            s.push(*r, &mut spill).unwrap();
-        }
-        let sorted = s.finish(&mut spill).unwrap();
+        let sorted = sorts_as_expected(&recs, &mut spill);
         assert_eq!(sorted.runs.len(), 1);
         assert!(!sorted.memory.is_empty());
-        let mut want = recs.clone();
-        want.sort_unstable();
-        let mut it = sorted.iter().unwrap();
-        for w in &want {
-            assert_eq!(it.next_record().unwrap().as_ref(), Some(w));
-        }
-        assert!(it.next_record().unwrap().is_none());
         let mut lookup = Lookup::new(sorted.iter().unwrap());
         let mut found = Vec::new();
         for key in [-3, 0, 5, 7, 10, 2 * n + 4] {
@@ -969,19 +958,25 @@ mod tests {
             .take(3 * RUN_RECORDS + 5)
             .copied()
             .collect();
-        let mut spill = Spill::default();
-        let mut s = Sorter::<[i64; 3]>::default();
-        for r in &recs {
-            s.push(*r, &mut spill).unwrap();
+        sorts_as_expected(&recs, &mut Spill::default());
+    }
+
+    /// Push `recs` through a sorter and check that what it gives reads back as `recs` sorted.
+    fn sorts_as_expected<const N: usize>(recs: &[[i64; N]], spill: &mut Spill) -> Sorted<[i64; N]> {
+        let mut s = Sorter::<[i64; N]>::default();
+        for r in recs {
+            s.push(*r, spill).unwrap();
         }
-        let sorted = s.finish(&mut spill).unwrap();
-        let mut want = recs.clone();
+        let sorted = s.finish(spill).unwrap();
+        let mut want = recs.to_vec();
         want.sort_unstable();
         let mut it = sorted.iter().unwrap();
         for w in &want {
             assert_eq!(it.next_record().unwrap().as_ref(), Some(w));
         }
         assert!(it.next_record().unwrap().is_none());
+        drop(it);
+        sorted
     }
 
     #[test]
