@@ -523,14 +523,7 @@ impl<R: Record> Sorter<R> {
 
     pub fn finish(mut self, spill: &mut Spill) -> Result<Sorted<R>> {
         if self.runs.is_empty() {
-            self.late.sort_unstable();
-            self.chunk.shrink_to_fit();
-            self.late.shrink_to_fit();
-            return Ok(Sorted {
-                memory: self.chunk,
-                late: self.late,
-                runs: Vec::new(),
-            });
+            return Ok(self.kept_in_memory());
         }
         // A last chunk that cannot go on the end of the one run there is (the few records
         // that came too late for a nearly sorted window) stays in memory, merged with the run
@@ -541,14 +534,7 @@ impl<R: Record> Sorter<R> {
         });
         if self.runs.len() == 1 && !continues {
             flush(self.tail.take(), self.runs.last())?;
-            self.late.sort_unstable();
-            self.chunk.shrink_to_fit();
-            self.late.shrink_to_fit();
-            return Ok(Sorted {
-                memory: self.chunk,
-                late: self.late,
-                runs: std::mem::take(&mut self.runs),
-            });
+            return Ok(self.kept_in_memory());
         }
         if !self.chunk.is_empty() {
             self.write_run(spill)?;
@@ -559,6 +545,19 @@ impl<R: Record> Sorter<R> {
             late: Vec::new(),
             runs: std::mem::take(&mut self.runs),
         })
+    }
+
+    /// The result with the last chunk kept in memory (its late records sorted), beside the
+    /// runs on disk, if any.
+    fn kept_in_memory(mut self) -> Sorted<R> {
+        self.late.sort_unstable();
+        self.chunk.shrink_to_fit();
+        self.late.shrink_to_fit();
+        Sorted {
+            memory: self.chunk,
+            late: self.late,
+            runs: std::mem::take(&mut self.runs),
+        }
     }
 }
 
