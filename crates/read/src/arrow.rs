@@ -282,7 +282,7 @@ pub fn max_rowid(dir: &Path, table: &str) -> Result<Option<i64>> {
 }
 
 /// Every table of an Arrow export, loaded (each file checked) once: while this is held, the
-/// connections and scans of a conversion find each table loaded (see [`Table::shared`]).
+/// connections and scans of a conversion find each table loaded (`Table::shared`).
 pub struct Tables(Vec<(String, Arc<Table>)>);
 
 impl std::fmt::Debug for Tables {
