@@ -112,12 +112,12 @@ const TABLES: &[(&str, &str)] = &[
 ];
 
 fn table_rows(conn: &Connection, table: &str) -> u64 {
+    // Columns, not `sqlite_master`: an Arrow export's tables are eponymous virtual tables,
+    // which SQLite declares on first use and does not list.
     let exists: i64 = conn
-        .query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
-            [table],
-            |r| r.get(0),
-        )
+        .query_row("SELECT count(*) FROM pragma_table_info(?1)", [table], |r| {
+            r.get(0)
+        })
         .unwrap();
     if exists == 0 {
         return 0;
