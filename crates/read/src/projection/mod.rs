@@ -81,7 +81,7 @@ mod tables;
 pub use feed::{Feed, FeedRows, RangeColumns, RangeValues};
 pub use tables::Projection;
 
-use self::names::{Names, Strings, Text, lossy};
+use self::names::{Names, Strings, Text, carried_text, carry, lossy};
 use super::nvtx_type::{PUSH_POP, START_END};
 use crate::model::TextNo;
 use crate::runs::{Lookup, Named, NearlySorted, Sorted, Sorter, Spill};
@@ -137,8 +137,8 @@ pub struct Span<'a> {
 
 /// Span record fields: `[gpu_start, -gpu_end, nvtx rowid, device, gpu rows, thread, domain,
 /// name id, carried]` (the sort key first). `carried` holds the flags in its low
-/// [`FLAG_BITS`] bits and above them the text's number in [`Names`] plus one, or 0 when the
-/// record carries the string itself (or has none).
+/// [`FLAG_BITS`] bits and above them, plus one, the text's number in [`Names`] as
+/// [`names::carry`] gives it (-1 when the record carries the string itself, or has none).
 type SpanRecord = Named<9>;
 const HAS_TEXT: i64 = 1;
 const HAS_NAME_ID: i64 = 2;
@@ -163,11 +163,7 @@ impl Span<'_> {
         let flags = flag(text.is_some(), HAS_TEXT)
             | flag(self.name_id.is_some(), HAS_NAME_ID)
             | flag(self.event_type == START_END, IS_START_END);
-        let (no, text) = match text {
-            Some(Text::No(no)) => (i64::from(*no) + 1, None),
-            Some(Text::Own(t)) => (0, Some(t.clone())),
-            None => (0, None),
-        };
+        let (no, text) = text.map_or((-1, None), carry);
         Named {
             fields: [
                 self.gpu_start,
@@ -179,7 +175,7 @@ impl Span<'_> {
                 self.global_tid,
                 self.domain,
                 self.name_id.unwrap_or(0),
-                no << FLAG_BITS | flags,
+                (no + 1) << FLAG_BITS | flags,
             ],
             text,
         }
@@ -190,18 +186,10 @@ impl Span<'_> {
         let carried = f[8];
         let (text_no, text) = if carried & HAS_TEXT == 0 {
             (None, None)
-        } else if carried >> FLAG_BITS != 0 {
-            let no = ((carried >> FLAG_BITS) - 1) as u32;
-            (
-                Some(TextNo::new(names.set, no)),
-                Some(Cow::Borrowed(names.get(no))),
-            )
         } else {
-            let t = r.text.as_deref().unwrap_or_default();
-            (
-                None,
-                Some(Cow::Owned(String::from_utf8_lossy(t).into_owned())),
-            )
+            let no = (carried >> FLAG_BITS) - 1;
+            let (text_no, text) = carried_text(no, r.text.as_deref(), names);
+            (text_no, Some(text))
         };
         Span {
             gpu_start: f[0],
