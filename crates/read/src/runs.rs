@@ -729,13 +729,9 @@ impl<'a, R: Record> Merge<'a, R> {
 
     pub fn next_record(&mut self) -> Result<Option<R>> {
         match self.readers.len() {
-            0 => {
-                let late = match (self.memory.as_slice().first(), self.late.as_slice().first()) {
-                    (Some(m), Some(l)) => l < m,
-                    (m, _) => m.is_none(),
-                };
-                Ok(self.take_memory(late))
-            }
+            0 => Ok(self
+                .memory_head()
+                .and_then(|(_, late)| self.take_memory(late))),
             1 => {
                 let Some((m, late)) = self.memory_head() else {
                     return match self.held.take() {
