@@ -339,9 +339,15 @@ impl Formatter {
         pair.map(Shape::Numbered)
     }
 
+    /// A numbered text: its number among all numbered texts, and the text.
+    fn numbered(&self, no: u32) -> (TextNo, &str) {
+        (TextNo::new(self.set, no), &self.texts[no as usize])
+    }
+
     /// The arg value of a numbered text.
     fn text(&self, no: u32) -> ArgValue<'_> {
-        ArgValue::Numbered(TextNo::new(self.set, no), &self.texts[no as usize])
+        let (no, text) = self.numbered(no);
+        ArgValue::Numbered(no, text)
     }
 
     fn shape(&self, shape: Shape) -> ArgValue<'_> {
@@ -457,7 +463,8 @@ fn emit<S: EventSink>(
                 );
             }
             let name = memcpy_name.map_or(Name::Static("Memcpy"), |no| {
-                Name::Numbered(TextNo::new(f.set, no), &f.texts[no as usize])
+                let (no, text) = f.numbered(no);
+                Name::Numbered(no, text)
             });
             (name, Category::Memcpy)
         }
