@@ -111,19 +111,18 @@ pub struct Schema {
     tables: HashMap<String, Vec<String>>,
     /// Tables declared `WITHOUT ROWID` (they have no implicit rowid).
     without_rowid: std::collections::HashSet<String>,
-    /// An Arrow export (a directory of `.arrow` tables), not an SQLite file.
-    arrow: bool,
     /// The Arrow rewriting of a Parquet export, which `path` names: removed when the last
     /// copy of the schema goes.
     _rewritten: Option<std::sync::Arc<tempfile::TempDir>>,
-    /// An Arrow export's tables, loaded once for every copy of the schema and its readers.
-    _loaded: Option<std::sync::Arc<arrow::Tables>>,
+    /// An Arrow export's tables (a directory of `.arrow` files), loaded once for every copy
+    /// of the schema and its readers; `None` for an SQLite export.
+    loaded: Option<std::sync::Arc<arrow::Tables>>,
 }
 
 impl Schema {
     /// Whether the export is nsys' Arrow export (see [`arrow`]).
     pub fn is_arrow(&self) -> bool {
-        self.arrow
+        self.loaded.is_some()
     }
 
     pub fn has_table(&self, table: &str) -> bool {
@@ -435,9 +434,8 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             path: path.to_path_buf(),
             tables,
             without_rowid,
-            arrow: meta.is_dir(),
             _rewritten: None,
-            _loaded: loaded,
+            loaded,
         },
     ))
 }
