@@ -1237,9 +1237,9 @@ const RELEASE_EVERY: usize = 1 << 12;
 /// than the pages it keeps mapped: half a megabyte, not less.
 const RELEASE_BYTES: usize = 1 << 19;
 
-/// The least size of a column whose pages a binary search gives back (see
-/// [`Table::forget_probes`]): smaller columns (a string table's ids) are looked up often, and
-/// what their probes map is small.
+/// The least size of a column's values in a batch (nsys writes a table as one batch) whose
+/// pages a binary search gives back (see [`Table::forget_probes`]): smaller columns (a string
+/// table's ids) are looked up often, and what their probes map is small.
 const PROBED_BYTES: usize = 4 << 20;
 
 /// Every buffer of a column, for [`Table::give_back`].
