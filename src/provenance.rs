@@ -108,22 +108,23 @@ fn stat_at(path: &Path) -> Option<(u64, u64, u64, i64, i64)> {
 /// CRC-32 of a whole file, or of a directory export's files (names and contents) in name order.
 fn crc_of(path: &Path) -> std::io::Result<u32> {
     let mut crc = flate2::Crc::new();
+    // One buffer for all the files: a fresh one per file would be mapped and faulted in anew.
+    let mut buf = vec![0u8; 1 << 20];
     let files = files_of(path)?;
     let named = files.len() > 1 || files.first().is_some_and(|f| f != path);
     for file in files {
         if named {
             crc.update(file.file_name().unwrap_or_default().as_encoded_bytes());
         }
-        crc_update(&mut crc, &file)?;
+        crc_update(&mut crc, &file, &mut buf)?;
     }
     Ok(crc.sum())
 }
 
-fn crc_update(crc: &mut flate2::Crc, path: &Path) -> std::io::Result<()> {
+fn crc_update(crc: &mut flate2::Crc, path: &Path, buf: &mut [u8]) -> std::io::Result<()> {
     let mut f = std::fs::File::open(path)?;
-    let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = match f.read(&mut buf) {
+        let n = match f.read(buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
