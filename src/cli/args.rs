@@ -80,11 +80,11 @@ impl SelectArgs {
     }
 }
 
-/// How reports (.nsys-rep, .qdrep) are exported to SQLite. By default the export is cached as
-/// X.sqlite beside X.nsys-rep (or, in a read-only folder or where an X.sqlite this tool did not
-/// write is in the way, in $XDG_CACHE_HOME/nsys-perfetto) and reused while the report's content
-/// is the one it was exported from. A SQLite file the tool did not write is never modified nor
-/// reused.
+/// How reports (.nsys-rep, .qdrep) are exported: to Arrow (X_arwdir) where the nsys found
+/// writes it, else to SQLite (X.sqlite). By default the export is cached beside X.nsys-rep (or,
+/// in a read-only folder or where an export this tool did not write is in the way, in
+/// $XDG_CACHE_HOME/nsys-perfetto) and reused while the report's content is the one it was
+/// exported from. An export the tool did not write is never modified nor reused.
 #[derive(Args, Debug, Clone, Default)]
 pub struct NsysArgs {
     /// The nsys to use (the binary or its install directory). Default: $NSYS, then PATH, then
@@ -141,8 +141,8 @@ impl NsysArgs {
 /// `nsys-perfetto stats PROFILE [PROFILE_B]`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StatsArgs {
-    /// An nsys SQLite export (.sqlite) or report (.nsys-rep, .qdrep); with a second one, the
-    /// two are compared side by side (count, total and change per name, B against A).
+    /// An nsys report (.nsys-rep, .qdrep) or export (.sqlite, _arwdir, _pqtdir); with a second
+    /// one, the two are compared side by side (count, total and change per name, B against A).
     #[arg(value_name = "PROFILE", required = true, num_args = 1..=2)]
     pub profiles: Vec<PathBuf>,
     /// Rows per report in a table, names per kind of event in a comparison (0: all; default
@@ -205,8 +205,8 @@ pub struct OutputArgs {
     /// Write to FILE instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
-    /// The nsys that exports reports (.nsys-rep, .qdrep) to SQLite. Default: $NSYS, then PATH,
-    /// then the usual install places.
+    /// The nsys that exports reports (.nsys-rep, .qdrep). Default: $NSYS, then PATH, then the
+    /// usual install places.
     #[arg(long, value_name = "PATH")]
     pub nsys: Option<std::path::PathBuf>,
 }
@@ -214,7 +214,7 @@ pub struct OutputArgs {
 /// `nsys-perfetto extract PROFILE... -e PATTERN [-e PATTERN...]`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ExtractArgs {
-    /// nsys SQLite exports (.sqlite) or reports (.nsys-rep, .qdrep).
+    /// nsys reports (.nsys-rep, .qdrep) or exports (.sqlite, _arwdir, _pqtdir).
     #[arg(required = true, value_name = "PROFILE")]
     pub profiles: Vec<PathBuf>,
     /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or a regex
@@ -259,7 +259,7 @@ pub struct SweepArgs {
     #[arg(long)]
     pub regex: bool,
     /// Report name of each run, with `$p` (quote it: 'run_$p'); nsys adds .nsys-rep, the export
-    /// is NAME.sqlite. With --iter, -1, -2... follow the name.
+    /// is NAME_arwdir (NAME.sqlite from nsys before 2023). With --iter, -1, -2... follow the name.
     #[arg(short, long, default_value = "sweep_$p", value_name = "NAME")]
     pub output: String,
     /// Also write the table as CSV (times in ns; rows total_ns, mean_ns and count per event).
@@ -295,7 +295,7 @@ pub struct SweepArgs {
 /// `nsys-perfetto analyze PROFILE`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AnalyzeArgs {
-    /// An nsys SQLite export (.sqlite) or report (.nsys-rep, .qdrep).
+    /// An nsys report (.nsys-rep, .qdrep) or export (.sqlite, _arwdir, _pqtdir).
     #[arg(value_name = "PROFILE")]
     pub profile: std::path::PathBuf,
     /// Rules to run, comma-separated (default: all): cuda_api_sync, cuda_memcpy_async,
@@ -338,7 +338,8 @@ pub struct AnalyzeArgs {
 #[derive(Args, Debug, Clone)]
 #[command(after_help = SCALING_HELP)]
 pub struct MergeArgs {
-    /// Reports or exports (.nsys-rep, .qdrep, .sqlite), directories of them, glob patterns.
+    /// Reports or exports (.nsys-rep, .qdrep, .sqlite, _arwdir, _pqtdir), directories of them,
+    /// glob patterns.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// The merged trace (.pftrace, or .json; .gz compresses).
@@ -394,9 +395,9 @@ pub const PERFETTO_PORT: u16 = 9001;
 /// `nsys-perfetto open`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct OpenArgs {
-    /// A trace (.pftrace, .json, .gz...) or a profile (.nsys-rep, .qdrep, .sqlite: converted
-    /// first, or reused when the .pftrace beside it was made from the same input content with
-    /// the same options by this version).
+    /// A trace (.pftrace, .json, .gz...) or a profile (.nsys-rep, .qdrep, or an export:
+    /// .sqlite, _arwdir, _pqtdir; converted first, or reused when the .pftrace beside it was made
+    /// from the same input content with the same options by this version).
     #[arg(value_name = "INPUT")]
     pub input: PathBuf,
     /// Do not start a browser: print the link (automatic without a display or over SSH).
@@ -521,8 +522,9 @@ pub struct ManArgs {
 
 #[derive(Args, Debug, Clone)]
 pub struct ConvertArgs {
-    /// Profiles to convert: nsys SQLite exports (.sqlite), reports (.nsys-rep, .qdrep; exported
-    /// with nsys), directories of them, glob patterns.
+    /// Profiles to convert: nsys reports (.nsys-rep, .qdrep; exported with nsys), their SQLite,
+    /// Arrow or Parquet exports (.sqlite, directories nsys wrote with --type arrowdir or
+    /// parquetdir), directories of them, glob patterns.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Output file (default: next to the input, with .pftrace or .json). A name ending in .gz
@@ -607,7 +609,8 @@ pub enum SampleArg {
 
 #[derive(Args, Debug, Clone)]
 pub struct ProfileArgs {
-    /// Base name of the results (NAME.nsys-rep, NAME.sqlite, NAME.pftrace). Default: the
+    /// Base name of the results (NAME.nsys-rep, its export NAME_arwdir or NAME.sqlite,
+    /// NAME.pftrace). Default: the
     /// command's name in the current directory, numbered if taken.
     #[arg(short, long, value_name = "NAME")]
     pub output: Option<PathBuf>,

@@ -33,7 +33,7 @@ pub struct SweepOptions {
     pub output: String,
     /// The command and its arguments, with `$p` placeholders.
     pub command: Vec<String>,
-    /// How reports are exported to SQLite.
+    /// How reports are exported (Arrow or SQLite, cached).
     pub export: crate::report::ExportOptions,
     /// Convert each run's profile to `OUTPUT.pftrace` (the output name of the run plus
     /// `.pftrace`).
