@@ -60,7 +60,7 @@ impl Totals {
 /// The kinds of input the converter takes.
 pub fn is_profile(path: &Path) -> bool {
     report::is_report(path)
-        || crate::nsys::is_export_dir(path)
+        || crate::nsys::is_columnar_export(path)
         || path
             .extension()
             .is_some_and(|e| e.eq_ignore_ascii_case("sqlite"))
@@ -91,7 +91,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
     let mut files: Vec<PathBuf> = Vec::new();
     for input in inputs {
         let shown = input.display().to_string();
-        if input.is_dir() && !crate::nsys::is_export_dir(input) {
+        if input.is_dir() && !crate::nsys::is_columnar_export(input) {
             ex.expanded_any = true;
             match fs::read_dir(input) {
                 Ok(rd) => {
@@ -99,7 +99,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                         .flatten()
                         .map(|e| e.path())
                         .filter(|p| {
-                            (p.is_file() || crate::nsys::is_export_dir(p))
+                            (p.is_file() || crate::nsys::is_columnar_export(p))
                                 && is_profile(p)
                                 && !p
                                     .file_name()

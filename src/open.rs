@@ -173,7 +173,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     if !input.exists() {
         bail!("{}: no such file", input.display());
     }
-    if input.is_dir() && !crate::nsys::is_export_dir(input) {
+    if input.is_dir() && !crate::nsys::is_columnar_export(input) {
         bail!(
             "{}: is a directory; open one trace or profile",
             input.display()

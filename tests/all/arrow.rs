@@ -10,7 +10,9 @@
 //!   the file, exit 1, no output; a missing table converts without its events; a batch folder
 //!   holding an arrowdir beside other inputs;
 //! - the shipped fixture (`tests/fixtures/arrow/`, see its `gen.sh`), converted without nsys,
-//!   against its SQLite twin.
+//!   against its SQLite twin;
+//! - the single-file export (`--type arrow`, `REPORT.arrows`) against the SQLite export and
+//!   the arrowdir, and cut short.
 
 use crate::common::{self, skip};
 use std::collections::BTreeMap;
@@ -812,6 +814,177 @@ fn batch_folder_with_an_arrowdir() {
         .filter(|p| p.extension().is_some_and(|e| e == "pftrace"))
         .collect();
     assert_eq!(pftraces.len(), 2, "{pftraces:?}");
+}
+
+/// nsys' single-file Arrow export (`--type arrow`, `REPORT.arrows`: every table's stream one
+/// after another) converts to the content of the SQLite export of the same report, names its
+/// trace after the report, and its workflows print the same.
+#[test]
+fn arrows_files_convert_as_their_sqlite_twins() {
+    let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
+        return;
+    };
+    for name in [EXACT[0], EXACT[3]] {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = nsys_export(&nsys, &corpus.join(name), dir.path(), "sqlite", ".sqlite");
+        let arrows = nsys_export(&nsys, &corpus.join(name), dir.path(), "arrow", ".arrows");
+        let s = dir.path().join("s.pftrace");
+        convert(&sqlite, &s, &[]);
+        // The default output: REPORT.arrows -> REPORT.pftrace.
+        cli_ok([arrows.as_os_str(), OsStr::new("-q")]);
+        let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
+        let a = dir.path().join(format!("{stem}.pftrace"));
+        assert!(a.is_file(), "{name}: no {}", a.display());
+        let Some(digest) = assert_same_content(&s, &a, name) else {
+            return;
+        };
+        assert!(
+            per_category(&digest).values().sum::<u64>() > 0,
+            "{name}: no slices"
+        );
+        tpcheck_clean(&a);
+        let (sqlite_name, arrows_name) = (format!("{stem}.sqlite"), format!("{stem}.arrows"));
+        for args in [&["stats", "--csv"][..], &["analyze", "--csv"]] {
+            let from = |input: &Path, own: &str| {
+                let mut a: Vec<&OsStr> = args.iter().map(OsStr::new).collect();
+                a.push(input.as_os_str());
+                cli_ok(a).replace(own, "EXPORT")
+            };
+            assert_eq!(
+                from(&sqlite, &sqlite_name),
+                from(&arrows, &arrows_name),
+                "{name}: {args:?}, SQLite (left) and .arrows (right)"
+            );
+        }
+    }
+}
+
+/// The shipped `.arrows` file converts with no nsys to the events of the shipped arrowdir of
+/// the same report, in a batch folder too.
+#[test]
+fn shipped_arrows_file_converts_as_the_arrowdir() {
+    let dir = tempfile::tempdir().unwrap();
+    let from_dir = counts(&fixture_copy(dir.path()), dir.path());
+    let arrows = dir.path().join("kmeans.arrows");
+    std::fs::copy(common::fixture("arrow/kmeans.arrows"), &arrows).unwrap();
+    assert_eq!(
+        counts(&arrows, dir.path()),
+        from_dir,
+        ".arrows (left), arrowdir (right)"
+    );
+    assert!(from_dir.get("cuda.kernel").is_some_and(|&n| n > 0));
+    // A folder's .arrows file is one of its inputs, converted beside it.
+    let folder = dir.path().join("batch");
+    std::fs::create_dir(&folder).unwrap();
+    std::fs::copy(&arrows, folder.join("kmeans.arrows")).unwrap();
+    cli_ok([folder.as_os_str(), OsStr::new("-q")]);
+    assert!(folder.join("kmeans.pftrace").is_file());
+}
+
+/// A truncated `.arrows` file, or one cut inside a table's stream, is refused in one line
+/// naming the file (and the table whose stream is cut), with nothing written.
+#[test]
+fn truncated_arrows_file_is_one_line_naming_the_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrows = dir.path().join("kmeans.arrows");
+    let whole = std::fs::read(common::fixture("arrow/kmeans.arrows")).unwrap();
+    // Cut inside the kernels' record batch (the schema before it, with every column's
+    // description, takes about 5 kB).
+    let name = b"CUPTI_ACTIVITY_KIND_KERNEL";
+    let at = whole
+        .windows(name.len())
+        .position(|w| w == name)
+        .expect("the kernels' stream");
+    std::fs::write(&arrows, &whole[..at + 10_000]).unwrap();
+    expect_failure(
+        &arrows,
+        dir.path(),
+        "kmeans.arrows: table CUPTI_ACTIVITY_KIND_KERNEL: ",
+        &["truncated", "damaged"],
+    );
+    // Cut anywhere: one line naming the file.
+    std::fs::write(&arrows, &whole[..whole.len() / 2]).unwrap();
+    expect_failure(
+        &arrows,
+        dir.path(),
+        "kmeans.arrows",
+        &["truncated", "damaged"],
+    );
+    std::fs::write(&arrows, b"").unwrap();
+    expect_failure(&arrows, dir.path(), "kmeans.arrows", &["empty"]);
+}
+
+/// Damage anywhere in an `.arrows` file (bits flipped, a cut, a run of zeros, at seeded places)
+/// never panics: the conversion and `stats` succeed or fail in one line naming the file.
+#[test]
+fn seeded_damage_to_an_arrows_file_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let arrows = dir.path().join("kmeans.arrows");
+    let original = std::fs::read(common::fixture("arrow/kmeans.arrows")).unwrap();
+    let mut state = 0x2545_f491_4f6c_dd1du64;
+    let mut next = |n: usize| {
+        // xorshift64*: a fixed sequence, so a failure repeats.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    };
+    let out = dir.path().join("out.pftrace");
+    for case in 0..40 {
+        let mut bytes = original.clone();
+        let how = match next(3) {
+            0 => {
+                for _ in 0..1 + next(8) {
+                    let at = next(bytes.len());
+                    bytes[at] ^= 1 << next(8);
+                }
+                "bits flipped"
+            }
+            1 => {
+                bytes.truncate(next(bytes.len()));
+                "cut"
+            }
+            _ => {
+                let at = next(bytes.len());
+                let end = (at + 64).min(bytes.len());
+                bytes[at..end].fill(0);
+                "64 bytes zeroed"
+            }
+        };
+        std::fs::write(&arrows, &bytes).unwrap();
+        for convert in [true, false] {
+            let o = if convert {
+                cli([
+                    arrows.as_os_str(),
+                    OsStr::new("-q"),
+                    OsStr::new("-o"),
+                    out.as_os_str(),
+                ])
+            } else {
+                cli([OsStr::new("stats"), arrows.as_os_str()])
+            };
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            let ctx = format!(
+                "case {case}, {how}, {}: exit {:?}\n{stderr}",
+                if convert { "convert" } else { "stats" },
+                o.status.code()
+            );
+            assert!(!stderr.contains("panicked"), "a panic: {ctx}");
+            match o.status.code() {
+                Some(0) => {}
+                Some(1) => {
+                    assert!(
+                        lines.len() == 1 && lines[0].contains("kmeans.arrows"),
+                        "{ctx}"
+                    );
+                    assert!(!convert || !out.exists(), "output left behind: {ctx}");
+                }
+                _ => panic!("{ctx}"),
+            }
+        }
+        let _ = std::fs::remove_file(&out);
+    }
 }
 
 /// nsys' Parquet export converts to the content of the SQLite export of the same report (it is

@@ -1,8 +1,9 @@
 //! nsys' Arrow export (`nsys export --type arrowdir`: one Arrow IPC stream file a table, with the
-//! SQLite export's tables and columns, typed) read as SQLite virtual tables: every reader and
-//! workflow reads it with the very SQL that reads an SQLite export, so both give the same rows.
+//! SQLite export's tables and columns, typed; or `--type arrow`: the same streams one after
+//! another in one `.arrows` file) read as SQLite virtual tables: every reader and workflow reads
+//! it with the very SQL that reads an SQLite export, so both give the same rows.
 //!
-//! Each `.arrow` file is memory-mapped and decoded in place (Arrow's buffers point into the
+//! Each table's stream is memory-mapped and decoded in place (Arrow's buffers point into the
 //! mapping; nothing is copied), and a virtual table's cursor hands SQLite one value at a time
 //! from the typed columns. What SQLite asks of a table that a plain scan cannot answer cheaply
 //! is answered here: `rowid = ?` (and `id = ?` where `id` is the key, as in `StringIds`) by a
@@ -252,9 +253,152 @@ pub const EXTENSION: &str = "arrow";
 /// What nsys appends to a report's name for its Arrow export's directory.
 pub const NSYS_DIR_SUFFIX: &str = "_arwdir";
 
+/// The file extension of nsys' single-file Arrow export (`nsys export --type arrow`): each
+/// table's Arrow IPC stream, one after another, named by its schema's `table_name`.
+pub const STREAMS_EXTENSION: &str = "arrows";
+
+/// Where a table's Arrow IPC stream lies: a whole `.arrow` file of an export directory, or a
+/// run of the bytes of an `.arrows` file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    file: PathBuf,
+    /// `None`: the whole file.
+    bytes: Option<std::ops::Range<u64>>,
+    table: String,
+}
+
+impl std::fmt::Display for Place {
+    /// The table's file, or the table where its file (the export, named by the caller) holds
+    /// several.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.bytes {
+            None => write!(f, "{}", self.file.display()),
+            Some(_) => write!(f, "table {}", self.table),
+        }
+    }
+}
+
+/// The tables of the Arrow export `export` (a directory, or an `.arrows` file), by name.
+fn places(export: &Path) -> Result<Vec<Place>> {
+    if std::fs::metadata(export).is_ok_and(|m| m.is_file()) {
+        return streams(export);
+    }
+    Ok(table_files(export)?
+        .into_iter()
+        .map(|(table, file)| Place {
+            file,
+            bytes: None,
+            table,
+        })
+        .collect())
+}
+
+/// Where `table` of the Arrow export `export` lies (see [`places`]).
+fn place(export: &Path, table: &str) -> Result<Place> {
+    if std::fs::metadata(export).is_ok_and(|m| m.is_file()) {
+        return places(export)?
+            .into_iter()
+            .find(|p| p.table == table)
+            .ok_or_else(|| anyhow!("{}: no table {table}", export.display()));
+    }
+    Ok(Place {
+        file: export.join(format!("{table}.{EXTENSION}")),
+        bytes: None,
+        table: table.to_string(),
+    })
+}
+
+/// The streams of an `.arrows` file: each one's table name and bytes, found by walking the
+/// messages' headers (their bodies are skipped, not read). The streams are checked as tables
+/// when they are loaded; here, that each lies inside the file and ends with the end-of-stream
+/// marker.
+fn streams(file: &Path) -> Result<Vec<Place>> {
+    let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
+    // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
+    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| anyhow!("cannot map: {e}"))?;
+    let bytes = &map[..];
+    let damaged = |what: &str| {
+        anyhow!(
+            "not a readable Arrow IPC stream ({what}): a damaged or truncated file; export the report again"
+        )
+    };
+    let word = |at: usize| -> Option<i32> {
+        Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    };
+    if bytes.is_empty() {
+        bail!("an empty file, not an Arrow export");
+    }
+    let mut places: Vec<Place> = Vec::new();
+    let mut pos = 0usize;
+    while pos < bytes.len() {
+        let start = pos;
+        let mut table: Option<String> = None;
+        // A damaged stream is named by its table once its schema has named it.
+        let named = |table: &Option<String>, e: anyhow::Error| match table {
+            Some(t) => anyhow!("table {t}: {e}"),
+            None => e,
+        };
+        loop {
+            let mut len =
+                word(pos).ok_or_else(|| named(&table, damaged("the stream is truncated")))?;
+            pos += 4;
+            if len == -1 {
+                len = word(pos).ok_or_else(|| named(&table, damaged("the stream is truncated")))?;
+                pos += 4;
+            }
+            if len == 0 {
+                break;
+            }
+            let end = usize::try_from(len)
+                .ok()
+                .and_then(|l| pos.checked_add(l))
+                .filter(|&e| e <= bytes.len())
+                .ok_or_else(|| named(&table, damaged("a message runs past the end of the file")))?;
+            let message = arrow_ipc::root_as_message(&bytes[pos..end]).map_err(|e| {
+                named(
+                    &table,
+                    damaged(&format!("a message's header is damaged: {e}")),
+                )
+            })?;
+            if table.is_none() {
+                let schema = message
+                    .header_as_schema()
+                    .ok_or_else(|| damaged("a stream that does not begin with a schema"))?;
+                let name = schema
+                    .custom_metadata()
+                    .and_then(|kvs| kvs.iter().find(|kv| kv.key() == Some("table_name")))
+                    .and_then(|kv| kv.value())
+                    .ok_or_else(|| damaged("a stream without its table's name"))?;
+                table = Some(name.to_string());
+            }
+            pos = usize::try_from(message.bodyLength())
+                .ok()
+                .and_then(|b| end.checked_add(b))
+                .filter(|&e| e <= bytes.len())
+                .ok_or_else(|| {
+                    named(
+                        &table,
+                        damaged("a message's body runs past the end of the file"),
+                    )
+                })?;
+        }
+        let table = table.ok_or_else(|| damaged("an empty stream"))?;
+        if places.iter().any(|p| p.table == table) {
+            bail!("two streams of table {table}");
+        }
+        places.push(Place {
+            file: file.to_path_buf(),
+            bytes: Some(start as u64..pos as u64),
+            table,
+        });
+    }
+    places.sort_by(|a, b| a.table.cmp(&b.table));
+    Ok(places)
+}
+
 /// The tables of an Arrow export directory: (table name, file), by name. A table is named by
 /// its file, as nsys names the files.
-pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     let mut tables = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| anyhow!("cannot read the directory: {e}"))? {
         let path = entry
@@ -271,10 +415,10 @@ pub fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     Ok(tables)
 }
 
-/// The largest rowid of `table` in the Arrow export `dir` (its last key, or its row count where
-/// rowids are row numbers), without reading its rows; `None` for an empty table.
-pub fn max_rowid(dir: &Path, table: &str) -> Result<Option<i64>> {
-    let t = Table::shared(&dir.join(format!("{table}.{EXTENSION}")))?;
+/// The largest rowid of `table` in the Arrow export `export` (its last key, or its row count
+/// where rowids are row numbers), without reading its rows; `None` for an empty table.
+pub fn max_rowid(export: &Path, table: &str) -> Result<Option<i64>> {
+    let t = Table::shared(&place(export, table)?)?;
     Ok(t.rows.checked_sub(1).map(|last| {
         let (b, i) = t.locate(last);
         t.rowid(b, i, last)
@@ -294,13 +438,13 @@ impl std::fmt::Debug for Tables {
 }
 
 impl Tables {
-    /// Load every table of the export in `dir`. Errors name the file and the problem in one
-    /// line.
-    pub fn load(dir: &Path) -> Result<Tables> {
+    /// Load every table of the export `export` (a directory, or an `.arrows` file). Errors
+    /// name the file (and the table, in an `.arrows` file) and the problem in one line.
+    pub fn load(export: &Path) -> Result<Tables> {
         let mut tables = Vec::new();
-        for (name, file) in table_files(dir)? {
-            let t = Table::shared(&file).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
-            tables.push((name, t));
+        for place in places(export)? {
+            let t = Table::shared(&place).map_err(|e| anyhow!("{place}: {e:#}"))?;
+            tables.push((place.table, t));
         }
         Ok(Tables(tables))
     }
@@ -313,15 +457,15 @@ impl Tables {
     }
 }
 
-/// Make every table of the Arrow export in `dir` readable by its name on `conn`, in any of its
+/// Make every table of the Arrow export `export` readable by its name on `conn`, in any of its
 /// databases: each is an eponymous virtual table, declared by SQLite on a statement's first
 /// use of it. (A conversion opens a connection a reader; most read a few tables, and most of
 /// those with direct scans that need no SQL: declaring every table on every connection would
 /// cost more than the reading of many of them.)
-pub fn register(conn: &Connection, dir: &Path) -> Result<()> {
+pub fn register(conn: &Connection, export: &Path) -> Result<()> {
     const MODULE: Module<ArrowTable> = Module::eponymous_only_module();
-    for (table, file) in table_files(dir)? {
-        conn.create_module(table.as_str(), &MODULE, Some(file))?;
+    for place in places(export)? {
+        conn.create_module(place.table.clone().as_str(), &MODULE, Some(place))?;
     }
     Ok(())
 }
@@ -665,31 +809,31 @@ struct Table {
     mapped: std::ops::Range<usize>,
 }
 
-/// Tables loaded by this process and still in use, by file: the readers' connections and
-/// scans of one conversion share one decoding of each file (and what was learnt of its order).
-/// A file is loaded again when its size, time or inode differ.
+/// Tables loaded by this process and still in use, by place: the readers' connections and
+/// scans of one conversion share one decoding of each table (and what was learnt of its
+/// order). A table is loaded again when its file's size, time or inode differ.
 #[allow(clippy::type_complexity)]
-static LOADED: Mutex<Vec<(PathBuf, (u64, i64, u64), std::sync::Weak<Table>)>> =
+static LOADED: Mutex<Vec<(Place, (u64, i64, u64), std::sync::Weak<Table>)>> =
     Mutex::new(Vec::new());
 
 impl Table {
-    /// The table in the `.arrow` file `path`, shared with any other user of the same file.
-    fn shared(path: &Path) -> Result<Arc<Table>> {
+    /// The table at `place`, shared with any other user of the same table.
+    fn shared(place: &Place) -> Result<Arc<Table>> {
         use std::os::unix::fs::MetadataExt;
-        let m = std::fs::metadata(path).map_err(|e| anyhow!("cannot read: {e}"))?;
+        let m = std::fs::metadata(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
         let stamp = (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ino());
         let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
         loaded.retain(|(_, _, t)| t.strong_count() > 0);
         // The stamp first: comparing paths compares their components.
         if let Some(t) = loaded
             .iter()
-            .find(|(p, s, _)| *s == stamp && p == path)
+            .find(|(p, s, _)| *s == stamp && p == place)
             .and_then(|(_, _, t)| t.upgrade())
         {
             return Ok(t);
         }
-        let t = Arc::new(Table::load(path)?);
-        loaded.push((path.to_path_buf(), stamp, Arc::downgrade(&t)));
+        let t = Arc::new(Table::load(place)?);
+        loaded.push((place.clone(), stamp, Arc::downgrade(&t)));
         Ok(t)
     }
 
@@ -765,10 +909,16 @@ impl Table {
         }
     }
 
-    fn load(path: &Path) -> Result<Table> {
-        let file = std::fs::File::open(path).map_err(|e| anyhow!("cannot read: {e}"))?;
+    fn load(place: &Place) -> Result<Table> {
+        let file = std::fs::File::open(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
+        let mut options = memmap2::MmapOptions::new();
+        if let Some(bytes) = &place.bytes {
+            let len = usize::try_from(bytes.end - bytes.start)
+                .map_err(|_| anyhow!("a stream too long to map"))?;
+            options.offset(bytes.start).len(len);
+        }
         // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
-        let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| anyhow!("cannot map: {e}"))?;
+        let map = unsafe { options.map(&file) }.map_err(|e| anyhow!("cannot map: {e}"))?;
         // The page cache holds a large file in folios of up to 2 MB, which the kernel would map
         // whole where they are aligned: the pages a reader touches would be 2 MB a column, not
         // the window it keeps (see `Table::give_back`). Only an advice: without it the
@@ -1320,8 +1470,8 @@ impl TableScan {
         order: &[super::column::Col],
     ) -> Result<Option<TableScan>> {
         use super::column::Col;
-        let file = dir.join(format!("{table}.{EXTENSION}"));
-        let t = Table::shared(&file).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
+        let place = place(dir, table)?;
+        let t = Table::shared(&place).map_err(|e| anyhow!("{place}: {e:#}"))?;
         let index = |n: &str| t.columns.iter().position(|(c, _)| c == n);
         let mut picks = Vec::with_capacity(cols.len());
         for c in cols {
@@ -1480,22 +1630,21 @@ const BY_ROWID: c_int = 1;
 const SORTED_EQ: c_int = 2;
 
 unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
-    /// The table's file.
-    type Aux = PathBuf;
+    /// Where the table lies.
+    type Aux = Place;
     type Cursor = Cursor<'vtab>;
 
     fn connect(
         _db: &mut VTabConnection,
-        file: Option<&PathBuf>,
+        place: Option<&Place>,
         _module: &[u8],
         _database: &[u8],
         _table: &[u8],
         _args: &[&[u8]],
     ) -> rusqlite::Result<(Cow<'static, CStr>, ArrowTable)> {
         let module_error = |m: String| rusqlite::Error::ModuleError(m);
-        let file = file.ok_or_else(|| module_error("an Arrow table without its file".into()))?;
-        let table =
-            Table::shared(file).map_err(|e| module_error(format!("{}: {e:#}", file.display())))?;
+        let place = place.ok_or_else(|| module_error("an Arrow table without its file".into()))?;
+        let table = Table::shared(place).map_err(|e| module_error(format!("{place}: {e:#}")))?;
         // The key is declared as the SQLite export declares it (readers check for it).
         let columns: Vec<String> = table
             .columns
@@ -1720,7 +1869,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("T.arrow");
         std::fs::write(&path, bytes).unwrap();
-        Table::load(&path)
+        Table::load(&Place {
+            file: path,
+            bytes: None,
+            table: "T".into(),
+        })
     }
 
     /// `bytes` with the first run of `from` replaced by `to`.

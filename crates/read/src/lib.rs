@@ -114,7 +114,7 @@ pub struct Schema {
     /// The Arrow rewriting of a Parquet export, which `path` names: removed when the last
     /// copy of the schema goes.
     _rewritten: Option<std::sync::Arc<tempfile::TempDir>>,
-    /// An Arrow export's tables (a directory of `.arrow` files), loaded once for every copy
+    /// An Arrow export's tables (a directory of `.arrow` files, or an `.arrows` file), loaded once for every copy
     /// of the schema and its readers; `None` for an SQLite export.
     loaded: Option<std::sync::Arc<arrow::Tables>>,
 }
@@ -295,12 +295,18 @@ pub fn check_rowid_order(table: &str, last: &mut Option<i64>, rowid: i64) -> Res
 }
 
 /// Whether `path` is nsys' Arrow export of a report: a directory holding one of the tables
-/// every export has as an `.arrow` file.
+/// every export has as an `.arrow` file (`--type arrowdir`), or an `.arrows` file (`--type
+/// arrow`, every table in one file).
 pub fn is_arrow_export(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_dir())
-        && NSYS_MARKERS
+    match std::fs::metadata(path) {
+        Ok(m) if m.is_dir() => NSYS_MARKERS
             .iter()
-            .any(|t| path.join(format!("{t}.{}", arrow::EXTENSION)).is_file())
+            .any(|t| path.join(format!("{t}.{}", arrow::EXTENSION)).is_file()),
+        Ok(m) if m.is_file() => path
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case(arrow::STREAMS_EXTENSION)),
+        _ => false,
+    }
 }
 
 /// Whether `path` is nsys' Parquet export of a report: a directory holding one of the tables
@@ -312,8 +318,9 @@ pub fn is_parquet_export(path: &Path) -> bool {
             .any(|t| path.join(format!("{t}.{}", parquet::EXTENSION)).is_file())
 }
 
-/// Whether `path` is an export this tool reads as a directory (Arrow or Parquet).
-pub fn is_export_dir(path: &Path) -> bool {
+/// Whether `path` is an export this tool reads other than an SQLite file: an Arrow export (a
+/// directory or an `.arrows` file) or a Parquet export (a directory).
+pub fn is_columnar_export(path: &Path) -> bool {
     is_arrow_export(path) || is_parquet_export(path)
 }
 
@@ -375,6 +382,7 @@ pub fn tune(conn: &mut Connection) -> Result<()> {
 /// Check the file and read its schema. Errors are one line naming the problem.
 pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
+    let arrow = is_arrow_export(path);
     if meta.is_dir() {
         if is_parquet_export(path) && !is_arrow_export(path) {
             let rewritten = parquet::to_arrow(path)?;
@@ -382,7 +390,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             schema._rewritten = Some(std::sync::Arc::new(rewritten));
             return Ok((conn, schema));
         }
-        if !is_arrow_export(path) {
+        if !arrow {
             bail!("is a directory, not an nsys export");
         }
     } else if !meta.is_file() {
@@ -390,7 +398,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
         bail!("not a regular file (a FIFO, device or socket): give an nsys SQLite export file");
     }
     let mut header = [0u8; 16];
-    if meta.is_file() {
+    if meta.is_file() && !arrow {
         use std::io::Read;
         let mut f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
         let n = f.read(&mut header).unwrap_or(0);
@@ -405,7 +413,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             bail!("not an SQLite database (expected an nsys SQLite export)");
         }
     }
-    let (conn, tables, without_rowid, loaded) = if meta.is_dir() {
+    let (conn, tables, without_rowid, loaded) = if arrow {
         let all = arrow::Tables::load(path)?;
         let tables = all
             .columns()
@@ -424,9 +432,12 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
         (conn, tables, without_rowid, None)
     };
     if !NSYS_MARKERS.iter().any(|t| tables.contains_key(*t)) {
-        bail!(
-            "SQLite database is not an Nsight Systems export (no StringIds, NVTX or CUPTI tables)"
-        );
+        let what = if arrow {
+            "Arrow file"
+        } else {
+            "SQLite database"
+        };
+        bail!("{what} is not an Nsight Systems export (no StringIds, NVTX or CUPTI tables)");
     }
     Ok((
         conn,
