@@ -141,8 +141,9 @@ impl NsysArgs {
 /// `nsys-perfetto stats PROFILE [PROFILE_B]`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct StatsArgs {
-    /// An nsys report (.nsys-rep, .qdrep) or export (.sqlite, _arwdir, _pqtdir); with a second
-    /// one, the two are compared side by side (count, total and change per name, B against A).
+    /// An nsys report (.nsys-rep, .qdrep) or export (.sqlite, .arrows, _arwdir, _pqtdir); with a
+    /// second one, the two are compared side by side (count, total and change per name, B
+    /// against A).
     #[arg(value_name = "PROFILE", required = true, num_args = 1..=2)]
     pub profiles: Vec<PathBuf>,
     /// Rows per report in a table, names per kind of event in a comparison (0: all; default
@@ -214,7 +215,7 @@ pub struct OutputArgs {
 /// `nsys-perfetto extract PROFILE... -e PATTERN [-e PATTERN...]`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct ExtractArgs {
-    /// nsys reports (.nsys-rep, .qdrep) or exports (.sqlite, _arwdir, _pqtdir).
+    /// nsys reports (.nsys-rep, .qdrep) or exports (.sqlite, .arrows, _arwdir, _pqtdir).
     #[arg(required = true, value_name = "PROFILE")]
     pub profiles: Vec<PathBuf>,
     /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or a regex
@@ -295,7 +296,7 @@ pub struct SweepArgs {
 /// `nsys-perfetto analyze PROFILE`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct AnalyzeArgs {
-    /// An nsys report (.nsys-rep, .qdrep) or export (.sqlite, _arwdir, _pqtdir).
+    /// An nsys report (.nsys-rep, .qdrep) or export (.sqlite, .arrows, _arwdir, _pqtdir).
     #[arg(value_name = "PROFILE")]
     pub profile: std::path::PathBuf,
     /// Rules to run, comma-separated (default: all): cuda_api_sync, cuda_memcpy_async,
@@ -338,8 +339,8 @@ pub struct AnalyzeArgs {
 #[derive(Args, Debug, Clone)]
 #[command(after_help = SCALING_HELP)]
 pub struct MergeArgs {
-    /// Reports or exports (.nsys-rep, .qdrep, .sqlite, _arwdir, _pqtdir), directories of them,
-    /// glob patterns.
+    /// Reports or exports (.nsys-rep, .qdrep, .sqlite, .arrows, _arwdir, _pqtdir), directories
+    /// of them, glob patterns.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// The merged trace (.pftrace, or .json; .gz compresses).
@@ -396,8 +397,8 @@ pub const PERFETTO_PORT: u16 = 9001;
 #[derive(clap::Args, Debug, Clone)]
 pub struct OpenArgs {
     /// A trace (.pftrace, .json, .gz...) or a profile (.nsys-rep, .qdrep, or an export:
-    /// .sqlite, _arwdir, _pqtdir; converted first, or reused when the .pftrace beside it was made
-    /// from the same input content with the same options by this version).
+    /// .sqlite, .arrows, _arwdir, _pqtdir; converted first, or reused when the .pftrace beside
+    /// it was made from the same input content with the same options by this version).
     #[arg(value_name = "INPUT")]
     pub input: PathBuf,
     /// Do not start a browser: print the link (automatic without a display or over SSH).
@@ -523,8 +524,8 @@ pub struct ManArgs {
 #[derive(Args, Debug, Clone)]
 pub struct ConvertArgs {
     /// Profiles to convert: nsys reports (.nsys-rep, .qdrep; exported with nsys), their SQLite,
-    /// Arrow or Parquet exports (.sqlite, directories nsys wrote with --type arrowdir or
-    /// parquetdir), directories of them, glob patterns.
+    /// Arrow or Parquet exports (.sqlite; .arrows, or a directory, from --type arrow, arrowdir
+    /// or parquetdir), directories of them, glob patterns.
     #[arg(required = true, value_name = "INPUT")]
     pub inputs: Vec<PathBuf>,
     /// Output file (default: next to the input, with .pftrace or .json). A name ending in .gz
