@@ -330,7 +330,7 @@ fn info(state: &State) -> Value {
             .map(|t| t.name())
             .collect::<Vec<_>>(),
         "formats": {"protobuf": ".pftrace", "json": ".json.gz"},
-        "inputs": [".nsys-rep", ".qdrep", ".sqlite"],
+        "inputs": [".nsys-rep", ".qdrep", ".sqlite", ".arrows"],
     })
 }
 
@@ -408,7 +408,7 @@ pub fn safe_name(name: &str) -> Option<String> {
         .collect();
     let clean = clean.trim_start_matches('.').to_string();
     let lower = clean.to_ascii_lowercase();
-    let ok = [".nsys-rep", ".qdrep", ".sqlite"]
+    let ok = [".nsys-rep", ".qdrep", ".sqlite", ".arrows"]
         .iter()
         .any(|e| lower.ends_with(e) && lower.len() > e.len());
     (ok && clean.len() <= 200).then_some(clean)
@@ -438,6 +438,13 @@ fn sniff(path: &Path, name: &str) -> Result<(), String> {
         if !head.starts_with(b"NVIDIA") {
             return Err(format!(
                 "{name} is not an Nsight Systems report (it does not start like one)"
+            ));
+        }
+    } else if name.to_ascii_lowercase().ends_with(".arrows") {
+        // nsys' Arrow streams begin with a message's continuation marker.
+        if !head.starts_with(&[0xff; 4]) {
+            return Err(format!(
+                "{name} is not an Arrow export (it does not start like an Arrow IPC stream)"
             ));
         }
     } else if head != b"SQLite format 3\0" {
@@ -482,7 +489,9 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     let Some(name) = safe_name(&raw_name) else {
         return error(
             400,
-            format!("{raw_name}: not a profile (expected a .nsys-rep, .qdrep or .sqlite file)"),
+            format!(
+                "{raw_name}: not a profile (expected a .nsys-rep, .qdrep, .sqlite or .arrows file)"
+            ),
         );
     };
     let format = match req.param("format").as_deref() {

@@ -895,6 +895,57 @@ fn serve_api_converts_like_the_cli() {
     assert!(!s.temp.exists(), "{} left behind", s.temp.display());
 }
 
+/// An upload of nsys' single-file Arrow export (`.arrows`) converts to what the CLI converts
+/// it to; one that is not an Arrow stream, or is cut short, gets a clear 422.
+#[test]
+fn serve_converts_an_arrows_upload_like_the_cli() {
+    let fixture = common::fixture("arrow/kmeans.arrows");
+    let bytes = std::fs::read(&fixture).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let s = spawn_serve(&[], &[]);
+    let info = get(&format!("{}/api/info", s.url)).json();
+    assert!(
+        info["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i == ".arrows"),
+        "{info}"
+    );
+    let r = convert_api(&s.url, "name=kmeans.arrows", Body::Length(&bytes));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["file_name"], "kmeans.pftrace");
+    assert!(
+        v["summary"]["events"]["cuda.kernel"].as_u64() > Some(0),
+        "{v}"
+    );
+    let (cli, _) = cli_convert(&fixture, dir.path(), "cli.pftrace", &[]);
+    assert_eq!(
+        content(&get(v["trace_url"].as_str().unwrap()).body),
+        content(&cli)
+    );
+    let err = |r: &Reply| r.json()["error"].as_str().unwrap_or_default().to_string();
+    let r = convert_api(
+        &s.url,
+        "name=x.arrows",
+        Body::Length(b"SQLite format 3\0 no"),
+    );
+    assert_eq!(r.status, 422);
+    assert!(err(&r).contains("not an Arrow export"), "{}", err(&r));
+    let r = convert_api(
+        &s.url,
+        "name=cut.arrows",
+        Body::Length(&bytes[..bytes.len() / 2]),
+    );
+    assert_eq!(r.status, 422);
+    assert!(
+        err(&r).contains("truncated") || err(&r).contains("damaged"),
+        "{}",
+        err(&r)
+    );
+}
+
 #[test]
 fn serve_rejects_bad_uploads_with_a_clear_4xx() {
     let bytes = std::fs::read(common::fixture("nvtx_workload.sqlite")).unwrap();
