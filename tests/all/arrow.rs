@@ -635,6 +635,77 @@ fn first_batch_header(bytes: &[u8]) -> Option<std::ops::Range<usize>> {
     }
 }
 
+/// A fixed sequence of numbers (xorshift64*), so that a failure repeats.
+struct Seeded(u64);
+
+impl Seeded {
+    /// The next number below `n`.
+    fn below(&mut self, n: usize) -> usize {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        (self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
+    }
+
+    /// Damage `bytes` one of three ways: bits flipped inside `flips`, a cut anywhere, or 64
+    /// bytes zeroed anywhere; says which.
+    fn damage(&mut self, bytes: &mut Vec<u8>, flips: std::ops::Range<usize>) -> &'static str {
+        match self.below(3) {
+            0 => {
+                for _ in 0..1 + self.below(4) {
+                    let at = flips.start + self.below(flips.len());
+                    bytes[at] ^= 1 << self.below(8);
+                }
+                "bits flipped"
+            }
+            1 => {
+                bytes.truncate(self.below(bytes.len()));
+                "cut"
+            }
+            _ => {
+                let at = self.below(bytes.len());
+                let end = (at + 64).min(bytes.len());
+                bytes[at..end].fill(0);
+                "64 bytes zeroed"
+            }
+        }
+    }
+}
+
+/// Convert the damaged `input` into `out`, and print its `stats`: each succeeds, or fails with
+/// exit 1 and one line naming `name`, never a panic, and a failed conversion writes nothing.
+fn survives_damage(input: &Path, out: &Path, name: &str, what: &str) {
+    for convert in [true, false] {
+        let o = if convert {
+            cli([
+                input.as_os_str(),
+                OsStr::new("-q"),
+                OsStr::new("-o"),
+                out.as_os_str(),
+            ])
+        } else {
+            cli([OsStr::new("stats"), input.as_os_str()])
+        };
+        let stderr = String::from_utf8_lossy(&o.stderr);
+        let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+        let ctx = format!(
+            "{what}, {}: exit {:?}\n{stderr}",
+            if convert { "convert" } else { "stats" },
+            o.status.code()
+        );
+        assert!(!stderr.contains("panicked"), "a panic: {ctx}");
+        match o.status.code() {
+            Some(0) => {}
+            Some(1) => {
+                assert!(lines.len() == 1 && lines[0].contains(name), "{ctx}");
+                assert!(!convert || !out.exists(), "output left behind: {ctx}");
+            }
+            _ => panic!("{ctx}"),
+        }
+    }
+    let _ = std::fs::remove_file(out);
+}
+
 /// Seeded damage to the fixture's tables where Arrow's decoder trusts what it reads (bits
 /// flipped in a record batch's header, the stream cut anywhere, runs of zeros): every run of
 /// the conversion and of `stats` either succeeds or fails with exit 1 and one line naming the
@@ -647,70 +718,17 @@ fn seeded_damage_never_panics() {
         .into_iter()
         .filter(|p| std::fs::metadata(p).unwrap().len() > 2000)
         .collect();
-    let mut state = 0x9e37_79b9_7f4a_7c15u64;
-    let mut next = |n: usize| {
-        // xorshift64*: a fixed sequence, so a failure repeats.
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
-    };
+    let mut seeded = Seeded(0x9e37_79b9_7f4a_7c15);
     let out = dir.path().join("out.pftrace");
     for case in 0..60 {
-        let table = &tables[next(tables.len())];
+        let table = &tables[seeded.below(tables.len())];
         let original = std::fs::read(table).unwrap();
         let mut bytes = original.clone();
         let header = first_batch_header(&bytes).expect("a record batch");
-        let how = match next(3) {
-            0 => {
-                for _ in 0..1 + next(4) {
-                    let at = header.start + next(header.len());
-                    bytes[at] ^= 1 << next(8);
-                }
-                "bits flipped in the batch header"
-            }
-            1 => {
-                bytes.truncate(next(bytes.len()));
-                "cut"
-            }
-            _ => {
-                let at = next(bytes.len());
-                let end = (at + 64).min(bytes.len());
-                bytes[at..end].fill(0);
-                "64 bytes zeroed"
-            }
-        };
+        let how = seeded.damage(&mut bytes, header);
         std::fs::write(table, &bytes).unwrap();
         let name = table.file_name().unwrap().to_str().unwrap();
-        for convert in [true, false] {
-            let o = if convert {
-                cli([
-                    arrow.as_os_str(),
-                    OsStr::new("-q"),
-                    OsStr::new("-o"),
-                    out.as_os_str(),
-                ])
-            } else {
-                cli([OsStr::new("stats"), arrow.as_os_str()])
-            };
-            let stderr = String::from_utf8_lossy(&o.stderr);
-            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-            let ctx = format!(
-                "case {case}, {name} {how}, {}: exit {:?}\n{stderr}",
-                if convert { "convert" } else { "stats" },
-                o.status.code()
-            );
-            assert!(!stderr.contains("panicked"), "a panic: {ctx}");
-            match o.status.code() {
-                Some(0) => {}
-                Some(1) => {
-                    assert!(lines.len() == 1 && lines[0].contains(name), "{ctx}");
-                    assert!(!convert || !out.exists(), "output left behind: {ctx}");
-                }
-                _ => panic!("{ctx}"),
-            }
-        }
-        let _ = std::fs::remove_file(&out);
+        survives_damage(&arrow, &out, name, &format!("case {case}, {name}: {how}"));
         std::fs::write(table, original).unwrap();
     }
 }
@@ -921,69 +939,18 @@ fn seeded_damage_to_an_arrows_file_never_panics() {
     let dir = tempfile::tempdir().unwrap();
     let arrows = dir.path().join("kmeans.arrows");
     let original = std::fs::read(common::fixture("arrow/kmeans.arrows")).unwrap();
-    let mut state = 0x2545_f491_4f6c_dd1du64;
-    let mut next = |n: usize| {
-        // xorshift64*: a fixed sequence, so a failure repeats.
-        state ^= state >> 12;
-        state ^= state << 25;
-        state ^= state >> 27;
-        (state.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 33) as usize % n.max(1)
-    };
+    let mut seeded = Seeded(0x2545_f491_4f6c_dd1d);
     let out = dir.path().join("out.pftrace");
     for case in 0..40 {
         let mut bytes = original.clone();
-        let how = match next(3) {
-            0 => {
-                for _ in 0..1 + next(8) {
-                    let at = next(bytes.len());
-                    bytes[at] ^= 1 << next(8);
-                }
-                "bits flipped"
-            }
-            1 => {
-                bytes.truncate(next(bytes.len()));
-                "cut"
-            }
-            _ => {
-                let at = next(bytes.len());
-                let end = (at + 64).min(bytes.len());
-                bytes[at..end].fill(0);
-                "64 bytes zeroed"
-            }
-        };
+        let how = seeded.damage(&mut bytes, 0..original.len());
         std::fs::write(&arrows, &bytes).unwrap();
-        for convert in [true, false] {
-            let o = if convert {
-                cli([
-                    arrows.as_os_str(),
-                    OsStr::new("-q"),
-                    OsStr::new("-o"),
-                    out.as_os_str(),
-                ])
-            } else {
-                cli([OsStr::new("stats"), arrows.as_os_str()])
-            };
-            let stderr = String::from_utf8_lossy(&o.stderr);
-            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
-            let ctx = format!(
-                "case {case}, {how}, {}: exit {:?}\n{stderr}",
-                if convert { "convert" } else { "stats" },
-                o.status.code()
-            );
-            assert!(!stderr.contains("panicked"), "a panic: {ctx}");
-            match o.status.code() {
-                Some(0) => {}
-                Some(1) => {
-                    assert!(
-                        lines.len() == 1 && lines[0].contains("kmeans.arrows"),
-                        "{ctx}"
-                    );
-                    assert!(!convert || !out.exists(), "output left behind: {ctx}");
-                }
-                _ => panic!("{ctx}"),
-            }
-        }
-        let _ = std::fs::remove_file(&out);
+        survives_damage(
+            &arrows,
+            &out,
+            "kmeans.arrows",
+            &format!("case {case}: {how}"),
+        );
     }
 }
 
