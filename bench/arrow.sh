@@ -6,6 +6,8 @@
 #    as an arrowdir, the SQLite export grown COPIES-fold (../shared/tools/amplify_trace.py) and
 #    its Arrow and Parquet twins written in nsys' layout (bench/amplify_arrow.py,
 #    bench/amplify_parquet.py, pyarrow in bench/.venv):
+#    and the arrowdir's streams one after another in one file, as nsys' single-file Arrow export
+#    (`--type arrow`, `.arrows`) holds them:
 #    conversion from each, and each one's floor (bench/floor.rs: the columns a conversion reads,
 #    through SQLite; bench/floor_arrow.rs: the same columns from the arrowdir, with arrow-ipc);
 #  - end to end on the corpus's 3 largest reports nsys 2023.4 reads: `nsys-perfetto --no-cache
@@ -72,6 +74,11 @@ if [ ! -d "$parquet" ]; then
   "$venv/bin/python" bench/amplify_parquet.py "$arrow" "${base}_pqtdir" "$parquet.part"
   mv "$parquet.part" "$parquet"
 fi
+arrows=$work/arrow-ai${copies}.arrows
+if [ ! -s "$arrows" ]; then
+  cat "$arrow"/*.arrow >"$arrows.part"
+  mv "$arrows.part" "$arrows"
+fi
 echo "${copies}x: $grown ($(du -sh "$grown" | cut -f1)), $arrow ($(du -sh "$arrow" | cut -f1)), $parquet ($(du -sh "$parquet" | cut -f1))"
 
 # The same trace from both (content as trace_processor reads it).
@@ -82,10 +89,14 @@ python3 bench/content.py --diff "$tmp/s.pftrace" "$tmp/a.pftrace" ||
   echo "(content not compared, or different: see above)"
 python3 bench/content.py --diff "$tmp/s.pftrace" "$tmp/p.pftrace" ||
   echo "(content not compared, or different: see above)"
+"$bin" -q "$arrows" -o "$tmp/f.pftrace"
+python3 bench/content.py --diff "$tmp/s.pftrace" "$tmp/f.pftrace" ||
+  echo "(content not compared, or different: see above)"
 
 bench/interleave.sh "$rounds" \
   sqlite "$bin -q $grown -o $tmp/s.pftrace" \
   arrow "$bin -q $arrow -o $tmp/a.pftrace" \
+  arrows "$bin -q $arrows -o $tmp/f.pftrace" \
   parquet "$bin -q $parquet -o $tmp/p.pftrace" \
   floor-sqlite "target/release/examples/floor $grown" \
   floor-arrow "target/release/examples/floor_arrow $arrow"
