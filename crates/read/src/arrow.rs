@@ -280,8 +280,10 @@ impl std::fmt::Display for Place {
 
 /// The tables of the Arrow export `export` (a directory, or an `.arrows` file), by name.
 fn places(export: &Path) -> Result<Vec<Place>> {
-    if std::fs::metadata(export).is_ok_and(|m| m.is_file()) {
-        return streams(export);
+    if let Ok(m) = std::fs::metadata(export)
+        && m.is_file()
+    {
+        return walked_streams(export, &m);
     }
     Ok(table_files(export)?
         .into_iter()
@@ -308,29 +310,81 @@ fn place(export: &Path, table: &str) -> Result<Place> {
     })
 }
 
-/// The streams of an `.arrows` file: each one's table name and bytes, found by walking the
-/// messages' headers (their bodies are skipped, not read). The streams are checked as tables
-/// when they are loaded; here, that each lies inside the file and ends with the end-of-stream
-/// marker.
+/// A file's size, modification time and inode: what tells that it was rewritten.
+fn stamp(m: &std::fs::Metadata) -> (u64, i64, u64) {
+    use std::os::unix::fs::MetadataExt;
+    (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ino())
+}
+
+/// An `.arrows` file walked: the file, its stamp, its streams.
+type Walked = (PathBuf, (u64, i64, u64), Vec<Place>);
+
+/// The last `.arrows` files walked by this process: each of a conversion's connections, scans
+/// and row estimates asks for the tables of its export.
+static WALKED: Mutex<Vec<Walked>> = Mutex::new(Vec::new());
+
+/// [`streams`] of `file` (whose metadata is `m`), walked once while the file is unchanged.
+fn walked_streams(file: &Path, m: &std::fs::Metadata) -> Result<Vec<Place>> {
+    /// Files remembered: a batch converts a few at once.
+    const KEEP: usize = 16;
+    let stamp = stamp(m);
+    let found = |walked: &[Walked]| {
+        walked
+            .iter()
+            .find(|(p, s, _)| *s == stamp && p == file)
+            .map(|(_, _, places)| places.clone())
+    };
+    if let Some(places) = found(&WALKED.lock().unwrap_or_else(|e| e.into_inner())) {
+        return Ok(places);
+    }
+    let places = streams(file)?;
+    let mut walked = WALKED.lock().unwrap_or_else(|e| e.into_inner());
+    if found(&walked).is_none() {
+        if walked.len() == KEEP {
+            walked.remove(0);
+        }
+        walked.push((file.to_path_buf(), stamp, places.clone()));
+    }
+    Ok(places)
+}
+
+/// The streams of an `.arrows` file: each one's table name and bytes, found by reading the
+/// messages' headers (their bodies are skipped, not read; nothing is mapped, so a large file's
+/// page-cache folios are not mapped whole around each header). The streams are checked as
+/// tables when they are loaded; here, that each lies inside the file and ends with the
+/// end-of-stream marker.
 fn streams(file: &Path) -> Result<Vec<Place>> {
+    use std::os::unix::fs::FileExt;
+    /// Far above any header nsys writes (a schema with every column's description is a few
+    /// kB): a larger one is a damaged length, not worth reading into memory.
+    const MAX_HEADER: usize = 16 << 20;
     let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
-    // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
-    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| anyhow!("cannot map: {e}"))?;
-    let bytes = &map[..];
+    let size = f.metadata().map_err(|e| anyhow!("cannot read: {e}"))?.len();
+    let size = usize::try_from(size).map_err(|_| anyhow!("a file too large to read"))?;
     let damaged = |what: &str| {
         anyhow!(
             "not a readable Arrow IPC stream ({what}): a damaged or truncated file; export the report again"
         )
     };
-    let word = |at: usize| -> Option<i32> {
-        Some(i32::from_le_bytes(bytes.get(at..at + 4)?.try_into().ok()?))
+    let read = |at: usize, buf: &mut [u8]| -> Result<()> {
+        f.read_exact_at(buf, at as u64)
+            .map_err(|e| anyhow!("cannot read: {e}"))
     };
-    if bytes.is_empty() {
+    let word = |at: usize| -> Result<Option<i32>> {
+        if at.checked_add(4).is_none_or(|end| end > size) {
+            return Ok(None);
+        }
+        let mut w = [0u8; 4];
+        read(at, &mut w)?;
+        Ok(Some(i32::from_le_bytes(w)))
+    };
+    if size == 0 {
         bail!("an empty file, not an Arrow export");
     }
     let mut places: Vec<Place> = Vec::new();
+    let mut header = Vec::new();
     let mut pos = 0usize;
-    while pos < bytes.len() {
+    while pos < size {
         let start = pos;
         let mut table: Option<String> = None;
         // A damaged stream is named by its table once its schema has named it.
@@ -339,11 +393,11 @@ fn streams(file: &Path) -> Result<Vec<Place>> {
             None => e,
         };
         loop {
-            let mut len =
-                word(pos).ok_or_else(|| named(&table, damaged("the stream is truncated")))?;
+            let truncated = || named(&table, damaged("the stream is truncated"));
+            let mut len = word(pos)?.ok_or_else(truncated)?;
             pos += 4;
             if len == -1 {
-                len = word(pos).ok_or_else(|| named(&table, damaged("the stream is truncated")))?;
+                len = word(pos)?.ok_or_else(truncated)?;
                 pos += 4;
             }
             if len == 0 {
@@ -352,9 +406,14 @@ fn streams(file: &Path) -> Result<Vec<Place>> {
             let end = usize::try_from(len)
                 .ok()
                 .and_then(|l| pos.checked_add(l))
-                .filter(|&e| e <= bytes.len())
+                .filter(|&e| e <= size)
                 .ok_or_else(|| named(&table, damaged("a message runs past the end of the file")))?;
-            let message = arrow_ipc::root_as_message(&bytes[pos..end]).map_err(|e| {
+            if end - pos > MAX_HEADER {
+                return Err(named(&table, damaged("a message's header is too long")));
+            }
+            header.resize(end - pos, 0);
+            read(pos, &mut header)?;
+            let message = arrow_ipc::root_as_message(&header).map_err(|e| {
                 named(
                     &table,
                     damaged(&format!("a message's header is damaged: {e}")),
@@ -374,7 +433,7 @@ fn streams(file: &Path) -> Result<Vec<Place>> {
             pos = usize::try_from(message.bodyLength())
                 .ok()
                 .and_then(|b| end.checked_add(b))
-                .filter(|&e| e <= bytes.len())
+                .filter(|&e| e <= size)
                 .ok_or_else(|| {
                     named(
                         &table,
@@ -819,9 +878,8 @@ static LOADED: Mutex<Vec<(Place, (u64, i64, u64), std::sync::Weak<Table>)>> =
 impl Table {
     /// The table at `place`, shared with any other user of the same table.
     fn shared(place: &Place) -> Result<Arc<Table>> {
-        use std::os::unix::fs::MetadataExt;
         let m = std::fs::metadata(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
-        let stamp = (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ino());
+        let stamp = stamp(&m);
         let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
         loaded.retain(|(_, _, t)| t.strong_count() > 0);
         // The stamp first: comparing paths compares their components.
