@@ -260,7 +260,7 @@ pub const STREAMS_EXTENSION: &str = "arrows";
 /// Where a table's Arrow IPC stream lies: a whole `.arrow` file of an export directory, or a
 /// run of the bytes of an `.arrows` file.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Place {
+struct Place {
     file: PathBuf,
     /// `None`: the whole file.
     bytes: Option<std::ops::Range<u64>>,
