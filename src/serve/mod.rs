@@ -440,7 +440,7 @@ fn sniff(path: &Path, name: &str) -> Result<(), String> {
                 "{name} is not an Nsight Systems report (it does not start like one)"
             ));
         }
-    } else if name.to_ascii_lowercase().ends_with(".arrows") {
+    } else if crate::nsys::arrow::is_streams_name(Path::new(name)) {
         // nsys' Arrow streams begin with a message's continuation marker.
         if !head.starts_with(&[0xff; 4]) {
             return Err(format!(

@@ -255,7 +255,13 @@ pub const NSYS_DIR_SUFFIX: &str = "_arwdir";
 
 /// The file extension of nsys' single-file Arrow export (`nsys export --type arrow`): each
 /// table's Arrow IPC stream, one after another, named by its schema's `table_name`.
-pub const STREAMS_EXTENSION: &str = "arrows";
+const STREAMS_EXTENSION: &str = "arrows";
+
+/// Whether `path` is named as nsys names its single-file Arrow export (`.arrows`).
+pub fn is_streams_name(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case(STREAMS_EXTENSION))
+}
 
 /// Where a table's Arrow IPC stream lies: a whole `.arrow` file of an export directory, or a
 /// run of the bytes of an `.arrows` file.
@@ -297,8 +303,10 @@ fn places(export: &Path) -> Result<Vec<Place>> {
 
 /// Where `table` of the Arrow export `export` lies (see [`places`]).
 fn place(export: &Path, table: &str) -> Result<Place> {
-    if std::fs::metadata(export).is_ok_and(|m| m.is_file()) {
-        return places(export)?
+    if let Ok(m) = std::fs::metadata(export)
+        && m.is_file()
+    {
+        return walked_streams(export, &m)?
             .into_iter()
             .find(|p| p.table == table)
             .ok_or_else(|| anyhow!("{}: no table {table}", export.display()));
@@ -311,13 +319,16 @@ fn place(export: &Path, table: &str) -> Result<Place> {
 }
 
 /// A file's size, modification time and inode: what tells that it was rewritten.
-fn stamp(m: &std::fs::Metadata) -> (u64, i64, u64) {
+type Stamp = (u64, i64, u64);
+
+/// The [`Stamp`] of a file, from its metadata.
+fn stamp(m: &std::fs::Metadata) -> Stamp {
     use std::os::unix::fs::MetadataExt;
     (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ino())
 }
 
 /// An `.arrows` file walked: the file, its stamp, its streams.
-type Walked = (PathBuf, (u64, i64, u64), Vec<Place>);
+type Walked = (PathBuf, Stamp, Vec<Place>);
 
 /// The last `.arrows` files walked by this process: each of a conversion's connections, scans
 /// and row estimates asks for the tables of its export.
@@ -871,9 +882,7 @@ struct Table {
 /// Tables loaded by this process and still in use, by place: the readers' connections and
 /// scans of one conversion share one decoding of each table (and what was learnt of its
 /// order). A table is loaded again when its file's size, time or inode differ.
-#[allow(clippy::type_complexity)]
-static LOADED: Mutex<Vec<(Place, (u64, i64, u64), std::sync::Weak<Table>)>> =
-    Mutex::new(Vec::new());
+static LOADED: Mutex<Vec<(Place, Stamp, std::sync::Weak<Table>)>> = Mutex::new(Vec::new());
 
 impl Table {
     /// The table at `place`, shared with any other user of the same table.

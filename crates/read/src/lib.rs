@@ -114,8 +114,8 @@ pub struct Schema {
     /// The Arrow rewriting of a Parquet export, which `path` names: removed when the last
     /// copy of the schema goes.
     _rewritten: Option<std::sync::Arc<tempfile::TempDir>>,
-    /// An Arrow export's tables (a directory of `.arrow` files, or an `.arrows` file), loaded once for every copy
-    /// of the schema and its readers; `None` for an SQLite export.
+    /// An Arrow export's tables (a directory of `.arrow` files, or an `.arrows` file), loaded
+    /// once for every copy of the schema and its readers; `None` for an SQLite export.
     loaded: Option<std::sync::Arc<arrow::Tables>>,
 }
 
@@ -302,9 +302,7 @@ pub fn is_arrow_export(path: &Path) -> bool {
         Ok(m) if m.is_dir() => NSYS_MARKERS
             .iter()
             .any(|t| path.join(format!("{t}.{}", arrow::EXTENSION)).is_file()),
-        Ok(m) if m.is_file() => path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case(arrow::STREAMS_EXTENSION)),
+        Ok(m) if m.is_file() => arrow::is_streams_name(path),
         _ => false,
     }
 }
@@ -384,7 +382,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
     let arrow = is_arrow_export(path);
     if meta.is_dir() {
-        if is_parquet_export(path) && !is_arrow_export(path) {
+        if is_parquet_export(path) && !arrow {
             let rewritten = parquet::to_arrow(path)?;
             let (conn, mut schema) = open_schema(rewritten.path())?;
             schema._rewritten = Some(std::sync::Arc::new(rewritten));
