@@ -834,6 +834,37 @@ fn batch_folder_with_an_arrowdir() {
     assert_eq!(pftraces.len(), 2, "{pftraces:?}");
 }
 
+/// Export the corpus report `name` with nsys into `dir` as SQLite and as `kind` (named
+/// `STEM{suffix}`), convert the SQLite export and the other one (to its default output,
+/// `STEM.pftrace`, named after the report), and check that the two traces hold the same
+/// content, with slices, and that the other one passes `tpcheck --strict`. The two exports;
+/// `None` where content cannot be compared here.
+fn converts_as_its_sqlite_twin(
+    nsys: &Path,
+    corpus: &Path,
+    name: &str,
+    dir: &Path,
+    kind: &str,
+    suffix: &str,
+) -> Option<(PathBuf, PathBuf)> {
+    let report = corpus.join(name);
+    let sqlite = nsys_export(nsys, &report, dir, "sqlite", ".sqlite");
+    let export = nsys_export(nsys, &report, dir, kind, suffix);
+    let s = dir.join("s.pftrace");
+    convert(&sqlite, &s, &[]);
+    cli_ok([export.as_os_str(), OsStr::new("-q")]);
+    let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
+    let e = dir.join(format!("{stem}.pftrace"));
+    assert!(e.is_file(), "{name}: no {}", e.display());
+    let digest = assert_same_content(&s, &e, name)?;
+    assert!(
+        per_category(&digest).values().sum::<u64>() > 0,
+        "{name}: no slices"
+    );
+    tpcheck_clean(&e);
+    Some((sqlite, export))
+}
+
 /// nsys' single-file Arrow export (`--type arrow`, `REPORT.arrows`: every table's stream one
 /// after another) converts to the content of the SQLite export of the same report, names its
 /// trace after the report, and its workflows print the same.
@@ -844,23 +875,12 @@ fn arrows_files_convert_as_their_sqlite_twins() {
     };
     for name in [EXACT[0], EXACT[3]] {
         let dir = tempfile::tempdir().unwrap();
-        let sqlite = nsys_export(&nsys, &corpus.join(name), dir.path(), "sqlite", ".sqlite");
-        let arrows = nsys_export(&nsys, &corpus.join(name), dir.path(), "arrow", ".arrows");
-        let s = dir.path().join("s.pftrace");
-        convert(&sqlite, &s, &[]);
-        // The default output: REPORT.arrows -> REPORT.pftrace.
-        cli_ok([arrows.as_os_str(), OsStr::new("-q")]);
-        let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
-        let a = dir.path().join(format!("{stem}.pftrace"));
-        assert!(a.is_file(), "{name}: no {}", a.display());
-        let Some(digest) = assert_same_content(&s, &a, name) else {
+        let Some((sqlite, arrows)) =
+            converts_as_its_sqlite_twin(&nsys, &corpus, name, dir.path(), "arrow", ".arrows")
+        else {
             return;
         };
-        assert!(
-            per_category(&digest).values().sum::<u64>() > 0,
-            "{name}: no slices"
-        );
-        tpcheck_clean(&a);
+        let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
         let (sqlite_name, arrows_name) = (format!("{stem}.sqlite"), format!("{stem}.arrows"));
         for args in [&["stats", "--csv"][..], &["analyze", "--csv"]] {
             let from = |input: &Path, own: &str| {
@@ -964,29 +984,11 @@ fn parquet_exports_convert_as_their_sqlite_twins() {
     };
     for name in [EXACT[0], EXACT[1], EXACT[3]] {
         let dir = tempfile::tempdir().unwrap();
-        let (sqlite, _) = export_twins(&nsys, &corpus.join(name), dir.path());
-        let parquet = nsys_export(
-            &nsys,
-            &corpus.join(name),
-            dir.path(),
-            "parquetdir",
-            "_pqtdir",
-        );
-        let s = dir.path().join("s.pftrace");
-        convert(&sqlite, &s, &[]);
-        // The default output: REPORT_pqtdir -> REPORT.pftrace.
-        cli_ok([parquet.as_os_str(), OsStr::new("-q")]);
-        let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
-        let p = dir.path().join(format!("{stem}.pftrace"));
-        assert!(p.is_file(), "{name}: no {}", p.display());
-        let Some(digest) = assert_same_content(&s, &p, name) else {
+        let Some((sqlite, parquet)) =
+            converts_as_its_sqlite_twin(&nsys, &corpus, name, dir.path(), "parquetdir", "_pqtdir")
+        else {
             return;
         };
-        assert!(
-            per_category(&digest).values().sum::<u64>() > 0,
-            "{name}: no slices"
-        );
-        tpcheck_clean(&p);
         let csv =
             |input: &Path| cli_ok([OsStr::new("stats"), OsStr::new("--csv"), input.as_os_str()]);
         assert_eq!(csv(&sqlite), csv(&parquet), "{name}: stats --csv");
