@@ -611,8 +611,7 @@ pub enum SampleArg {
 #[derive(Args, Debug, Clone)]
 pub struct ProfileArgs {
     /// Base name of the results (NAME.nsys-rep, its export NAME_arwdir or NAME.sqlite,
-    /// NAME.pftrace). Default: the
-    /// command's name in the current directory, numbered if taken.
+    /// NAME.pftrace). Default: the command's name in the current directory, numbered if taken.
     #[arg(short, long, value_name = "NAME")]
     pub output: Option<PathBuf>,
     /// APIs to trace (nsys profile --trace), comma-separated, e.g. cuda,nvtx,osrt,cublas.
