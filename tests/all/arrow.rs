@@ -995,6 +995,69 @@ fn parquet_exports_convert_as_their_sqlite_twins() {
     }
 }
 
+/// A Parquet export whose Arrow rewriting does not fit in `$TMPDIR` (a 64 kB tmpfs; needs root,
+/// skips otherwise): one line naming the folder and what to do, for conversion and `stats`
+/// alike, no output, and nothing left in the folder.
+#[test]
+fn parquet_rewriting_into_a_full_tmpdir_names_the_folder() {
+    let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let tmp = dir.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
+        .arg(&tmp)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        common::skip("root", "cannot mount a tmpfs (not root?)");
+        return;
+    }
+    let result = std::panic::catch_unwind(|| {
+        let parquet = nsys_export(
+            &nsys,
+            &corpus.join(EXACT[0]),
+            dir.path(),
+            "parquetdir",
+            "_pqtdir",
+        );
+        let out = dir.path().join("out");
+        std::fs::create_dir(&out).unwrap();
+        let trace = out.join("x.pftrace");
+        let convert: [&OsStr; 3] = [parquet.as_os_str(), OsStr::new("-o"), trace.as_os_str()];
+        let stats: [&OsStr; 2] = [OsStr::new("stats"), parquet.as_os_str()];
+        for args in [&convert[..], &stats[..]] {
+            let o = Command::new(BIN)
+                .args(args)
+                .env("TMPDIR", &tmp)
+                .env("RUST_BACKTRACE", "0")
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&o.stderr);
+            let ctx = format!("{args:?}: exit {:?}\n{stderr}", o.status.code());
+            let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            assert_eq!(o.status.code(), Some(1), "exit 1: {ctx}");
+            assert_eq!(lines.len(), 1, "one line: {ctx}");
+            for want in [
+                &format!("the temporary folder {} (TMPDIR) is full", tmp.display())[..],
+                "Parquet export rewritten as Arrow",
+                "set TMPDIR to a folder with room",
+            ] {
+                assert!(lines[0].contains(want), "says {want:?}: {ctx}");
+            }
+            assert!(listing(&out).is_empty(), "no output: {ctx}");
+            assert!(listing(&tmp).is_empty(), "nothing left in TMPDIR: {ctx}");
+        }
+    });
+    let _ = Command::new("umount").arg(&tmp).status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
 #[test]
 fn truncated_parquet_table_is_one_line_naming_it() {
     let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {

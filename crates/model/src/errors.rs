@@ -48,15 +48,25 @@ pub fn write_error(dir: &Path, e: &std::io::Error) -> anyhow::Error {
     }
 }
 
+/// Whether an OS error says the file system (or the user's quota there) has no room left.
+pub fn is_full(e: &std::io::Error) -> bool {
+    matches!(raw_os_error(e), Some(libc::ENOSPC) | Some(libc::EDQUOT))
+}
+
+/// The temporary folder ran out of room (`why`): which folder, and what to do.
+pub fn temp_full(why: &str) -> anyhow::Error {
+    anyhow!(
+        "the temporary folder {} (TMPDIR) is full ({why}): free space there or set TMPDIR to a \
+         folder with room",
+        std::env::temp_dir().display()
+    )
+}
+
 /// A scratch database that cannot grow says which folder is full.
 pub fn scratch_error(e: anyhow::Error) -> anyhow::Error {
     let msg = error_line(&e);
     if msg.contains("disk is full") || msg.contains("No space left") || msg.contains("disk I/O") {
-        anyhow!(
-            "the temporary folder {} (TMPDIR) is full ({msg}): free space there or set TMPDIR \
-             to a folder with room",
-            std::env::temp_dir().display()
-        )
+        temp_full(&msg)
     } else {
         e
     }

@@ -5,6 +5,7 @@
 //! its bounded, memory-mapped scans serve Parquet unchanged.
 
 use anyhow::{Context as _, Result, anyhow};
+use arrow_schema::ArrowError;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder,
 };
@@ -48,7 +49,10 @@ pub fn to_arrow(dir: &Path) -> Result<tempfile::TempDir> {
         let target = out
             .path()
             .join(format!("{table}.{}", super::arrow::EXTENSION));
-        rewrite_caught(&file, &target).map_err(|e| anyhow!("{}: {e:#}", file.display()))?;
+        rewrite_caught(&file, &target).map_err(|e| match e.downcast_ref::<NoRoom>() {
+            Some(full) => full.explain(out.path()),
+            None => anyhow!("{}: {e:#}", file.display()),
+        })?;
         // The table's footer, freed, was many small blocks the allocator would keep for the
         // rest of the conversion: give them back to the system.
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -96,8 +100,10 @@ fn rewrite(file: &Path, target: &Path) -> Result<()> {
 
 /// [`rewrite`], in runs of row groups of at most `piece_bytes` of footer, or whole (`None`).
 fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Result<()> {
-    let cannot_write =
-        |e: &dyn std::fmt::Display| anyhow!("cannot write {}: {e}", target.display());
+    let cannot_write = |e: ArrowError| match e {
+        ArrowError::IoError(_, e) if crate::errors::is_full(&e) => anyhow::Error::new(NoRoom(e)),
+        e => anyhow!("cannot write {}: {e}", target.display()),
+    };
     let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
     // The footer describes every row group's column chunks; their statistics, a good part of
     // it, are not needed to read the rows.
@@ -138,23 +144,55 @@ fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Re
             Some(w) => w,
             None => {
                 let schema = arrow_array::RecordBatchReader::schema(&reader);
-                let out = std::fs::File::create(target)
-                    .map_err(|e| crate::errors::write_error(target, &e))?;
+                let out = std::fs::File::create(target).map_err(|e| match e {
+                    e if crate::errors::is_full(&e) => anyhow::Error::new(NoRoom(e)),
+                    e => crate::errors::write_error(target, &e),
+                })?;
                 writer.insert(
                     arrow_ipc::writer::StreamWriter::try_new(std::io::BufWriter::new(out), &schema)
-                        .map_err(|e| cannot_write(&e))?,
+                        .map_err(cannot_write)?,
                 )
             }
         };
         for batch in reader {
             let batch = batch.map_err(|e| damaged(&e))?;
-            writer.write(&batch).map_err(|e| cannot_write(&e))?;
+            writer.write(&batch).map_err(cannot_write)?;
         }
     }
     if let Some(mut writer) = writer {
-        writer.finish().map_err(|e| cannot_write(&e))?;
+        writer.finish().map_err(cannot_write)?;
     }
     Ok(())
+}
+
+/// A table's rewriting stopped for want of room in the temporary folder.
+#[derive(Debug)]
+struct NoRoom(std::io::Error);
+
+impl std::fmt::Display for NoRoom {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&crate::errors::os_error(&self.0))
+    }
+}
+
+impl std::error::Error for NoRoom {}
+
+impl NoRoom {
+    /// The error for the user: the folder, and how much of the rewriting `written` (its
+    /// temporary folder) had taken, which tells how much room to make.
+    fn explain(&self, written: &Path) -> anyhow::Error {
+        let bytes: u64 = std::fs::read_dir(written)
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e.ok()?.metadata().ok())
+            .map(|m| m.len())
+            .sum();
+        crate::errors::temp_full(&format!(
+            "{self} after {:.1} MB of the Parquet export rewritten as Arrow; the rewriting takes \
+             about the size of nsys' Arrow export of the report",
+            bytes as f64 / 1e6
+        ))
+    }
 }
 
 /// Whether every column chunk the footer describes lies within the file: parquet's reader
