@@ -631,10 +631,39 @@ fn run_export(
         opts.timeout,
         opts.quiet,
     );
+    // nsys says at most that a write failed, and 2023.4 can even exit 0 on a full disk: the
+    // folder its export filled says why (the part it wrote is still there).
+    let no_room = |what: &str| -> Option<anyhow::Error> {
+        if !crate::errors::is_full_dir(&dir) {
+            return None;
+        }
+        // A temporary export's own folder means nothing to the user: its TMPDIR does.
+        let (folder, elsewhere) = match opts.no_cache && !opts.keep_sqlite {
+            true => (
+                std::env::temp_dir(),
+                "set TMPDIR to a folder with room".to_string(),
+            ),
+            false => (
+                dir.clone(),
+                format!(
+                    "pass --no-cache to export into TMPDIR ({}) for this run only",
+                    std::env::temp_dir().display()
+                ),
+            ),
+        };
+        Some(anyhow!(
+            "no room left in {} for the report's export: free space there, or {elsewhere} \
+             ({what})",
+            folder.display()
+        ))
+    };
     let done = (|| -> Result<()> {
         let out = out?;
         if !out.status.success() {
             let msg = nsys_message(&out.stderr, &out.stdout);
+            if let Some(e) = no_room(&format!("nsys export failed: {msg}")) {
+                return Err(e);
+            }
             let mut text = format!(
                 "nsys export failed ({}, {}): {msg}",
                 nsys.describe(),
@@ -660,10 +689,9 @@ fn run_export(
             bail!(text);
         }
         nsys::open_schema(&tmp_path).map_err(|e| {
-            anyhow!(
-                "nsys export ({}) reported success but wrote no usable export: {e}",
-                nsys.describe()
-            )
+            let unusable = format!("reported success but wrote no usable export: {e}");
+            no_room(&format!("nsys export {unusable}"))
+                .unwrap_or_else(|| anyhow!("nsys export ({}) {unusable}", nsys.describe()))
         })?;
         mark_owned(&tmp_path, record)
             .map_err(|e| anyhow!("cannot mark the export as this tool's: {e}"))?;

@@ -92,6 +92,16 @@ pub fn run_bounded(
     })
 }
 
+/// A line of nsys' progress bars: `[=====73%    ]`, `Processing 96331 events: [5%     ]`.
+fn is_progress(line: &str) -> bool {
+    line.contains("[=")
+        || line.ends_with(']')
+            && line.rsplit_once('[').is_some_and(|(_, bar)| {
+                let digits = bar.trim_start_matches(|c: char| c.is_ascii_digit());
+                digits.len() < bar.len() && digits.starts_with('%')
+            })
+}
+
 /// nsys's own message, trimmed: its error lines (stderr, else stdout), without progress bars.
 pub(super) fn nsys_message(stderr: &[u8], stdout: &[u8]) -> String {
     let pick = |b: &[u8]| -> String {
@@ -99,7 +109,7 @@ pub(super) fn nsys_message(stderr: &[u8], stdout: &[u8]) -> String {
         let lines: Vec<&str> = text
             .split(['\n', '\r'])
             .map(str::trim)
-            .filter(|l| !l.is_empty() && !l.contains("[=") && !l.contains("%]"))
+            .filter(|l| !l.is_empty() && !is_progress(l))
             .collect();
         let mut s = lines.join(" | ");
         if s.len() > 600 {
@@ -121,5 +131,26 @@ pub(super) fn nsys_message(stderr: &[u8], stdout: &[u8]) -> String {
         "(no message)".into()
     } else {
         o
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::nsys_message;
+
+    #[test]
+    fn progress_bars_are_left_out_of_nsys_messages() {
+        // As nsys 2023.4 writes an export that fails: the bar redrawn with carriage returns.
+        let stderr = b"Processing 96331 events: [1%          ]\rProcessing 96331 events: \
+            [=====73%    ]\r\nFailed to de-initialize insert statement\n\
+            [QuadDCommon::tag_message*] = database or disk is full\n[100%]\n";
+        assert_eq!(
+            nsys_message(stderr, b""),
+            "Failed to de-initialize insert statement | [QuadDCommon::tag_message*] = database \
+             or disk is full"
+        );
+        // A bracketed line that is not a bar stays.
+        assert_eq!(nsys_message(b"", b"[warning]\n"), "[warning]");
+        assert_eq!(nsys_message(b"", b""), "(no message)");
     }
 }

@@ -1253,6 +1253,67 @@ fn a_full_tmpdir_is_named() {
     }
 }
 
+/// A report whose export does not fit beside it, or in `$TMPDIR` with `--no-cache` (a 256 kB
+/// tmpfs holding the 148 kB report, not its export; needs root, skips otherwise): one line
+/// saying which folder has no room and what to do (not that the report is damaged), no output,
+/// nothing left but the report.
+#[test]
+fn a_full_folder_for_the_export_is_named() {
+    if !have_nsys() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let full = t.path().join("full");
+    std::fs::create_dir(&full).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
+        .arg(&full)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        common::skip("root", "cannot mount a tmpfs (not root?)");
+        return;
+    }
+    let result = std::panic::catch_unwind(|| {
+        let cache = t.path().join("cache");
+        // Beside the report.
+        let report = full.join("r.nsys-rep");
+        std::fs::copy(common::fixture("nvtx_workload.nsys-rep"), &report).unwrap();
+        let o = run_in(
+            t.path(),
+            &[report.as_os_str(), os("-o"), os("r.pftrace")],
+            &[("XDG_CACHE_HOME", &cache)],
+        );
+        assert_one_line_error(&o, &format!("no room left in {}", full.display()));
+        assert!(text(&o).contains("--no-cache"), "{}", text(&o));
+        assert!(!text(&o).contains("damaged"), "{}", text(&o));
+        assert_eq!(names(&full), ["r.nsys-rep"]);
+        // In $TMPDIR, for a report elsewhere.
+        std::fs::remove_file(&report).unwrap();
+        let report = t.path().join("r.nsys-rep");
+        std::fs::copy(common::fixture("nvtx_workload.nsys-rep"), &report).unwrap();
+        let o = run_in(
+            t.path(),
+            &[
+                os("--no-cache"),
+                report.as_os_str(),
+                os("-o"),
+                os("r.pftrace"),
+            ],
+            &[("XDG_CACHE_HOME", &cache), ("TMPDIR", &full)],
+        );
+        assert_one_line_error(&o, &format!("no room left in {} ", full.display()));
+        assert!(text(&o).contains("set TMPDIR"), "{}", text(&o));
+        assert!(names(&full).is_empty(), "{:?}", names(&full));
+        assert_eq!(names(t.path()), ["full", "r.nsys-rep"]);
+    });
+    let _ = Command::new("umount").arg(&full).status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
 /// A damaged report whose header names a capture version this nsys reads is not told it "may
 /// come from a newer nsys".
 #[test]

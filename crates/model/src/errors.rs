@@ -53,6 +53,21 @@ pub fn is_full(e: &std::io::Error) -> bool {
     matches!(raw_os_error(e), Some(libc::ENOSPC) | Some(libc::EDQUOT))
 }
 
+/// Whether the file system holding `dir` has (nearly) no room left for an unprivileged writer:
+/// what a failed writer that does not say why (nsys) most likely ran into.
+pub fn is_full_dir(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt as _;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a NUL-terminated path; `st` is written by the call before it is read.
+    unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        libc::statvfs(c.as_ptr(), &mut st) == 0
+            && (st.f_bavail as u64).saturating_mul(st.f_frsize as u64) < 1 << 20
+    }
+}
+
 /// The temporary folder ran out of room (`why`): which folder, and what to do.
 pub fn temp_full(why: &str) -> anyhow::Error {
     anyhow!(
