@@ -688,14 +688,24 @@ fn run_export(
             }
             bail!(text);
         }
-        nsys::open_schema(&tmp_path).map_err(|e| {
-            let unusable = format!("reported success but wrote no usable export: {e}");
-            no_room(&format!("nsys export {unusable}"))
-                .unwrap_or_else(|| anyhow!("nsys export ({}) {unusable}", nsys.describe()))
-        })?;
-        mark_owned(&tmp_path, record)
-            .map_err(|e| anyhow!("cannot mark the export as this tool's: {e}"))?;
-        Ok(())
+        let checked = nsys::open_schema(&tmp_path)
+            .map_err(|e| {
+                anyhow!(
+                    "nsys export ({}) reported success but wrote no usable export: {e}",
+                    nsys.describe()
+                )
+            })
+            .and_then(|_| {
+                mark_owned(&tmp_path, record)
+                    .map_err(|e| anyhow!("cannot mark the export as this tool's: {e}"))
+            });
+        // An export that opens may still have been cut short by the full disk nsys did not
+        // report: it is not kept.
+        let why = match &checked {
+            Err(e) => format!("{e:#}"),
+            Ok(()) => "nsys exited 0, but does not report a full disk".to_string(),
+        };
+        no_room(&why).map_or(checked, Err)
     })();
     let result = done.and_then(|()| tmp.persist(target));
     crate::cleanup::forget(&tmp_path);
