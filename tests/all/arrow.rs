@@ -995,6 +995,11 @@ fn parquet_exports_convert_as_their_sqlite_twins() {
     }
 }
 
+/// nsys' Parquet export of the first of [`EXACT`], in `dir`.
+fn first_report_as_parquet(nsys: &Path, corpus: &Path, dir: &Path) -> PathBuf {
+    nsys_export(nsys, &corpus.join(EXACT[0]), dir, "parquetdir", "_pqtdir")
+}
+
 /// A Parquet export whose Arrow rewriting does not fit in `$TMPDIR` (a 64 kB tmpfs; needs root,
 /// skips otherwise): one line naming the folder and what to do, for conversion and `stats`
 /// alike, no output, and nothing left in the folder.
@@ -1005,25 +1010,8 @@ fn parquet_rewriting_into_a_full_tmpdir_names_the_folder() {
     };
     let dir = tempfile::tempdir().unwrap();
     let tmp = dir.path().join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=64k", "tmpfs"])
-        .arg(&tmp)
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        common::skip("root", "cannot mount a tmpfs (not root?)");
-        return;
-    }
-    let result = std::panic::catch_unwind(|| {
-        let parquet = nsys_export(
-            &nsys,
-            &corpus.join(EXACT[0]),
-            dir.path(),
-            "parquetdir",
-            "_pqtdir",
-        );
+    common::with_tmpfs(&tmp, "size=64k", || {
+        let parquet = first_report_as_parquet(&nsys, &corpus, dir.path());
         let out = dir.path().join("out");
         std::fs::create_dir(&out).unwrap();
         let trace = out.join("x.pftrace");
@@ -1052,10 +1040,6 @@ fn parquet_rewriting_into_a_full_tmpdir_names_the_folder() {
             assert!(listing(&tmp).is_empty(), "nothing left in TMPDIR: {ctx}");
         }
     });
-    let _ = Command::new("umount").arg(&tmp).status();
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
-    }
 }
 
 #[test]
@@ -1064,13 +1048,7 @@ fn truncated_parquet_table_is_one_line_naming_it() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let parquet = nsys_export(
-        &nsys,
-        &corpus.join(EXACT[0]),
-        dir.path(),
-        "parquetdir",
-        "_pqtdir",
-    );
+    let parquet = first_report_as_parquet(&nsys, &corpus, dir.path());
     let table = parquet.join("CUPTI_ACTIVITY_KIND_KERNEL.parquet");
     let len = std::fs::metadata(&table).unwrap().len();
     std::fs::OpenOptions::new()

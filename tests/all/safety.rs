@@ -290,22 +290,11 @@ fn read_only_mount_gets_read_only_advice() {
     let t = tempfile::tempdir().unwrap();
     let d = t.path();
     fixture_copy(d, "in.sqlite");
-    let mnt = d.join("mnt");
-    std::fs::create_dir(&mnt).unwrap();
-    let ok = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "ro,size=64k", "tmpfs"])
-        .arg(&mnt)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        common::skip("root", "cannot mount a read-only tmpfs (not root?)");
-        return;
-    }
-    let o = run_in(d, &[os("in.sqlite"), os("-o"), os("mnt/x.pftrace")], &[]);
-    let _ = Command::new("umount").arg(&mnt).status();
-    assert_one_line_error(&o, "mnt is read-only");
-    assert!(String::from_utf8_lossy(&o.stderr).contains("-o OUT"));
+    common::with_tmpfs(&d.join("mnt"), "ro,size=64k", || {
+        let o = run_in(d, &[os("in.sqlite"), os("-o"), os("mnt/x.pftrace")], &[]);
+        assert_one_line_error(&o, "mnt is read-only");
+        assert!(String::from_utf8_lossy(&o.stderr).contains("-o OUT"));
+    });
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1217,18 +1206,7 @@ fn ctrl_c_during_open_removes_its_folder() {
 fn a_full_tmpdir_is_named() {
     let t = tempfile::tempdir().unwrap();
     let tmp = t.path().join("tmp");
-    std::fs::create_dir(&tmp).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=16k", "tmpfs"])
-        .arg(&tmp)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        common::skip("root", "cannot mount a tmpfs (not root?)");
-        return;
-    }
-    let result = std::panic::catch_unwind(|| {
+    common::with_tmpfs(&tmp, "size=16k", || {
         let Some(input) = big_input(t.path()) else {
             return;
         };
@@ -1247,10 +1225,6 @@ fn a_full_tmpdir_is_named() {
         assert!(names(&out).is_empty(), "{:?}", names(&out));
         assert!(names(&tmp).is_empty(), "{:?}", names(&tmp));
     });
-    let _ = Command::new("umount").arg(&tmp).status();
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
-    }
 }
 
 /// A report whose export does not fit beside it, or in `$TMPDIR` with `--no-cache` (a 256 kB
@@ -1264,18 +1238,7 @@ fn a_full_folder_for_the_export_is_named() {
     }
     let t = tempfile::tempdir().unwrap();
     let full = t.path().join("full");
-    std::fs::create_dir(&full).unwrap();
-    let mounted = Command::new("mount")
-        .args(["-t", "tmpfs", "-o", "size=256k", "tmpfs"])
-        .arg(&full)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if !mounted {
-        common::skip("root", "cannot mount a tmpfs (not root?)");
-        return;
-    }
-    let result = std::panic::catch_unwind(|| {
+    common::with_tmpfs(&full, "size=256k", || {
         let cache = t.path().join("cache");
         // Beside the report.
         let report = full.join("r.nsys-rep");
@@ -1308,10 +1271,6 @@ fn a_full_folder_for_the_export_is_named() {
         assert!(names(&full).is_empty(), "{:?}", names(&full));
         assert_eq!(names(t.path()), ["full", "r.nsys-rep"]);
     });
-    let _ = Command::new("umount").arg(&full).status();
-    if let Err(e) = result {
-        std::panic::resume_unwind(e);
-    }
 }
 
 /// A damaged report whose header names a capture version this nsys reads is not told it "may

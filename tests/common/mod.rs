@@ -1987,6 +1987,32 @@ pub fn skip(requirement: &str, why: &str) {
     }
 }
 
+/// Run `f` with a tmpfs mounted (`mount -o OPTIONS`, e.g. `size=64k`) on `dir`, made if
+/// missing, and unmounted after, whether `f` passed or panicked. Needs root: skips (requirement
+/// `root`) where the mount fails.
+pub fn with_tmpfs(dir: &Path, options: &str, f: impl FnOnce()) {
+    use std::process::{Command, Stdio};
+    std::fs::create_dir_all(dir).unwrap();
+    let mounted = Command::new("mount")
+        .args(["-t", "tmpfs", "-o", options, "tmpfs"])
+        .arg(dir)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        skip(
+            "root",
+            &format!("cannot mount a tmpfs ({options}): not root?"),
+        );
+        return;
+    }
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let _ = Command::new("umount").arg(dir).status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
 /// What a trace holds as trace_processor reads it, one fact a line (`bench/content.py`: per
 /// category count, sums of ts and dur, names, args, flows, tracks, threads, processes, sched,
 /// thread states, counters, samples): two traces with equal digests have the same content.
