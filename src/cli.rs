@@ -25,8 +25,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
-    /// Run a command under `nsys profile` and convert the report: NAME.nsys-rep, NAME.sqlite
-    /// and NAME.pftrace.
+    /// Run a command under `nsys profile` and convert the report: NAME.nsys-rep, its export
+    /// (NAME_arwdir, or NAME.sqlite from nsys before 2023) and NAME.pftrace.
     Profile(ProfileArgs),
     /// nsys' summary reports as `nsys stats` prints them (kernels, memory operations, CUDA API
     /// calls, NVTX ranges, OS runtime...: count, total, mean, median, min, max, stddev, %), as a
@@ -137,7 +137,7 @@ pub fn bare_usage() -> String {
     let cmd = short_abouts(Cli::command());
     let mut s = format!(
         "nsys-perfetto {}: convert NVIDIA Nsight Systems profiles into Perfetto traces\n\n\
-         Usage: nsys-perfetto [OPTIONS] <INPUT>...   convert profiles (.nsys-rep, .qdrep, .sqlite)\n       \
+         Usage: nsys-perfetto [OPTIONS] <INPUT>...   convert reports (.nsys-rep, .qdrep) or exports\n                                                    (.sqlite, .arrows, _arwdir, _pqtdir)\n       \
          nsys-perfetto <COMMAND> [ARGS]\n\nCommands:\n",
         env!("CARGO_PKG_VERSION")
     );
