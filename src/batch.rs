@@ -110,7 +110,9 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                     if found.is_empty() {
                         ex.errors.push((
                             shown,
-                            "no .sqlite, .nsys-rep or .qdrep files or Arrow exports in this directory".into(),
+                            "no reports (.nsys-rep, .qdrep) or exports (.sqlite, .arrows, _arwdir, _pqtdir) in \
+                             this directory"
+                                .into(),
                         ));
                     }
                     files.extend(found);

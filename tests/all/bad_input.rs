@@ -121,6 +121,15 @@ fn text_file() {
     expect_failure(&input, dir.path(), &["not an sqlite"]);
 }
 
+/// A file not named as an export is told what the tool reads.
+#[test]
+fn text_file_of_another_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let input = dir.path().join("notes.txt");
+    std::fs::write(&input, "this is a text file\n").unwrap();
+    expect_failure(&input, dir.path(), &["not an nsys report or export"]);
+}
+
 #[test]
 fn sqlite_that_is_not_an_nsys_export() {
     let dir = tempfile::tempdir().unwrap();

@@ -408,6 +408,16 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
                     path.display()
                 );
             }
+            // Any name but an SQLite export's: the user may not know what the tool reads.
+            if !path
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("sqlite"))
+            {
+                bail!(
+                    "not an nsys report or export: give a report (.nsys-rep, .qdrep) or an \
+                     export (.sqlite, .arrows, or an _arwdir or _pqtdir directory)"
+                );
+            }
             bail!("not an SQLite database (expected an nsys SQLite export)");
         }
     }
