@@ -468,7 +468,12 @@ pub fn export_report(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     let exported = export_as(report, opts, &nsys, &record, capture, format, again.clone());
     match exported {
         // An nsys that cannot write Arrow after all: SQLite, as it always could.
-        Err(e) if opts.format == ExportFormat::Auto && format == Format::Arrow => {
+        // (Not for want of room: a SQLite export would not fit either.)
+        Err(e)
+            if opts.format == ExportFormat::Auto
+                && format == Format::Arrow
+                && e.downcast_ref::<FolderFull>().is_none() =>
+        {
             let why = crate::errors::error_line(&e);
             let mut sqlite =
                 export_as(report, opts, &nsys, &record, capture, Format::Sqlite, again)?;
@@ -651,11 +656,11 @@ fn run_export(
                 ),
             ),
         };
-        Some(anyhow!(
+        Some(anyhow::Error::new(FolderFull(format!(
             "no room left in {} for the report's export: free space there, or {elsewhere} \
              ({what})",
             folder.display()
-        ))
+        ))))
     };
     let done = (|| -> Result<()> {
         let out = out?;
@@ -712,6 +717,18 @@ fn run_export(
     result?;
     Ok(started.elapsed().as_secs_f64())
 }
+
+/// An export failed for want of room in its folder.
+#[derive(Debug)]
+struct FolderFull(String);
+
+impl std::fmt::Display for FolderFull {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for FolderFull {}
 
 /// An export being written, removed when dropped unless persisted.
 enum Part {
