@@ -61,9 +61,7 @@ impl Totals {
 pub fn is_profile(path: &Path) -> bool {
     report::is_report(path)
         || crate::nsys::is_columnar_export(path)
-        || path
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("sqlite"))
+        || crate::nsys::is_sqlite_name(path)
 }
 
 /// The command line's inputs, expanded.
@@ -110,9 +108,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                     if found.is_empty() {
                         ex.errors.push((
                             shown,
-                            "no reports (.nsys-rep, .qdrep) or exports (.sqlite, .arrows, _arwdir, _pqtdir) in \
-                             this directory"
-                                .into(),
+                            format!("no {} in this directory", crate::nsys::INPUTS),
                         ));
                     }
                     files.extend(found);

@@ -307,6 +307,16 @@ pub fn is_arrow_export(path: &Path) -> bool {
     }
 }
 
+/// What the tool takes as input, as messages name it.
+pub const INPUTS: &str =
+    "reports (.nsys-rep, .qdrep) or exports (.sqlite, .arrows, _arwdir, _pqtdir)";
+
+/// Whether `path` is named as nsys' SQLite export (`.sqlite`, in any case).
+pub fn is_sqlite_name(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("sqlite"))
+}
+
 /// Whether `path` is nsys' Parquet export of a report: a directory holding one of the tables
 /// every export has as a `.parquet` file.
 pub fn is_parquet_export(path: &Path) -> bool {
@@ -409,14 +419,8 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
                 );
             }
             // Any name but an SQLite export's: the user may not know what the tool reads.
-            if !path
-                .extension()
-                .is_some_and(|e| e.eq_ignore_ascii_case("sqlite"))
-            {
-                bail!(
-                    "not an nsys report or export: give a report (.nsys-rep, .qdrep) or an \
-                     export (.sqlite, .arrows, or an _arwdir or _pqtdir directory)"
-                );
+            if !is_sqlite_name(path) {
+                bail!("not an nsys report or export: the tool reads {INPUTS}");
             }
             bail!("not an SQLite database (expected an nsys SQLite export)");
         }
