@@ -53,7 +53,8 @@ pub enum Command {
     Merge(args::MergeArgs),
     /// nsys' per-rank analyses (`nsys recipe`), with the recipes' tables and columns:
     /// recipe cuda_gpu_kern_sum rank_*.nsys-rep (also cuda_api_sum, cuda_gpu_mem_time_sum,
-    /// nvtx_sum, mpi_sum); --csv, or Parquet files with --output DIR.
+    /// nvtx_sum, nvtx_gpu_proj_sum, mpi_sum, gpu_time_util, cuda_gpu_time_util_map); --csv, or
+    /// Parquet files with --output DIR.
     Recipe(args::RecipeArgs),
     /// Print a shell completion script: nsys-perfetto completions bash >
     /// ~/.local/share/bash-completion/completions/nsys-perfetto

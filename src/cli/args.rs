@@ -653,7 +653,7 @@ pub struct ProfileArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct RecipeArgs {
     /// The recipe, by nsys' name: cuda_gpu_kern_sum, cuda_api_sum, cuda_gpu_mem_time_sum,
-    /// nvtx_sum, mpi_sum.
+    /// nvtx_sum, mpi_sum, gpu_time_util, cuda_gpu_time_util_map.
     #[arg(value_name = "NAME")]
     pub name: String,
     /// One report or export per rank (.nsys-rep, .qdrep, .sqlite, .arrows, _arwdir, _pqtdir),
@@ -668,9 +668,13 @@ pub struct RecipeArgs {
     /// as the recipe does, and DIR/TABLE.csv with --csv.
     #[arg(short, long, value_name = "DIR")]
     pub output: Option<PathBuf>,
-    /// Print only this table (rank_stats, all_stats); default: all of them.
+    /// Print or write only this table (rank_stats, all_stats; analysis for the utilization
+    /// recipes); default: all of them.
     #[arg(long, value_name = "TABLE")]
     pub table: Option<String>,
+    /// cuda_gpu_time_util_map: the number of equal time bins over the longest session.
+    #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..))]
+    pub bins: u16,
     /// Ranks read at the same time (default: all cores).
     #[arg(short = 'j', long = "jobs", value_name = "N")]
     pub jobs: Option<usize>,

@@ -12,6 +12,12 @@
 //!   standard deviation with n - 1), then `rank_stats` and `all_stats` (the mean of the standard
 //!   deviations, min of Q1, median of medians, max of Q3).
 //!
+//! And two that keep every rank's rows in one table, `analysis`:
+//! - `gpu_time_util`: nsys' `gpu_time_util` rule per rank ([`crate::nsys::rules`]);
+//! - `cuda_gpu_time_util_map`: per rank, process and GPU, the percentage of each of `bins`
+//!   equal time bins covered by kernels (overlapping kernels counted once), on one time axis for
+//!   all ranks (each rank placed at its session's wall-clock start).
+//!
 //! Ranks are named by their file's stem (the report's name for an export), as the recipes name
 //! them; the recipes' rounding (`DataFrame.round(1)`: half to even on the scaled binary value)
 //! and sort orders are kept. The data is computed here; `recipe/render.rs` prints and writes it.
@@ -36,17 +42,36 @@ pub enum Recipe {
     CudaApiSum,
     CudaGpuMemTimeSum,
     NvtxSum,
+    NvtxGpuProjSum,
     MpiSum,
+    GpuTimeUtil,
+    CudaGpuTimeUtilMap,
 }
 
 /// Every recipe, by its nsys name.
-pub const RECIPES: [(&str, Recipe); 5] = [
+pub const RECIPES: [(&str, Recipe); 8] = [
     ("cuda_gpu_kern_sum", Recipe::CudaGpuKernSum),
     ("cuda_api_sum", Recipe::CudaApiSum),
     ("cuda_gpu_mem_time_sum", Recipe::CudaGpuMemTimeSum),
     ("nvtx_sum", Recipe::NvtxSum),
+    ("nvtx_gpu_proj_sum", Recipe::NvtxGpuProjSum),
     ("mpi_sum", Recipe::MpiSum),
+    ("gpu_time_util", Recipe::GpuTimeUtil),
+    ("cuda_gpu_time_util_map", Recipe::CudaGpuTimeUtilMap),
 ];
+
+/// The recipes' options.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecipeOptions {
+    /// `cuda_gpu_time_util_map`: the number of time bins (nsys' `--bins`, default 30).
+    pub bins: usize,
+}
+
+impl Default for RecipeOptions {
+    fn default() -> Self {
+        RecipeOptions { bins: 30 }
+    }
+}
 
 impl Recipe {
     pub fn parse(name: &str) -> Option<Recipe> {
@@ -127,6 +152,7 @@ pub fn run(
     files: &[PathBuf],
     export: &ExportOptions,
     jobs: usize,
+    opts: &RecipeOptions,
 ) -> Result<Option<Outcome>> {
     let ranks = crate::parallel::parallel_map(files, jobs, |_, path| {
         rank_data(recipe, path, export)
@@ -147,20 +173,43 @@ pub fn run(
                 .into_iter()
                 .filter_map(|(f, d)| match d {
                     RankData::Report(rows) => Some((f, rows)),
-                    RankData::Describe(_) => None,
+                    _ => None,
                 })
                 .collect();
             report_recipe(recipe, found)
         }
-        Recipe::NvtxSum | Recipe::MpiSum => {
+        Recipe::NvtxSum | Recipe::NvtxGpuProjSum | Recipe::MpiSum => {
             let found = found
                 .into_iter()
                 .filter_map(|(f, d)| match d {
                     RankData::Describe(rows) => Some((f, rows)),
-                    RankData::Report(_) => None,
+                    _ => None,
                 })
                 .collect();
             describe_recipe(recipe, found)
+        }
+        Recipe::GpuTimeUtil => {
+            let found = found
+                .into_iter()
+                .filter_map(|(f, d)| match d {
+                    RankData::Findings(rows) => Some((f, rows)),
+                    _ => None,
+                })
+                .collect();
+            gpu_time_util(found)
+        }
+        Recipe::CudaGpuTimeUtilMap => {
+            let found: Vec<(String, RankKernels)> = found
+                .into_iter()
+                .filter_map(|(f, d)| match d {
+                    RankData::Kernels(k) => Some((f, k)),
+                    _ => None,
+                })
+                .collect();
+            match gpu_time_util_map(found, opts.bins) {
+                Some(o) => o,
+                None => return Ok(None),
+            }
         }
     }))
 }
@@ -169,6 +218,8 @@ pub fn run(
 enum RankData {
     Report(Vec<ReportRow>),
     Describe(Vec<Described>),
+    Findings(Vec<crate::nsys::rules::Finding>),
+    Kernels(RankKernels),
 }
 
 fn rank_data(recipe: Recipe, path: &Path, export: &ExportOptions) -> Result<Option<RankData>> {
@@ -179,6 +230,9 @@ fn rank_data(recipe: Recipe, path: &Path, export: &ExportOptions) -> Result<Opti
         }
         Recipe::NvtxSum => describe(&ex, &nvtx_durations_sql(&ex))?.map(RankData::Describe),
         Recipe::MpiSum => describe(&ex, &mpi_durations_sql(&ex))?.map(RankData::Describe),
+        Recipe::NvtxGpuProjSum => nvtx_gpu_projection(&ex)?.map(RankData::Describe),
+        Recipe::GpuTimeUtil => time_util_findings(&ex)?.map(RankData::Findings),
+        Recipe::CudaGpuTimeUtilMap => rank_kernels(&ex)?.map(RankData::Kernels),
     })
 }
 
@@ -226,7 +280,7 @@ fn report_of(recipe: Recipe) -> (&'static str, &'static str, &'static str) {
         Recipe::CudaGpuKernSum => ("cuda_gpu_kern_sum", "Instances", "Name"),
         Recipe::CudaApiSum => ("cuda_api_sum", "Num Calls", "Name"),
         Recipe::CudaGpuMemTimeSum => ("cuda_gpu_mem_time_sum", "Count", "Operation"),
-        Recipe::NvtxSum | Recipe::MpiSum => unreachable!("not a report recipe"),
+        _ => unreachable!("not a report recipe"),
     }
 }
 
@@ -465,10 +519,15 @@ fn describe(ex: &Export, sql: &Option<String>) -> Result<Option<Vec<Described>>>
         };
         by_name.entry(name).or_default().push(r.get(1)?);
     }
+    Ok(described(by_name))
+}
+
+/// pandas' `describe` of each name's durations; `None` without any.
+fn described(by_name: BTreeMap<String, Vec<i64>>) -> Option<Vec<Described>> {
     if by_name.is_empty() {
-        return Ok(None);
+        return None;
     }
-    Ok(Some(
+    Some(
         by_name
             .into_iter()
             .map(|(name, mut d)| {
@@ -496,7 +555,129 @@ fn describe(ex: &Export, sql: &Option<String>) -> Result<Option<Vec<Described>>>
                 }
             })
             .collect(),
-    ))
+    )
+}
+
+/// `nvtx_gpu_proj_sum`'s rows (nsys_recipe.lib.nvtx.project_nvtx_onto_gpu): each NVTX range
+/// that ends on the thread it started on spans, on the GPU, from the earliest start to the
+/// latest end of the GPU work (kernels, memcpys, memsets) launched by the CUDA runtime calls it
+/// encloses on its thread; named by its text, as `nvtx_sum`. The recipe's sweep is kept as it
+/// is: per thread, over range starts, range ends and calls in time order, a call gets the
+/// ranges open at its start that have not ended by its end, and a range is closed for good once
+/// a call reaches past its end.
+fn nvtx_gpu_projection(ex: &Export) -> Result<Option<Vec<Described>>> {
+    use crate::nsys::{KERNEL, MEMCPY, MEMSET, RUNTIME};
+    let s = &ex.schema;
+    if !s.has_columns(NVTX, &["start", "end", "globalTid"])
+        || !s.has_columns(RUNTIME, &["start", "end", "globalTid", "correlationId"])
+    {
+        return Ok(None);
+    }
+    let gpu: Vec<String> = [KERNEL, MEMCPY, MEMSET]
+        .iter()
+        .filter(|t| s.has_columns(t, &["start", "end", "globalPid", "correlationId"]))
+        .map(|t| format!("SELECT correlationId, globalPid, start, \"end\" FROM main.\"{t}\""))
+        .collect();
+    if gpu.is_empty() {
+        return Ok(None);
+    }
+    let end_tid = s.col_of(NVTX, "e", "endGlobalTid");
+    let text = s.col_of(NVTX, "e", "text");
+    let (join, name) = if s.has_columns("StringIds", &["id", "value"]) {
+        (
+            format!(
+                " LEFT JOIN main.StringIds sid ON sid.id = {}",
+                s.col_of(NVTX, "e", "textId")
+            ),
+            format!("coalesce(sid.value, {text})"),
+        )
+    } else {
+        (String::new(), text)
+    };
+    // Ranges per thread: (start, end, name).
+    let mut ranges: BTreeMap<i64, Vec<(i64, i64, Option<String>)>> = BTreeMap::new();
+    let mut stmt = ex.conn.prepare(&format!(
+        "SELECT e.globalTid, e.start, e.\"end\", {name} FROM main.\"{NVTX}\" e{join} \
+         WHERE e.start IS NOT NULL AND e.\"end\" IS NOT NULL AND {end_tid} IS NULL \
+         AND e.globalTid IS NOT NULL"
+    ))?;
+    let mut q = stmt.query([])?;
+    while let Some(r) = q.next()? {
+        let name = match r.get_ref(3)? {
+            rusqlite::types::ValueRef::Text(t) => Some(crate::nsys::utf8(t).into_owned()),
+            _ => None,
+        };
+        ranges
+            .entry(r.get(0)?)
+            .or_default()
+            .push((r.get(1)?, r.get(2)?, name));
+    }
+    drop(q);
+    if ranges.is_empty() {
+        return Ok(None);
+    }
+    // Calls per thread with their GPU work: (call start, call end, GPU start, GPU end).
+    let mut calls: BTreeMap<i64, Vec<(i64, i64, i64, i64)>> = BTreeMap::new();
+    let mut stmt = ex.conn.prepare(&format!(
+        "SELECT r.globalTid, r.start, r.\"end\", g.start, g.\"end\" FROM main.\"{RUNTIME}\" r \
+         JOIN ({}) g ON g.correlationId = r.correlationId \
+         AND ((g.globalPid >> 24) & 16777215) = ((r.globalTid >> 24) & 16777215)",
+        gpu.join(" UNION ALL ")
+    ))?;
+    let mut q = stmt.query([])?;
+    while let Some(r) = q.next()? {
+        let tid: i64 = r.get(0)?;
+        if ranges.contains_key(&tid) {
+            calls
+                .entry(tid)
+                .or_default()
+                .push((r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?));
+        }
+    }
+    drop(q);
+    let mut by_name: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+    for (tid, mut calls) in calls {
+        let ranges = &ranges[&tid];
+        calls.sort_by_key(|c| c.0);
+        let mut starts: Vec<usize> = (0..ranges.len()).collect();
+        starts.sort_by_key(|&i| ranges[i].0);
+        let mut ends = starts.clone();
+        ends.sort_by_key(|&i| ranges[i].1);
+        // Per range: the GPU span of the work of the calls it encloses.
+        let mut span: Vec<Option<(i64, i64)>> = vec![None; ranges.len()];
+        let mut open: std::collections::BTreeSet<usize> = std::collections::BTreeSet::new();
+        let (mut si, mut ei) = (0, 0);
+        let mut ci = 0;
+        while ci < calls.len() && ei < ends.len() {
+            let (c_start, c_end, g_start, g_end) = calls[ci];
+            let next_end = ranges[ends[ei]].1;
+            if si < starts.len()
+                && ranges[starts[si]].0 <= next_end
+                && ranges[starts[si]].0 <= c_start
+            {
+                open.insert(starts[si]);
+                si += 1;
+            } else if next_end <= c_start || next_end <= c_end {
+                open.remove(&ends[ei]);
+                ei += 1;
+            } else {
+                for &r in &open {
+                    let sp = span[r].get_or_insert((g_start, g_end));
+                    sp.0 = sp.0.min(g_start);
+                    sp.1 = sp.1.max(g_end);
+                }
+                ci += 1;
+            }
+        }
+        for (r, sp) in span.iter().enumerate() {
+            if let (Some((a, b)), Some(name)) = (sp, &ranges[r].2)
+                && b - a > 0
+            {
+                by_name.entry(name.clone()).or_default().push(b - a);
+            }
+        }
+    }
+    Ok(described(by_name))
 }
 
 /// `nvtx_sum`'s rows: every NVTX event with a positive duration, named by its text (its
@@ -672,6 +853,251 @@ fn describe_recipe(recipe: Recipe, mut ranks: Vec<(String, Vec<Described>)>) -> 
         files: ranks.into_iter().map(|(f, _)| f).collect(),
         tables: vec![all_stats, rank_stats],
     }
+}
+
+// ---- GPU time utilization ----
+
+/// nsys' `gpu_time_util` rule on one rank, with its defaults; `None` when nsys would not run it
+/// or it finds nothing.
+fn time_util_findings(ex: &Export) -> Result<Option<Vec<crate::nsys::rules::Finding>>> {
+    use crate::nsys::rules::{self, Outcome, Rule};
+    let opts = rules::Options {
+        rules: vec![Rule::GpuTimeUtil],
+        ..Default::default()
+    };
+    let reports = rules::analyze(&ex.conn, &ex.schema, &opts)?;
+    Ok(reports.into_iter().find_map(|r| match r.outcome {
+        Outcome::Findings(f) if !f.is_empty() => Some(f),
+        _ => None,
+    }))
+}
+
+/// `gpu_time_util`'s `analysis` table: each rank's findings as the rule's report lists them
+/// (`Row#` from 1), the rank's file last; the index restarts at 0 for each rank.
+fn gpu_time_util(ranks: Vec<(String, Vec<crate::nsys::rules::Finding>)>) -> Outcome {
+    use crate::nsys::rules::{Rule, Value as V};
+    let rule = Rule::GpuTimeUtil;
+    let num = |v: Option<&V>| match v {
+        Some(V::Int(i)) => Value::Int(*i),
+        Some(V::Real(f)) => Value::Float(*f),
+        _ => Value::Null,
+    };
+    let mut rows = Vec::new();
+    for (file, findings) in &ranks {
+        for (i, f) in findings.iter().enumerate() {
+            let in_use = match num(f.value(rule, "In-Use (%)")) {
+                Value::Int(i) => Value::Float(i as f64),
+                v => v,
+            };
+            rows.push(vec![
+                Value::Int(i as i64),
+                Value::Int(i as i64 + 1),
+                in_use,
+                Value::Int(f.duration),
+                Value::Int(f.start),
+                num(f.value(rule, "PID")),
+                num(f.value(rule, "Device ID")),
+                num(f.value(rule, "Context ID")),
+                Value::Text(file.clone()),
+            ]);
+        }
+    }
+    let columns = [
+        ("", ColumnType::Int),
+        ("Row#", ColumnType::Int),
+        ("In-Use", ColumnType::Float),
+        ("Duration", ColumnType::Int),
+        ("Start", ColumnType::Int),
+        ("PID", ColumnType::Int),
+        ("Device ID", ColumnType::Int),
+        ("Context ID", ColumnType::Int),
+        ("File", ColumnType::Text),
+    ];
+    Outcome {
+        recipe: Recipe::GpuTimeUtil,
+        files: ranks.into_iter().map(|(f, _)| f).collect(),
+        tables: vec![Table {
+            name: "analysis",
+            columns: columns.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+            rows,
+        }],
+    }
+}
+
+/// A (process id, device id) and its busy intervals (start, end), by start.
+type Busy = ((i64, i64), Vec<(i64, i64)>);
+
+/// What `cuda_gpu_time_util_map` reads of one rank: its session's length and wall-clock start,
+/// and per (process id, device) its kernels' busy intervals (overlapping kernels merged).
+struct RankKernels {
+    duration: i64,
+    session_start: i64,
+    /// ((pid, device), intervals by start), in (pid, device) order.
+    busy: Vec<Busy>,
+}
+
+/// `None` when the export lacks what the recipe reads (it skips such a rank).
+fn rank_kernels(ex: &Export) -> Result<Option<RankKernels>> {
+    let s = &ex.schema;
+    if !s.has_columns("ANALYSIS_DETAILS", &["duration"])
+        || !s.has_columns("TARGET_INFO_SESSION_START_TIME", &["utcEpochNs"])
+    {
+        return Ok(None);
+    }
+    let first = |sql: &str| -> Result<Option<i64>> {
+        Ok(ex.conn.query_row(sql, [], |r| r.get(0)).ok().flatten())
+    };
+    let (Some(duration), Some(session_start)) = (
+        first("SELECT duration FROM main.ANALYSIS_DETAILS LIMIT 1")?,
+        first("SELECT utcEpochNs FROM main.TARGET_INFO_SESSION_START_TIME LIMIT 1")?,
+    ) else {
+        return Ok(None);
+    };
+    let mut busy: Vec<Busy> = Vec::new();
+    if s.has_columns(
+        crate::nsys::KERNEL,
+        &["start", "end", "globalPid", "deviceId"],
+    ) {
+        let mut stmt = ex.conn.prepare(&format!(
+            "SELECT (globalPid >> 24) & 16777215 AS pid, deviceId, start, \"end\" \
+             FROM main.\"{}\" ORDER BY 1, 2, 3",
+            crate::nsys::KERNEL
+        ))?;
+        let mut q = stmt.query([])?;
+        while let Some(r) = q.next()? {
+            let key: (i64, i64) = (r.get(0)?, r.get(1)?);
+            let (start, end): (i64, i64) = (r.get(2)?, r.get(3)?);
+            if busy.last().is_none_or(|(k, _)| *k != key) {
+                busy.push((key, Vec::new()));
+            }
+            let runs = &mut busy.last_mut().expect("pushed").1;
+            // heatmap.consolidate_ranges: a kernel starting after the latest end so far opens
+            // a new interval; one starting at or before it joins the current one.
+            match runs.last_mut() {
+                Some(last) if start <= last.1 => last.1 = last.1.max(end),
+                _ => runs.push((start, end)),
+            }
+        }
+    }
+    Ok(Some(RankKernels {
+        duration,
+        session_start,
+        busy,
+    }))
+}
+
+/// heatmap._calculate_bin_info for one interval: (start bin, end bin, share of the start bin,
+/// share of the end bin), in bins of `bin` ns.
+fn bin_info(start: i64, end: i64, bin: i64) -> (i64, i64, f64, f64) {
+    let (s, e) = (start as f64 / bin as f64, end as f64 / bin as f64);
+    let (sb, eb) = (s.floor() as i64, e.floor() as i64);
+    let clipped_end = s.ceil().min(e);
+    let clipped_start = e.floor().max(s);
+    (sb, eb, clipped_end - s, e - clipped_start)
+}
+
+/// `cuda_gpu_time_util_map`'s `analysis` table (heatmap.calculate_bin_pcts, numpy's order of
+/// additions kept: single-bin intervals first, then those spanning bins).
+fn gpu_time_util_map(ranks: Vec<(String, RankKernels)>, bins: usize) -> Option<Outcome> {
+    let min_session = ranks.iter().map(|(_, k)| k.session_start).min()?;
+    let max_duration = ranks
+        .iter()
+        .map(|(_, k)| k.duration + (k.session_start - min_session))
+        .max()?;
+    let bin = (max_duration as f64 / bins as f64).ceil() as i64;
+    let bin = bin.max(1);
+    let mut rows = Vec::new();
+    let mut files = Vec::new();
+    for (file, k) in &ranks {
+        if k.busy.is_empty() {
+            continue;
+        }
+        files.push(file.clone());
+        let offset = k.session_start - min_session;
+        let profile_end = k.duration + offset;
+        let mut index = 0i64;
+        for ((pid, device), runs) in &k.busy {
+            let mut pct = vec![0.0f64; bins];
+            let mut add = |i: i64, v: f64| {
+                if let Some(p) = usize::try_from(i).ok().and_then(|i| pct.get_mut(i)) {
+                    *p += v;
+                }
+            };
+            let info: Vec<_> = runs
+                .iter()
+                .map(|(s, e)| bin_info(s + offset, e + offset, bin))
+                .collect();
+            for &(sb, eb, sp, _) in &info {
+                if sb == eb {
+                    add(sb, sp);
+                }
+            }
+            for &(sb, eb, sp, ep) in &info {
+                if sb != eb {
+                    add(eb, ep);
+                    add(sb, sp);
+                    for i in sb + 1..eb {
+                        add(i, 1.0);
+                    }
+                }
+            }
+            // heatmap._rectify_pct_inplace: bins the session only partly covers are scaled
+            // to the part it covers; bins outside it are NaN.
+            let (sb, eb, sp, ep) = bin_info(offset, profile_end, bin);
+            let mut pct: Vec<f64> = pct;
+            if sp != 0.0
+                && let Some(p) = usize::try_from(sb).ok().and_then(|i| pct.get_mut(i))
+            {
+                *p /= sp;
+            }
+            if ep != 0.0
+                && sb != eb
+                && let Some(p) = usize::try_from(eb).ok().and_then(|i| pct.get_mut(i))
+            {
+                *p /= ep;
+            }
+            for (i, p) in pct.iter_mut().enumerate() {
+                if (i as i64) > eb || (i as i64) < sb {
+                    *p = f64::NAN;
+                }
+            }
+            for (i, p) in pct.iter().enumerate() {
+                rows.push(vec![
+                    Value::Int(index),
+                    Value::Int(bin * i as i64),
+                    if p.is_nan() {
+                        Value::Null
+                    } else {
+                        Value::Float(round1(p * 100.0))
+                    },
+                    Value::Int(*pid),
+                    Value::Int(*device),
+                    Value::Text(file.clone()),
+                ]);
+                index += 1;
+            }
+        }
+    }
+    if rows.is_empty() {
+        return None;
+    }
+    let columns = [
+        ("", ColumnType::Int),
+        ("Duration", ColumnType::Int),
+        ("Kernel", ColumnType::Float),
+        ("PID", ColumnType::Int),
+        ("Device ID", ColumnType::Int),
+        ("File", ColumnType::Text),
+    ];
+    Some(Outcome {
+        recipe: Recipe::CudaGpuTimeUtilMap,
+        files,
+        tables: vec![Table {
+            name: "analysis",
+            columns: columns.iter().map(|(n, t)| (n.to_string(), *t)).collect(),
+            rows,
+        }],
+    })
 }
 
 #[cfg(test)]

@@ -1,6 +1,6 @@
 //! `nsys-perfetto recipe`: the command, over `cli::args::RecipeArgs`.
 
-use super::{RECIPES, Recipe, csv, run, table_text, write_parquet};
+use super::{RECIPES, Recipe, RecipeOptions, csv, run, table_text, write_parquet};
 use crate::cli::args::RecipeArgs;
 use anyhow::{Result, bail};
 
@@ -37,6 +37,9 @@ impl RecipeArgs {
             &expanded.files,
             &self.nsys.export_options(true),
             jobs,
+            &RecipeOptions {
+                bins: usize::from(self.bins),
+            },
         )?
         else {
             crate::say!(
