@@ -157,6 +157,78 @@ fn assert_same_table(golden: &str, ours: &str, what: &str) {
     }
 }
 
+/// The Parquet table has the golden's columns and as many rows, and its first row's values.
+fn assert_parquet_holds(path: &Path, golden: &[Vec<String>]) {
+    use arrow_array::Array;
+    use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+    let f = std::fs::File::open(path).unwrap();
+    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
+        .unwrap()
+        .build()
+        .unwrap();
+    let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
+    let schema = batches[0].schema();
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, golden[0], "{}: columns", path.display());
+    let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(rows, golden.len() - 1, "{}: rows", path.display());
+    let first = &batches[0];
+    for (c, want) in golden[1].iter().enumerate() {
+        let col = first.column(c);
+        let got = if col.is_null(0) {
+            String::new()
+        } else if let Some(a) = col.as_any().downcast_ref::<arrow_array::Int64Array>() {
+            a.value(0).to_string()
+        } else if let Some(a) = col.as_any().downcast_ref::<arrow_array::Float64Array>() {
+            a.value(0).to_string()
+        } else if let Some(a) = col.as_any().downcast_ref::<arrow_array::StringArray>() {
+            a.value(0).to_string()
+        } else {
+            panic!("{}: column {c} of an unexpected type", path.display())
+        };
+        assert!(
+            same_cell(want, &got),
+            "{}: first row, column {}: {want:?} against {got:?}",
+            path.display(),
+            golden[0][c]
+        );
+    }
+}
+
+/// A file that is not an export fails the run: one line naming it, nothing written; so does an
+/// unknown recipe.
+#[test]
+fn bad_input_fails_in_one_line_and_writes_nothing() {
+    let tmp = tempfile::tempdir().unwrap();
+    let bad = tmp.path().join("rank_9.sqlite");
+    std::fs::write(&bad, "not a database").unwrap();
+    let out = tmp.path().join("out");
+    let o = bin()
+        .args(["recipe", "nvtx_sum", "--output"])
+        .arg(&out)
+        .arg(manifest_dir().join("tests/fixtures/mpi/rank_0.sqlite"))
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success());
+    assert_eq!(said.lines().count(), 1, "{said}");
+    assert!(
+        said.contains("rank_9.sqlite") && said.contains("not an SQLite database"),
+        "{said}"
+    );
+    assert!(!out.exists(), "a failed run wrote {}", out.display());
+    let o = bin()
+        .args(["recipe", "kern_sum", "x.sqlite"])
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && said.contains("unknown recipe \"kern_sum\""),
+        "{said}"
+    );
+}
+
 /// Every recipe with goldens for `set`, over `inputs` (a folder), against the goldens;
 /// returns how many outcomes matched (a table, or no data where the recipe found none).
 fn check_set(set: &str, inputs: &Path, out: &Path, what: &str) -> usize {
@@ -198,8 +270,9 @@ fn check_set(set: &str, inputs: &Path, out: &Path, what: &str) -> usize {
             let table = table.strip_suffix(".csv.gz").unwrap();
             let ours = std::fs::read_to_string(dest.join(format!("{table}.csv")))
                 .unwrap_or_else(|e| panic!("{set} {what} {name}: no {table}.csv: {e}"));
-            assert_same_table(&gunzip(&g), &ours, &format!("{set} {what} {name} {table}"));
-            assert!(dest.join(format!("{table}.parquet")).is_file());
+            let golden = gunzip(&g);
+            assert_same_table(&golden, &ours, &format!("{set} {what} {name} {table}"));
+            assert_parquet_holds(&dest.join(format!("{table}.parquet")), &records(&golden));
             tables += 1;
         }
     }
