@@ -223,7 +223,8 @@ enum RankData {
 }
 
 fn rank_data(recipe: Recipe, path: &Path, export: &ExportOptions) -> Result<Option<RankData>> {
-    let ex = Export::open_with(path, export)?;
+    // No recipe reads this tool's NVTX projection (nvtx_gpu_proj_sum has its own).
+    let ex = Export::open_projecting(path, export, false)?;
     Ok(match recipe {
         Recipe::CudaGpuKernSum | Recipe::CudaApiSum | Recipe::CudaGpuMemTimeSum => {
             report_rows(&ex, recipe)?.map(RankData::Report)
