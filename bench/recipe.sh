@@ -6,9 +6,13 @@
 # ../shared/corpus/openhackathons-org__gpubootcamp__mpi_report1.qdrep.
 # RANKS copies of REPORT under distinct names (rank_00.qdrep ...) go into two folders, one per
 # tool: each tool exports the reports beside them (the recipe to X.sqlite, this tool to
-# X_arwdir where the nsys found writes Arrow, else X.sqlite). Two rounds, wall time each:
+# X_arwdir where the nsys found writes Arrow, else X.sqlite). Two rounds, wall and CPU time
+# (user+sys, child processes included: the recipe's workers, both tools' nsys exports) of each:
 # - cold: no export yet; each tool exports every report (nsys export dominates both);
 # - warm: the second run on the same folders, each tool reusing its exports: the analysis alone.
+# - sqlite: this tool on the recipe's own SQLite exports (the files its warm run reads), against
+#   the recipe's warm run again: the same data, analysis against analysis.
+# On a shared machine wall time swings with the other load (printed); CPU time much less.
 # Both tools check their outputs' agreement: rank_stats and all_stats are compared (as CSV,
 # numbers to 1e-9 relative) and the run fails if they differ.
 # Env: SHARED (../shared), NSYS_RECIPE (the recipe runner), BIN (this tool: default the release
@@ -34,22 +38,23 @@ for ((i = 0; i < ranks; i++)); do
   cp "$report" "$tmp/ours/$name"
   cp "$report" "$tmp/theirs/$name"
 done
-wall() { # wall OUT CMD...: run CMD, print its wall time in seconds
-  local out=$1 t0 t1
+measure() { # measure OUT CMD...: run CMD; print its wall and CPU (user+sys, children too) seconds
+  local out=$1
   shift
-  t0=$(date +%s.%N)
-  "$@" >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
-  t1=$(date +%s.%N)
-  echo "$t1 - $t0" | bc
+  /usr/bin/time -f '%e %U %S' -o "$out.time" "$@" >"$out.log" 2>&1 || { cat "$out.log" >&2; exit 1; }
+  awk '{printf "%.2f %.2f\n", $1, $2 + $3}' "$out.time"
 }
-echo "$ranks ranks of $(basename "$report"), recipe $recipe, $(nproc) cores"
-printf '%-6s %12s %12s %8s\n' round 'ours (s)' 'recipe (s)' ratio
-for round in cold warm; do
+echo "$ranks ranks of $(basename "$report"), recipe $recipe, $(nproc) cores, load $(cut -d' ' -f1 /proc/loadavg)"
+printf '%-6s %10s %10s %8s %10s %10s %8s\n' round 'ours wall' 'recipe' ratio 'ours CPU' 'recipe' ratio
+for round in cold warm sqlite; do
   rm -rf "$tmp/out_ours" "$tmp/out_theirs"
-  ours=$(wall "$tmp/ours_$round" "$BIN" recipe "$recipe" --csv --output "$tmp/out_ours" "$tmp/ours")
-  theirs=$(wall "$tmp/theirs_$round" "$runner" "$recipe" --csv --input "$tmp/theirs" \
+  inputs=("$tmp/ours")
+  [[ $round == sqlite ]] && inputs=("$tmp"/theirs/*.sqlite)
+  read -r ow oc < <(measure "$tmp/ours_$round" "$BIN" recipe "$recipe" --csv --output "$tmp/out_ours" "${inputs[@]}")
+  read -r tw tc < <(measure "$tmp/theirs_$round" "$runner" "$recipe" --csv --input "$tmp/theirs" \
     --output "$tmp/out_theirs")
-  printf '%-6s %12.2f %12.2f %7.1fx\n' "$round" "$ours" "$theirs" "$(echo "$theirs / $ours" | bc -l)"
+  printf '%-6s %10.2f %10.2f %7.1fx %10.2f %10.2f %7.1fx\n' "$round" "$ow" "$tw" \
+    "$(echo "$tw / $ow" | bc -l)" "$oc" "$tc" "$(echo "$tc / $oc" | bc -l)"
 done
 # The two agree (CSV of the recipe's Parquet tables, as tests/data/nsys_recipe/gen.sh makes).
 for f in "$tmp"/out_theirs/*.parquet; do
