@@ -20,14 +20,16 @@
 //!
 //! Ranks are named by their file's stem (the report's name for an export), as the recipes name
 //! them; the recipes' rounding (`DataFrame.round(1)`: half to even on the scaled binary value)
-//! and sort orders are kept. The data is computed here; `recipe/render.rs` prints and writes it.
+//! and sort orders are kept. What a recipe reads of a rank is the reading crate's SQL
+//! ([`crate::nsys::recipes`]); the tables are computed here; `recipe/render.rs` prints and writes
+//! them.
 
 mod command;
 mod render;
 
 use super::Export;
 use super::reports::{self, Cell, ReportOptions};
-use crate::nsys::{MPI_TABLES, NVTX};
+use crate::nsys::recipes;
 use crate::report::ExportOptions;
 use anyhow::{Result, anyhow};
 use std::collections::BTreeMap;
@@ -229,8 +231,12 @@ fn rank_data(recipe: Recipe, path: &Path, export: &ExportOptions) -> Result<Opti
         Recipe::CudaGpuKernSum | Recipe::CudaApiSum | Recipe::CudaGpuMemTimeSum => {
             report_rows(&ex, recipe)?.map(RankData::Report)
         }
-        Recipe::NvtxSum => describe(&ex, &nvtx_durations_sql(&ex))?.map(RankData::Describe),
-        Recipe::MpiSum => describe(&ex, &mpi_durations_sql(&ex))?.map(RankData::Describe),
+        Recipe::NvtxSum => {
+            describe(&ex, &recipes::nvtx_durations(&ex.schema))?.map(RankData::Describe)
+        }
+        Recipe::MpiSum => {
+            describe(&ex, &recipes::mpi_durations(&ex.schema))?.map(RankData::Describe)
+        }
         Recipe::NvtxGpuProjSum => nvtx_gpu_projection(&ex)?.map(RankData::Describe),
         Recipe::GpuTimeUtil => time_util_findings(&ex)?.map(RankData::Findings),
         Recipe::CudaGpuTimeUtilMap => rank_kernels(&ex)?.map(RankData::Kernels),
@@ -567,41 +573,12 @@ fn described(by_name: BTreeMap<String, Vec<i64>>) -> Option<Vec<Described>> {
 /// ranges open at its start that have not ended by its end, and a range is closed for good once
 /// a call reaches past its end.
 fn nvtx_gpu_projection(ex: &Export) -> Result<Option<Vec<Described>>> {
-    use crate::nsys::{KERNEL, MEMCPY, MEMSET, RUNTIME};
-    let s = &ex.schema;
-    if !s.has_columns(NVTX, &["start", "end", "globalTid"])
-        || !s.has_columns(RUNTIME, &["start", "end", "globalTid", "correlationId"])
-    {
+    let Some((ranges_sql, calls_sql)) = recipes::nvtx_projection(&ex.schema) else {
         return Ok(None);
-    }
-    let gpu: Vec<String> = [KERNEL, MEMCPY, MEMSET]
-        .iter()
-        .filter(|t| s.has_columns(t, &["start", "end", "globalPid", "correlationId"]))
-        .map(|t| format!("SELECT correlationId, globalPid, start, \"end\" FROM main.\"{t}\""))
-        .collect();
-    if gpu.is_empty() {
-        return Ok(None);
-    }
-    let end_tid = s.col_of(NVTX, "e", "endGlobalTid");
-    let text = s.col_of(NVTX, "e", "text");
-    let (join, name) = if s.has_columns("StringIds", &["id", "value"]) {
-        (
-            format!(
-                " LEFT JOIN main.StringIds sid ON sid.id = {}",
-                s.col_of(NVTX, "e", "textId")
-            ),
-            format!("coalesce(sid.value, {text})"),
-        )
-    } else {
-        (String::new(), text)
     };
     // Ranges per thread: (start, end, name).
     let mut ranges: BTreeMap<i64, Vec<(i64, i64, Option<String>)>> = BTreeMap::new();
-    let mut stmt = ex.conn.prepare(&format!(
-        "SELECT e.globalTid, e.start, e.\"end\", {name} FROM main.\"{NVTX}\" e{join} \
-         WHERE e.start IS NOT NULL AND e.\"end\" IS NOT NULL AND {end_tid} IS NULL \
-         AND e.globalTid IS NOT NULL"
-    ))?;
+    let mut stmt = ex.conn.prepare(&ranges_sql)?;
     let mut q = stmt.query([])?;
     while let Some(r) = q.next()? {
         let name = match r.get_ref(3)? {
@@ -619,12 +596,7 @@ fn nvtx_gpu_projection(ex: &Export) -> Result<Option<Vec<Described>>> {
     }
     // Calls per thread with their GPU work: (call start, call end, GPU start, GPU end).
     let mut calls: BTreeMap<i64, Vec<(i64, i64, i64, i64)>> = BTreeMap::new();
-    let mut stmt = ex.conn.prepare(&format!(
-        "SELECT r.globalTid, r.start, r.\"end\", g.start, g.\"end\" FROM main.\"{RUNTIME}\" r \
-         JOIN ({}) g ON g.correlationId = r.correlationId \
-         AND ((g.globalPid >> 24) & 16777215) = ((r.globalTid >> 24) & 16777215)",
-        gpu.join(" UNION ALL ")
-    ))?;
+    let mut stmt = ex.conn.prepare(&calls_sql)?;
     let mut q = stmt.query([])?;
     while let Some(r) = q.next()? {
         let tid: i64 = r.get(0)?;
@@ -679,49 +651,6 @@ fn nvtx_gpu_projection(ex: &Export) -> Result<Option<Vec<Described>>> {
         }
     }
     Ok(described(by_name))
-}
-
-/// `nvtx_sum`'s rows: every NVTX event with a positive duration, named by its text (its
-/// registered string where it has one), without the domain; events without text are left out.
-fn nvtx_durations_sql(ex: &Export) -> Option<String> {
-    let s = &ex.schema;
-    if !s.has_columns(NVTX, &["start", "end"]) {
-        return None;
-    }
-    let text = s.col_of(NVTX, "e", "text");
-    let text_id = s.col_of(NVTX, "e", "textId");
-    let (join, name) = if s.has_columns("StringIds", &["id", "value"]) {
-        (
-            format!(" LEFT JOIN main.StringIds sid ON sid.id = {text_id}"),
-            format!("coalesce(sid.value, {text})"),
-        )
-    } else {
-        (String::new(), text)
-    };
-    Some(format!(
-        "SELECT {name}, e.\"end\" - e.start FROM main.\"{NVTX}\" e{join} \
-         WHERE e.\"end\" - e.start > 0"
-    ))
-}
-
-/// `mpi_sum`'s rows: the MPI calls of every MPI table with a positive duration, named by their
-/// string.
-fn mpi_durations_sql(ex: &Export) -> Option<String> {
-    let s = &ex.schema;
-    if !s.has_columns("StringIds", &["id", "value"]) {
-        return None;
-    }
-    let parts: Vec<String> = MPI_TABLES
-        .iter()
-        .filter(|t| s.has_columns(t, &["start", "end", "textId"]))
-        .map(|t| {
-            format!(
-                "SELECT sid.value, m.\"end\" - m.start FROM main.\"{t}\" m \
-                 JOIN main.StringIds sid ON sid.id = m.textId WHERE m.\"end\" - m.start > 0"
-            )
-        })
-        .collect();
-    (!parts.is_empty()).then(|| parts.join(" UNION ALL "))
 }
 
 /// `rank_stats` and `all_stats` of a describe recipe, as `summary.aggregate_stats_dfs` and the
@@ -939,31 +868,18 @@ struct RankKernels {
 
 /// `None` when the export lacks what the recipe reads (it skips such a rank).
 fn rank_kernels(ex: &Export) -> Result<Option<RankKernels>> {
-    let s = &ex.schema;
-    if !s.has_columns("ANALYSIS_DETAILS", &["duration"])
-        || !s.has_columns("TARGET_INFO_SESSION_START_TIME", &["utcEpochNs"])
-    {
+    let Some(session) = recipes::session(&ex.schema) else {
         return Ok(None);
-    }
-    let first = |sql: &str| -> Result<Option<i64>> {
-        Ok(ex.conn.query_row(sql, [], |r| r.get(0)).ok().flatten())
     };
-    let (Some(duration), Some(session_start)) = (
-        first("SELECT duration FROM main.ANALYSIS_DETAILS LIMIT 1")?,
-        first("SELECT utcEpochNs FROM main.TARGET_INFO_SESSION_START_TIME LIMIT 1")?,
-    ) else {
+    let (duration, session_start): (Option<i64>, Option<i64>) =
+        ex.conn
+            .query_row(&session, [], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let (Some(duration), Some(session_start)) = (duration, session_start) else {
         return Ok(None);
     };
     let mut busy: Vec<Busy> = Vec::new();
-    if s.has_columns(
-        crate::nsys::KERNEL,
-        &["start", "end", "globalPid", "deviceId"],
-    ) {
-        let mut stmt = ex.conn.prepare(&format!(
-            "SELECT (globalPid >> 24) & 16777215 AS pid, deviceId, start, \"end\" \
-             FROM main.\"{}\" ORDER BY 1, 2, 3",
-            crate::nsys::KERNEL
-        ))?;
+    if let Some(sql) = recipes::kernels_by_device(&ex.schema) {
+        let mut stmt = ex.conn.prepare(&sql)?;
         let mut q = stmt.query([])?;
         while let Some(r) = q.next()? {
             let key: (i64, i64) = (r.get(0)?, r.get(1)?);
