@@ -1224,3 +1224,34 @@ pub fn register_group_name(conn: &rusqlite::Connection) -> Result<()> {
     )?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// nsys' quartiles on values inserted as `v`: (lower, upper).
+    fn quartiles(v: &[i64]) -> (f64, f64) {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        register_functions(&conn).unwrap();
+        conn.execute_batch("CREATE TABLE t(x INTEGER)").unwrap();
+        for x in v {
+            conn.execute("INSERT INTO t VALUES (?1)", [x]).unwrap();
+        }
+        conn.query_row(
+            &format!("SELECT {QUARTILE_FN}(x, 1), {QUARTILE_FN}(x, 3) FROM t"),
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn quartiles_are_nsys() {
+        // The value at rank ceil(n k / 4); the mean of two when n k / 4 is whole.
+        assert_eq!(quartiles(&[7]), (7.0, 7.0));
+        assert_eq!(quartiles(&[6016, 34272]), (6016.0, 34272.0));
+        assert_eq!(quartiles(&[4, 1, 3, 2]), (1.5, 3.5));
+        assert_eq!(quartiles(&[5, 1, 4, 2, 3]), (2.0, 4.0));
+        assert_eq!(quartiles(&[1, 1, 1, 9]), (1.0, 5.0));
+    }
+}
