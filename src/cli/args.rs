@@ -653,7 +653,7 @@ pub struct ProfileArgs {
 #[derive(clap::Args, Debug, Clone)]
 pub struct RecipeArgs {
     /// The recipe, by nsys' name: cuda_gpu_kern_sum, cuda_api_sum, cuda_gpu_mem_time_sum,
-    /// nvtx_sum, mpi_sum, gpu_time_util, cuda_gpu_time_util_map.
+    /// nvtx_sum, nvtx_gpu_proj_sum, mpi_sum, gpu_time_util, cuda_gpu_time_util_map.
     #[arg(value_name = "NAME")]
     pub name: String,
     /// One report or export per rank (.nsys-rep, .qdrep, .sqlite, .arrows, _arwdir, _pqtdir),
