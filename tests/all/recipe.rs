@@ -157,23 +157,40 @@ fn assert_same_table(golden: &str, ours: &str, what: &str) {
     }
 }
 
-/// The Parquet table has the golden's columns and as many rows, and its first row's values.
+/// The Parquet table holds the golden's columns, as pandas writes a DataFrame (the index last,
+/// `__index_level_0__` when unnamed, restored by the `pandas` metadata), as many rows, and its
+/// first row's values.
 fn assert_parquet_holds(path: &Path, golden: &[Vec<String>]) {
     use arrow_array::Array;
     use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
     let f = std::fs::File::open(path).unwrap();
-    let reader = ParquetRecordBatchReaderBuilder::try_new(f)
-        .unwrap()
-        .build()
-        .unwrap();
-    let batches: Vec<_> = reader.map(|b| b.unwrap()).collect();
-    let schema = batches[0].schema();
+    let builder = ParquetRecordBatchReaderBuilder::try_new(f).unwrap();
+    let schema = builder.schema().clone();
+    let batches: Vec<_> = builder.build().unwrap().map(|b| b.unwrap()).collect();
+    let order: Vec<usize> = (1..golden[0].len()).chain([0]).collect();
+    let want: Vec<&str> = order
+        .iter()
+        .map(|&i| match golden[0][i].as_str() {
+            "" => "__index_level_0__",
+            n => n,
+        })
+        .collect();
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
-    assert_eq!(names, golden[0], "{}: columns", path.display());
+    assert_eq!(names, want, "{}: columns", path.display());
+    let index = &want[want.len() - 1];
+    assert!(
+        schema
+            .metadata()
+            .get("pandas")
+            .is_some_and(|m| m.contains(&format!("\"index_columns\":[\"{index}\"]"))),
+        "{}: pandas metadata",
+        path.display()
+    );
     let rows: usize = batches.iter().map(|b| b.num_rows()).sum();
     assert_eq!(rows, golden.len() - 1, "{}: rows", path.display());
     let first = &batches[0];
-    for (c, want) in golden[1].iter().enumerate() {
+    for (c, &g) in order.iter().enumerate() {
+        let want = &golden[1][g];
         let col = first.column(c);
         let got = if col.is_null(0) {
             String::new()
@@ -190,7 +207,7 @@ fn assert_parquet_holds(path: &Path, golden: &[Vec<String>]) {
             same_cell(want, &got),
             "{}: first row, column {}: {want:?} against {got:?}",
             path.display(),
-            golden[0][c]
+            golden[0][g]
         );
     }
 }

@@ -61,30 +61,60 @@ pub fn table_text(t: &Table) -> String {
 }
 
 /// Write the table as Parquet to `path` (written to a temporary name, then renamed: no partial
-/// file on failure). Columns keep their types; the index is the first column.
+/// file on failure), as pandas' `to_parquet` writes the recipe's DataFrame: the columns with
+/// their types, then the index (`__index_level_0__` when unnamed), and the `pandas` schema
+/// metadata that makes `pandas.read_parquet` restore the index.
 pub fn write_parquet(t: &Table, path: &Path) -> Result<()> {
     use arrow_array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
     use arrow_schema::{DataType, Field, Schema};
     use std::sync::Arc;
-    let fields: Vec<Field> = t
-        .columns
+    // Columns in file order: the data columns, then the index (column 0).
+    let order: Vec<usize> = (1..t.columns.len()).chain(std::iter::once(0)).collect();
+    let field_name = |i: usize| match t.columns[i].0.as_str() {
+        "" if i == 0 => "__index_level_0__".to_string(),
+        n => n.to_string(),
+    };
+    let fields: Vec<Field> = order
         .iter()
-        .map(|(n, ty)| {
-            let dt = match ty {
+        .map(|&i| {
+            let dt = match t.columns[i].1 {
                 ColumnType::Int => DataType::Int64,
                 ColumnType::Float => DataType::Float64,
                 ColumnType::Text => DataType::Utf8,
             };
-            Field::new(n, dt, true)
+            Field::new(field_name(i), dt, true)
         })
         .collect();
-    let arrays: Vec<ArrayRef> = t
-        .columns
+    let pandas_columns: Vec<serde_json::Value> = order
         .iter()
-        .enumerate()
-        .map(|(i, (_, ty))| -> ArrayRef {
+        .map(|&i| {
+            let (pandas_type, numpy_type) = match t.columns[i].1 {
+                ColumnType::Int => ("int64", "int64"),
+                ColumnType::Float => ("float64", "float64"),
+                ColumnType::Text => ("unicode", "object"),
+            };
+            let name = &t.columns[i].0;
+            serde_json::json!({
+                "name": if i == 0 && name.is_empty() { serde_json::Value::Null } else { name.clone().into() },
+                "field_name": field_name(i),
+                "pandas_type": pandas_type,
+                "numpy_type": numpy_type,
+                "metadata": null,
+            })
+        })
+        .collect();
+    let pandas = serde_json::json!({
+        "index_columns": [field_name(0)],
+        "column_indexes": [{"name": null, "field_name": null, "pandas_type": "unicode",
+            "numpy_type": "object", "metadata": {"encoding": "UTF-8"}}],
+        "columns": pandas_columns,
+        "creator": {"library": "nsys-perfetto", "version": env!("CARGO_PKG_VERSION")},
+    });
+    let arrays: Vec<ArrayRef> = order
+        .iter()
+        .map(|&i| -> ArrayRef {
             let cells = t.rows.iter().map(|r| &r[i]);
-            match ty {
+            match t.columns[i].1 {
                 ColumnType::Int => Arc::new(Int64Array::from_iter(cells.map(|v| match v {
                     Value::Int(i) => Some(*i),
                     _ => None,
@@ -100,7 +130,10 @@ pub fn write_parquet(t: &Table, path: &Path) -> Result<()> {
             }
         })
         .collect();
-    let batch = RecordBatch::try_new(Arc::new(Schema::new(fields)), arrays)?;
+    let metadata: std::collections::HashMap<String, String> =
+        [("pandas".to_string(), pandas.to_string())].into();
+    let schema = Schema::new(fields).with_metadata(metadata);
+    let batch = RecordBatch::try_new(Arc::new(schema), arrays)?;
     let dir = path.parent().unwrap_or(Path::new("."));
     let tmp = tempfile::NamedTempFile::new_in(dir)
         .with_context(|| format!("cannot write in {}", dir.display()))?;
