@@ -8,9 +8,9 @@
 //!   then `rank_stats` (every rank's rows) and `all_stats` (per name over all ranks: summed
 //!   totals, min of Q1, median of medians, max of Q3, the pooled standard deviation, and which
 //!   files hold the min and the max);
-//! - `nvtx_sum`, `mpi_sum`: pandas' `describe` of the durations per name (linear quantiles,
-//!   standard deviation with n - 1), then `rank_stats` and `all_stats` (the mean of the standard
-//!   deviations, min of Q1, median of medians, max of Q3).
+//! - `nvtx_sum`, `nvtx_gpu_proj_sum`, `mpi_sum`: pandas' `describe` of the durations per name
+//!   (linear quantiles, standard deviation with n - 1), then `rank_stats` and `all_stats` (the
+//!   mean of the standard deviations, min of Q1, median of medians, max of Q3).
 //!
 //! And two that keep every rank's rows in one table, `analysis`:
 //! - `gpu_time_util`: nsys' `gpu_time_util` rule per rank ([`crate::nsys::rules`]);
