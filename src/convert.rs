@@ -209,39 +209,44 @@ pub struct MergedSource {
 }
 
 /// Merge several exports into one trace: each keeps its processes, threads, GPUs and arrows
-/// apart (`labels` name them), placed on one timeline by `align`. Exports are read one after
-/// the other, so memory follows the largest report, not their number. Returns the summary (with
-/// each source's own in `per_source`) and where each source went, in input order.
+/// apart (`labels` name them), placed on one timeline by `align`. A `.pftrace` takes any number
+/// of reports, read `jobs` at a time ([`merge_parts`]); JSON, which has no machines, up to
+/// [`crate::model::MAX_SOURCES`], read one after the other. Returns the summary (with each
+/// source's own in `per_source`) and where each source went, in input order.
 pub fn merge_sqlite(
     inputs: &[(PathBuf, String)],
     output: &Path,
     align: Align,
     opts: &Options,
+    jobs: usize,
 ) -> Result<(Summary, Vec<MergedSource>)> {
     if inputs.is_empty() {
         bail!("nothing to merge");
     }
-    if inputs.len() > crate::model::MAX_SOURCES {
+    if opts.format == OutputFormat::Json && inputs.len() > crate::model::MAX_SOURCES {
         bail!(
-            "{} reports: a merge holds at most {}",
+            "{} reports: a JSON merge holds at most {} (JSON has no machines to keep more \
+             apart); write a .pftrace, which holds any number",
             inputs.len(),
             crate::model::MAX_SOURCES
         );
     }
     // First the clocks of every report (small tables), to place them before any event is written.
-    let mut clocks = Vec::new();
-    let mut kernels = Vec::new();
-    for (path, _) in inputs {
+    let opened = crate::parallel::parallel_map(inputs, jobs, |_, (path, _)| -> Result<_> {
         let e = Export::open(path, opts.check)
             .map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
-        clocks.push((
-            e.info.desc.session_start_utc_ns,
-            e.info.desc.earliest_ns.unwrap_or(0).min(0),
-        ));
-        kernels.push((
-            e.info.desc.kernel_release.clone(),
-            e.info.desc.machine.clone(),
-        ));
+        let d = &e.info.desc;
+        Ok((
+            (d.session_start_utc_ns, d.earliest_ns.unwrap_or(0).min(0)),
+            (d.kernel_release.clone(), d.machine.clone()),
+        ))
+    });
+    let mut clocks = Vec::with_capacity(inputs.len());
+    let mut kernels = Vec::with_capacity(inputs.len());
+    for r in opened {
+        let (clock, kernel) = r?;
+        clocks.push(clock);
+        kernels.push(kernel);
     }
     let base = clocks.iter().filter_map(|c| c.0).min();
     let relative: Vec<i64> = clocks
@@ -277,7 +282,12 @@ pub fn merge_sqlite(
         )
         .collect();
     let floors: Vec<i64> = clocks.iter().map(|c| c.1).collect();
-    let summary = run_format(Vec::new(), inputs, placed_all, &floors, output, opts, None)?;
+    let summary = match opts.format {
+        OutputFormat::Protobuf => merge_parts(inputs, placed_all, &floors, output, opts, jobs)?,
+        OutputFormat::Json => {
+            run_format(Vec::new(), inputs, placed_all, &floors, output, opts, None)?
+        }
+    };
     let sources = clocks
         .iter()
         .zip(relative.iter().zip(&offsets))
@@ -288,6 +298,174 @@ pub fn merge_sqlite(
         })
         .collect();
     Ok((summary, sources))
+}
+
+/// A `.pftrace` merge: each report is a part, converted on its own ([`read_into`], with
+/// [`Protobuf::part`]) into an unnamed temporary file, `jobs` reports at a time; the parts go
+/// into the output in report order after the file's own packets (every machine's name and
+/// kernel, the clock, the session markers). A part's packets are all on its report's machine,
+/// which is its own namespace of pids, tids, track uuids and sequences in trace_processor, so a
+/// part needs nothing from the others; its arrows carry its place. Workers start a report only
+/// within `2 * jobs` of the one being written: memory is a few reports' conversions and disk a
+/// few parts, whatever the number of reports.
+fn merge_parts(
+    inputs: &[(PathBuf, String)],
+    placed: Vec<Placed>,
+    floors: &[i64],
+    output: &Path,
+    opts: &Options,
+    jobs: usize,
+) -> Result<Summary> {
+    use std::sync::atomic::{AtomicBool, AtomicUsize};
+    use std::sync::{Condvar, Mutex};
+    let started = Instant::now();
+    let n = inputs.len();
+    let input_paths: Vec<&Path> = inputs.iter().map(|(p, _)| p.as_path()).collect();
+    let target = Target::open(output, &input_paths)?;
+    let gzip = target.gzip(output);
+    let file = target.writer()?;
+    // Parts are written beside the output (the same disk, the room it needs anyway).
+    let spool_dir = match output.parent() {
+        Some(p) if !p.as_os_str().is_empty() && p.is_dir() && !is_stdout(output) => p.to_path_buf(),
+        Some(p) if p.as_os_str().is_empty() => PathBuf::from("."),
+        _ => std::env::temp_dir(),
+    };
+    let whole = Protobuf::new(&placed);
+    let part_opts = Options {
+        progress: false,
+        ..opts.clone()
+    };
+    let window = 2 * jobs.max(1);
+    let ids = Ids::default();
+    let next = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    // How many parts are in the output; a worker waits for it to come within `window`.
+    let written = (Mutex::new(0usize), Condvar::new());
+    let (tx, rx) = std::sync::mpsc::channel::<(usize, Result<(std::fs::File, Summary)>)>();
+    let progress = Progress::default();
+    progress.total.store(n as u64, Ordering::Relaxed);
+    let convert_part = |i: usize| -> Result<(std::fs::File, Summary)> {
+        let (path, label) = &inputs[i];
+        let named = |e: anyhow::Error| anyhow!("{}: {}", path.display(), error_line(&e));
+        let mut export = Export::open(path, opts.check).map_err(named)?;
+        export.set_label(label.clone());
+        let mut spool =
+            tempfile::tempfile_in(&spool_dir).map_err(|e| write_error(&spool_dir, &e))?;
+        let sink = spool.try_clone().map_err(|e| write_error(&spool_dir, &e))?;
+        let (summary, _) = read_into(
+            Box::new(sink),
+            false,
+            Sources {
+                opened: vec![Some(export)],
+                paths: &[],
+                part: Some((i % crate::model::MAX_SOURCES, i)),
+                ids: &ids,
+            },
+            &placed[i..=i],
+            &floors[i..=i],
+            output,
+            &Protobuf::part(&placed, i),
+            &part_opts,
+            None,
+        )
+        .map_err(named)?;
+        use std::io::Seek;
+        spool.rewind().map_err(|e| write_error(&spool_dir, &e))?;
+        Ok((spool, summary))
+    };
+    let result: Result<(Summary, u64)> = std::thread::scope(|s| {
+        if opts.progress {
+            s.spawn(|| progress.draw_until_finished("merging"));
+        }
+        for _ in 0..jobs.clamp(1, n) {
+            let tx = tx.clone();
+            let (next, stop, written, convert_part) = (&next, &stop, &written, &convert_part);
+            s.spawn(move || {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    if i >= n {
+                        break;
+                    }
+                    {
+                        let (count, moved) = written;
+                        let mut count = count.lock().unwrap_or_else(|e| e.into_inner());
+                        while i >= *count + window && !stop.load(Ordering::Relaxed) {
+                            count = moved.wait(count).unwrap_or_else(|e| e.into_inner());
+                        }
+                    }
+                    if stop.load(Ordering::Relaxed) || tx.send((i, convert_part(i))).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+        drop(tx);
+        let assemble = |w: &mut dyn Write| -> Result<(Summary, u64)> {
+            let mut bytes = 0u64;
+            for data in [whole.header(), whole.preamble(&placed)] {
+                w.write_all(&data).context("cannot write output")?;
+                bytes += data.len() as u64;
+            }
+            let mut summary = Summary::default();
+            let mut ready = std::collections::BTreeMap::new();
+            for (i, (_, label)) in inputs.iter().enumerate() {
+                let (mut part, mut p) = loop {
+                    if let Some(r) = ready.remove(&i) {
+                        break r;
+                    }
+                    let (j, r) = rx.recv().map_err(|_| anyhow!("a merge worker stopped"))?;
+                    ready.insert(j, r?);
+                };
+                bytes += std::io::copy(&mut part, w).context("cannot write output")?;
+                drop(part);
+                let (count, moved) = &written;
+                *count.lock().unwrap_or_else(|e| e.into_inner()) = i + 1;
+                moved.notify_all();
+                progress.done.fetch_add(1, Ordering::Relaxed);
+                if n > 1 {
+                    // Which report a note is about.
+                    for note in &mut p.notes {
+                        *note = format!("{label}: {note}");
+                    }
+                    summary.per_source.push(p.clone());
+                }
+                summary.merge(p);
+            }
+            let footer = whole.footer(&placed, None);
+            w.write_all(&footer).context("cannot write output")?;
+            bytes += footer.len() as u64;
+            Ok((summary, bytes))
+        };
+        let assembled = (|| {
+            let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+            let done = if gzip {
+                let mut gz =
+                    flate2::write::GzEncoder::new(&mut out, flate2::Compression::default());
+                let done = assemble(&mut gz)?;
+                gz.finish().context("cannot write output")?;
+                done
+            } else {
+                assemble(&mut out)?
+            };
+            out.flush().context("cannot write output")?;
+            Ok(done)
+        })();
+        // On failure the workers stop at their next report.
+        stop.store(true, Ordering::Relaxed);
+        written.1.notify_all();
+        progress.finish();
+        assembled
+    });
+    let (mut summary, bytes) = result?;
+    if summary.total_events() == 0 && !opts.selection.is_everything() {
+        bail!(
+            "{}",
+            crate::hints::empty_selection(&opts.selection, &input_paths)
+        );
+    }
+    summary.output_bytes = target.finish(output)?.unwrap_or(bytes);
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
 }
 
 /// A merged source's filter: a row earlier than the source's own earliest time (a table out of
@@ -381,11 +559,8 @@ enum ToFile {
     Chunk(Chunk),
 }
 
-/// The pipeline: each source (an export already open in `opened`, else opened from `paths` when
-/// its turn comes) is read into routers (layout) that encode through `format`'s writers; one
-/// file-writer thread streams the chunks to a temporary file, renamed into place on success.
-/// `floors` (merges): each source's earliest time, below which its rows are skipped. `record`
-/// closes the file (see [`crate::provenance`]).
+/// The pipeline into `output`: [`read_into`] a temporary file, renamed into place on success.
+/// `record` closes the file (see [`crate::provenance`]).
 #[allow(clippy::too_many_arguments)]
 fn run<F: Format>(
     opened: Vec<Option<Export>>,
@@ -408,11 +583,85 @@ fn run<F: Format>(
     let input_paths: Vec<PathBuf> = inputs.iter().map(|p| p.to_path_buf()).collect();
     let gzip = target.gzip(output);
     let file = target.writer()?;
+    let n_sources = opened.len().max(paths.len());
+    let (mut summary, bytes) = read_into(
+        file,
+        gzip,
+        Sources {
+            opened,
+            paths,
+            part: None,
+            ids: &Ids::default(),
+        },
+        &placed,
+        floors,
+        output,
+        format,
+        opts,
+        record.as_deref(),
+    )?;
+    if summary.total_events() == 0 && !opts.selection.is_everything() {
+        // The temporary goes with `target`: nothing is written, a previous output stays.
+        bail!(
+            "{}",
+            crate::hints::empty_selection(
+                &opts.selection,
+                &input_paths.iter().map(PathBuf::as_path).collect::<Vec<_>>()
+            )
+        );
+    }
+    summary.output_bytes = target.finish(output)?.unwrap_or(bytes);
+    if let Some(first) = placed.first()
+        && n_sources == 1
+        && first.offset > 0
+    {
+        summary.notes.push(format!(
+            "rows before the session start: Perfetto's zero is {} before nsys' zero",
+            crate::summary::human_ns(first.offset)
+        ));
+    }
+    summary.seconds = started.elapsed().as_secs_f64();
+    Ok(summary)
+}
 
+/// What [`read_into`] reads: exports already open in `opened`, else opened from `paths` when
+/// their turn comes.
+struct Sources<'a> {
+    opened: Vec<Option<Export>>,
+    paths: &'a [(PathBuf, String)],
+    /// One report of a large merge, read alone: (the source index its ids carry, its place in
+    /// the merge). `None`: source `i` is the `i`th, its index and its place.
+    part: Option<(usize, usize)>,
+    /// The track uuids and sequence ids already given out: a merge's parts share them, so that
+    /// every track and sequence of the trace has its own, as in a conversion of one report.
+    ids: &'a Ids,
+}
+
+/// The pipeline: each source is read into routers (layout) that encode through `format`'s
+/// writers; one file-writer thread streams the chunks to `file`. `floors` (merges): each
+/// source's earliest time, below which its rows are skipped. Returns the summary and the bytes
+/// written (before compression); `output` names the file in errors.
+#[allow(clippy::too_many_arguments)]
+fn read_into<F: Format>(
+    file: Box<dyn Write + Send>,
+    gzip: bool,
+    sources: Sources<'_>,
+    placed: &[Placed],
+    floors: &[i64],
+    output: &Path,
+    format: &F,
+    opts: &Options,
+    record: Option<&str>,
+) -> Result<(Summary, u64)> {
+    let Sources {
+        opened,
+        paths,
+        part,
+        ids,
+    } = sources;
     // Chunks on their way to the file are memory: while the file writer is behind (a slow
     // disk, a starved thread), two a channel are held, not a number that grows the peak.
     let (tx, rx) = sync_channel::<ToFile>(2);
-    let ids = Ids::default();
     let progress = Progress::default();
     let n_sources = opened.len().max(paths.len());
     let mut opened = opened;
@@ -421,18 +670,15 @@ fn run<F: Format>(
         opened.iter().flatten().map(Export::estimated_rows).sum(),
         Ordering::Relaxed,
     );
-    let result: Result<(Summary, u64)> = std::thread::scope(|s| {
+    std::thread::scope(|s| {
         if opts.progress {
             s.spawn(|| progress.draw_until_finished("converting"));
         }
-        let writer = {
-            let placed = &placed;
-            let record = record.as_deref();
-            s.spawn(move || write_file(file, rx, format, placed, record, gzip))
-        };
+        let writer = s.spawn(move || write_file(file, rx, format, placed, record, gzip));
         let mut summary = Summary::default();
         let mut failure = None;
         for (i, slot) in opened.into_iter().enumerate() {
+            let (source, position) = part.unwrap_or((i, i));
             let export = match slot {
                 Some(e) => e,
                 None => match Export::open(&paths[i].0, opts.check) {
@@ -450,11 +696,12 @@ fn run<F: Format>(
                 },
             };
             let desc = export.description();
-            if tx.send(ToFile::Source(i, desc.clone())).is_err() {
+            if tx.send(ToFile::Source(source, desc.clone())).is_err() {
                 break;
             }
             let placement = Placement {
-                source: i,
+                source,
+                position,
                 offset: placed.get(i).map_or(0, |p| p.offset),
             };
             let (chunks_tx, chunks_rx) = sync_channel::<Chunk>(2);
@@ -483,8 +730,8 @@ fn run<F: Format>(
             let make_sink = || Filtered {
                 sink: Filtered {
                     sink: Router::new(
-                        format.writer(i, desc.clone()),
-                        &ids,
+                        format.writer(source, desc.clone()),
+                        ids,
                         &desc,
                         placement,
                         chunks_tx.clone(),
@@ -541,30 +788,7 @@ fn run<F: Format>(
             return Err(e);
         }
         Ok((summary, bytes))
-    });
-    let (mut summary, bytes) = result?;
-    if summary.total_events() == 0 && !opts.selection.is_everything() {
-        // The temporary goes with `target`: nothing is written, a previous output stays.
-        bail!(
-            "{}",
-            crate::hints::empty_selection(
-                &opts.selection,
-                &input_paths.iter().map(PathBuf::as_path).collect::<Vec<_>>()
-            )
-        );
-    }
-    summary.output_bytes = target.finish(output)?.unwrap_or(bytes);
-    if let Some(first) = placed.first()
-        && n_sources == 1
-        && first.offset > 0
-    {
-        summary.notes.push(format!(
-            "rows before the session start: Perfetto's zero is {} before nsys' zero",
-            crate::summary::human_ns(first.offset)
-        ));
-    }
-    summary.seconds = started.elapsed().as_secs_f64();
-    Ok(summary)
+    })
 }
 
 /// Whether two paths name the same file (device and inode), however spelled or linked.

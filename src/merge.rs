@@ -274,7 +274,7 @@ pub fn merge(
         .iter()
         .map(|s| (s.sqlite.clone(), s.label.clone()))
         .collect();
-    let (summary, placed) = convert::merge_sqlite(&inputs, output, opts.align, conv)?;
+    let (summary, placed) = convert::merge_sqlite(&inputs, output, opts.align, conv, opts.jobs)?;
     Ok(Merged {
         summary,
         sources: placed,

@@ -41,6 +41,9 @@ pub struct Protobuf {
     machine: Option<String>,
     /// In a merge (two reports or more), each report's own kernel, as [`Protobuf::kernel`].
     machines: Vec<Option<(String, (u32, u32))>>,
+    /// The report this format writes, alone, as one part of a merge ([`Protobuf::part`]): its
+    /// place, which is its machine and its processes' and GPUs' order.
+    part: Option<usize>,
 }
 
 impl Protobuf {
@@ -68,13 +71,29 @@ impl Protobuf {
             kernel: with_kernel.map(|(_, r, v)| (r, v)),
             machine,
             machines,
+            part: None,
         }
     }
 
-    /// The machine a source's packets go on: its index in a merge, else none (0).
+    /// The format of one report of a merge of `sources`, the one at `position`, written on its
+    /// own (by any source index): its packets on its machine, its processes and GPUs in its
+    /// place, nothing of the file's own (the merge's [`Protobuf::new`] writes those once).
+    pub fn part(sources: &[Placed], position: usize) -> Protobuf {
+        Protobuf {
+            part: Some(position),
+            ..Protobuf::new(sources)
+        }
+    }
+
+    /// A source's place in the merge: its index, or the part's place.
+    fn position_of(&self, source: usize) -> usize {
+        self.part.unwrap_or(source)
+    }
+
+    /// The machine a source's packets go on: its place in a merge, else none (0).
     fn machine_of(&self, source: usize) -> u32 {
         if self.machines.len() > 1 {
-            source as u32
+            self.position_of(source) as u32
         } else {
             0
         }
@@ -85,7 +104,7 @@ impl Format for Protobuf {
     type Writer = ProtoWriter;
 
     fn writer(&self, source: usize, desc: Arc<Description>) -> ProtoWriter {
-        let kernel = match self.machines.get(source) {
+        let kernel = match self.machines.get(self.position_of(source)) {
             Some(own) => own.as_ref(),
             None => self.kernel.as_ref(),
         };
@@ -115,6 +134,9 @@ impl Format for Protobuf {
         let Some(first) = sources.first() else {
             return out;
         };
+        if self.part.is_some() {
+            return out;
+        }
         if self.machines.len() > 1 {
             for (i, src) in sources.iter().enumerate() {
                 let machine = self.machine_of(i);
@@ -201,6 +223,7 @@ impl Format for Protobuf {
 
     fn describe_well_known(&self, track: WellKnown, info: &Description) -> Vec<u8> {
         let machine = self.machine_of(track.source());
+        let place = |id: i64| self.position_of(source_of(id)).min(i32::MAX as usize) as i32;
         let desc = match track {
             WellKnown::Process(gp) => TrackDescriptor {
                 uuid: Some(track.uuid()),
@@ -215,12 +238,12 @@ impl Format for Protobuf {
                     }),
                     // Among several reports (a merge, in rank order), the UI lists processes in
                     // report order, as it does their GPUs, instead of by its activity measures.
-                    legacy_sort_index: info.label.is_some().then_some(source_of(gp) as i32),
+                    legacy_sort_index: info.label.is_some().then(|| place(gp)),
                     ..Default::default()
                 }),
                 // Read as the process's place where the machine's root track asks for
                 // explicit process ordering (a merge, see `explicit_process_order`).
-                sibling_order_rank: info.label.is_some().then_some(source_of(gp) as i32),
+                sibling_order_rank: info.label.is_some().then(|| place(gp)),
                 ..Default::default()
             },
             WellKnown::Gpu(device) => TrackDescriptor {
@@ -230,7 +253,7 @@ impl Format for Protobuf {
                 )),
                 child_ordering: Some(track_descriptor::ChildTracksOrdering::Explicit as i32),
                 sibling_order_rank: Some(
-                    (source_of(device) as i32) << 8 | (without_source(device) & 0xFF) as i32,
+                    place(device).min(0x7F_FFFF) << 8 | (without_source(device) & 0xFF) as i32,
                 ),
                 ..Default::default()
             },
