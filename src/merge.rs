@@ -282,9 +282,32 @@ pub fn merge(
     })
 }
 
+/// One line of [`render`]: a merged report as the user knows it.
+pub struct Row {
+    pub label: String,
+    /// The file named (a report, an export, a part).
+    pub input: String,
+    pub rank: Option<i64>,
+    pub rank_from: Option<String>,
+    /// How the report was exported, when it was.
+    pub exported: Option<String>,
+}
+
+impl Row {
+    fn of(src: &Source) -> Row {
+        Row {
+            label: src.label.clone(),
+            input: src.input.display().to_string(),
+            rank: src.identity.rank,
+            rank_from: src.identity.rank_from.map(str::to_string),
+            exported: src.exported.as_ref().map(Exported::describe),
+        }
+    }
+}
+
 /// The report printed after a merge: a line per report (label, file, offset, events), the
 /// spread of start times, then the whole trace's summary.
-pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
+pub fn render(merged: &Merged, sources: &[Row], align: Align) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let one = sources.len() == 1;
@@ -300,7 +323,7 @@ pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
             (Align::WallClock, Some(_)) => format!("offset +{}", long_ns(placed.offset_ns)),
             (Align::WallClock, None) => "no wall clock recorded: start at 0".to_string(),
         };
-        let rank = match (src.identity.rank, src.identity.rank_from) {
+        let rank = match (src.rank, &src.rank_from) {
             (Some(_), Some(from)) => format!(", rank from {from}"),
             _ => String::new(),
         };
@@ -309,12 +332,12 @@ pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
             "  [{}] {}: {} ({offset}{rank}), {} events, {} flows",
             i + 1,
             src.label,
-            src.input.display(),
+            src.input,
             part.map_or(0, |p| p.total_events()),
             part.map_or(0, |p| p.flows),
         );
         if let Some(e) = &src.exported {
-            let _ = writeln!(s, "      {}", e.describe());
+            let _ = writeln!(s, "      {e}");
         }
     }
     match (align, merged.spread_ns()) {
@@ -405,6 +428,11 @@ impl MergeArgs {
     }
 
     fn merge(&self, opts: &MergeOptions, conv: &Options) -> Result<String> {
+        if !self.part
+            && let Some(parts) = self.parts()?
+        {
+            return self.assemble(&parts, conv);
+        }
         let ex = batch::expand(&self.inputs);
         if let Some((arg, e)) = ex.errors.first() {
             bail!("{arg}: {e}");
@@ -416,15 +444,101 @@ impl MergeArgs {
         }
         check_output(&self.output, &ex.files)?;
         let sources = prepare(&ex.files, opts)?;
+        if self.part {
+            return write_part(&sources, &self.output, opts, conv);
+        }
         let merged = merge(&sources, &self.output, opts, conv)?;
+        let rows: Vec<Row> = sources.iter().map(Row::of).collect();
         Ok(format!(
             "merged {} report{} -> {}\n{}",
             sources.len(),
             if sources.len() == 1 { "" } else { "s" },
             self.output.display(),
-            render(&merged, &sources, opts.align)
+            render(&merged, &rows, opts.align)
         ))
     }
+
+    /// `merge PART...`: every input a part made by `merge --part`.
+    fn parts(&self) -> Result<Option<Vec<PathBuf>>> {
+        let mut parts = Vec::new();
+        for input in &self.inputs {
+            if !input.is_file() || convert::read_part_header(input)?.is_none() {
+                return Ok(None);
+            }
+            parts.push(input.clone());
+        }
+        Ok(Some(parts))
+    }
+
+    fn assemble(&self, parts: &[PathBuf], conv: &Options) -> Result<String> {
+        if self.output_format() != OutputFormat::Protobuf {
+            bail!("parts merge into a .pftrace only (JSON has no machines)");
+        }
+        if !conv.content_text().is_empty() {
+            bail!(
+                "parts are merged as they were made: give the selection options to \
+                 `merge --part`, where each part is made"
+            );
+        }
+        check_output(&self.output, parts)?;
+        let (summary, placed, headers) = convert::assemble_parts(parts, &self.output)?;
+        let align = headers.first().map_or(Align::WallClock, |h| h.align);
+        let rows: Vec<Row> = headers
+            .iter()
+            .map(|h| Row {
+                label: h.label.clone(),
+                input: h.input.clone(),
+                rank: h.rank,
+                rank_from: h.rank_from.clone(),
+                exported: None,
+            })
+            .collect();
+        let merged = Merged {
+            summary,
+            sources: placed,
+            labels: headers.iter().map(|h| h.label.clone()).collect(),
+        };
+        Ok(format!(
+            "merged {} part{} -> {}\n{}",
+            rows.len(),
+            if rows.len() == 1 { "" } else { "s" },
+            self.output.display(),
+            render(&merged, &rows, align)
+        ))
+    }
+}
+
+/// `merge --part REPORT -o PART`: one report converted as a part of a later merge.
+fn write_part(
+    sources: &[Source],
+    output: &Path,
+    opts: &MergeOptions,
+    conv: &Options,
+) -> Result<String> {
+    let [src] = sources else {
+        bail!(
+            "--part makes one part of one report ({} given): run one task per report",
+            sources.len()
+        );
+    };
+    if conv.format != OutputFormat::Protobuf {
+        bail!("a part is a .pftrace (JSON has no machines)");
+    }
+    let who = convert::PartIdentity {
+        label: &src.label,
+        rank: src.identity.rank,
+        rank_from: src.identity.rank_from,
+        origin: &src.input,
+    };
+    let summary = convert::write_part(&src.sqlite, &who, output, opts.align, conv)
+        .map_err(|e| anyhow!("{}: {}", src.input.display(), crate::errors::error_line(&e)))?;
+    Ok(format!(
+        "part {} ({}) -> {}\n{}",
+        src.label,
+        src.input.display(),
+        output.display(),
+        summary.render()
+    ))
 }
 
 /// The output is a file that is not one of the inputs.

@@ -627,3 +627,98 @@ fn rank_from_a_thread_named_by_nvtx() {
         ]
     );
 }
+
+/// More reports than a JSON merge holds (64): 70 copies of the fixture's 4 ranks, merged on 2
+/// workers. Each report is on its own machine, named by its label, and the merge holds exactly
+/// what each copy converts to on its own: per report (its summary), per machine (trace_processor's
+/// slices) and in all (our reading of the file); JSON refuses in one line.
+#[test]
+fn more_reports_than_json_holds_merge_exactly() {
+    const COPIES: usize = 70;
+    let dir = tempfile::tempdir().unwrap();
+    let inputs: Vec<PathBuf> = (0..COPIES)
+        .map(|k| {
+            let copy = dir.path().join(format!("copy_{k:02}.sqlite"));
+            std::fs::copy(mpi_fixture(k as i64 % RANKS), &copy).unwrap();
+            copy
+        })
+        .collect();
+    let singles: Vec<_> = (0..RANKS)
+        .map(|r| {
+            convert::convert_sqlite(
+                &mpi_fixture(r),
+                &dir.path().join(format!("single{r}.pftrace")),
+                &Options::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let out = dir.path().join("job.pftrace");
+    let merged = merge_lib(&inputs, &out, Align::WallClock, &Selection::default());
+    assert_eq!(merged.labels.len(), COPIES);
+    assert_eq!(merged.summary.per_source.len(), COPIES);
+    // Sources in rank order (ranks 0..3 from the environment; a copy's label names its file:
+    // "rank 2 · vm · copy_06").
+    let rank_of = |label: &str| -> usize { label[5..6].parse().unwrap() };
+    let mut total = 0;
+    let mut last_rank = 0;
+    for (label, part) in merged.labels.iter().zip(&merged.summary.per_source) {
+        let rank = rank_of(label);
+        assert!(rank >= last_rank, "{label}: not in rank order");
+        last_rank = rank;
+        let k: usize = label.rsplit("copy_").next().unwrap().parse().unwrap();
+        assert_eq!(k % RANKS as usize, rank, "{label}");
+        assert_eq!(part.events, singles[rank].events, "{label}");
+        assert_eq!(part.flows, singles[rank].flows, "{label}");
+        total += part.total_events();
+    }
+    assert_eq!(total, merged.summary.total_events());
+    let t = validate_file(&out);
+    let mut want = BTreeMap::new();
+    for label in &merged.labels {
+        let rank = rank_of(label);
+        let single = validate_file(&dir.path().join(format!("single{rank}.pftrace")));
+        for (cat, n) in single.count_by_category() {
+            *want.entry(cat).or_insert(0) += n;
+        }
+    }
+    assert_eq!(t.count_by_category(), want);
+    assert_eq!(t.machine_names.len(), COPIES);
+    for (m, label) in merged.labels.iter().enumerate() {
+        assert_eq!(t.machine_names.get(&(m as u32)), Some(label));
+    }
+    tpcheck_ok(&out);
+    // trace_processor: a machine per report, each with its copy's slices (every session marker
+    // is on the host's "Session" track, machine 0).
+    if let Some(rows) = common::tp_query(
+        &out,
+        "select m.id, m.name, (select count(*) from slice s join thread_track tt on s.track_id = tt.id \
+         join thread using(utid) where thread.machine_id = m.id) from machine m order by m.id",
+    ) {
+        assert_eq!(rows.len(), COPIES);
+        for (m, row) in rows.iter().enumerate() {
+            assert_eq!(row[0], m.to_string());
+            assert_eq!(row[1], merged.labels[m]);
+            let rank = rank_of(&row[1]);
+            let want = common::tp_query(
+                &dir.path().join(format!("single{rank}.pftrace")),
+                "select count(*) from slice s join thread_track tt on s.track_id = tt.id",
+            )
+            .unwrap();
+            assert_eq!(row[2], want[0][0], "machine {m}");
+        }
+    }
+    // JSON has no machines: at most 64 reports, said in one line, nothing written.
+    let json = dir.path().join("job.json");
+    let err = bin()
+        .args(["merge", "-q", "-o"])
+        .arg(&json)
+        .args(&inputs)
+        .output()
+        .unwrap();
+    assert!(!err.status.success());
+    let msg = String::from_utf8_lossy(&err.stderr);
+    assert!(msg.contains("a JSON merge holds at most 64"), "{msg}");
+    assert_eq!(msg.trim().lines().count(), 1, "{msg}");
+    assert!(!json.exists());
+}

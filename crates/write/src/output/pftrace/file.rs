@@ -325,12 +325,18 @@ pub const RECORD_KEY: &str = "nsys-perfetto";
 /// metadata (2): ChromeMetadata { name (1): RECORD_KEY, string_value (2): text } } }`, framed
 /// as a `Trace.packet` (1). trace_processor keeps it as metadata and draws nothing.
 pub fn record_packet(text: &str) -> Vec<u8> {
+    metadata_packet(RECORD_KEY, text)
+}
+
+/// The `ChromeMetadata` name under which a merge's part carries what a merge needs of its
+/// report (the app's `convert::PartHeader`), in the part's first packet.
+pub const PART_KEY: &str = "nsys-perfetto-part";
+
+/// A packet that trace_processor keeps as metadata named `key` and draws nothing of, framed as
+/// a `Trace.packet`: see [`record_packet`].
+pub fn metadata_packet(key: &str, text: &str) -> Vec<u8> {
     let mut meta = Vec::new();
-    put_bytes(
-        &mut meta,
-        beyond_schema::METADATA_NAME,
-        RECORD_KEY.as_bytes(),
-    );
+    put_bytes(&mut meta, beyond_schema::METADATA_NAME, key.as_bytes());
     put_bytes(
         &mut meta,
         beyond_schema::METADATA_STRING_VALUE,
@@ -349,12 +355,13 @@ pub fn record_packet(text: &str) -> Vec<u8> {
 /// the tag of its `string_value`, for a reader to find the record by (the text's length and
 /// the text follow).
 pub fn record_text_prefix() -> Vec<u8> {
+    metadata_text_prefix(RECORD_KEY)
+}
+
+/// What precedes the text in a [`metadata_packet`] named `key`.
+pub fn metadata_text_prefix(key: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    put_bytes(
-        &mut out,
-        beyond_schema::METADATA_NAME,
-        RECORD_KEY.as_bytes(),
-    );
+    put_bytes(&mut out, beyond_schema::METADATA_NAME, key.as_bytes());
     put_varint(&mut out, beyond_schema::METADATA_STRING_VALUE);
     out
 }
