@@ -704,7 +704,7 @@ pub fn write_part(
         placed: &placed,
         position,
         floor,
-        ids: &Ids::default(),
+        ids: &Ids::block(position as u32),
     };
     let part_opts = Options {
         progress: false,

@@ -722,3 +722,139 @@ fn more_reports_than_json_holds_merge_exactly() {
     assert_eq!(msg.trim().lines().count(), 1, "{msg}");
     assert!(!json.exists());
 }
+
+/// Each session marker's name and time.
+fn markers(t: &Trace) -> Vec<(String, i64)> {
+    t.session_starts
+        .iter()
+        .map(|s| (s.name.to_string(), s.start))
+        .collect()
+}
+
+/// Run `nsys-perfetto merge --part` as a node would, one process per report, all at once.
+fn parts_made_apart(inputs: &[PathBuf], dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
+    let mut running = Vec::new();
+    let mut parts = Vec::new();
+    for (i, input) in inputs.iter().enumerate() {
+        let part = dir.join(format!("node{i}.part.pftrace"));
+        let child = bin()
+            .args(["merge", "--part", "-q"])
+            .args(extra)
+            .arg(input)
+            .arg("-o")
+            .arg(&part)
+            .spawn()
+            .unwrap();
+        running.push(child);
+        parts.push(part);
+    }
+    for mut c in running {
+        assert!(c.wait().unwrap().success());
+    }
+    parts
+}
+
+/// The distributed path: each report made into a part by a process of its own (standing in for
+/// the node where the report was written), then the parts merged without the reports. The
+/// result holds what a merge of the reports holds, in trace_processor's terms (bench/content.py's
+/// digest), with the same machines; parts made with other options are refused by name.
+#[test]
+fn parts_made_apart_merge_as_the_reports_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs: Vec<PathBuf> = [3, 1, 0, 2].into_iter().map(mpi_fixture).collect();
+    let parts = parts_made_apart(&inputs, dir.path(), &[]);
+    let from_parts = dir.path().join("from_parts.pftrace");
+    let out = bin()
+        .args(["merge", "-o"])
+        .arg(&from_parts)
+        .args(&parts)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("merged 4 parts"), "{text}");
+    let job = dir.path().join("job.pftrace");
+    let merged = merge_lib(&inputs, &job, Align::WallClock, &Selection::default());
+    tpcheck_ok(&from_parts);
+    let (a, b) = (validate_file(&job), validate_file(&from_parts));
+    assert_eq!(a.count_by_category(), b.count_by_category());
+    assert_eq!(a.machine_names, b.machine_names);
+    assert_eq!(
+        b.machine_names.values().cloned().collect::<Vec<_>>(),
+        merged.labels
+    );
+    assert_eq!(markers(&a), markers(&b));
+    if let (Some(a), Some(b)) = (
+        common::content_digest(&job),
+        common::content_digest(&from_parts),
+    ) {
+        assert_eq!(a, b);
+    }
+    // Made with other options: refused, naming the part.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let odd = parts_made_apart(&inputs[..1], &other, &["--types", "nvtx"]);
+    let out = bin()
+        .args(["merge", "-o"])
+        .arg(dir.path().join("mixed.pftrace"))
+        .arg(&parts[1])
+        .arg(&odd[0])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(text.contains("made with other options"), "{text}");
+    assert!(!dir.path().join("mixed.pftrace").exists());
+}
+
+/// The distributed path moves every kind of absolute time a part holds (scheduling bundles,
+/// clock snapshots) to where a merge of the reports puts it: two corpus reports with CPU
+/// scheduling, placed apart by their earliest rows (`--align start`).
+#[test]
+fn parts_with_scheduling_merge_as_the_reports_do() {
+    let Some(corpus) = common::corpus_dir() else {
+        return;
+    };
+    let inputs: Vec<PathBuf> = [
+        "RajaATAli__SC23_Programming-Your-GPU-with-OpenMP_Tutorial__report3.sqlite",
+        "NVIDIA__Fuser__report1@8fa9ec2.sqlite",
+    ]
+    .iter()
+    .map(|n| corpus.join(n))
+    .collect();
+    if let Some(missing) = inputs.iter().find(|p| !p.exists()) {
+        common::skip("corpus", &format!("{} not found", missing.display()));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let parts = parts_made_apart(&inputs, dir.path(), &["--align", "start"]);
+    let from_parts = dir.path().join("from_parts.pftrace");
+    assert!(
+        bin()
+            .args(["merge", "-q", "-o"])
+            .arg(&from_parts)
+            .args(&parts)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let job = dir.path().join("job.pftrace");
+    merge_lib(&inputs, &job, Align::Start, &Selection::default());
+    // Both reports record rank 0: their arrows' ids repeat, each on its own machine, which
+    // trace_processor keeps apart (our reading of the file, one namespace, would not).
+    tpcheck_ok(&from_parts);
+    let sched = "select count(*), sum(ts), sum(dur) from sched where utid != 0";
+    if let (Some(a), Some(b)) = (
+        common::tp_query(&job, sched),
+        common::tp_query(&from_parts, sched),
+    ) {
+        assert_eq!(a, b);
+        assert_ne!(a[0][0], "0", "the reports hold scheduling");
+    }
+    if let (Some(a), Some(b)) = (
+        common::content_digest(&job),
+        common::content_digest(&from_parts),
+    ) {
+        assert_eq!(a, b);
+    }
+}
