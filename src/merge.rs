@@ -10,8 +10,10 @@
 //!   GPUs "host-a · GPU 0 · A100".
 //! * Time: each report at its own wall-clock session start, or with `--align start` every
 //!   session start at zero.
-//! * The merge itself reads the exports one after the other into one writer
-//!   ([`crate::convert::merge_sqlite`]): memory follows the largest report, not their number.
+//! * The merge itself ([`crate::convert::merge_sqlite`]) converts each report as a part, `-j`
+//!   at a time, into one writer's file in rank order: memory follows a few reports, not their
+//!   number. `--part` makes one report's part where the report is, and a merge of parts
+//!   ([`crate::convert::assemble_parts`]) copies them into one trace without the reports.
 
 use crate::batch;
 use crate::cli::args::{AlignArg, FormatArg, MergeArgs};
