@@ -808,6 +808,7 @@ fn read_varint(data: &[u8]) -> (u64, usize) {
 pub fn assemble_parts(
     parts: &[PathBuf],
     output: &Path,
+    keep: impl Fn(&PartHeader) -> bool,
 ) -> Result<(Summary, Vec<MergedSource>, Vec<PartHeader>)> {
     let started = Instant::now();
     let mut read = Vec::with_capacity(parts.len());
@@ -820,8 +821,9 @@ pub fn assemble_parts(
             ),
         }
     }
+    read.retain(|(_, h, _)| keep(h));
     if read.is_empty() {
-        bail!("nothing to merge");
+        bail!("nothing to merge: no part records one of the ranks asked for");
     }
     let first = read[0].1.clone();
     for (p, h, _) in &read {

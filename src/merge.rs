@@ -135,6 +135,44 @@ pub fn label_of(id: &Identity, path: &Path, forced: Option<&str>) -> String {
     }
 }
 
+/// `--ranks 0-7,12`: the ranks and ranges a merge keeps.
+pub fn parse_ranks(list: &str) -> Result<Vec<(i64, i64)>> {
+    let bad = || anyhow!("--ranks {list}: ranks and ranges separated by commas, e.g. 0-7,12");
+    list.split(',')
+        .map(|item| {
+            let item = item.trim();
+            let (lo, hi) = item.split_once('-').unwrap_or((item, item));
+            let (lo, hi): (i64, i64) = (
+                lo.trim().parse().map_err(|_| bad())?,
+                hi.trim().parse().map_err(|_| bad())?,
+            );
+            if lo > hi {
+                return Err(bad());
+            }
+            Ok((lo, hi))
+        })
+        .collect()
+}
+
+/// Whether `rank` is in `ranks` (a report without a rank never is).
+fn keeps_rank(ranks: &[(i64, i64)], rank: Option<i64>) -> bool {
+    rank.is_some_and(|r| ranks.iter().any(|&(lo, hi)| lo <= r && r <= hi))
+}
+
+/// The note after a merge whose output a browser tab may not hold (see [`crate::open`]).
+fn browser_note(output: &Path, bytes: u64) -> Option<String> {
+    (bytes > crate::open::BIG_TRACE).then(|| {
+        format!(
+            "  note: {} is {:.1} GB; a browser tab holds about 2 GB, 2-4x the file: open it \
+             with `nsys-perfetto open --native {}` (trace_processor on this machine), or \
+             merge fewer ranks (--ranks) or less (--types, --time-range, --nvtx-filter)\n",
+            output.display(),
+            bytes as f64 / 1e9,
+            output.display()
+        )
+    })
+}
+
 /// Labels made unique: a repeated one gets its file's stem (then its position) appended.
 fn unique_labels(labels: &mut [String], paths: &[PathBuf]) {
     let count = |ls: &[String], l: &String| ls.iter().filter(|x| *x == l).count();
@@ -445,18 +483,26 @@ impl MergeArgs {
             }
         }
         check_output(&self.output, &ex.files)?;
-        let sources = prepare(&ex.files, opts)?;
+        let mut sources = prepare(&ex.files, opts)?;
+        if let Some(list) = &self.ranks {
+            let ranks = parse_ranks(list)?;
+            sources.retain(|s| keeps_rank(&ranks, s.identity.rank));
+            if sources.is_empty() {
+                bail!("--ranks {list}: no report records one of these ranks");
+            }
+        }
         if self.part {
             return write_part(&sources, &self.output, opts, conv);
         }
         let merged = merge(&sources, &self.output, opts, conv)?;
         let rows: Vec<Row> = sources.iter().map(Row::of).collect();
         Ok(format!(
-            "merged {} report{} -> {}\n{}",
+            "merged {} report{} -> {}\n{}{}",
             sources.len(),
             if sources.len() == 1 { "" } else { "s" },
             self.output.display(),
-            render(&merged, &rows, opts.align)
+            render(&merged, &rows, opts.align),
+            browser_note(&self.output, merged.summary.output_bytes).unwrap_or_default()
         ))
     }
 
@@ -483,7 +529,11 @@ impl MergeArgs {
             );
         }
         check_output(&self.output, parts)?;
-        let (summary, placed, headers) = convert::assemble_parts(parts, &self.output)?;
+        let ranks = self.ranks.as_deref().map(parse_ranks).transpose()?;
+        let (summary, placed, headers) =
+            convert::assemble_parts(parts, &self.output, |h: &convert::PartHeader| {
+                ranks.as_ref().is_none_or(|r| keeps_rank(r, h.rank))
+            })?;
         let align = headers.first().map_or(Align::WallClock, |h| h.align);
         let rows: Vec<Row> = headers
             .iter()
@@ -501,11 +551,12 @@ impl MergeArgs {
             labels: headers.iter().map(|h| h.label.clone()).collect(),
         };
         Ok(format!(
-            "merged {} part{} -> {}\n{}",
+            "merged {} part{} -> {}\n{}{}",
             rows.len(),
             if rows.len() == 1 { "" } else { "s" },
             self.output.display(),
-            render(&merged, &rows, align)
+            render(&merged, &rows, align),
+            browser_note(&self.output, merged.summary.output_bytes).unwrap_or_default()
         ))
     }
 }
@@ -582,6 +633,28 @@ mod tests {
         assert_eq!(f("profile.sqlite"), None);
         assert_eq!(f("trace_r2.sqlite"), Some(2));
         assert_eq!(f("run5.export-2023.4.4.sqlite"), Some(5));
+    }
+
+    #[test]
+    fn rank_lists() {
+        let r = parse_ranks("0-7, 12").unwrap();
+        assert_eq!(r, [(0, 7), (12, 12)]);
+        assert!(keeps_rank(&r, Some(7)) && keeps_rank(&r, Some(12)));
+        assert!(!keeps_rank(&r, Some(8)) && !keeps_rank(&r, None));
+        for bad in ["", "3-1", "a", "1-", "1,,2"] {
+            assert!(parse_ranks(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_trace_too_big_for_a_tab_names_open_native() {
+        let out = Path::new("job.pftrace");
+        assert_eq!(browser_note(out, crate::open::BIG_TRACE), None);
+        let note = browser_note(out, 3 << 30).unwrap();
+        assert!(
+            note.contains("3.2 GB") && note.contains("nsys-perfetto open --native job.pftrace"),
+            "{note}"
+        );
     }
 
     #[test]

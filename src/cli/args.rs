@@ -363,6 +363,10 @@ pub struct MergeArgs {
     /// Reports to export and convert at the same time (default: all cores).
     #[arg(short = 'j', long = "jobs", value_name = "N")]
     pub jobs: Option<usize>,
+    /// Merge only these ranks: a list of ranks and ranges, `--ranks 0-7,12` (reports that
+    /// record no rank are left out). Applies to reports and to parts alike.
+    #[arg(long, value_name = "LIST")]
+    pub ranks: Option<String>,
     /// Convert one report as a part of a merge made later from parts, where the report was
     /// written (one task per report): `merge --part rank_3.nsys-rep -o rank_3.part.pftrace`,
     /// then `merge *.part.pftrace -o job.pftrace` copies the parts into one trace without

@@ -858,3 +858,42 @@ fn parts_with_scheduling_merge_as_the_reports_do() {
         assert_eq!(a, b);
     }
 }
+
+/// `--ranks`: a subset of a job's ranks, from the reports or from their parts, holds exactly
+/// those ranks' reports, each as it converts alone.
+#[test]
+fn a_rank_subset_merges_those_ranks_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs: Vec<PathBuf> = (0..RANKS).map(mpi_fixture).collect();
+    let parts = parts_made_apart(&inputs, dir.path(), &[]);
+    let (cats, flows) = sum_of_singles(
+        &[mpi_fixture(1), mpi_fixture(3)],
+        dir.path(),
+        &Selection::default(),
+    );
+    for (name, given) in [("reports", &inputs), ("parts", &parts)] {
+        let out = dir.path().join(format!("{name}.pftrace"));
+        let run = bin()
+            .args(["merge", "--ranks", "1,3-3", "-o"])
+            .arg(&out)
+            .args(given)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{name}: {text}");
+        assert!(text.contains(&format!("merged 2 {name}")), "{text}");
+        let t = validate_file(&out);
+        assert_eq!(t.count_by_category(), cats, "{name}");
+        assert_eq!(t.flows.len(), flows, "{name}");
+        let machines: Vec<&str> = t.machine_names.values().map(|n| &n[..6]).collect();
+        assert_eq!(machines, ["rank 1", "rank 3"], "{name}");
+    }
+    let run = bin()
+        .args(["merge", "--ranks", "9", "-o"])
+        .arg(dir.path().join("none.pftrace"))
+        .args(&inputs)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("--ranks 9"));
+}
