@@ -539,6 +539,34 @@ fn corpus_mpi_reports_merge_exactly() {
         let n: u64 = id.parse().unwrap();
         assert!(n < 1 << 53, "flow id {n}");
     }
+
+    // The distributed path on a real GPU job (CPU samples, scheduling, arrows): each export
+    // made into a part by a process of its own, then merged, holds what the merge holds.
+    let parts = parts_made_apart(&exports, dir.path(), &[]);
+    let from_parts = dir.path().join("from_parts.pftrace");
+    assert!(
+        bin()
+            .args(["merge", "-q", "-o"])
+            .arg(&from_parts)
+            .args(&parts)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let p = validate_file(&from_parts);
+    assert_eq!(p.count_by_category(), cats);
+    assert_eq!(p.flows.len(), flows);
+    assert_eq!(markers(&p), markers(&t));
+    if let (Some(a), Some(b)) = (
+        common::content_digest(&out),
+        common::content_digest(&from_parts),
+    ) {
+        assert!(
+            a.iter()
+                .any(|l| l.starts_with("samples\t") && !l.starts_with("samples\t0"))
+        );
+        assert_eq!(a, b);
+    }
 }
 
 /// Batch conversion on several cores (`-j 2`) converts what one core does, and prints each
