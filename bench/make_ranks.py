@@ -26,6 +26,8 @@ def main():
         path = os.path.join(out, f"rank_{k:04}.sqlite")
         shutil.copyfile(sources[k % len(sources)], path)
         db = sqlite3.connect(path)
+        # Values nsys recorded as bytes that are not UTF-8 stay as they are.
+        db.text_factory = lambda b: b.decode("utf-8", "surrogateescape")
         rows = db.execute(
             "SELECT rowid, globalVid, devStateName, name, nameEnum, value FROM TARGET_INFO_SYSTEM_ENV"
         ).fetchall()
