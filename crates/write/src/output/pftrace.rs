@@ -195,15 +195,22 @@ pub fn copy_on_machine(
         }
         packet.resize(len as usize, 0);
         from.read_exact(&mut packet)?;
-        let body: &[u8] = if delta != 0 && holds_absolute_time(&packet) {
-            let mut p = TracePacket::decode(packet.as_slice())
-                .map_err(|e| Error::new(ErrorKind::InvalidData, e))?;
-            move_packet(&mut p, delta);
-            moved.clear();
-            p.encode(&mut moved).expect("Vec<u8> grows as needed");
-            &moved
-        } else {
-            &packet
+        let body: &[u8] = match (delta, absolute_time(&packet)) {
+            (0, _) | (_, Absolute::None) => &packet,
+            // The most numerous: only the packet's timestamp field is written again.
+            (_, Absolute::PacketTimestamp) => {
+                moved.clear();
+                move_timestamp_field(&packet, delta, &mut moved);
+                &moved
+            }
+            (_, Absolute::Inside) => {
+                let mut p = TracePacket::decode(packet.as_slice())
+                    .map_err(|e| Error::new(ErrorKind::InvalidData, e))?;
+                move_packet(&mut p, delta);
+                moved.clear();
+                p.encode(&mut moved).expect("Vec<u8> grows as needed");
+                &moved
+            }
         };
         head.clear();
         head.push(TRACE_PACKET_BYTE);
@@ -220,22 +227,35 @@ pub fn copy_on_machine(
     }
 }
 
-/// Whether a packet holds a clock snapshot, a CPU sample or a scheduling bundle (its top-level
-/// fields read, nothing decoded).
-fn holds_absolute_time(packet: &[u8]) -> bool {
-    const WITH_TIME: [u64; 3] = [
-        tag::PACKET_CLOCK_SNAPSHOT,
-        tag::PACKET_PERF_SAMPLE,
-        tag::PACKET_FTRACE_EVENTS,
-    ];
-    let mut rest = packet;
-    while !rest.is_empty() {
-        let (key, n) = read_varint(rest);
-        if WITH_TIME.contains(&key) {
-            return true;
-        }
-        rest = &rest[n.min(rest.len())..];
-        let skip = match key & 7 {
+/// Where a packet's absolute times are (see [`copy_on_machine`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Absolute {
+    None,
+    /// A CPU sample: its `TracePacket.timestamp`.
+    PacketTimestamp,
+    /// A clock snapshot or a scheduling bundle: inside its message.
+    Inside,
+}
+
+/// Which absolute times a packet holds, from its top-level fields (nothing decoded).
+fn absolute_time(packet: &[u8]) -> Absolute {
+    let mut found = Absolute::None;
+    for_each_field(packet, |key, _| match key {
+        tag::PACKET_CLOCK_SNAPSHOT | tag::PACKET_FTRACE_EVENTS => found = Absolute::Inside,
+        tag::PACKET_PERF_SAMPLE if found == Absolute::None => found = Absolute::PacketTimestamp,
+        _ => {}
+    });
+    found
+}
+
+/// Call `f(key, field bytes with their key)` for each top-level field of a message.
+fn for_each_field(message: &[u8], mut f: impl FnMut(u64, &[u8])) {
+    let mut at = 0;
+    while at < message.len() {
+        let (key, n) = read_varint(&message[at..]);
+        let body = at + n;
+        let rest = &message[body.min(message.len())..];
+        let len = match key & 7 {
             0 => read_varint(rest).1,
             1 => 8,
             2 => {
@@ -243,11 +263,27 @@ fn holds_absolute_time(packet: &[u8]) -> bool {
                 n + l as usize
             }
             5 => 4,
-            _ => return true,
+            // Groups are not written by this writer: the rest is one field.
+            _ => rest.len(),
         };
-        rest = &rest[skip.min(rest.len())..];
+        // At least a byte on: a damaged message ends the walk, never stalls it.
+        let end = (body + len).clamp(at + 1, message.len());
+        f(key, &message[at..end]);
+        at = end;
     }
-    false
+}
+
+/// `packet` with its `timestamp` field `delta` later, into `out`.
+fn move_timestamp_field(packet: &[u8], delta: u64, out: &mut Vec<u8>) {
+    for_each_field(packet, |key, field| {
+        if key == tag::PACKET_TIMESTAMP {
+            let (_, key_len) = read_varint(field);
+            let (ts, _) = read_varint(&field[key_len..]);
+            put_field(out, tag::PACKET_TIMESTAMP, ts + delta);
+        } else {
+            out.extend_from_slice(field);
+        }
+    });
 }
 
 /// Every absolute time of a packet `delta` later (see [`copy_on_machine`]).

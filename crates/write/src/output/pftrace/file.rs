@@ -402,6 +402,99 @@ mod tests {
     use super::super::on_machine;
     use super::*;
 
+    /// A part copied into a merge: every packet on its machine, the absolute times (clock
+    /// snapshots, CPU samples, scheduling) moved, the rest (a track event's delta on its
+    /// sequence's incremental clock) as it was.
+    #[test]
+    fn a_copied_part_moves_absolute_times_only() {
+        use super::super::copy_on_machine;
+        use crate::proto::{
+            FtraceEvent, FtraceEventBundle, PerfSample, ftrace_event_bundle::CompactSched,
+        };
+        let packets = vec![
+            TracePacket {
+                data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
+                    clocks: vec![
+                        clock_snapshot::Clock {
+                            clock_id: Some(BOOTTIME),
+                            timestamp: Some(100),
+                            ..Default::default()
+                        },
+                        clock_snapshot::Clock {
+                            clock_id: Some(64),
+                            timestamp: Some(100),
+                            is_incremental: Some(true),
+                            ..Default::default()
+                        },
+                        clock_snapshot::Clock {
+                            clock_id: Some(REALTIME),
+                            timestamp: Some(7),
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+            TracePacket {
+                timestamp: Some(5),
+                data: Some(trace_packet::Data::TrackEvent(TrackEvent::default())),
+                ..Default::default()
+            },
+            TracePacket {
+                timestamp: Some(200),
+                data: Some(trace_packet::Data::PerfSample(PerfSample {
+                    pid: Some(1),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+            TracePacket {
+                data: Some(trace_packet::Data::FtraceEvents(FtraceEventBundle {
+                    cpu: Some(2),
+                    event: vec![FtraceEvent {
+                        timestamp: Some(300),
+                        ..Default::default()
+                    }],
+                    compact_sched: Some(CompactSched {
+                        switch_timestamp: vec![400, 10, 10],
+                        ..Default::default()
+                    }),
+                })),
+                ..Default::default()
+            },
+        ];
+        let mut data = Vec::new();
+        for p in &packets {
+            frame(p, &mut data);
+        }
+        let mut out = Vec::new();
+        copy_on_machine(&mut data.as_slice(), &mut out, 3, 1000).unwrap();
+        let got = crate::proto::Trace::decode(out.as_slice()).unwrap().packet;
+        assert_eq!(got.len(), packets.len());
+        assert!(got.iter().all(|p| p.machine_id == Some(3)));
+        let Some(trace_packet::Data::ClockSnapshot(c)) = &got[0].data else {
+            panic!("{:?}", got[0]);
+        };
+        let times: Vec<u64> = c.clocks.iter().map(|c| c.timestamp.unwrap()).collect();
+        assert_eq!(times, [1100, 1100, 7]);
+        assert_eq!(got[1].timestamp, Some(5));
+        assert_eq!(got[2].timestamp, Some(1200));
+        assert_eq!(got[2].data, packets[2].data);
+        let Some(trace_packet::Data::FtraceEvents(b)) = &got[3].data else {
+            panic!("{:?}", got[3]);
+        };
+        assert_eq!(b.event[0].timestamp, Some(1300));
+        assert_eq!(
+            b.compact_sched.as_ref().unwrap().switch_timestamp,
+            [1400, 10, 10]
+        );
+        // Nothing moved: the bytes as they were, on the host.
+        let mut same = Vec::new();
+        copy_on_machine(&mut data.as_slice(), &mut same, 0, 0).unwrap();
+        assert_eq!(same, data);
+    }
+
     /// A merged report's chunk: every packet the same but for its machine, whatever its size
     /// (a length that needs one more varint byte once the field is added), and the root
     /// track's hand-written packet decodes as a TrackDescriptor with uuid 0 on that machine.
