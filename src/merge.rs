@@ -506,16 +506,28 @@ impl MergeArgs {
         ))
     }
 
-    /// `merge PART...`: every input a part made by `merge --part`.
+    /// `merge PART...`: every input a part made by `merge --part`; `None` when none is. Parts
+    /// and other inputs together are refused, naming the first that is not a part.
     fn parts(&self) -> Result<Option<Vec<PathBuf>>> {
         let mut parts = Vec::new();
+        let mut other = None;
         for input in &self.inputs {
-            if !input.is_file() || convert::read_part_header(input)?.is_none() {
-                return Ok(None);
+            if input.is_file() && convert::read_part_header(input)?.is_some() {
+                parts.push(input.clone());
+            } else {
+                other.get_or_insert(input);
             }
-            parts.push(input.clone());
         }
-        Ok(Some(parts))
+        match other {
+            None => Ok(Some(parts)),
+            Some(_) if parts.is_empty() => Ok(None),
+            Some(o) => bail!(
+                "{}: not a part, but {} is: a merge takes reports or parts (made by `merge \
+                 --part`), not both",
+                o.display(),
+                parts[0].display()
+            ),
+        }
     }
 
     fn assemble(&self, parts: &[PathBuf], conv: &Options) -> Result<String> {

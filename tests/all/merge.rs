@@ -833,6 +833,20 @@ fn parts_made_apart_merge_as_the_reports_do() {
     assert!(!out.status.success());
     assert!(text.contains("made with other options"), "{text}");
     assert!(!dir.path().join("mixed.pftrace").exists());
+    // Parts and reports together: refused, naming the report.
+    let out = bin()
+        .args(["merge", "-o"])
+        .arg(dir.path().join("mixed.pftrace"))
+        .arg(&parts[0])
+        .arg(&inputs[1])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        text.contains(&format!("{}: not a part", inputs[1].display())),
+        "{text}"
+    );
 }
 
 /// The distributed path moves every kind of absolute time a part holds (scheduling bundles,
