@@ -505,6 +505,8 @@ fn run<F: Format>(
                         make_sink(),
                     )?);
                 }
+                // What was read is the export's only if it did not change meanwhile.
+                export.schema.unchanged()?;
                 Ok(p)
             });
             drop(chunks_tx);

@@ -287,9 +287,11 @@ impl ExtractArgs {
         let mut results = Vec::new();
         let mut failed = false;
         for p in &self.profiles {
-            match Export::open_with(p, &self.out.export_options())
-                .and_then(|ex| extract_of(&ex, p, &patterns))
-            {
+            match Export::open_with(p, &self.out.export_options()).and_then(|ex| {
+                let r = extract_of(&ex, p, &patterns)?;
+                ex.schema.unchanged()?;
+                Ok(r)
+            }) {
                 Ok(r) => results.push(r),
                 Err(e) => {
                     crate::say!("error: {}: {}", p.display(), crate::errors::error_line(&e));

@@ -17,6 +17,7 @@ pub mod flows;
 pub mod gpu;
 pub mod gpu_memory;
 pub mod info;
+mod mapped;
 pub mod metrics;
 pub mod nvtx;
 pub mod order;
@@ -117,12 +118,25 @@ pub struct Schema {
     /// An Arrow export's tables (a directory of `.arrow` files, or an `.arrows` file), loaded
     /// once for every copy of the schema and its readers; `None` for an SQLite export.
     loaded: Option<std::sync::Arc<arrow::Tables>>,
+    /// An SQLite export's file as it was opened: each reader opens its own connection, which
+    /// would read another file where it was replaced meanwhile.
+    opened: Option<arrow::Stamp>,
 }
 
 impl Schema {
     /// Whether the export is nsys' Arrow export (see [`arrow`]).
     pub fn is_arrow(&self) -> bool {
         self.loaded.is_some()
+    }
+
+    /// An error where the export changed since it was opened (truncated, rewritten, replaced
+    /// or removed), naming the file of an Arrow export that did: what was read may not be the
+    /// export's.
+    pub fn unchanged(&self) -> Result<()> {
+        if let Some(how) = self.opened.and_then(|s| arrow::change_since(&self.path, s)) {
+            return Err(arrow::changed(how));
+        }
+        self.loaded.as_ref().map_or(Ok(()), |t| t.unchanged())
     }
 
     pub fn has_table(&self, table: &str) -> bool {
@@ -458,6 +472,7 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             tables,
             without_rowid,
             _rewritten: None,
+            opened: (!arrow && meta.is_file()).then(|| arrow::stamp(&meta)),
             loaded,
         },
     ))

@@ -51,7 +51,11 @@ pub fn to_arrow(dir: &Path) -> Result<tempfile::TempDir> {
             .join(format!("{table}.{}", super::arrow::EXTENSION));
         rewrite_caught(&file, &target).map_err(|e| match e.downcast_ref::<NoRoom>() {
             Some(full) => full.explain(out.path()),
-            None => anyhow!("{}: {e:#}", file.display()),
+            // The caller names the export: the table's file by its name in it.
+            None => anyhow!(
+                "{}: {e:#}",
+                Path::new(file.file_name().unwrap_or(file.as_os_str())).display()
+            ),
         })?;
         // The table's footer, freed, was many small blocks the allocator would keep for the
         // rest of the conversion: give them back to the system.
@@ -95,7 +99,15 @@ fn damaged(e: &dyn std::fmt::Display) -> anyhow::Error {
 /// of row groups at a time ([`footer`]), or whole where its footer is not what the walk over
 /// it expects (then parquet's own decoding says what is wrong).
 fn rewrite(file: &Path, target: &Path) -> Result<()> {
-    rewrite_in_pieces(file, target, Some(footer::PIECE_BYTES))
+    use super::arrow::{change_since, changed, stamp_of};
+    let before = stamp_of(file);
+    let rewritten = rewrite_in_pieces(file, target, Some(footer::PIECE_BYTES));
+    // A file changed while it was read reads as damaged, or as another table: the change is
+    // what went wrong.
+    match before.and_then(|b| change_since(file, b)) {
+        Some(how) => Err(changed(how)),
+        None => rewritten,
+    }
 }
 
 /// [`rewrite`], in runs of row groups of at most `piece_bytes` of footer, or whole (`None`).

@@ -77,6 +77,10 @@ impl StatsArgs {
                 },
                 choice,
             )
+            .and_then(|s| {
+                ex.schema.unchanged()?;
+                Ok(s)
+            })
             .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e)))
         };
         let result = (|| -> Result<()> {
