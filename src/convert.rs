@@ -505,10 +505,10 @@ fn run<F: Format>(
                         make_sink(),
                     )?);
                 }
-                // What was read is the export's only if it did not change meanwhile.
-                export.schema.unchanged()?;
                 Ok(p)
             });
+            // What was read is the export's only if it did not change meanwhile.
+            let part = export.schema.read_through(part);
             drop(chunks_tx);
             let _ = forward.join();
             match part {

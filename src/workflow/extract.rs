@@ -287,11 +287,9 @@ impl ExtractArgs {
         let mut results = Vec::new();
         let mut failed = false;
         for p in &self.profiles {
-            match Export::open_with(p, &self.out.export_options()).and_then(|ex| {
-                let r = extract_of(&ex, p, &patterns)?;
-                ex.schema.unchanged()?;
-                Ok(r)
-            }) {
+            match Export::open_with(p, &self.out.export_options())
+                .and_then(|ex| ex.schema.read_through(extract_of(&ex, p, &patterns)))
+            {
                 Ok(r) => results.push(r),
                 Err(e) => {
                     crate::say!("error: {}: {}", p.display(), crate::errors::error_line(&e));

@@ -339,7 +339,7 @@ impl Export {
         let sqlite = exported.as_ref().map_or(path, |e| e.path());
         let (conn, schema) = nsys::open_schema(sqlite)?;
         let enums = Enums::load(&conn, &schema);
-        let projection = Projection::build(&schema)?;
+        let projection = schema.read_through(Projection::build(&schema))?;
         if let Some(p) = &projection {
             p.attach(&conn)?;
         }

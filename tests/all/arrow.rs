@@ -34,7 +34,7 @@ const EXACT: &[&str] = &[
 ];
 
 /// nsys 2023.4 or newer (the first with `--type arrowdir`), when installed.
-fn nsys_2023() -> Option<PathBuf> {
+pub(crate) fn nsys_2023() -> Option<PathBuf> {
     let candidates = nsys_perfetto::report::nsys_candidates(None).unwrap_or_default();
     let fixed = PathBuf::from("/opt/nvidia/nsight-systems/2023.4.4/bin/nsys");
     let found = candidates
@@ -76,7 +76,13 @@ fn export_twins(nsys: &Path, report: &Path, dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// `nsys export --type KIND` of a copy of `report` (in `dir`) into `dir/STEM{suffix}`.
-fn nsys_export(nsys: &Path, report: &Path, dir: &Path, kind: &str, suffix: &str) -> PathBuf {
+pub(crate) fn nsys_export(
+    nsys: &Path,
+    report: &Path,
+    dir: &Path,
+    kind: &str,
+    suffix: &str,
+) -> PathBuf {
     let name = report.file_name().unwrap().to_str().unwrap();
     let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
     let copy = dir.join(name);

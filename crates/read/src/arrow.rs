@@ -253,6 +253,12 @@ pub const EXTENSION: &str = "arrow";
 /// What nsys appends to a report's name for its Arrow export's directory.
 pub const NSYS_DIR_SUFFIX: &str = "_arwdir";
 
+/// `text` on one line: the flatbuffer verifier's report of a damaged header runs over several,
+/// each indented.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// The file extension of nsys' single-file Arrow export (`nsys export --type arrow`): each
 /// table's Arrow IPC stream, one after another, named by its schema's `table_name`.
 const STREAMS_EXTENSION: &str = "arrows";
@@ -271,6 +277,8 @@ struct Place {
     /// `None`: the whole file.
     bytes: Option<std::ops::Range<u64>>,
     table: String,
+    /// The stamp of the file whose walk found `bytes`: they are the table's in that file only.
+    walked: Option<Stamp>,
 }
 
 impl std::fmt::Display for Place {
@@ -298,6 +306,7 @@ fn places(export: &Path) -> Result<Vec<Place>> {
             file,
             bytes: None,
             table,
+            walked: None,
         })
         .collect())
 }
@@ -317,6 +326,7 @@ fn place(export: &Path, table: &str) -> Result<Place> {
         file: export.join(format!("{table}.{EXTENSION}")),
         bytes: None,
         table: table.to_string(),
+        walked: None,
     })
 }
 
@@ -339,10 +349,18 @@ pub(crate) fn stamp_of(path: &Path) -> Option<Stamp> {
 pub(crate) fn change_since(path: &Path, before: Stamp) -> Option<&'static str> {
     match stamp_of(path) {
         None => Some("removed"),
-        Some(now) if now.2 != before.2 => Some("replaced"),
-        Some(now) if now.0 < before.0 => Some("truncated"),
-        Some(now) if now != before => Some("rewritten"),
-        Some(_) => None,
+        Some(now) => change(before, now),
+    }
+}
+
+/// How a file whose stamp was `before` and is `now` changed (replaced, truncated or
+/// rewritten), if it did.
+fn change(before: Stamp, now: Stamp) -> Option<&'static str> {
+    match now {
+        _ if now.2 != before.2 => Some("replaced"),
+        _ if now.0 < before.0 => Some("truncated"),
+        _ if now != before => Some("rewritten"),
+        _ => None,
     }
 }
 
@@ -389,11 +407,12 @@ fn streams(file: &Path) -> Result<Vec<Place>> {
     /// kB): a larger one is a damaged length, not worth reading into memory.
     const MAX_HEADER: usize = 16 << 20;
     let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
-    let size = f.metadata().map_err(|e| anyhow!("cannot read: {e}"))?.len();
-    let size = usize::try_from(size).map_err(|_| anyhow!("a file too large to read"))?;
+    let walked = stamp(&f.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
+    let size = usize::try_from(walked.0).map_err(|_| anyhow!("a file too large to read"))?;
     let damaged = |what: &str| {
         anyhow!(
-            "not a readable Arrow IPC stream ({what}): a damaged or truncated file; export the report again"
+            "not a readable Arrow IPC stream ({}): a damaged or truncated file; export the report again",
+            one_line(what)
         )
     };
     let read = |at: usize, buf: &mut [u8]| -> Result<()> {
@@ -479,6 +498,7 @@ fn streams(file: &Path) -> Result<Vec<Place>> {
             file: file.to_path_buf(),
             bytes: Some(start as u64..pos as u64),
             table,
+            walked: Some(walked),
         });
     }
     places.sort_by(|a, b| a.table.cmp(&b.table));
@@ -1068,6 +1088,9 @@ impl Table {
         use std::os::unix::fs::FileExt;
         let file = std::fs::File::open(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
         let stamp = stamp(&file.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
+        if let Some(how) = place.walked.and_then(|w| change(w, stamp)) {
+            return Err(changed(how));
+        }
         let (offset, end) = match &place.bytes {
             Some(bytes) => (bytes.start, bytes.end),
             None => (0, stamp.0),
@@ -1130,7 +1153,8 @@ impl Table {
         };
         let damaged = |e: &dyn std::fmt::Display| {
             anyhow!(
-                "not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again"
+                "not a readable Arrow IPC stream ({}): a damaged or truncated file; export the report again",
+                one_line(&e.to_string())
             )
         };
         // Walking the messages maps the pages around each header read (the kernel's
@@ -2149,6 +2173,7 @@ mod tests {
             file: path,
             bytes: None,
             table: "T".into(),
+            walked: None,
         })
     }
 
