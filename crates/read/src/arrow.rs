@@ -293,6 +293,18 @@ impl std::fmt::Display for Place {
     }
 }
 
+impl Place {
+    /// The error of a table whose file changed while it was read: naming its file in an
+    /// export's folder; in an `.arrows` file, where the change is the whole file's, nothing
+    /// (the caller names the file).
+    fn changed(&self, how: &str) -> anyhow::Error {
+        match self.bytes {
+            None => anyhow!("{self}: {:#}", changed(how)),
+            Some(_) => changed(how),
+        }
+    }
+}
+
 /// The tables of the Arrow export `export` (a directory, or an `.arrows` file), by name.
 fn places(export: &Path) -> Result<Vec<Place>> {
     if let Ok(m) = std::fs::metadata(export)
@@ -964,7 +976,7 @@ fn changed_in_use(file: &Path, table: &str) -> Option<anyhow::Error> {
     in_use.sort_by_key(|(p, _, _)| p.table != table);
     in_use
         .into_iter()
-        .find_map(|(p, _, t)| Some(anyhow!("{p}: {:#}", changed(t.upgrade()?.change()?))))
+        .find_map(|(p, _, t)| Some(p.changed(t.upgrade()?.change()?)))
 }
 
 /// Tables loaded by this process and still in use, by place: the readers' connections and
@@ -1262,7 +1274,7 @@ impl Table {
     /// An error naming the table's file where it changed since it was loaded.
     fn unchanged(&self) -> Result<()> {
         match self.change() {
-            Some(how) => Err(anyhow!("{}: {:#}", self.source.place, changed(how))),
+            Some(how) => Err(self.source.place.changed(how)),
             None => Ok(()),
         }
     }
@@ -2101,11 +2113,8 @@ unsafe impl VTabCursor for Cursor<'_> {
 
     fn next(&mut self) -> rusqlite::Result<()> {
         if self.table.lost() {
-            return Err(rusqlite::Error::ModuleError(format!(
-                "{}: {:#}",
-                self.table.source.place,
-                changed("truncated")
-            )));
+            let e = self.table.source.place.changed("truncated");
+            return Err(rusqlite::Error::ModuleError(format!("{e:#}")));
         }
         self.row += 1;
         self.in_batch += 1;
