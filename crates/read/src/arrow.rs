@@ -940,13 +940,10 @@ struct Table {
 }
 
 /// The file a [`Table`] was read from, as it was when it was read.
+/// (No file is kept open: an export has tens of tables, and `merge` opens many exports.)
 struct Source {
     place: Place,
-    /// The file opened: its size now, however its path changes.
-    file: std::fs::File,
     stamp: Stamp,
-    /// Where the table's bytes end in the file.
-    end: u64,
     /// The watched mapping (`None` where the bytes were read into memory).
     mapping: Option<Arc<crate::mapped::Mapping>>,
 }
@@ -1137,9 +1134,7 @@ impl Table {
         };
         let source = Source {
             place: place.clone(),
-            file,
             stamp,
-            end,
             mapping,
         };
         let loaded = Table::decode(whole, mapped, source);
@@ -1264,11 +1259,10 @@ impl Table {
     /// removed), if it did. A file cut inside a page loses no page (the rest of the page reads
     /// as zeros): its size tells.
     fn change(&self) -> Option<&'static str> {
-        let s = &self.source;
-        if self.lost() || s.file.metadata().is_ok_and(|m| m.len() < s.end) {
+        if self.lost() {
             return Some("truncated");
         }
-        change_since(&s.place.file, s.stamp)
+        change_since(&self.source.place.file, self.source.stamp)
     }
 
     /// An error naming the table's file where it changed since it was loaded.
