@@ -1205,6 +1205,8 @@ fn read_into<F: Format>(
                 }
                 Ok(p)
             });
+            // What was read is the export's only if it did not change meanwhile.
+            let part = export.schema.read_through(part);
             drop(chunks_tx);
             let _ = forward.join();
             match part {
