@@ -53,6 +53,20 @@ pub struct SelectArgs {
     /// output it turns on --json-colors.
     #[arg(long, value_name = "JSON")]
     pub nvtx_color_scheme: Option<String>,
+    /// How a protobuf trace writes kernels, memcpys and memsets: 'tracks' (a track per stream
+    /// under each GPU, beside its NVTX and sync tracks) or 'perfetto' (Perfetto's own GPU model:
+    /// its gpu_slice table, the GPU hardware-queue tracks and the UI's GPU plugins). JSON
+    /// output always writes tracks.
+    #[arg(long, value_enum, value_name = "MODEL", default_value_t = GpuArg::Tracks)]
+    pub gpu: GpuArg,
+}
+
+/// `--gpu`: see [`crate::select::GpuModel`].
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuArg {
+    #[default]
+    Tracks,
+    Perfetto,
 }
 
 impl SelectArgs {
@@ -76,6 +90,10 @@ impl SelectArgs {
         if let Some(scheme) = &self.nvtx_color_scheme {
             sel.nvtx_colors = crate::select::parse_color_scheme(scheme)?;
         }
+        sel.gpu = match self.gpu {
+            GpuArg::Tracks => crate::select::GpuModel::Tracks,
+            GpuArg::Perfetto => crate::select::GpuModel::Perfetto,
+        };
         Ok(sel)
     }
 }

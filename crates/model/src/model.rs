@@ -160,6 +160,15 @@ pub struct Flows<'a> {
     pub terminating: Option<u64>,
 }
 
+impl Flows<'_> {
+    /// Whether flow `id` ends on GPU work (a kernel, memcpy or memset) rather than on an
+    /// analysis finding: readers give GPU rows ids whose two low bits are their table (0 to 2),
+    /// and findings ids whose two low bits are 3.
+    pub fn ends_on_gpu_work(id: u64) -> bool {
+        id & 3 != 3
+    }
+}
+
 /// One slice (`end = Some`) or instant (`end = None`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event<'a> {

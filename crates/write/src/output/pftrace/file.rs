@@ -15,6 +15,7 @@ use crate::proto::{
     ClockSnapshot, ProcessDescriptor, SystemInfo, ThreadDescriptor, TracePacket, TrackDescriptor,
     TrackEvent, Utsname, clock_snapshot, trace_packet, track_descriptor, track_event,
 };
+use crate::select::GpuModel;
 use prost::Message;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +42,8 @@ pub struct Protobuf {
     machine: Option<String>,
     /// In a merge (two reports or more), each report's own kernel, as [`Protobuf::kernel`].
     machines: Vec<Option<(String, (u32, u32))>>,
+    /// How GPU work is written (`--gpu`).
+    gpu: GpuModel,
 }
 
 impl Protobuf {
@@ -68,7 +71,13 @@ impl Protobuf {
             kernel: with_kernel.map(|(_, r, v)| (r, v)),
             machine,
             machines,
+            gpu: GpuModel::default(),
         }
+    }
+
+    /// GPU work written in `model`.
+    pub fn with_gpu_model(self, model: GpuModel) -> Protobuf {
+        Protobuf { gpu: model, ..self }
     }
 
     /// The machine a source's packets go on: its index in a merge, else none (0).
@@ -100,6 +109,8 @@ impl Format for Protobuf {
             sched: Default::default(),
             state_codes: kernel::StateCodes::for_kernel(kernel.map(|k| k.1)),
             machine: self.machine_of(source),
+            native_gpu: self.gpu == GpuModel::Perfetto,
+            gpu: Default::default(),
         }
     }
 
