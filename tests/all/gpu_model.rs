@@ -1,0 +1,299 @@
+//! `--gpu perfetto`: GPU work in Perfetto's own GPU model. On every corpus export with GPU
+//! rows, trace_processor's `gpu_slice` holds exactly the export's kernels, memcpys and memsets
+//! (count, sum of start and of duration per kind), `gpu` names every GPU, kernels carry the
+//! export's launch columns as Perfetto's launch args, the arrows into GPU work are the default
+//! layout's, and the trace loads clean in trace_processor v58.2 and v56.
+
+use crate::common::{self, convert_with, corpus_dir, skip, tp_query, tpcheck_with};
+use nsys_perfetto::convert::Options;
+use nsys_perfetto::select::{GpuModel, Selection};
+use rusqlite::{Connection, OpenFlags};
+use std::path::{Path, PathBuf};
+
+const KERNEL: &str = "CUPTI_ACTIVITY_KIND_KERNEL";
+const MEMCPY: &str = "CUPTI_ACTIVITY_KIND_MEMCPY";
+const MEMSET: &str = "CUPTI_ACTIVITY_KIND_MEMSET";
+
+fn native() -> Options {
+    Options {
+        selection: Selection {
+            gpu: GpuModel::Perfetto,
+            ..Selection::default()
+        },
+        ..Options::default()
+    }
+}
+
+fn has_table(conn: &Connection, table: &str) -> bool {
+    conn.query_row(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?1",
+        [table],
+        |r| r.get::<_, i64>(0),
+    )
+    .unwrap()
+        > 0
+}
+
+/// Rows of a query on the export, each value as text (as `tp_query` gives them).
+fn rows(conn: &Connection, sql: &str) -> Vec<Vec<String>> {
+    let mut stmt = conn.prepare(sql).unwrap();
+    let n = stmt.column_count();
+    stmt.query_map([], |r| {
+        Ok((0..n)
+            .map(|i| match r.get_ref(i).unwrap() {
+                rusqlite::types::ValueRef::Integer(v) => v.to_string(),
+                rusqlite::types::ValueRef::Null => "[NULL]".to_string(),
+                v => format!("{v:?}"),
+            })
+            .collect())
+    })
+    .unwrap()
+    .map(Result::unwrap)
+    .collect()
+}
+
+/// Corpus exports with GPU rows that the model can place (a start, an end, a device and a
+/// stream).
+fn exports_with_gpu_work() -> Vec<PathBuf> {
+    let Some(dir) = corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return Vec::new();
+    };
+    let mut out: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sqlite"))
+        .filter(|p| {
+            let conn = Connection::open_with_flags(p, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            [KERNEL, MEMCPY, MEMSET].iter().any(|t| {
+                has_table(&conn, t) && rows(&conn, &where_placed(t, "count(*)"))[0][0] != "0"
+            })
+        })
+        .collect();
+    out.sort();
+    assert!(out.len() >= 20, "corpus exports with GPU work: {out:?}");
+    out
+}
+
+fn where_placed(table: &str, what: &str) -> String {
+    format!(
+        "SELECT {what} FROM {table} WHERE start IS NOT NULL AND \"end\" >= start \
+         AND deviceId IS NOT NULL AND streamId IS NOT NULL"
+    )
+}
+
+/// (kind, count, sum of ts, sum of dur) of the trace's GPU slices: kernels are the compute
+/// stage, memsets the other stage's slices named "Memset", memcpys the rest.
+fn trace_kinds(trace: &Path) -> Option<Vec<(String, i64, i64, i64)>> {
+    let sql = "SELECT CASE WHEN render_stage_category = 2 THEN 'kernel' \
+               WHEN name = 'Memset' THEN 'memset' ELSE 'memcpy' END AS kind, \
+               count(*), sum(ts), sum(dur) FROM gpu_slice GROUP BY kind ORDER BY kind";
+    Some(
+        tp_query(trace, sql)?
+            .into_iter()
+            .map(|r| {
+                let n = |i: usize| r[i].parse::<i64>().unwrap();
+                (r[0].clone(), n(1), n(2), n(3))
+            })
+            .collect(),
+    )
+}
+
+#[test]
+fn gpu_slices_are_the_exports_gpu_rows() {
+    let exports = exports_with_gpu_work();
+    let dir = tempfile::tempdir().unwrap();
+    for input in &exports {
+        let conn = Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let (_, trace) = convert_with(input, dir.path(), &native());
+        let Some(got) = trace_kinds(&trace) else {
+            return;
+        };
+        let mut want = Vec::new();
+        for (kind, table) in [("kernel", KERNEL), ("memcpy", MEMCPY), ("memset", MEMSET)] {
+            if !has_table(&conn, table) {
+                continue;
+            }
+            let r = &rows(
+                &conn,
+                &where_placed(table, "count(*), sum(start), sum(\"end\" - start)"),
+            )[0];
+            let n: i64 = r[0].parse().unwrap();
+            if n > 0 {
+                let v = |s: &str| s.parse::<i64>().unwrap();
+                want.push((kind.to_string(), n, v(&r[1]), v(&r[2])));
+            }
+        }
+        // The trace's times are the export's, shifted by one offset for the whole source
+        // (where rows precede the session start): the same for every row.
+        let offset = {
+            let min_trace = tp_query(&trace, "SELECT min(ts) FROM gpu_slice").unwrap()[0][0]
+                .parse::<i64>()
+                .unwrap();
+            let min_export = [KERNEL, MEMCPY, MEMSET]
+                .iter()
+                .filter(|t| has_table(&conn, t))
+                .filter_map(|t| {
+                    rows(&conn, &where_placed(t, "min(start)"))[0][0]
+                        .parse::<i64>()
+                        .ok()
+                })
+                .min()
+                .unwrap();
+            min_trace - min_export
+        };
+        assert!(offset >= 0, "{}: offset {offset}", input.display());
+        let want: Vec<_> = want
+            .into_iter()
+            .map(|(k, n, ts, dur)| (k, n, ts + n * offset, dur))
+            .collect();
+        assert_eq!(got, want, "{}", input.display());
+    }
+}
+
+#[test]
+fn every_gpu_is_named() {
+    let exports = exports_with_gpu_work();
+    let dir = tempfile::tempdir().unwrap();
+    for input in &exports {
+        let conn = Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let (_, trace) = convert_with(input, dir.path(), &native());
+        let Some(gpus) = tp_query(&trace, "SELECT gpu, name FROM gpu ORDER BY gpu") else {
+            return;
+        };
+        let mut used = std::collections::BTreeSet::new();
+        for table in [KERNEL, MEMCPY, MEMSET] {
+            if has_table(&conn, table) {
+                for r in rows(&conn, &where_placed(table, "DISTINCT deviceId")) {
+                    used.insert(r[0].parse::<i64>().unwrap());
+                }
+            }
+        }
+        for device in used {
+            let name = &gpus
+                .iter()
+                .find(|g| g[0] == device.to_string())
+                .unwrap_or_else(|| panic!("{}: GPU {device} not in `gpu`", input.display()))[1];
+            // Where nsys names devices, by CUDA device number first (newest exports first).
+            let export_name = [
+                ("TARGET_INFO_GPU", "cuDevice"),
+                ("TARGET_INFO_GPU", "id"),
+                ("TARGET_INFO_GPU", "deviceId"),
+                ("TARGET_INFO_CUDA_GPU", "deviceId"),
+            ]
+            .iter()
+            .find_map(|(table, col)| {
+                conn.query_row(
+                    &format!("SELECT name FROM {table} WHERE \"{col}\" = ?1"),
+                    [device],
+                    |r| r.get::<_, String>(0),
+                )
+                .ok()
+            })
+            .unwrap_or_else(|| format!("GPU {device}"));
+            assert_eq!(name, &export_name, "{}: GPU {device}", input.display());
+        }
+    }
+}
+
+#[test]
+fn kernels_carry_the_exports_launch_columns() {
+    let exports = exports_with_gpu_work();
+    let dir = tempfile::tempdir().unwrap();
+    for input in &exports {
+        let conn = Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        if !has_table(&conn, KERNEL) {
+            continue;
+        }
+        let (_, trace) = convert_with(input, dir.path(), &native());
+        let cols = "gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, \
+                    staticSharedMemory, dynamicSharedMemory";
+        let want = rows(
+            &conn,
+            &format!(
+                "{} GROUP BY {cols} ORDER BY {cols}",
+                where_placed(KERNEL, &format!("{cols}, count(*)"))
+            ),
+        );
+        let args = [
+            "launch.grid_size.x",
+            "launch.grid_size.y",
+            "launch.grid_size.z",
+            "launch.workgroup_size.x",
+            "launch.workgroup_size.y",
+            "launch.workgroup_size.z",
+            "registers_per_thread",
+            "shared_memory_static_bytes",
+            "shared_memory_dynamic_bytes",
+        ];
+        let extracted: Vec<String> = args
+            .iter()
+            .enumerate()
+            .map(|(i, a)| format!("extract_arg(arg_set_id, '{a}') AS c{i}"))
+            .collect();
+        let names: Vec<String> = (0..args.len()).map(|i| format!("c{i}")).collect();
+        let sql = format!(
+            "SELECT {}, count(*) FROM (SELECT {} FROM gpu_slice WHERE render_stage_category = 2) \
+             GROUP BY {} ORDER BY {}",
+            names.join(", "),
+            extracted.join(", "),
+            names.join(", "),
+            names.join(", ")
+        );
+        let Some(got) = tp_query(&trace, &sql) else {
+            return;
+        };
+        assert_eq!(got, want, "{}", input.display());
+    }
+}
+
+/// Arrows into GPU work: those of the default layout, each GPU row at most one.
+#[test]
+fn launch_arrows_are_the_default_layouts() {
+    let exports = exports_with_gpu_work();
+    let dir = tempfile::tempdir().unwrap();
+    for input in &exports {
+        let (_, native) = convert_with(input, dir.path(), &native());
+        let tracks = dir.path().join("tracks");
+        std::fs::create_dir_all(&tracks).unwrap();
+        let (_, default) = common::convert(input, &tracks);
+        let Some(got) = tp_query(
+            &native,
+            "SELECT count(*), count(DISTINCT f.slice_in), sum(s.ts), sum(g.ts) FROM flow f \
+             JOIN gpu_slice g ON f.slice_in = g.id JOIN slice s ON f.slice_out = s.id",
+        ) else {
+            return;
+        };
+        let want = tp_query(
+            &default,
+            "SELECT count(*), count(DISTINCT f.slice_in), sum(s.ts), sum(g.ts) FROM flow f \
+             JOIN slice g ON f.slice_in = g.id JOIN slice s ON f.slice_out = s.id \
+             WHERE g.category IN ('cuda.kernel', 'cuda.memcpy', 'cuda.memset')",
+        )
+        .unwrap();
+        assert_eq!(got, want, "{}", input.display());
+        assert_eq!(
+            got[0][0],
+            got[0][1],
+            "{}: one arrow per GPU row",
+            input.display()
+        );
+    }
+}
+
+#[test]
+fn loads_clean_in_v58_and_v56() {
+    let exports = exports_with_gpu_work();
+    let dir = tempfile::tempdir().unwrap();
+    let v56 = common::manifest_dir().join("../shared/tools/perfetto/bin/trace_processor_shell-v56");
+    for input in &exports {
+        let (_, trace) = convert_with(input, dir.path(), &native());
+        for shell in [None, Some(v56.as_path())] {
+            match tpcheck_with(&trace, shell) {
+                None => return,
+                Some(Ok(_)) => {}
+                Some(Err(report)) => panic!("{} ({shell:?}): {report}", input.display()),
+            }
+        }
+    }
+}
