@@ -256,6 +256,14 @@ impl ProtoWriter {
             nested.clear();
             put_field(nested, gpu::ARG_NAME_IID, key_iid);
             match arg.value {
+                // Perfetto reads a GPU slice's `correlation_id` arg as text (its slice table's
+                // `correlation_id` column, which its GPU tracks select): an integer there
+                // crashes the track.
+                ArgValue::Int(v) if arg.key == "correlation_id" => put_bytes(
+                    nested,
+                    gpu::ARG_STRING,
+                    itoa::Buffer::new().format(v).as_bytes(),
+                ),
                 ArgValue::Int(v) => put_field(nested, gpu::ARG_INT, v as u64),
                 ArgValue::Bool(v) => put_field(nested, gpu::ARG_INT, v as u64),
                 ArgValue::Double(v) => {
