@@ -441,6 +441,11 @@ pub struct OpenArgs {
     /// Stop waiting for the UI after this many seconds (default: until fetched or Ctrl-C).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// Open the UI with its GPU compute tab (plugin com.meta.GpuCompute: kernel summary,
+    /// launch statistics) and GPU-by-process tracks (dev.perfetto.GpuByProcess) enabled. They
+    /// read Perfetto's GPU model: a profile is converted with --gpu perfetto.
+    #[arg(long)]
+    pub gpu_compute: bool,
     /// Serve this local Perfetto UI build (a directory with its index.html) instead of opening
     /// ui.perfetto.dev: for machines whose browser cannot reach it. The UI and the trace are
     /// served on http://127.0.0.1:10000/ until Ctrl-C.
