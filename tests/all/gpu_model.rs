@@ -297,3 +297,93 @@ fn loads_clean_in_v58_and_v56() {
         }
     }
 }
+
+/// Idle gaps per process and GPU, as Perfetto's GPU analyses find them over `gpu_slice`
+/// (`intervals.overlap`'s merge of the busy intervals, then the gaps between them; its skill
+/// `gpu_idle_gaps.sql`, partitioned by process and GPU), are our `analyze -r gpu_gaps`.
+#[test]
+fn perfettos_idle_gaps_are_our_gpu_gaps() {
+    const BIN: &str = env!("CARGO_BIN_EXE_nsys-perfetto");
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for name in [
+        "GindaChen__nsys-ai__mfu_2gpu_before.sqlite",
+        "PolPuigPuy__OpenACC_Project_PolPuig__report12.sqlite",
+        "Sh1mwww__llama3-inference__real_inference_simulation.sqlite",
+    ] {
+        let input = corpus.join(name);
+        let out = std::process::Command::new(BIN)
+            .args([
+                "analyze", "-r", "gpu_gaps", "--gap", "1", "--top", "0", "--csv",
+            ])
+            .arg(&input)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let csv = String::from_utf8(out.stdout).unwrap();
+        let mut lines = csv.lines();
+        let header = common::csv_fields(lines.next().unwrap());
+        let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+        let (start, dur, pid, device) = (
+            col("start_ns"),
+            col("duration_ns"),
+            col("pid"),
+            col("device_id"),
+        );
+        let (_, trace) = convert_with(&input, dir.path(), &native());
+        let Some(offset) = tp_query(&trace, "SELECT min(ts) FROM gpu_slice") else {
+            return;
+        };
+        let conn = Connection::open_with_flags(&input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let first = [KERNEL, MEMCPY, MEMSET]
+            .iter()
+            .filter(|t| has_table(&conn, t))
+            .filter_map(|t| {
+                rows(&conn, &where_placed(t, "min(start)"))[0][0]
+                    .parse::<i64>()
+                    .ok()
+            })
+            .min()
+            .unwrap();
+        let offset = offset[0][0].parse::<i64>().unwrap() - first;
+        let mut ours: Vec<Vec<String>> = lines
+            .map(common::csv_fields)
+            .map(|f| {
+                let at = f[start].parse::<i64>().unwrap() + offset;
+                vec![
+                    f[pid].clone(),
+                    f[device].clone(),
+                    at.to_string(),
+                    f[dur].clone(),
+                ]
+            })
+            .collect();
+        ours.sort();
+        assert!(!ours.is_empty(), "{name}: gaps over 1 ms");
+        let sql = "INCLUDE PERFETTO MODULE intervals.overlap;
+            CREATE PERFETTO TABLE _work AS
+            SELECT s.ts, s.dur, p.pid, g.gpu FROM gpu_slice s
+            JOIN gpu_track t ON s.track_id = t.id
+            JOIN gpu g ON g.id = extract_arg(t.dimension_arg_set_id, 'ugpu')
+            JOIN process p USING (upid)
+            WHERE s.dur > 0;
+            CREATE PERFETTO TABLE _busy AS
+            SELECT * FROM interval_merge_overlapping_partitioned!(_work, (pid, gpu));
+            SELECT pid, gpu, te, next_ts - te FROM (
+              SELECT pid, gpu, ts + dur AS te,
+                LEAD(ts) OVER (PARTITION BY pid, gpu ORDER BY ts) AS next_ts
+              FROM _busy)
+            WHERE next_ts - te > 1000000
+            ORDER BY pid, gpu, te";
+        let mut theirs = tp_query(&trace, sql).unwrap();
+        theirs.sort();
+        assert_eq!(theirs, ours, "{name}");
+    }
+}
