@@ -387,3 +387,64 @@ fn perfettos_idle_gaps_are_our_gpu_gaps() {
         assert_eq!(theirs, ours, "{name}");
     }
 }
+
+/// Several processes, and several contexts of one process, on one GPU (the exports
+/// `tests/all/contexts.rs` makes): each (process, context, stream) is a hardware queue of its
+/// own, named apart on its GPU, holding exactly its rows, with its process.
+#[test]
+fn contexts_and_processes_on_one_gpu_stay_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    for scripts in [
+        &["contexts_shared_gpu.sql"][..],
+        &["contexts_shared_gpu.sql", "contexts_one_process.sql"][..],
+    ] {
+        let Some(input) = crate::contexts::made(tmp.path(), scripts) else {
+            return;
+        };
+        let conn = Connection::open_with_flags(&input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let union = [KERNEL, MEMCPY, MEMSET]
+            .iter()
+            .filter(|t| has_table(&conn, t))
+            .map(|t| {
+                where_placed(
+                    t,
+                    "deviceId, (globalPid >> 24) & 16777215 AS pid, contextId, streamId",
+                )
+            })
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ");
+        let mut want: Vec<(String, String, String)> = rows(
+            &conn,
+            &format!("SELECT deviceId, pid, count(*) FROM ({union}) GROUP BY deviceId, pid, contextId, streamId"),
+        )
+        .into_iter()
+        .map(|r| (r[0].clone(), r[1].clone(), r[2].clone()))
+        .collect();
+        want.sort();
+        let (_, trace) = convert_with(&input, tmp.path(), &native());
+        let Some(queues) = tp_query(
+            &trace,
+            "SELECT g.gpu, p.pid, count(*), t.name FROM gpu_slice s \
+             JOIN gpu_track t ON s.track_id = t.id \
+             JOIN gpu g ON g.id = extract_arg(t.dimension_arg_set_id, 'ugpu') \
+             JOIN process p USING (upid) GROUP BY t.id, p.pid",
+        ) else {
+            return;
+        };
+        let mut got: Vec<(String, String, String)> = queues
+            .iter()
+            .map(|r| (r[0].clone(), r[1].clone(), r[2].clone()))
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "{scripts:?}");
+        let names: std::collections::BTreeSet<(&str, &str)> = queues
+            .iter()
+            .map(|r| (r[0].as_str(), r[3].as_str()))
+            .collect();
+        assert_eq!(
+            names.len(),
+            queues.len(),
+            "{scripts:?}: queue names apart: {queues:?}"
+        );
+    }
+}
