@@ -111,16 +111,31 @@ impl ProtoWriter {
             .unwrap_or(0)
             .max(upto);
         let mut info = Vec::new();
+        let mut gpu_entry = Vec::new();
         for i in 0..=last.max(0) {
             let name = match self.desc.gpu_names.get(&i) {
                 Some(n) => n.clone(),
                 None => format!("GPU {i}"),
             };
-            let len = bytes_len(gpu::GPU_NAME, name.len()) + bytes_len(gpu::GPU_VENDOR, 6);
-            put_varint(&mut info, gpu::GPU_INFO_GPUS);
-            put_varint(&mut info, len as u64);
-            put_bytes(&mut info, gpu::GPU_NAME, name.as_bytes());
-            put_bytes(&mut info, gpu::GPU_VENDOR, b"NVIDIA");
+            gpu_entry.clear();
+            put_bytes(&mut gpu_entry, gpu::GPU_NAME, name.as_bytes());
+            put_bytes(&mut gpu_entry, gpu::GPU_VENDOR, b"NVIDIA");
+            if let Some(f) = self.desc.gpu_facts.get(&i) {
+                let texts = [
+                    (gpu::GPU_MODEL, &f.chip),
+                    (gpu::GPU_ARCHITECTURE, &f.arch),
+                    (gpu::GPU_PCI_BDF, &f.pci_bdf),
+                ];
+                for (tag, text) in texts {
+                    if let Some(t) = text {
+                        put_bytes(&mut gpu_entry, tag, t.as_bytes());
+                    }
+                }
+                if let Some(u) = &f.uuid {
+                    put_bytes(&mut gpu_entry, gpu::GPU_UUID, u);
+                }
+            }
+            put_bytes(&mut info, gpu::GPU_INFO_GPUS, &gpu_entry);
         }
         let out = &mut self.out.data;
         let len = bytes_len(gpu::PACKET_GPU_INFO, info.len())
@@ -304,18 +319,21 @@ impl ProtoWriter {
                         Name::Text(t) | Name::Static(t) | Name::Numbered(_, t) => t.into(),
                     };
                     let long = demangled.map(|d| info.string_or_id(d));
-                    let len = field_len(gpu::IID, iid)
-                        + bytes_len(gpu::NAME, short.len())
-                        + long
-                            .as_ref()
-                            .map_or(0, |l| bytes_len(gpu::KERNEL_DEMANGLED_NAME, l.len()));
-                    put_varint(interned, gpu::INTERNED_KERNELS);
-                    put_varint(interned, len as u64);
-                    put_field(interned, gpu::IID, iid);
-                    put_bytes(interned, gpu::NAME, short.as_bytes());
+                    let arch = info
+                        .gpu_facts
+                        .get(&queue.device)
+                        .and_then(|f| f.arch.as_deref());
+                    let nested = &mut self.gpu.nested;
+                    nested.clear();
+                    put_field(nested, gpu::IID, iid);
+                    put_bytes(nested, gpu::NAME, short.as_bytes());
                     if let Some(l) = &long {
-                        put_bytes(interned, gpu::KERNEL_DEMANGLED_NAME, l.as_bytes());
+                        put_bytes(nested, gpu::KERNEL_DEMANGLED_NAME, l.as_bytes());
                     }
+                    if let Some(a) = arch {
+                        put_bytes(nested, gpu::KERNEL_ARCH, a.as_bytes());
+                    }
+                    put_bytes(interned, gpu::INTERNED_KERNELS, nested);
                     iid
                 }
             };

@@ -164,6 +164,7 @@ pub mod tag {
         pub const CONTEXT_PID: u64 = key(2, VARINT);
         pub const CONTEXT_API: u64 = key(3, VARINT);
         pub const KERNEL_DEMANGLED_NAME: u64 = key(3, LEN);
+        pub const KERNEL_ARCH: u64 = key(4, LEN);
         /// `GpuTrackEvent.gpu_correlation`, a `TrackEvent` extension: a `GpuCorrelation`.
         pub const TRACK_EVENT_CORRELATION: u64 = key(3000, LEN);
         /// `GpuTrackEvent.gpu_api`, a `TrackEvent` extension.
@@ -174,6 +175,10 @@ pub mod tag {
         pub const GPU_INFO_GPUS: u64 = key(1, LEN);
         pub const GPU_NAME: u64 = key(1, LEN);
         pub const GPU_VENDOR: u64 = key(2, LEN);
+        pub const GPU_MODEL: u64 = key(3, LEN);
+        pub const GPU_ARCHITECTURE: u64 = key(4, LEN);
+        pub const GPU_UUID: u64 = key(5, LEN);
+        pub const GPU_PCI_BDF: u64 = key(7, LEN);
         /// `InternedGraphicsContext.Api.CUDA` and `GpuApi.GPU_API_CUDA`.
         pub const API_CUDA: u64 = 4;
         /// `InternedGpuRenderStageSpecification.RenderStageCategory.COMPUTE`.
