@@ -55,6 +55,9 @@ struct Queue {
     kernels: u64,
 }
 
+// Launch args are written in place with a one-byte tag.
+const _: () = assert!(gpu::LAUNCH_ARGS < 0x80);
+
 /// `(x, y, z)` from a launch shape as the reader prints it ("(128, 1, 1)").
 fn dims(label: &str) -> Option<[u64; 3]> {
     let inner = label.strip_prefix('(')?.strip_suffix(')')?;
@@ -256,6 +259,8 @@ impl ProtoWriter {
                         continue;
                     }
                 }
+                // The queue says them: its GPU (`gpu_id`) and its name.
+                (_, "device" | "stream", _) => continue,
                 _ => {}
             }
             let new;
@@ -267,39 +272,49 @@ impl ProtoWriter {
                 put_field(interned, gpu::IID, key_iid);
                 put_bytes(interned, gpu::NAME, arg.key.as_bytes());
             }
-            let nested = &mut self.gpu.nested;
-            nested.clear();
-            put_field(nested, gpu::ARG_NAME_IID, key_iid);
+            // An ExtraComputeArg written in place, its length a byte (fixed up when longer).
+            let tag_at = launch.len();
+            launch.push(gpu::LAUNCH_ARGS as u8);
+            launch.push(0);
+            put_field(launch, gpu::ARG_NAME_IID, key_iid);
             match arg.value {
                 // Perfetto reads a GPU slice's `correlation_id` arg as text (its slice table's
                 // `correlation_id` column, which its GPU tracks select): an integer there
                 // crashes the track.
                 ArgValue::Int(v) if arg.key == "correlation_id" => put_bytes(
-                    nested,
+                    launch,
                     gpu::ARG_STRING,
                     itoa::Buffer::new().format(v).as_bytes(),
                 ),
-                ArgValue::Int(v) => put_field(nested, gpu::ARG_INT, v as u64),
-                ArgValue::Bool(v) => put_field(nested, gpu::ARG_INT, v as u64),
+                ArgValue::Int(v) => put_field(launch, gpu::ARG_INT, v as u64),
+                ArgValue::Bool(v) => put_field(launch, gpu::ARG_INT, v as u64),
                 ArgValue::Double(v) => {
-                    put_varint(nested, gpu::ARG_DOUBLE);
-                    nested.extend_from_slice(&v.to_le_bytes());
+                    put_varint(launch, gpu::ARG_DOUBLE);
+                    launch.extend_from_slice(&v.to_le_bytes());
                 }
-                ArgValue::Str(s) => put_bytes(nested, gpu::ARG_STRING, s.as_bytes()),
+                ArgValue::Str(s) => put_bytes(launch, gpu::ARG_STRING, s.as_bytes()),
                 ArgValue::Label(s) => {
                     let iid = intern_value(interning, interned, seq, info, Key::Text(s)).1;
-                    put_field(nested, gpu::ARG_STRING_IID, iid);
+                    put_field(launch, gpu::ARG_STRING_IID, iid);
                 }
                 ArgValue::StrId(sid) => {
                     let iid = intern_value(interning, interned, seq, info, Key::Sid(sid)).1;
-                    put_field(nested, gpu::ARG_STRING_IID, iid);
+                    put_field(launch, gpu::ARG_STRING_IID, iid);
                 }
                 ArgValue::Numbered(no, s) => {
                     let iid = intern_value(interning, interned, seq, info, Key::No(no, s)).1;
-                    put_field(nested, gpu::ARG_STRING_IID, iid);
+                    put_field(launch, gpu::ARG_STRING_IID, iid);
                 }
             }
-            put_bytes(launch, gpu::LAUNCH_ARGS, nested);
+            let n = launch.len() - tag_at - 2;
+            if n < 0x80 {
+                launch[tag_at + 1] = n as u8;
+            } else {
+                let value = launch.split_off(tag_at + 2);
+                launch.truncate(tag_at + 1);
+                put_varint(launch, n as u64);
+                launch.extend_from_slice(&value);
+            }
         }
 
         if kernel {
