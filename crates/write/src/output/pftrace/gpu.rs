@@ -35,6 +35,8 @@ pub(super) struct GpuState {
     contexts: HashMap<(i64, i64), u64, FastHash>,
     /// (sequence, name's string id, demangled name's string id) -> its kernel's iid there.
     kernels: HashMap<(u32, i64, i64), u64, FastHash>,
+    /// Launch shapes the reader numbered, parsed once: by [`crate::model::TextNo::key`].
+    shapes: HashMap<u64, Option<[u64; 3]>, FastHash>,
     /// Event ids given to GPU rows without an arrow so far.
     unlinked: u64,
     /// The highest GPU number `GpuInfo` has described so far.
@@ -248,8 +250,15 @@ impl ProtoWriter {
                     demangled = Some(sid);
                     continue;
                 }
-                (true, "grid" | "block", ArgValue::Label(t) | ArgValue::Numbered(_, t)) => {
-                    if let Some(d) = dims(t) {
+                (true, "grid" | "block", ArgValue::Label(_) | ArgValue::Numbered(..)) => {
+                    let shape = match arg.value {
+                        ArgValue::Numbered(no, t) => {
+                            *self.gpu.shapes.entry(no.key()).or_insert_with(|| dims(t))
+                        }
+                        ArgValue::Label(t) => dims(t),
+                        _ => None,
+                    };
+                    if let Some(d) = shape {
                         let tag = if arg.key == "grid" {
                             gpu::GRID_SIZE
                         } else {
