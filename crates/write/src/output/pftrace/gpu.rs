@@ -268,18 +268,23 @@ impl ProtoWriter {
                         continue;
                     }
                 }
-                // The queue says them: its GPU (`gpu_id`) and its name.
-                (_, "device" | "stream", _) => continue,
                 _ => {}
             }
+            // Perfetto reads a GPU slice's `correlation_id` arg as text, and colours slices
+            // by it (an integer crashes its GPU tracks; unique texts colour every kernel
+            // apart): nsys' correlation id goes under a name of its own.
+            let key = match arg.key {
+                "correlation_id" => "cuda_correlation_id",
+                k => k,
+            };
             let new;
-            (key_iid, new) = interning.arg_key(seq, arg.key, key_iid);
+            (key_iid, new) = interning.arg_key(seq, key, key_iid);
             if new {
-                let len = field_len(gpu::IID, key_iid) + bytes_len(gpu::NAME, arg.key.len());
+                let len = field_len(gpu::IID, key_iid) + bytes_len(gpu::NAME, key.len());
                 put_varint(interned, gpu::INTERNED_ARG_NAMES);
                 put_varint(interned, len as u64);
                 put_field(interned, gpu::IID, key_iid);
-                put_bytes(interned, gpu::NAME, arg.key.as_bytes());
+                put_bytes(interned, gpu::NAME, key.as_bytes());
             }
             // An ExtraComputeArg written in place, its length a byte (fixed up when longer).
             let tag_at = launch.len();
@@ -287,14 +292,6 @@ impl ProtoWriter {
             launch.push(0);
             put_field(launch, gpu::ARG_NAME_IID, key_iid);
             match arg.value {
-                // Perfetto reads a GPU slice's `correlation_id` arg as text (its slice table's
-                // `correlation_id` column, which its GPU tracks select): an integer there
-                // crashes the track.
-                ArgValue::Int(v) if arg.key == "correlation_id" => put_bytes(
-                    launch,
-                    gpu::ARG_STRING,
-                    itoa::Buffer::new().format(v).as_bytes(),
-                ),
                 ArgValue::Int(v) => put_field(launch, gpu::ARG_INT, v as u64),
                 ArgValue::Bool(v) => put_field(launch, gpu::ARG_INT, v as u64),
                 ArgValue::Double(v) => {
