@@ -314,7 +314,7 @@ fn with_nvtx_gpu() -> Selection {
 }
 
 /// A copy of the base export with the fixture scripts applied, in `dir`.
-fn made(dir: &Path, scripts: &[&str]) -> Option<PathBuf> {
+pub(crate) fn made(dir: &Path, scripts: &[&str]) -> Option<PathBuf> {
     let Some(base) = corpus_dir().map(|d| d.join(BASE)).filter(|p| p.is_file()) else {
         common::skip("corpus", &format!("{BASE} is absent"));
         return None;

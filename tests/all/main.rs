@@ -21,6 +21,7 @@ mod contexts;
 mod corpus;
 mod fidelity;
 mod fixture;
+mod gpu_model;
 mod install;
 mod json_output;
 mod layers;
