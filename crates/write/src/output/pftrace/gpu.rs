@@ -13,7 +13,7 @@ use super::events::{intern_value, put_interned};
 use super::interning::Key;
 use super::wire::tag::{self, gpu};
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint};
-use super::{BOOTTIME, MAX_INTERNED, ProtoWriter};
+use super::{BOOTTIME, GpuQueueState, MAX_INTERNED, ProtoWriter};
 use crate::model::{ArgValue, Category, Event, FastHash, Name, source_of};
 use crate::output::GpuQueue;
 use std::collections::HashMap;
@@ -26,36 +26,6 @@ const MEMORY_STAGE_IID: u64 = 3;
 /// Event ids of GPU rows no call launched (no arrow): apart from the flow ids readers give
 /// (below 2^52 with a merge's source bits), unique in the trace.
 const UNLINKED_EVENT_IDS: u64 = 1 << 62;
-
-/// What a writer knows of its GPU queues.
-#[derive(Default)]
-pub(super) struct GpuState {
-    queues: HashMap<u32, Queue, FastHash>,
-    /// (placed global pid, context) -> its `InternedGraphicsContext` iid.
-    contexts: HashMap<(i64, i64), u64, FastHash>,
-    /// (sequence, name's string id, demangled name's string id) -> its kernel's iid there.
-    kernels: HashMap<(u32, i64, i64), u64, FastHash>,
-    /// Launch shapes the reader numbered, parsed once: by [`crate::model::TextNo::key`].
-    shapes: HashMap<u64, Option<[u64; 3]>, FastHash>,
-    /// Event ids given to GPU rows without an arrow so far.
-    unlinked: u64,
-    /// The highest GPU number `GpuInfo` has described so far.
-    described: Option<i64>,
-    /// Scratch: the event's fields, its launch, a nested message.
-    body: Vec<u8>,
-    launch: Vec<u8>,
-    nested: Vec<u8>,
-}
-
-struct Queue {
-    /// The source's index in a merge (event ids of unlinked rows keep sources apart).
-    source: u64,
-    device: i64,
-    pid: i64,
-    context_iid: u64,
-    name: String,
-    kernels: u64,
-}
 
 // Launch args are written in place with a one-byte tag.
 const _: () = assert!(gpu::LAUNCH_ARGS < 0x80);
@@ -90,7 +60,7 @@ impl ProtoWriter {
             .or_insert(source << 32 | (n + 1));
         self.gpu.queues.insert(
             group,
-            Queue {
+            GpuQueueState {
                 source,
                 device: queue.device,
                 pid: crate::model::pid_of(queue.global_pid),
