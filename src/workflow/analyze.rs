@@ -3,7 +3,7 @@
 
 use crate::cli::args::AnalyzeArgs;
 use crate::nsys::rules::{
-    CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_sqlite,
+    CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_sqlite,
 };
 use anyhow::{Result, bail};
 use std::path::Path;
@@ -155,8 +155,12 @@ impl AnalyzeArgs {
             }
             v
         };
-        if !(1..=1000).contains(&self.chunks) {
-            bail!("--chunks: value must be between 1 and 1000");
+        if !CHUNK_COUNTS.contains(&self.chunks) {
+            bail!(
+                "--chunks: value must be between {} and {}",
+                CHUNK_COUNTS.start(),
+                CHUNK_COUNTS.end()
+            );
         }
         Ok(Options {
             rules,
