@@ -660,9 +660,7 @@ fn convert_analyzed(
         selection,
         ..Default::default()
     };
-    let summary = nsys_perfetto::convert::convert_sqlite(input, &out, &opts)
-        .unwrap_or_else(|e| panic!("{}: {e:#}", input.display()));
-    (summary, out)
+    (crate::common::convert_with(input, &out, &opts), out)
 }
 
 /// `--analyze`: an "Analysis" group with one track per rule that found something, one slice

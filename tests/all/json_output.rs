@@ -6,7 +6,7 @@
 //! used is named; timestamps of source rows come back to the nanosecond. Plus a synthetic export
 //! for what the corpus lacks (NVTX marks, overlapping ranges, colours, odd strings) and gzip.
 
-use nsys_perfetto::convert::{Options, OutputFormat, convert_sqlite};
+use nsys_perfetto::convert::{Options, OutputFormat};
 use nsys_perfetto::model::Category;
 use nsys_perfetto::summary::Summary;
 use rusqlite::Connection;
@@ -175,8 +175,7 @@ fn parse(bytes: &[u8]) -> Trace {
 }
 
 fn convert(input: &Path, output: &Path, opts: &Options) -> (Summary, Trace) {
-    let summary = convert_sqlite(input, output, opts)
-        .unwrap_or_else(|e| panic!("{}: {e:#}", input.display()));
+    let summary = crate::common::convert_with(input, output, opts);
     let mut bytes = Vec::new();
     let file = std::fs::File::open(output).unwrap();
     if output.extension().is_some_and(|e| e == "gz") {
