@@ -11,7 +11,7 @@
 //! source; the track tree is also read back through Perfetto's own trace_processor.
 
 use crate::common::{self, Trace, corpus_dir, validate_file};
-use nsys_perfetto::convert::{Options, OutputFormat};
+use nsys_perfetto::convert::Options;
 use nsys_perfetto::select::{EventType, Selection};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -298,10 +298,13 @@ fn check_placement(what: &str, src: &Src, t: &Trace) -> (usize, usize) {
     (multi, checked)
 }
 
-fn with_nvtx_gpu() -> Selection {
-    let mut s = Selection::default();
-    s.types.insert(EventType::NvtxGpu);
-    s
+fn with_nvtx_gpu() -> Options {
+    let mut selection = Selection::default();
+    selection.types.insert(EventType::NvtxGpu);
+    Options {
+        selection,
+        ..Options::default()
+    }
 }
 
 /// A copy of the base export with the fixture scripts applied, in `dir`.
@@ -514,14 +517,7 @@ fn two_processes_on_one_gpu_each_get_their_context() {
         "the fixture's contexts"
     );
     let out = tmp.path().join("shared.pftrace");
-    common::convert_with(
-        &input,
-        &out,
-        &Options {
-            selection: with_nvtx_gpu(),
-            ..Options::default()
-        },
-    );
+    common::convert_with(&input, &out, &with_nvtx_gpu());
     let t = validate_file(&out);
     let (multi, rows) = check_placement("shared GPU", &src, &t);
     assert_eq!(multi, 1);
@@ -562,14 +558,7 @@ fn two_processes_on_one_gpu_each_get_their_context() {
     }
     // JSON: one thread per stream of each context, named after its context.
     let json = tmp.path().join("shared.json");
-    common::convert_with(
-        &input,
-        &json,
-        &Options {
-            format: OutputFormat::Json,
-            ..Options::default()
-        },
-    );
+    common::convert_with(&input, &json, &common::json_options());
     tpcheck(&json);
     let threads = json_gpu_threads(&json);
     assert_eq!(
@@ -602,14 +591,7 @@ fn two_contexts_of_one_process_on_one_gpu() {
     let src = Src::read(&input);
     assert_eq!(src.contexts[&0], BTreeSet::from([(111, 1), (111, 2)]));
     let out = tmp.path().join("one.pftrace");
-    common::convert_with(
-        &input,
-        &out,
-        &Options {
-            selection: with_nvtx_gpu(),
-            ..Options::default()
-        },
-    );
+    common::convert_with(&input, &out, &with_nvtx_gpu());
     let t = validate_file(&out);
     let (multi, _) = check_placement("one process", &src, &t);
     assert_eq!(multi, 1);
@@ -654,14 +636,7 @@ fn two_contexts_of_one_process_on_one_gpu() {
         }
     }
     let json = tmp.path().join("one.json");
-    common::convert_with(
-        &input,
-        &json,
-        &Options {
-            format: OutputFormat::Json,
-            ..Options::default()
-        },
-    );
+    common::convert_with(&input, &json, &common::json_options());
     tpcheck(&json);
     let threads = json_gpu_threads(&json);
     assert_eq!(

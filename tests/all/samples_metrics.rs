@@ -7,7 +7,6 @@
 use crate::common;
 
 use crate::common::{Trace, validate_file};
-use nsys_perfetto::convert::{Options, OutputFormat};
 use nsys_perfetto::model::Category;
 use nsys_perfetto::output::WellKnown;
 use nsys_perfetto::summary::Summary;
@@ -37,11 +36,7 @@ fn tpcheck_ok(out: &Path) {
 }
 
 fn json(input: &Path, out: &Path) -> Summary {
-    let opts = Options {
-        format: OutputFormat::Json,
-        ..Default::default()
-    };
-    common::convert_with(input, out, &opts)
+    common::convert_with(input, out, &common::json_options())
 }
 
 /// (time, tid, frames, leaf function) of every sample, sorted.

@@ -6,7 +6,7 @@
 //! merge keeps each report's CPUs and threads apart; `--pid` and `--time-range` still select.
 
 use crate::common::{self, Trace, corpus_dir, tp_query, validate_file};
-use nsys_perfetto::convert::{Align, Options, OutputFormat, merge_sqlite};
+use nsys_perfetto::convert::{Align, Options, merge_sqlite};
 use nsys_perfetto::model::Category;
 use nsys_perfetto::select::{Selection, TimeRange};
 use rusqlite::{Connection, OpenFlags};
@@ -250,14 +250,7 @@ fn json_keeps_a_slice_per_pair_on_cpu_tracks() {
         let what = name(&input);
         let pairs = sql_pairs(&open(&input), "1");
         let out = dir.path().join(format!("{what}.json"));
-        let summary = common::convert_with(
-            &input,
-            &out,
-            &Options {
-                format: OutputFormat::Json,
-                ..Options::default()
-            },
-        );
+        let summary = common::convert_with(&input, &out, &common::json_options());
         assert_eq!(summary.events_of(Category::Sched), pairs.len() as u64);
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
         let events = v["traceEvents"].as_array().expect("traceEvents");
@@ -323,14 +316,7 @@ fn unnamed_threads_are_named_once() {
     };
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
-    common::convert_with(
-        &input,
-        &json,
-        &Options {
-            format: OutputFormat::Json,
-            ..Options::default()
-        },
-    );
+    common::convert_with(&input, &json, &common::json_options());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let mut n = 0;
     for e in v["traceEvents"].as_array().unwrap() {

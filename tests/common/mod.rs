@@ -1839,6 +1839,14 @@ pub fn convert(input: &Path, dir: &Path) -> (nsys_perfetto::summary::Summary, Pa
     (summary, out)
 }
 
+/// The default options but for the output format, Chrome JSON.
+pub fn json_options() -> nsys_perfetto::convert::Options {
+    nsys_perfetto::convert::Options {
+        format: nsys_perfetto::convert::OutputFormat::Json,
+        ..Default::default()
+    }
+}
+
 /// Convert with the library into `out` with `opts`; a failure panics naming the input.
 pub fn convert_with(
     input: &Path,
