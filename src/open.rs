@@ -9,6 +9,7 @@
 //! instead, for traces too large for a browser tab.
 
 use crate::cli::args::{LOCAL_UI_PORT, OpenArgs, PERFETTO_PORT};
+use crate::nsys::inputs::{Input, classify};
 use crate::serve::http;
 use crate::serve::ui_dir::{TRACE_PREFIX, UiDir};
 use anyhow::{Context, Result, anyhow, bail};
@@ -173,16 +174,17 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     if !input.exists() {
         bail!("{}: no such file", input.display());
     }
-    if input.is_dir() && !crate::nsys::is_columnar_export(input) {
+    let kind = classify(input);
+    if input.is_dir() && !kind.is_columnar() {
         bail!(
             "{}: is a directory; open one trace or profile",
             input.display()
         );
     }
-    if crate::file_kind::is_trace(input) && !crate::batch::is_profile(input) {
+    if kind == Input::Trace {
         return Ok((input.clone(), None));
     }
-    if !crate::batch::is_profile(input) {
+    if !kind.is_profile() {
         bail!(
             "{}: neither a trace (.pftrace, .json, .gz) nor a profile (.nsys-rep, .qdrep, .sqlite, an Arrow export)",
             input.display()
@@ -236,7 +238,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
             crate::provenance::Reuse::Missing => {}
         }
     }
-    let summary = if crate::report::is_report(input) {
+    let summary = if classify(input) == Input::Report {
         let exported = crate::report::export_report(input, &args.nsys.export_options(false))
             .map_err(|e| anyhow!("{}: {}", input.display(), crate::errors::error_line(&e)))?;
         eprintln!("  {}", exported.describe());

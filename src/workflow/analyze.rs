@@ -2,6 +2,7 @@
 //! the findings of nsys' expert rules, which [`crate::nsys::rules`] runs.
 
 use crate::cli::args::AnalyzeArgs;
+use crate::nsys::inputs::{Input, classify};
 use crate::nsys::rules::{
     CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_sqlite,
 };
@@ -212,7 +213,7 @@ pub fn analyze_profile(
     export: &crate::report::ExportOptions,
     opts: &Options,
 ) -> Result<Vec<RuleReport>> {
-    if crate::report::is_report(path) {
+    if classify(path) == Input::Report {
         let exported = crate::report::export_report(path, export)?;
         analyze_sqlite(exported.path(), opts)
     } else {

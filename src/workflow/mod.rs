@@ -30,6 +30,7 @@ pub mod sweep;
 
 use crate::cli::args::OutputArgs;
 use crate::nsys::enums::Enums;
+use crate::nsys::inputs::{Input, classify};
 use crate::nsys::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
 use crate::nsys::projection::{NVTX_GPU, PROJ_DB, Projection};
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
@@ -331,7 +332,7 @@ impl Export {
     }
 
     pub fn open_with(path: &Path, opts: &ExportOptions) -> Result<Export> {
-        let exported = if report::is_report(path) {
+        let exported = if classify(path) == Input::Report {
             Some(report::export_report(path, opts)?)
         } else {
             None
