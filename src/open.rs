@@ -208,15 +208,8 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     let (output, temp) = if selected || crate::report::read_only_dir(&dir) {
         // Registered with `cleanup`: an interrupt during the conversion removes it; its name
         // carries the process id, so that a run killed outright has it removed by the next.
-        let t = crate::cleanup::create(
-            || {
-                tempfile::Builder::new()
-                    .prefix(&crate::cleanup::prefix("nsys-perfetto-open-"))
-                    .tempdir()
-            },
-            |d| d.path().to_path_buf(),
-        )
-        .context("cannot create a temporary directory")?;
+        let t = crate::cleanup::temp_dir("nsys-perfetto-open-")
+            .context("cannot create a temporary directory")?;
         let out = t.path().join(default.file_name().unwrap_or_default());
         (out, Some(TempFolder(t)))
     } else {

@@ -502,15 +502,8 @@ fn export_as(
     let export_to =
         |target: &Path| run_export(nsys, report, target, capture.as_ref(), record, opts, format);
     if opts.no_cache && !opts.keep_sqlite {
-        let temp = crate::cleanup::create(
-            || {
-                tempfile::Builder::new()
-                    .prefix(&crate::cleanup::prefix("nsys-perfetto-export-"))
-                    .tempdir()
-            },
-            |d| d.path().to_path_buf(),
-        )
-        .context("cannot create a temporary directory")?;
+        let temp = crate::cleanup::temp_dir("nsys-perfetto-export-")
+            .context("cannot create a temporary directory")?;
         let target = temp
             .path()
             .join(format!("{}{}", stem_of(report), format.suffix()));
