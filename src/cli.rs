@@ -51,6 +51,11 @@ pub enum Command {
     /// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace:
     /// merge rank_*.nsys-rep -o job.pftrace
     Merge(args::MergeArgs),
+    /// nsys' per-rank analyses (`nsys recipe`), with the recipes' tables and columns:
+    /// recipe cuda_gpu_kern_sum rank_*.nsys-rep (also cuda_api_sum, cuda_gpu_mem_time_sum,
+    /// nvtx_sum, nvtx_gpu_proj_sum, mpi_sum, gpu_time_util, cuda_gpu_time_util_map); --csv, or
+    /// Parquet files with --output DIR.
+    Recipe(args::RecipeArgs),
     /// Print a shell completion script: nsys-perfetto completions bash >
     /// ~/.local/share/bash-completion/completions/nsys-perfetto
     Completions(CompletionsArgs),
@@ -95,6 +100,7 @@ pub fn main() -> ExitCode {
         Some(Command::Open(args)) => args.run(),
         Some(Command::Serve(args)) => args.run(),
         Some(Command::Merge(args)) => args.run(),
+        Some(Command::Recipe(args)) => args.run(),
         Some(Command::Completions(args)) => {
             use clap::CommandFactory;
             let mut cmd = Cli::command();

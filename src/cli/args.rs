@@ -648,3 +648,36 @@ pub struct ProfileArgs {
     )]
     pub command: Vec<std::ffi::OsString>,
 }
+
+/// `nsys-perfetto recipe NAME INPUT...`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RecipeArgs {
+    /// The recipe, by nsys' name: cuda_gpu_kern_sum, cuda_api_sum, cuda_gpu_mem_time_sum,
+    /// nvtx_sum, nvtx_gpu_proj_sum, mpi_sum, gpu_time_util, cuda_gpu_time_util_map.
+    #[arg(value_name = "NAME")]
+    pub name: String,
+    /// One report or export per rank (.nsys-rep, .qdrep, .sqlite, .arrows, _arwdir, _pqtdir),
+    /// directories of them, glob patterns. A rank is named by its file's stem.
+    #[arg(required = true, value_name = "INPUT")]
+    pub inputs: Vec<PathBuf>,
+    /// Print (or, with --output, also write) CSV as the recipe's --csv writes it: the
+    /// DataFrame's index first, times in ns.
+    #[arg(long)]
+    pub csv: bool,
+    /// Write the recipe's tables into the directory DIR (created if needed): DIR/TABLE.parquet,
+    /// as the recipe does, and DIR/TABLE.csv with --csv.
+    #[arg(short, long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+    /// Print or write only this table (rank_stats, all_stats; analysis for the utilization
+    /// recipes); default: all of them.
+    #[arg(long, value_name = "TABLE")]
+    pub table: Option<String>,
+    /// cuda_gpu_time_util_map: the number of equal time bins over the longest session.
+    #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..))]
+    pub bins: u16,
+    /// Ranks read at the same time (default: all cores).
+    #[arg(short = 'j', long = "jobs", value_name = "N")]
+    pub jobs: Option<usize>,
+    #[command(flatten)]
+    pub nsys: NsysArgs,
+}

@@ -24,6 +24,7 @@
 
 pub mod analyze;
 pub mod extract;
+pub mod recipe;
 pub mod reports;
 pub mod stats;
 pub mod sweep;
@@ -332,6 +333,12 @@ impl Export {
     }
 
     pub fn open_with(path: &Path, opts: &ExportOptions) -> Result<Export> {
+        Export::open_projecting(path, opts, true)
+    }
+
+    /// [`Export::open_with`], computing the NVTX-to-GPU projection only when `project` (it
+    /// reads every NVTX range and GPU row: work a caller that never reads it should not pay).
+    pub fn open_projecting(path: &Path, opts: &ExportOptions, project: bool) -> Result<Export> {
         let exported = if classify(path) == Input::Report {
             Some(report::export_report(path, opts)?)
         } else {
@@ -340,7 +347,11 @@ impl Export {
         let sqlite = exported.as_ref().map_or(path, |e| e.path());
         let (conn, schema) = nsys::open_schema(sqlite)?;
         let enums = Enums::load(&conn, &schema);
-        let projection = Projection::build(&schema)?;
+        let projection = if project {
+            Projection::build(&schema)?
+        } else {
+            None
+        };
         if let Some(p) = &projection {
             p.attach(&conn)?;
         }

@@ -132,6 +132,9 @@ pub struct ReportOptions {
     pub kernel_names: KernelNames,
     /// Group NVTX names that differ only in counters ([`group_name`]).
     pub group_nvtx: bool,
+    /// Add the quartiles nsys computes but `nsys stats` hides (`_Q1`, `_Q3`), as columns `Q1`
+    /// and `Q3` after the others: `nsys recipe` reads them.
+    pub quartiles: bool,
 }
 
 /// What a column holds, from the suffix of its name in nsys' SQL.
@@ -351,6 +354,50 @@ impl rusqlite::functions::Aggregate<Vec<f64>, Option<f64>> for Median {
     }
 }
 
+/// nsys' `lower_quartile` and `upper_quartile` (`QUARTILE_FN(x, 1)` and `QUARTILE_FN(x, 3)`):
+/// of the n values in order, x[p] (1-based) at p = ceil(n k / 4), or the mean of x[p] and
+/// x[p + 1] when n k / 4 is a whole number p and they differ. (nsys' SQLite averages the
+/// distinct values whose rank reaches n k / 4 from below and n - n k / 4 from above.) NULLs are
+/// ignored.
+struct Quartile;
+
+impl rusqlite::functions::Aggregate<(Vec<f64>, i64), Option<f64>> for Quartile {
+    fn init(&self, _: &mut rusqlite::functions::Context<'_>) -> rusqlite::Result<(Vec<f64>, i64)> {
+        Ok((Vec::new(), 0))
+    }
+    fn step(
+        &self,
+        ctx: &mut rusqlite::functions::Context<'_>,
+        acc: &mut (Vec<f64>, i64),
+    ) -> rusqlite::Result<()> {
+        acc.1 = ctx.get(1)?;
+        if let Some(v) = number(ctx.get_raw(0)) {
+            acc.0.push(v);
+        }
+        Ok(())
+    }
+    fn finalize(
+        &self,
+        _: &mut rusqlite::functions::Context<'_>,
+        acc: Option<(Vec<f64>, i64)>,
+    ) -> rusqlite::Result<Option<f64>> {
+        let Some((mut v, k)) = acc.filter(|(v, _)| !v.is_empty()) else {
+            return Ok(None);
+        };
+        let n = v.len() as i64;
+        let k = k.clamp(1, 3);
+        // 1-based rank: ceil(n k / 4).
+        let p = ((n * k + 3) / 4).max(1) as usize;
+        let (_, at, _) = v.select_nth_unstable_by(p - 1, f64::total_cmp);
+        let at = *at;
+        if (n * k) % 4 != 0 || p as i64 >= n {
+            return Ok(Some(at));
+        }
+        let next = v[p..].iter().copied().fold(f64::INFINITY, f64::min);
+        Ok(Some((at + next) / 2.0))
+    }
+}
+
 /// nsys' `stdev`: the sample standard deviation (n - 1); 0 for a single value or none.
 struct Stdev;
 
@@ -412,6 +459,9 @@ pub fn nsys_round(x: f64, digits: i32) -> f64 {
     y.round() / scale
 }
 pub const STDEV_FN: &str = "nsys_perfetto_stdev";
+/// [`Quartile`]: `QUARTILE_FN(x, 1)` is nsys' `lower_quartile(x)`, `QUARTILE_FN(x, 3)` its
+/// `upper_quartile(x)`.
+pub const QUARTILE_FN: &str = "nsys_perfetto_quartile";
 
 /// Register [`MEDIAN_FN`] and [`STDEV_FN`] (and the NVTX grouping function) on a connection.
 pub fn register_functions(conn: &rusqlite::Connection) -> Result<()> {
@@ -419,6 +469,7 @@ pub fn register_functions(conn: &rusqlite::Connection) -> Result<()> {
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
     conn.create_aggregate_function(MEDIAN_FN, 1, flags, Median)?;
     conn.create_aggregate_function(STDEV_FN, 1, flags, Stdev)?;
+    conn.create_aggregate_function(QUARTILE_FN, 2, flags, Quartile)?;
     conn.create_scalar_function(ROUND_FN, 2, flags, |ctx| {
         let digits: i32 = ctx.get(1)?;
         Ok(number(ctx.get_raw(0)).map(|x| nsys_round(x, digits)))
@@ -507,23 +558,34 @@ fn run_query(
     })
 }
 
-/// The summary columns nsys' duration reports share, over `{expr}` grouped rows.
-fn dur_aggregates(expr: &str) -> String {
+/// The summary columns nsys' duration reports share, over `{expr}` grouped rows (with the
+/// quartiles `q1` and `q3` when asked for).
+fn dur_aggregates(opts: &ReportOptions, expr: &str) -> String {
+    let quartiles = if opts.quartiles {
+        format!(", {QUARTILE_FN}({expr}, 1) AS q1, {QUARTILE_FN}({expr}, 3) AS q3")
+    } else {
+        String::new()
+    };
     format!(
         "sum({expr}) AS total, count(*) AS num, avg({expr}) AS avg, {MEDIAN_FN}({expr}) AS med, \
-         min({expr}) AS min, max({expr}) AS max, {STDEV_FN}({expr}) AS stddev"
+         min({expr}) AS min, max({expr}) AS max, {STDEV_FN}({expr}) AS stddev{quartiles}"
     )
 }
 
 /// The output columns of a duration summary: percentage, total, count (named `count`), mean,
 /// median, min, max, standard deviation.
-fn dur_columns(count: &str) -> String {
+fn dur_columns(opts: &ReportOptions, count: &str) -> String {
+    let quartiles = if opts.quartiles {
+        ", summary.q1 AS \"Q1:dur_ns\", summary.q3 AS \"Q3:dur_ns\""
+    } else {
+        ""
+    };
     format!(
         "{ROUND_FN}(summary.total * 100.0 / (SELECT total FROM totals), 1) AS \"Time:ratio_%\", \
          summary.total AS \"Total Time:dur_ns\", summary.num AS \"{count}\", \
          {ROUND_FN}(summary.avg, 1) AS \"Avg:dur_ns\", {ROUND_FN}(summary.med, 1) AS \"Med:dur_ns\", \
          summary.min AS \"Min:dur_ns\", summary.max AS \"Max:dur_ns\", \
-         {ROUND_FN}(summary.stddev, 1) AS \"StdDev:dur_ns\""
+         {ROUND_FN}(summary.stddev, 1) AS \"StdDev:dur_ns\"{quartiles}"
     )
 }
 
@@ -664,9 +726,9 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                 "WITH summary AS (SELECT name, {agg}{group_sel} FROM ({k}) GROUP BY 1{group}), \
                  {TOTALS} SELECT {cols_d}{cols}, summary.name AS \"Name\" FROM summary \
                  ORDER BY 2 DESC, 3, \"Name\"",
-                agg = dur_aggregates(dur),
+                agg = dur_aggregates(opts, dur),
                 k = kernels_named(s, opts.kernel_names),
-                cols_d = dur_columns("Instances"),
+                cols_d = dur_columns(opts, "Instances"),
             )
         }
         "cuda_api_sum" => {
@@ -678,8 +740,8 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                  GROUP BY 1), {TOTALS} SELECT {cols}, {name} AS \"Name\" FROM summary \
                  LEFT JOIN main.StringIds ids ON ids.id = summary.nameId ORDER BY 2 DESC",
                 name_id = s.col(RUNTIME, "nameId"),
-                agg = dur_aggregates("\"end\" - start"),
-                cols = dur_columns("Num Calls"),
+                agg = dur_aggregates(opts, "\"end\" - start"),
+                cols = dur_columns(opts, "Num Calls"),
                 name = api_name_sql("ids.value"),
             )
         }
@@ -694,8 +756,8 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                  ORDER BY 2 DESC",
                 name_id = s.col("OSRT_API", "nameId"),
                 class = s.col("OSRT_API", "eventClass"),
-                agg = dur_aggregates("\"end\" - start"),
-                cols = dur_columns("Num Calls"),
+                agg = dur_aggregates(opts, "\"end\" - start"),
+                cols = dur_columns(opts, "Num Calls"),
             )
         }
         "cuda_gpu_mem_time_sum" | "cuda_gpu_mem_size_sum" => {
@@ -728,7 +790,7 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                 "WITH memops AS ({}), summary AS (SELECT name, {} FROM memops GROUP BY 1), \
                  {TOTALS}",
                 parts.join(" UNION ALL "),
-                dur_aggregates("v")
+                dur_aggregates(opts, "v")
             );
             if by_size {
                 format!(
@@ -742,7 +804,7 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                 format!(
                     "{summary} SELECT {}, summary.name AS \"Operation\" FROM summary \
                      ORDER BY 2 DESC",
-                    dur_columns("Count")
+                    dur_columns(opts, "Count")
                 )
             }
         }
@@ -785,8 +847,8 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                 ndom = col("domainId"),
                 ntid = col("globalTid"),
                 ntext_id = col("textId"),
-                agg = dur_aggregates("duration"),
-                cols = dur_columns("Instances"),
+                agg = dur_aggregates(opts, "duration"),
+                cols = dur_columns(opts, "Instances"),
             )
         }
         "um_sum" | "um_total_sum" => {
@@ -909,8 +971,8 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                    LEFT JOIN main.StringIds nameIds ON nameIds.id = nameId GROUP BY 1), \
                  {TOTALS} SELECT {}, name AS \"Name\" FROM summary ORDER BY 2 DESC",
                 parts.join(" UNION ALL "),
-                dur_aggregates("\"end\" - start"),
-                dur_columns("Num Calls"),
+                dur_aggregates(opts, "\"end\" - start"),
+                dur_columns(opts, "Num Calls"),
             )
         }
         "openmp_sum" => {
@@ -924,7 +986,7 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                     format!(
                         "SELECT {} AS nameId, {} FROM main.\"{t}\" GROUP BY 1",
                         s.col(t, "nameId"),
-                        dur_aggregates("\"end\" - start")
+                        dur_aggregates(opts, "\"end\" - start")
                     )
                 })
                 .collect();
@@ -932,7 +994,7 @@ pub fn report(ex: &Export, r: ReportName, opts: &ReportOptions) -> Result<Option
                 "WITH summary AS ({}), {TOTALS} SELECT {}, ids.value AS \"Name\" FROM summary \
                  LEFT JOIN main.StringIds ids ON ids.id = summary.nameId ORDER BY 2 DESC",
                 parts.join(" UNION ALL "),
-                dur_columns("Count"),
+                dur_columns(opts, "Count"),
             )
         }
         "cuda_kern_exec_sum" => {
@@ -1161,4 +1223,35 @@ pub fn register_group_name(conn: &rusqlite::Connection) -> Result<()> {
         },
     )?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// nsys' quartiles on values inserted as `v`: (lower, upper).
+    fn quartiles(v: &[i64]) -> (f64, f64) {
+        let conn = rusqlite::Connection::open_in_memory().unwrap();
+        register_functions(&conn).unwrap();
+        conn.execute_batch("CREATE TABLE t(x INTEGER)").unwrap();
+        for x in v {
+            conn.execute("INSERT INTO t VALUES (?1)", [x]).unwrap();
+        }
+        conn.query_row(
+            &format!("SELECT {QUARTILE_FN}(x, 1), {QUARTILE_FN}(x, 3) FROM t"),
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn quartiles_are_nsys() {
+        // The value at rank ceil(n k / 4); the mean of two when n k / 4 is whole.
+        assert_eq!(quartiles(&[7]), (7.0, 7.0));
+        assert_eq!(quartiles(&[6016, 34272]), (6016.0, 34272.0));
+        assert_eq!(quartiles(&[4, 1, 3, 2]), (1.5, 3.5));
+        assert_eq!(quartiles(&[5, 1, 4, 2, 3]), (2.0, 4.0));
+        assert_eq!(quartiles(&[1, 1, 1, 9]), (1.0, 5.0));
+    }
 }

@@ -31,6 +31,7 @@ mod nsys_stats;
 mod open_serve;
 mod projection_perf_check;
 mod proto_schema;
+mod recipe;
 mod reuse;
 mod robustness;
 mod safety;

@@ -26,6 +26,7 @@ pub mod parquet;
 pub mod projection;
 pub mod query;
 pub mod reader;
+pub mod recipes;
 pub mod rules;
 pub mod runs;
 pub mod samples;
@@ -50,6 +51,13 @@ pub const RUNTIME: &str = "CUPTI_ACTIVITY_KIND_RUNTIME";
 pub const DRIVER: &str = "CUPTI_ACTIVITY_KIND_DRIVER";
 pub const NVTX: &str = "NVTX_EVENTS";
 pub const SYNC: &str = "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION";
+/// The tables of MPI calls (each row a call with `start`, `end` and its name as `textId`).
+pub const MPI_TABLES: [&str; 4] = [
+    "MPI_P2P_EVENTS",
+    "MPI_START_WAIT_EVENTS",
+    "MPI_OTHER_EVENTS",
+    "MPI_COLLECTIVES_EVENTS",
+];
 
 /// `NVTX_EVENTS.eventType`: the kinds of row the NVTX table holds, named once.
 pub mod nvtx_type {

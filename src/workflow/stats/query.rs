@@ -290,6 +290,7 @@ pub fn stats_with(
             let ropts = ReportOptions {
                 kernel_names: choice.kernel_names,
                 group_nvtx: group,
+                quartiles: false,
             };
             let names: Vec<ReportName> = if choice.reports.is_empty() {
                 crate::workflow::reports::REPORTS
