@@ -660,7 +660,7 @@ fn convert_analyzed(
         selection,
         ..Default::default()
     };
-    (crate::common::convert_with(input, &out, &opts), out)
+    (crate::common::convert_to(input, &out, &opts), out)
 }
 
 /// `--analyze`: an "Analysis" group with one track per rule that found something, one slice

@@ -422,7 +422,7 @@ fn every_stream_of_every_context_has_its_own_track_across_the_corpus() {
             continue;
         }
         let out = tmp.path().join("out.pftrace");
-        common::convert_with(&input, &out, &Options::default());
+        common::convert_to(&input, &out, &Options::default());
         let t = validate_file(&out);
         let name = input.file_name().unwrap().to_string_lossy().to_string();
         let (multi, n) = check_placement(&name, &src, &t);
@@ -470,7 +470,7 @@ fn unified_memory_migrations_are_no_context() {
     assert!(uvm > 0 && uvm == with_cause, "{uvm} rows of context 0");
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out.pftrace");
-    common::convert_with(&input, &out, &Options::default());
+    common::convert_to(&input, &out, &Options::default());
     let t = validate_file(&out);
     let gpu = t
         .tracks
@@ -517,7 +517,7 @@ fn two_processes_on_one_gpu_each_get_their_context() {
         "the fixture's contexts"
     );
     let out = tmp.path().join("shared.pftrace");
-    common::convert_with(&input, &out, &with_nvtx_gpu());
+    common::convert_to(&input, &out, &with_nvtx_gpu());
     let t = validate_file(&out);
     let (multi, rows) = check_placement("shared GPU", &src, &t);
     assert_eq!(multi, 1);
@@ -558,7 +558,7 @@ fn two_processes_on_one_gpu_each_get_their_context() {
     }
     // JSON: one thread per stream of each context, named after its context.
     let json = tmp.path().join("shared.json");
-    common::convert_with(&input, &json, &common::json_options());
+    common::convert_to(&input, &json, &common::json_options());
     tpcheck(&json);
     let threads = json_gpu_threads(&json);
     assert_eq!(
@@ -591,7 +591,7 @@ fn two_contexts_of_one_process_on_one_gpu() {
     let src = Src::read(&input);
     assert_eq!(src.contexts[&0], BTreeSet::from([(111, 1), (111, 2)]));
     let out = tmp.path().join("one.pftrace");
-    common::convert_with(&input, &out, &with_nvtx_gpu());
+    common::convert_to(&input, &out, &with_nvtx_gpu());
     let t = validate_file(&out);
     let (multi, _) = check_placement("one process", &src, &t);
     assert_eq!(multi, 1);
@@ -636,7 +636,7 @@ fn two_contexts_of_one_process_on_one_gpu() {
         }
     }
     let json = tmp.path().join("one.json");
-    common::convert_with(&input, &json, &common::json_options());
+    common::convert_to(&input, &json, &common::json_options());
     tpcheck(&json);
     let threads = json_gpu_threads(&json);
     assert_eq!(

@@ -20,7 +20,7 @@ fn run(input: &Path, selection: Selection) -> (Summary, Trace, PathBuf, tempfile
         selection,
         ..Options::default()
     };
-    let summary = crate::common::convert_with(input, &out, &opts);
+    let summary = crate::common::convert_to(input, &out, &opts);
     let trace = validate_file(&out);
     (summary, trace, out, dir)
 }

@@ -175,7 +175,7 @@ fn parse(bytes: &[u8]) -> Trace {
 }
 
 fn convert(input: &Path, output: &Path, opts: &Options) -> (Summary, Trace) {
-    let summary = crate::common::convert_with(input, output, opts);
+    let summary = crate::common::convert_to(input, output, opts);
     let mut bytes = Vec::new();
     let file = std::fs::File::open(output).unwrap();
     if output.extension().is_some_and(|e| e == "gz") {

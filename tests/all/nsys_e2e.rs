@@ -464,7 +464,7 @@ fn corpus_reports_convert_with_manifest_counts() {
         }
         drop(conn);
 
-        let summary = crate::common::convert_with(
+        let summary = crate::common::convert_to(
             &sqlite,
             &tmp.path().join("scratch.pftrace"),
             &Options::default(),

@@ -728,7 +728,7 @@ fn mutated(dir: &Path, name: &str, sql: &str) -> PathBuf {
 
 fn convert(input: &Path) -> (nsys_perfetto::summary::Summary, common::Trace) {
     let out = input.with_extension("pftrace");
-    let s = common::convert_with(input, &out, &Options::default());
+    let s = common::convert_to(input, &out, &Options::default());
     let trace = common::validate_file(&out);
     (s, trace)
 }

@@ -36,7 +36,7 @@ fn tpcheck_ok(out: &Path) {
 }
 
 fn json(input: &Path, out: &Path) -> Summary {
-    common::convert_with(input, out, &common::json_options())
+    common::convert_to(input, out, &common::json_options())
 }
 
 /// (time, tid, frames, leaf function) of every sample, sorted.

@@ -156,7 +156,7 @@ fn every_pair_is_one_sched_row() {
         let conn = open(&input);
         let pairs = sql_pairs(&conn, "1");
         let out = dir.path().join(format!("{what}.pftrace"));
-        let summary = common::convert_with(&input, &out, &Options::default());
+        let summary = common::convert_to(&input, &out, &Options::default());
         let t = validate_file(&out);
         assert_eq!(
             summary.events_of(Category::Sched),
@@ -250,7 +250,7 @@ fn json_keeps_a_slice_per_pair_on_cpu_tracks() {
         let what = name(&input);
         let pairs = sql_pairs(&open(&input), "1");
         let out = dir.path().join(format!("{what}.json"));
-        let summary = common::convert_with(&input, &out, &common::json_options());
+        let summary = common::convert_to(&input, &out, &common::json_options());
         assert_eq!(summary.events_of(Category::Sched), pairs.len() as u64);
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
         let events = v["traceEvents"].as_array().expect("traceEvents");
@@ -316,7 +316,7 @@ fn unnamed_threads_are_named_once() {
     };
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
-    common::convert_with(&input, &json, &common::json_options());
+    common::convert_to(&input, &json, &common::json_options());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let mut n = 0;
     for e in v["traceEvents"].as_array().unwrap() {
@@ -332,7 +332,7 @@ fn unnamed_threads_are_named_once() {
     }
     assert!(n > 0);
     let pf = dir.path().join("out.pftrace");
-    common::convert_with(&input, &pf, &Options::default());
+    common::convert_to(&input, &pf, &Options::default());
     let t = validate_file(&pf);
     assert!(t.sched_rows().count() > 0);
     for r in t.sched_rows() {
@@ -465,7 +465,7 @@ fn selection_still_applies() {
         let pairs = sql_pairs(&conn, &filter);
         assert!(!pairs.is_empty(), "{filter}");
         let out = dir.path().join("sel.pftrace");
-        let summary = common::convert_with(
+        let summary = common::convert_to(
             input,
             &out,
             &Options {
@@ -542,7 +542,7 @@ fn made_rows_cover_every_state_and_every_fallback() {
     }
     drop(c);
     let out = dir.path().join("made.pftrace");
-    let summary = common::convert_with(&input, &out, &Options::default());
+    let summary = common::convert_to(&input, &out, &Options::default());
     assert_eq!(summary.events_of(Category::Sched), 9, "{summary:?}");
     assert_eq!(summary.skipped_total(), 1);
     let t = validate_file(&out);

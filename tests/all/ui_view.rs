@@ -26,7 +26,7 @@ fn system_info_names_the_machine() {
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("saxpy.pftrace");
-    common::convert_with(&input, &out, &Options::default());
+    common::convert_to(&input, &out, &Options::default());
     let t = validate_file(&out);
     assert!(t.kernel_release.is_some());
     let Some(rows) = tp_query(
@@ -76,7 +76,7 @@ fn impossible_times_are_skipped_rows() {
         .unwrap();
         drop(c);
         let out = dir.path().join(format!("{table}.pftrace"));
-        let s = common::convert_with(&input, &out, &Options::default());
+        let s = common::convert_to(&input, &out, &Options::default());
         let skipped: u64 = s
             .skipped
             .iter()
@@ -150,7 +150,7 @@ fn processes_are_named_by_their_program() {
             },
             ..Default::default()
         };
-        common::convert_with(&input, &out, &opts);
+        common::convert_to(&input, &out, &opts);
         let (processes, threads) = if json {
             json_names(&out)
         } else {
@@ -209,7 +209,7 @@ fn gpu_metrics_are_a_group_below_the_streams() {
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("metrics.pftrace");
-    common::convert_with(&input, &out, &Options::default());
+    common::convert_to(&input, &out, &Options::default());
     let t = validate_file(&out);
     let gpu = nsys_perfetto::output::WellKnown::Gpu(0).uuid();
     let mut children = t.children(gpu);
@@ -267,7 +267,7 @@ fn json_tracks_read_as_nsys_names_them() {
         format: nsys_perfetto::convert::OutputFormat::Json,
         ..Default::default()
     };
-    common::convert_with(&input, &out, &opts);
+    common::convert_to(&input, &out, &opts);
     let (processes, _) = json_names(&out);
     assert!(
         processes.contains(&(0, "NVIDIA A100-SXM4-40GB · GPU".to_string())),
@@ -352,7 +352,7 @@ fn merged_ranks_sort_in_rank_order() {
         .enumerate()
         .map(|(i, s)| {
             let single = dir.path().join(format!("single{i}.pftrace"));
-            common::convert_with(&s.sqlite, &single, &Options::default());
+            common::convert_to(&s.sqlite, &single, &Options::default());
             let t = common::validate_file(&single);
             let jacobi: Vec<i32> = t
                 .process_tracks()

@@ -1835,7 +1835,7 @@ pub fn convert(input: &Path, dir: &Path) -> (nsys_perfetto::summary::Summary, Pa
             .map(|n| Path::new(n).with_extension("pftrace"))
             .expect("input has a file name"),
     );
-    let summary = convert_with(input, &out, &nsys_perfetto::convert::Options::default());
+    let summary = convert_to(input, &out, &nsys_perfetto::convert::Options::default());
     (summary, out)
 }
 
@@ -1848,7 +1848,7 @@ pub fn json_options() -> nsys_perfetto::convert::Options {
 }
 
 /// Convert with the library into `out` with `opts`; a failure panics naming the input.
-pub fn convert_with(
+pub fn convert_to(
     input: &Path,
     out: &Path,
     opts: &nsys_perfetto::convert::Options,

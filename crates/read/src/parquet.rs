@@ -27,8 +27,15 @@ const BATCH_ROWS: usize = 1 << 14;
 /// Rewrite the Parquet export `dir` as an Arrow export in a new temporary directory (removed
 /// when dropped, or on an interrupt). Errors name the table's file and the problem in one line.
 pub fn to_arrow(dir: &Path) -> Result<tempfile::TempDir> {
-    let out = crate::cleanup::temp_dir("nsys-perfetto-parquet-")
-        .context("cannot create a temporary directory")?;
+    let out = crate::cleanup::create(
+        || {
+            tempfile::Builder::new()
+                .prefix(&crate::cleanup::prefix("nsys-perfetto-parquet-"))
+                .tempdir()
+        },
+        |d| d.path().to_path_buf(),
+    )
+    .context("cannot create a temporary directory")?;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| anyhow!("cannot read the directory: {e}"))?
         .filter_map(|e| e.ok().map(|e| e.path()))
