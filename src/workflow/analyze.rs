@@ -186,8 +186,10 @@ impl AnalyzeArgs {
         };
         let result = (|| -> Result<()> {
             let path = &self.profile;
-            let reports = analyze_profile(path, &self.out.export_options(), &opts)
-                .map_err(|e| anyhow::anyhow!("{}: {e:#}", path.display()))?;
+            let reports =
+                analyze_profile(path, &self.out.export_options(), &opts).map_err(|e| {
+                    anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e))
+                })?;
             self.out.emit(&render(
                 &reports,
                 &opts,

@@ -288,7 +288,7 @@ impl ExtractArgs {
         let mut failed = false;
         for p in &self.profiles {
             match Export::open_with(p, &self.out.export_options())
-                .and_then(|ex| extract_of(&ex, p, &patterns))
+                .and_then(|ex| ex.schema.read_through(extract_of(&ex, p, &patterns)))
             {
                 Ok(r) => results.push(r),
                 Err(e) => {

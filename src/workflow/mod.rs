@@ -348,7 +348,7 @@ impl Export {
         let (conn, schema) = nsys::open_schema(sqlite)?;
         let enums = Enums::load(&conn, &schema);
         let projection = if project {
-            Projection::build(&schema)?
+            schema.read_through(Projection::build(&schema))?
         } else {
             None
         };

@@ -34,7 +34,7 @@ const EXACT: &[&str] = &[
 ];
 
 /// nsys 2023.4 or newer (the first with `--type arrowdir`), when installed.
-fn nsys_2023() -> Option<PathBuf> {
+pub(crate) fn nsys_2023() -> Option<PathBuf> {
     let candidates = nsys_perfetto::report::nsys_candidates(None).unwrap_or_default();
     let fixed = PathBuf::from("/opt/nvidia/nsight-systems/2023.4.4/bin/nsys");
     let found = candidates
@@ -76,7 +76,13 @@ fn export_twins(nsys: &Path, report: &Path, dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// `nsys export --type KIND` of a copy of `report` (in `dir`) into `dir/STEM{suffix}`.
-fn nsys_export(nsys: &Path, report: &Path, dir: &Path, kind: &str, suffix: &str) -> PathBuf {
+pub(crate) fn nsys_export(
+    nsys: &Path,
+    report: &Path,
+    dir: &Path,
+    kind: &str,
+    suffix: &str,
+) -> PathBuf {
     let name = report.file_name().unwrap().to_str().unwrap();
     let stem = Path::new(name).file_stem().unwrap().to_str().unwrap();
     let copy = dir.join(name);
@@ -1084,4 +1090,82 @@ fn truncated_parquet_table_is_one_line_naming_it() {
         .map(|e| e.path())
         .collect();
     assert_eq!(before, after, "a temporary rewriting was left behind");
+}
+
+/// Cut `file` to `len` bytes in place, as a writer truncating it would.
+fn cut(file: &Path, len: u64) {
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(file)
+        .unwrap()
+        .set_len(len)
+        .unwrap();
+}
+
+/// A table truncated after the export was opened (its tables mapped and checked) and its rows
+/// began to be read: reading on, by a direct scan or through SQL, is an error naming the file
+/// (reading a page the file lost raised SIGBUS, which killed the process), and so are a scan
+/// opened after and the check a conversion makes at its end; in an arrowdir and an `.arrows`
+/// file alike.
+#[test]
+fn table_truncated_while_read_is_an_error_naming_it() {
+    use nsys_perfetto::errors::error_line;
+    use nsys_perfetto::nsys::{open_schema, scan::Scan};
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let arrows = dir.path().join("kmeans.arrows");
+    std::fs::copy(common::fixture("arrow/kmeans.arrows"), &arrows).unwrap();
+    let table = "CUPTI_ACTIVITY_KIND_RUNTIME";
+    // A table of an arrowdir is named by its file; the change of an `.arrows` file is the
+    // whole file's (the caller names it).
+    for (export, file, named) in [
+        (
+            &arrow,
+            arrow.join(format!("{table}.arrow")),
+            format!("{table}.arrow: "),
+        ),
+        (&arrows, arrows.clone(), String::new()),
+    ] {
+        let (conn, schema) = open_schema(export).unwrap();
+        let scan = || {
+            Scan::new(&schema, table)
+                .cols(&schema, &["start", "end", "nameId"])
+                .open(&conn, &schema)
+        };
+        let mut direct = scan().unwrap();
+        let mut stmt = conn
+            .prepare(&format!("SELECT start, nameId FROM {table}"))
+            .unwrap();
+        let mut sql = stmt.query([]).unwrap();
+        assert!(direct.next().unwrap().is_some());
+        assert!(sql.next().unwrap().is_some());
+        // Cut to its first page: every other page of its mapping is lost.
+        cut(&file, 4096);
+        let want = format!("{named}changed while it was read: truncated");
+        let mut read = 1;
+        let e = loop {
+            match direct.next() {
+                Ok(Some(_)) => read += 1,
+                Ok(None) => panic!("{}: read to its end ({read} rows)", file.display()),
+                Err(e) => break e,
+            }
+        };
+        assert!(error_line(&e).contains(&want), "{e:#}");
+        assert!(
+            read <= 256,
+            "{read} rows read before the error (a chunk at most)"
+        );
+        let e = loop {
+            match sql.next() {
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("{}: read to its end through SQL", file.display()),
+                Err(e) => break e,
+            }
+        };
+        assert!(e.to_string().contains(&want), "{e}");
+        let e = scan().err().expect("a scan of the cut table");
+        assert!(error_line(&e).contains(&want), "{e:#}");
+        let end = error_line(&schema.unchanged().unwrap_err());
+        assert!(end.starts_with(&want), "{end}");
+    }
 }

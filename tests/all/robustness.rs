@@ -14,6 +14,13 @@
 //! Randomness is a xorshift PRNG with a fixed seed (`ROBUSTNESS_SEED` overrides it,
 //! `ROBUSTNESS_CASES` scales the structured cases), so a failure replays. The figures are
 //! printed at the end (`cargo test --release --test robustness -- --nocapture`).
+//!
+//! nsys' Arrow and Parquet exports (issue 43): seeded byte damage (flip, truncate, zero, delete,
+//! swap, append) to one file of an arrowdir, an `.arrows` file and a parquetdir, through the
+//! conversion, `stats` and `analyze`; and every kind of export truncated, replaced or removed
+//! while a run reads it, through the conversion and each workflow. Each run: no signal, no
+//! panic, no hang, nothing left behind, the input untouched, and an error is exactly one line
+//! naming the file once.
 
 use crate::common;
 
@@ -109,6 +116,24 @@ impl Case {
         std::fs::copy(src, &input).unwrap();
         Case { root, input }
     }
+    /// A case whose input is a copy of `src` (a file, or a folder of files) named `name`.
+    fn with_input(src: &Path, name: &str) -> Case {
+        let root = tempfile::tempdir().unwrap();
+        for d in ["in", "out", "tmp"] {
+            std::fs::create_dir(root.path().join(d)).unwrap();
+        }
+        let input = root.path().join("in").join(name);
+        if src.is_dir() {
+            std::fs::create_dir(&input).unwrap();
+            for e in std::fs::read_dir(src).unwrap() {
+                let e = e.unwrap();
+                std::fs::copy(e.path(), input.join(e.file_name())).unwrap();
+            }
+        } else {
+            std::fs::copy(src, &input).unwrap();
+        }
+        Case { root, input }
+    }
     fn out(&self) -> PathBuf {
         self.root.path().join("out")
     }
@@ -119,6 +144,8 @@ impl Case {
 
 struct Ran {
     code: Option<i32>,
+    /// The signal that ended the process, if one did.
+    signal: Option<i32>,
     stderr: String,
     hung: bool,
 }
@@ -174,6 +201,7 @@ fn run(
     let stderr = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
     Ran {
         code: status.code(),
+        signal: std::os::unix::process::ExitStatusExt::signal(&status),
         stderr,
         hung,
     }
@@ -879,4 +907,416 @@ fn robustness() {
         }
     }
     assert_eq!(total, 0, "robustness defects (see above)");
+}
+
+/// Damage `bytes` one of six ways at seeded places, and say how: bits flipped, truncated, a run
+/// zeroed, a run deleted, two runs swapped, bytes appended.
+fn damage(bytes: &mut Vec<u8>, rng: &mut Rng) -> String {
+    let len = bytes.len().max(1);
+    let run = |rng: &mut Rng| 1 + rng.below(256);
+    match rng.below(6) {
+        0 => {
+            let n = 1 + rng.below(8);
+            for _ in 0..n {
+                let at = rng.below(len);
+                if let Some(b) = bytes.get_mut(at) {
+                    *b ^= 1 << rng.below(8);
+                }
+            }
+            format!("{n} bits flipped")
+        }
+        1 => {
+            let at = rng.below(len);
+            bytes.truncate(at);
+            format!("truncated at {at}")
+        }
+        2 => {
+            let (at, n) = (rng.below(len), run(rng));
+            let end = (at + n).min(bytes.len());
+            bytes[at.min(end)..end].fill(0);
+            format!("{n} bytes zeroed at {at}")
+        }
+        3 => {
+            let (at, n) = (rng.below(len), run(rng));
+            let end = (at + n).min(bytes.len());
+            bytes.drain(at.min(end)..end);
+            format!("{n} bytes deleted at {at}")
+        }
+        4 => {
+            let n = run(rng).min(bytes.len() / 2);
+            let (a, b) = (rng.below(len - n), rng.below(len - n));
+            let (a, b) = (a.min(b), a.max(b));
+            if b >= a + n {
+                let (left, right) = bytes.split_at_mut(b);
+                left[a..a + n].swap_with_slice(&mut right[..n]);
+            }
+            format!("{n} bytes at {a} swapped with those at {b}")
+        }
+        _ => {
+            let n = run(rng);
+            bytes.extend((0..n).map(|_| rng.next() as u8));
+            format!("{n} bytes appended")
+        }
+    }
+}
+
+/// Every file under `path` (a file, or a folder's files), hashed, by name.
+fn hash_tree(path: &Path) -> BTreeMap<String, u64> {
+    if path.is_file() {
+        return BTreeMap::from([(String::new(), hash_file(path))]);
+    }
+    names(path)
+        .into_iter()
+        .map(|n| {
+            let h = hash_file(&path.join(&n));
+            (n, h)
+        })
+        .collect()
+}
+
+/// One run of the binary on `case`'s input: `args` with `{in}` and `{out}` (the output file in
+/// `out/`) filled in; `during` changes the input while the run reads it (see [`run_changing`]).
+/// `file` names the file the run must name on failure (in the input, or the input itself) and
+/// `reasons` what its line may say (anything where empty). Counts the defects: a signal, a
+/// panic, a hang, a changed input (unless `during` changed it), a file left behind, an exit but
+/// 0 or 1, an error of more than one line, or one that does not name the input and the file
+/// once each. Returns the exit code.
+#[allow(clippy::too_many_arguments)]
+fn check_arrow_run(
+    f: &mut Figures,
+    case: &Case,
+    file: &str,
+    args: &[&str],
+    label: &str,
+    during: Option<(&Path, bool, &dyn Fn())>,
+    reasons: &[&str],
+) -> Option<i32> {
+    f.cases += 1;
+    let input = &case.input;
+    let out = case.out().join("case.pftrace");
+    let before = hash_tree(input);
+    let in_dir = names(case.input.parent().unwrap());
+    let args: Vec<std::ffi::OsString> = args
+        .iter()
+        .map(|a| match *a {
+            "{in}" => input.as_os_str().to_owned(),
+            "{out}" => out.as_os_str().to_owned(),
+            a => a.into(),
+        })
+        .collect();
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(|a| a.as_os_str()).collect();
+    let r = match during {
+        None => run(&args, &case.tmp(), None, None),
+        Some((file, mapped, change)) => run_changing(&args, &case.tmp(), file, mapped, change),
+    };
+    let ctx = || format!("{label}: exit {:?}: {}", r.code, r.stderr.trim());
+    if r.hung {
+        f.defect("hang", ctx());
+        return None;
+    }
+    if let Some(sig) = r.signal {
+        f.defect("signal", format!("{} (signal {sig})", ctx()));
+    }
+    if r.code == Some(101) || r.stderr.contains("panicked") {
+        f.defect("panic", ctx());
+    }
+    if during.is_none() && hash_tree(input) != before {
+        f.defect("input modified", ctx());
+    }
+    if during.is_none() && names(case.input.parent().unwrap()) != in_dir {
+        f.defect("stray file", format!("{} (input folder)", ctx()));
+    }
+    if !names(&case.tmp()).is_empty() {
+        f.defect(
+            "stray file",
+            format!("{} ($TMPDIR: {:?})", ctx(), names(&case.tmp())),
+        );
+    }
+    let written = names(&case.out());
+    let _ = std::fs::remove_file(&out);
+    match r.code {
+        Some(0) => {
+            f.converted += 1;
+            if !written.iter().all(|n| n == "case.pftrace") {
+                f.defect(
+                    "stray file",
+                    format!("{} (output folder: {written:?})", ctx()),
+                );
+            }
+        }
+        Some(1) => {
+            f.clean_errors += 1;
+            if !written.is_empty() {
+                f.defect(
+                    "stray file",
+                    format!("{} (output folder: {written:?})", ctx()),
+                );
+            }
+            let lines: Vec<&str> = r.stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+            let shown = input.display().to_string();
+            if lines.len() != 1 || !lines[0].starts_with("error: ") {
+                f.defect("multi-line error", ctx());
+            } else if lines[0].matches(&shown).count() != 1 || lines[0].matches(file).count() != 1 {
+                f.defect("file not named once", ctx());
+            } else if !reasons.is_empty() && !reasons.iter().any(|w| lines[0].contains(w)) {
+                f.defect(
+                    "unclean error",
+                    format!("{} (want one of {reasons:?})", ctx()),
+                );
+            }
+        }
+        _ => f.defect("unclean error", ctx()),
+    }
+    r.code
+}
+
+/// [`run`], with `change()` called once the process has opened `file` (`mapped`: mapped it),
+/// while it is stopped (SIGSTOP): the change falls after the run opened the file and before
+/// it finished reading it.
+fn run_changing(
+    args: &[&std::ffi::OsStr],
+    tmp: &Path,
+    file: &Path,
+    mapped: bool,
+    change: &dyn Fn(),
+) -> Ran {
+    let mut cmd = Command::new(BIN);
+    cmd.args(args)
+        .env("TMPDIR", tmp)
+        .env("RUST_BACKTRACE", "0")
+        .env("XDG_CACHE_HOME", tmp)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let pid = child.id();
+    let mut stderr = child.stderr.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut s = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut stderr, &mut s);
+        s
+    });
+    let opened = || match mapped {
+        true => std::fs::read_to_string(format!("/proc/{pid}/maps"))
+            .unwrap_or_default()
+            .lines()
+            .any(|l| l.ends_with(&*file.to_string_lossy())),
+        false => std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .into_iter()
+            .flatten()
+            .filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
+            .any(|l| l == file),
+    };
+    let started = Instant::now();
+    let mut changed = false;
+    let mut hung = false;
+    let status = loop {
+        if !changed && opened() {
+            // SAFETY: plain kill(2) calls on our child.
+            unsafe { libc::kill(pid as i32, libc::SIGSTOP) };
+            change();
+            unsafe { libc::kill(pid as i32, libc::SIGCONT) };
+            changed = true;
+        }
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if started.elapsed() > LIMIT {
+            hung = true;
+            let _ = child.kill();
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_micros(200));
+    };
+    let mut stderr = String::from_utf8_lossy(&reader.join().unwrap()).into_owned();
+    if !changed {
+        stderr.push_str("\n(the run ended before it opened its input: not changed)");
+    }
+    Ran {
+        code: status.code(),
+        signal: std::os::unix::process::ExitStatusExt::signal(&status),
+        stderr,
+        hung,
+    }
+}
+
+/// Print the figures and fail on any defect.
+fn report_figures(what: &str, f: &Figures, started: Instant) {
+    eprintln!(
+        "{what}: {} runs ({} succeeded, {} clean errors) in {:.1} s",
+        f.cases,
+        f.converted,
+        f.clean_errors,
+        started.elapsed().as_secs_f64()
+    );
+    for class in ["signal", "panic", "hang", "stray file", "input modified"]
+        .iter()
+        .chain(&["multi-line error", "file not named once", "unclean error"])
+    {
+        let n = f.defects.get(class).map_or(0, Vec::len);
+        eprintln!("  {class}: {n}");
+    }
+    let all: Vec<&String> = f.defects.values().flatten().collect();
+    assert!(all.is_empty(), "{} defects:\n{all:#?}", all.len());
+}
+
+/// Seeded damage (see [`damage`]) to one file of nsys' Arrow exports (the shipped arrowdir and
+/// `.arrows` fixture) and, where nsys 2023.4 is installed, of its Parquet export of the same
+/// report, through the conversion, `stats` and `analyze`.
+#[test]
+fn arrow_and_parquet_exports_survive_seeded_damage() {
+    let seed = env_u64("ROBUSTNESS_SEED", 0x0043_a770_u64);
+    let per_kind = env_u64("ROBUSTNESS_ARROW_CASES", 40) as usize;
+    let mut rng = Rng(seed | 1);
+    let mut f = Figures::default();
+    let started = Instant::now();
+    let parquet_dir = tempfile::tempdir().unwrap();
+    let mut kinds = vec![
+        (
+            "arrowdir",
+            common::fixture("arrow/kmeans_arwdir"),
+            "kmeans_arwdir",
+        ),
+        (
+            "arrows",
+            common::fixture("arrow/kmeans.arrows"),
+            "kmeans.arrows",
+        ),
+    ];
+    if let (Some(nsys), Some(corpus)) = (crate::arrow::nsys_2023(), common::corpus_dir()) {
+        let report = corpus.join("martisu1631998__kmeans-parallel__report2.qdrep");
+        let pq =
+            crate::arrow::nsys_export(&nsys, &report, parquet_dir.path(), "parquetdir", "_pqtdir");
+        kinds.push(("parquetdir", pq, "kmeans_pqtdir"));
+    }
+    let commands: [&[&str]; 3] = [
+        &["{in}", "-q", "-o", "{out}"],
+        &["stats", "{in}"],
+        &["analyze", "{in}"],
+    ];
+    for (kind, src, name) in &kinds {
+        for i in 0..per_kind {
+            let case = Case::with_input(src, name);
+            let input = case.input.clone();
+            // Damage one file of a folder, one of its larger ones mostly (the tables read).
+            let target = if input.is_dir() {
+                let mut files = names(&input);
+                files.sort_by_key(|n| {
+                    std::cmp::Reverse(std::fs::metadata(input.join(n)).unwrap().len())
+                });
+                files.truncate(if rng.below(3) == 0 { files.len() } else { 12 });
+                input.join(rng.pick(&files))
+            } else {
+                input.clone()
+            };
+            let mut bytes = std::fs::read(&target).unwrap();
+            let how = damage(&mut bytes, &mut rng);
+            std::fs::write(&target, &bytes).unwrap();
+            let file = target.file_name().unwrap().to_string_lossy().into_owned();
+            let args = commands[i % commands.len()];
+            let label = format!("{kind} #{i}, {file}: {how}, {}", args.join(" "));
+            check_arrow_run(&mut f, &case, &file, args, &label, None, &[]);
+        }
+    }
+    report_figures("seeded damage to Arrow and Parquet exports", &f, started);
+}
+
+/// nsys 2023.4's four exports of a report with GPU metrics (SQLite, arrowdir, `.arrows`,
+/// parquetdir) each truncated, replaced or removed once a run has opened it (see
+/// [`run_changing`]): the conversion and `stats`, `analyze`, `extract` and `merge` each exit 1
+/// with one line naming the file and saying it changed while it was read, no signal, no
+/// output and nothing left behind. (A SIGBUS from a truncated Arrow table killed the process.)
+#[test]
+fn exports_changed_while_read_are_one_line_naming_the_file() {
+    let (Some(nsys), Some(corpus)) = (crate::arrow::nsys_2023(), common::corpus_dir()) else {
+        return;
+    };
+    let started = Instant::now();
+    let mut f = Figures::default();
+    let exports = tempfile::tempdir().unwrap();
+    let report = corpus.join("als244__ResourceEstimation__reports_report2.nsys-rep");
+    let export =
+        |kind, suffix| crate::arrow::nsys_export(&nsys, &report, exports.path(), kind, suffix);
+    // Each export, and the file of it changed: a table holding GPU metrics where there are several.
+    // Each export, the file of it changed (a table holding GPU metrics where there are
+    // several), and whether the run maps it (Arrow) or reads it (SQLite, Parquet).
+    let kinds = [
+        (export("sqlite", ".sqlite"), "x.sqlite", None, false),
+        (
+            export("arrowdir", "_arwdir"),
+            "x_arwdir",
+            Some("GPU_METRICS.arrow"),
+            true,
+        ),
+        (export("arrow", ".arrows"), "x.arrows", None, true),
+        (
+            export("parquetdir", "_pqtdir"),
+            "x_pqtdir",
+            Some("GPU_METRICS.parquet"),
+            false,
+        ),
+    ];
+    let other = common::fixture("arrow/kmeans.sqlite");
+    let other = other.to_str().unwrap();
+    let commands: [&[&str]; 5] = [
+        &["{in}", "-q", "-o", "{out}"],
+        &["stats", "{in}"],
+        &["analyze", "{in}"],
+        &["extract", "-e", "a", "{in}"],
+        &["merge", "-q", "{in}", other, "-o", "{out}"],
+    ];
+    let changes = ["truncated", "replaced", "removed"];
+    for (src, name, table, mapped) in &kinds {
+        for (c, args) in commands.iter().enumerate() {
+            // Every change through the conversion; truncation through each workflow.
+            for how in changes.iter().take(if c == 0 { 3 } else { 1 }) {
+                let case = Case::with_input(src, name);
+                let file = table.map_or(case.input.clone(), |t| case.input.join(t));
+                let change = || match *how {
+                    "truncated" => {
+                        let len = std::fs::metadata(&file).unwrap().len();
+                        std::fs::OpenOptions::new()
+                            .write(true)
+                            .open(&file)
+                            .unwrap()
+                            .set_len(len / 2)
+                            .unwrap();
+                    }
+                    "replaced" => {
+                        let new = file.with_extension("new");
+                        std::fs::copy(&file, &new).unwrap();
+                        std::fs::rename(&new, &file).unwrap();
+                    }
+                    _ => std::fs::remove_file(&file).unwrap(),
+                };
+                let named = file.file_name().unwrap().to_str().unwrap();
+                let label = format!("{name}: {named} {how} while read by {}", args.join(" "));
+                let want = format!("changed while it was read: {how}");
+                let code = check_arrow_run(
+                    &mut f,
+                    &case,
+                    named,
+                    args,
+                    &label,
+                    Some((&file, *mapped, &change)),
+                    &[&want[..]],
+                );
+                if code == Some(0) {
+                    f.defect("unclean error", format!("{label}: exit 0"));
+                }
+            }
+        }
+    }
+    report_figures("exports changed while read", &f, started);
+}
+
+/// SQLite reads an export through its own reads (`PRAGMA mmap_size` 0), not a mapping: a file
+/// truncated under it is an I/O error, never SIGBUS (see the test above for what is told).
+#[test]
+fn sqlite_exports_are_read_without_mapping() {
+    let conn = nsys_perfetto::nsys::open_readonly(&common::fixture("arrow/kmeans.sqlite")).unwrap();
+    let mapped: i64 = conn
+        .query_row("PRAGMA mmap_size", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(mapped, 0);
 }

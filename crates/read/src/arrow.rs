@@ -253,6 +253,12 @@ pub const EXTENSION: &str = "arrow";
 /// What nsys appends to a report's name for its Arrow export's directory.
 pub const NSYS_DIR_SUFFIX: &str = "_arwdir";
 
+/// `text` on one line: the flatbuffer verifier's report of a damaged header runs over several,
+/// each indented.
+pub(crate) fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
 /// The file extension of nsys' single-file Arrow export (`nsys export --type arrow`): each
 /// table's Arrow IPC stream, one after another, named by its schema's `table_name`.
 const STREAMS_EXTENSION: &str = "arrows";
@@ -271,15 +277,30 @@ struct Place {
     /// `None`: the whole file.
     bytes: Option<std::ops::Range<u64>>,
     table: String,
+    /// The stamp of the file whose walk found `bytes`: they are the table's in that file only.
+    walked: Option<Stamp>,
 }
 
 impl std::fmt::Display for Place {
-    /// The table's file, or the table where its file (the export, named by the caller) holds
-    /// several.
+    /// The table's file by its name in the export's folder, or the table where its file holds
+    /// several: the caller names the export, so that each line names each file once.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match (&self.bytes, self.file.file_name()) {
+            (None, Some(name)) => write!(f, "{}", Path::new(name).display()),
+            (None, None) => write!(f, "{}", self.file.display()),
+            (Some(_), _) => write!(f, "table {}", self.table),
+        }
+    }
+}
+
+impl Place {
+    /// The error of a table whose file changed while it was read: naming its file in an
+    /// export's folder; in an `.arrows` file, where the change is the whole file's, nothing
+    /// (the caller names the file).
+    fn changed(&self, how: &str) -> anyhow::Error {
         match self.bytes {
-            None => write!(f, "{}", self.file.display()),
-            Some(_) => write!(f, "table {}", self.table),
+            None => anyhow!("{self}: {:#}", changed(how)),
+            Some(_) => changed(how),
         }
     }
 }
@@ -297,6 +318,7 @@ fn places(export: &Path) -> Result<Vec<Place>> {
             file,
             bytes: None,
             table,
+            walked: None,
         })
         .collect())
 }
@@ -306,7 +328,8 @@ fn place(export: &Path, table: &str) -> Result<Place> {
     if let Ok(m) = std::fs::metadata(export)
         && m.is_file()
     {
-        return walked_streams(export, &m)?
+        return walked_streams(export, &m)
+            .map_err(|e| changed_in_use(export, table).unwrap_or(e))?
             .into_iter()
             .find(|p| p.table == table)
             .ok_or_else(|| anyhow!("{}: no table {table}", export.display()));
@@ -315,16 +338,42 @@ fn place(export: &Path, table: &str) -> Result<Place> {
         file: export.join(format!("{table}.{EXTENSION}")),
         bytes: None,
         table: table.to_string(),
+        walked: None,
     })
 }
 
 /// A file's size, modification time and inode: what tells that it was rewritten.
-type Stamp = (u64, i64, u64);
+pub(crate) type Stamp = (u64, i64, u64);
 
 /// The [`Stamp`] of a file, from its metadata.
-fn stamp(m: &std::fs::Metadata) -> Stamp {
+pub(crate) fn stamp(m: &std::fs::Metadata) -> Stamp {
     use std::os::unix::fs::MetadataExt;
     (m.len(), m.mtime() * 1_000_000_000 + m.mtime_nsec(), m.ino())
+}
+
+/// The [`Stamp`] of the file at `path`, `None` where it cannot be read.
+pub(crate) fn stamp_of(path: &Path) -> Option<Stamp> {
+    std::fs::metadata(path).ok().map(|m| stamp(&m))
+}
+
+/// How the file at `path` changed since its stamp was `before` (removed, replaced, truncated
+/// or rewritten), if it did.
+pub(crate) fn change_since(path: &Path, before: Stamp) -> Option<&'static str> {
+    match stamp_of(path) {
+        None => Some("removed"),
+        Some(now) => change(before, now),
+    }
+}
+
+/// How a file whose stamp was `before` and is `now` changed (replaced, truncated or
+/// rewritten), if it did.
+fn change(before: Stamp, now: Stamp) -> Option<&'static str> {
+    match now {
+        _ if now.2 != before.2 => Some("replaced"),
+        _ if now.0 < before.0 => Some("truncated"),
+        _ if now != before => Some("rewritten"),
+        _ => None,
+    }
 }
 
 /// An `.arrows` file walked: the file, its stamp, its streams.
@@ -370,11 +419,12 @@ fn streams(file: &Path) -> Result<Vec<Place>> {
     /// kB): a larger one is a damaged length, not worth reading into memory.
     const MAX_HEADER: usize = 16 << 20;
     let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
-    let size = f.metadata().map_err(|e| anyhow!("cannot read: {e}"))?.len();
-    let size = usize::try_from(size).map_err(|_| anyhow!("a file too large to read"))?;
+    let walked = stamp(&f.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
+    let size = usize::try_from(walked.0).map_err(|_| anyhow!("a file too large to read"))?;
     let damaged = |what: &str| {
         anyhow!(
-            "not a readable Arrow IPC stream ({what}): a damaged or truncated file; export the report again"
+            "not a readable Arrow IPC stream ({}): a damaged or truncated file; export the report again",
+            one_line(what)
         )
     };
     let read = |at: usize, buf: &mut [u8]| -> Result<()> {
@@ -460,6 +510,7 @@ fn streams(file: &Path) -> Result<Vec<Place>> {
             file: file.to_path_buf(),
             bytes: Some(start as u64..pos as u64),
             table,
+            walked: Some(walked),
         });
     }
     places.sort_by(|a, b| a.table.cmp(&b.table));
@@ -517,6 +568,12 @@ impl Tables {
             tables.push((place.table, t));
         }
         Ok(Tables(tables))
+    }
+
+    /// An error naming the first table whose file changed since it was loaded (see
+    /// [`Table::change`]): what was read of it may not be the file's.
+    pub fn unchanged(&self) -> Result<()> {
+        self.0.iter().try_for_each(|(_, t)| t.unchanged())
     }
 
     /// Each table's name and column names.
@@ -843,9 +900,9 @@ impl Column {
             Data::Count(first) => ValueRef::Integer(first + i as i64),
             Data::F64(v) => ValueRef::Real(v[i]),
             Data::F32(v) => ValueRef::Real(v[i].into()),
-            Data::Text(a) => ValueRef::Text(a.value(i).as_bytes()),
-            Data::LargeText(a) => ValueRef::Text(a.value(i).as_bytes()),
-            Data::Blob(a) => ValueRef::Blob(a.value(i)),
+            Data::Text(a) => ValueRef::Text(bytes_at(a.value_offsets(), a.values(), i)),
+            Data::LargeText(a) => ValueRef::Text(bytes_at(a.value_offsets(), a.values(), i)),
+            Data::Blob(a) => ValueRef::Blob(bytes_at(a.value_offsets(), a.values(), i)),
             Data::Null => ValueRef::Null,
             Data::Coalesce(cs) => {
                 // Most of the columns are NULL: their validity bits are read, not their values.
@@ -875,8 +932,48 @@ struct Table {
     /// Whether the rows are in the order of these columns (ascending), found once per list.
     sorted: Mutex<HashMap<Vec<c_int>, bool>>,
     /// The addresses of the file's mapping: only its pages are given back (a buffer the
-    /// decoder copied to align it, or a validity bitmap Arrow made, is heap memory).
+    /// decoder copied to align it, or a validity bitmap Arrow made, is heap memory). Empty
+    /// where the bytes were read into memory.
     mapped: std::ops::Range<usize>,
+    /// The file read, to tell whether it changed while it was read.
+    source: Source,
+}
+
+/// The file a [`Table`] was read from, as it was when it was read.
+/// (No file is kept open: an export has tens of tables, and `merge` opens many exports.)
+struct Source {
+    place: Place,
+    stamp: Stamp,
+    /// The watched mapping (`None` where the bytes were read into memory).
+    mapping: Option<Arc<crate::mapped::Mapping>>,
+}
+
+/// A [`crate::mapped::Mapping`] shared by a table and the buffers decoded from it.
+struct SharedMapping(Arc<crate::mapped::Mapping>);
+
+impl AsRef<[u8]> for SharedMapping {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// The error of a table whose file changed while it was read (`how`: truncated, removed...),
+/// for the caller to prefix with the table's [`Place`].
+pub(crate) fn changed(how: &str) -> anyhow::Error {
+    anyhow!(
+        "changed while it was read: {how} (was it still being written?); read it again once it is complete"
+    )
+}
+
+/// The error of a table of `file` in use (loaded, not yet dropped) whose file changed since it
+/// was loaded, `table` first: what went wrong where `file` no longer reads as an export.
+fn changed_in_use(file: &Path, table: &str) -> Option<anyhow::Error> {
+    let loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut in_use: Vec<_> = loaded.iter().filter(|(p, _, _)| p.file == file).collect();
+    in_use.sort_by_key(|(p, _, _)| p.table != table);
+    in_use
+        .into_iter()
+        .find_map(|(p, _, t)| Some(p.changed(t.upgrade()?.change()?)))
 }
 
 /// Tables loaded by this process and still in use, by place: the readers' connections and
@@ -887,10 +984,17 @@ static LOADED: Mutex<Vec<(Place, Stamp, std::sync::Weak<Table>)>> = Mutex::new(V
 impl Table {
     /// The table at `place`, shared with any other user of the same table.
     fn shared(place: &Place) -> Result<Arc<Table>> {
-        let m = std::fs::metadata(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
-        let stamp = stamp(&m);
         let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
         loaded.retain(|(_, _, t)| t.strong_count() > 0);
+        let m = match std::fs::metadata(&place.file) {
+            Ok(m) => m,
+            // Gone while a reader of this process reads it.
+            Err(_) if loaded.iter().any(|(p, _, _)| p == place) => {
+                return Err(changed("removed"));
+            }
+            Err(e) => bail!("cannot read: {e}"),
+        };
+        let stamp = stamp(&m);
         // The stamp first: comparing paths compares their components.
         if let Some(t) = loaded
             .iter()
@@ -899,7 +1003,18 @@ impl Table {
         {
             return Ok(t);
         }
-        let t = Arc::new(Table::load(place)?);
+        let t = match Table::load(place) {
+            Ok(t) => Arc::new(t),
+            // A table of this file in use, whose file changed since it was loaded: what went
+            // wrong is the change, not damage. (One that loads is read anew; the conversion's
+            // check at its end tells the change.)
+            Err(e) => {
+                let mut in_use = loaded.iter().filter(|(p, _, _)| p == place);
+                return Err(in_use
+                    .find_map(|(_, _, t)| t.upgrade()?.change())
+                    .map_or(e, changed));
+            }
+        };
         loaded.push((place.clone(), stamp, Arc::downgrade(&t)));
         Ok(t)
     }
@@ -976,32 +1091,83 @@ impl Table {
         }
     }
 
+    /// Load the table at `place`. A file truncated while it is read is told as such, not as
+    /// damage (what was read of it may be zeros).
     fn load(place: &Place) -> Result<Table> {
+        use std::os::unix::fs::FileExt;
         let file = std::fs::File::open(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
-        let mut options = memmap2::MmapOptions::new();
-        if let Some(bytes) = &place.bytes {
-            let len = usize::try_from(bytes.end - bytes.start)
-                .map_err(|_| anyhow!("a stream too long to map"))?;
-            options.offset(bytes.start).len(len);
+        let stamp = stamp(&file.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
+        if let Some(how) = place.walked.and_then(|w| change(w, stamp)) {
+            return Err(changed(how));
         }
-        // SAFETY: the mapping is read-only; nsys' exports are not written while they are read.
-        let map = unsafe { options.map(&file) }.map_err(|e| anyhow!("cannot map: {e}"))?;
-        // The page cache holds a large file in folios of up to 2 MB, which the kernel would map
-        // whole where they are aligned: the pages a reader touches would be 2 MB a column, not
-        // the window it keeps (see `Table::give_back`). Only an advice: without it the
-        // conversion is the same.
-        #[cfg(target_os = "linux")]
-        let _ = map.advise(memmap2::Advice::NoHugePage);
+        let (offset, end) = match &place.bytes {
+            Some(bytes) => (bytes.start, bytes.end),
+            None => (0, stamp.0),
+        };
+        let len = usize::try_from(end - offset).map_err(|_| anyhow!("a stream too long to map"))?;
+        let mapping =
+            crate::mapped::Mapping::new(&file, place.bytes.as_ref().map(|_| (offset, len)))
+                .map_err(|e| anyhow!("cannot map: {e}"))?
+                .map(Arc::new);
+        let (whole, mapped) = match &mapping {
+            Some(map) => {
+                // The page cache holds a large file in folios of up to 2 MB, which the kernel
+                // would map whole where they are aligned: the pages a reader touches would be 2
+                // MB a column, not the window it keeps (see `Table::give_back`). Only an advice:
+                // without it the conversion is the same.
+                #[cfg(target_os = "linux")]
+                let _ = map.advise(memmap2::Advice::NoHugePage);
+                let mapped = map.as_ptr() as usize..map.as_ptr() as usize + map.len();
+                let owner = SharedMapping(map.clone());
+                (
+                    arrow_buffer::Buffer::from(bytes::Bytes::from_owner(owner)),
+                    mapped,
+                )
+            }
+            // Every watch slot taken (many exports open at once): read into memory.
+            None => {
+                let mut bytes = vec![0u8; len];
+                file.read_exact_at(&mut bytes, offset)
+                    .map_err(|e| anyhow!("cannot read: {e}"))?;
+                (arrow_buffer::Buffer::from_vec(bytes), 0..0)
+            }
+        };
+        let source = Source {
+            place: place.clone(),
+            stamp,
+            mapping,
+        };
+        let loaded = Table::decode(whole, mapped, source);
+        match loaded {
+            Ok(t) => match t.change() {
+                Some(how) => Err(changed(how)),
+                None => Ok(t),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Decode and check the table whose stream is `whole` (mapped at `mapped`).
+    fn decode(
+        whole: arrow_buffer::Buffer,
+        mapped: std::ops::Range<usize>,
+        source: Source,
+    ) -> Result<Table> {
+        let watch = source.mapping.clone();
+        let lost = |e: anyhow::Error| match &watch {
+            Some(m) if m.lost_pages() => changed("truncated"),
+            _ => e,
+        };
         let damaged = |e: &dyn std::fmt::Display| {
             anyhow!(
-                "not a readable Arrow IPC stream ({e}): a damaged or truncated file; export the report again"
+                "not a readable Arrow IPC stream ({}): a damaged or truncated file; export the report again",
+                one_line(&e.to_string())
             )
         };
         // Walking the messages maps the pages around each header read (the kernel's
         // fault-around): a table of many batches would have most of its file mapped at once.
         // Both walks (the check, then the decoding) give back what they have read as they go,
         // a megabyte at a time.
-        let mapped = map.as_ptr() as usize..map.as_ptr() as usize + map.len();
         let walker = || {
             let mut released = mapped.start;
             let mapped = mapped.clone();
@@ -1015,8 +1181,7 @@ impl Table {
                 }
             }
         };
-        let layout = check_layout(&map, walker()).map_err(|e| damaged(&e))?;
-        let whole = arrow_buffer::Buffer::from(bytes::Bytes::from_owner(map));
+        let layout = check_layout(&whole, walker()).map_err(|e| lost(damaged(&e)))?;
         let checked = layout.is_some();
         let (schema, batches) = match layout {
             Some(layout) => {
@@ -1040,12 +1205,12 @@ impl Table {
                     let block = arrow_ipc::Block::new(0, meta, 0);
                     let batch = decoder
                         .read_record_batch(&block, &whole.slice(start))
-                        .map_err(|e| damaged(&e))?;
+                        .map_err(|e| lost(damaged(&e)))?;
                     batches.extend(batch);
                 }
                 (schema, batches)
             }
-            None => stream(whole).map_err(|e| damaged(&e))?,
+            None => stream(whole).map_err(|e| lost(damaged(&e)))?,
         };
         let columns = sql_columns(&schema)?;
         let mut decoded = Vec::with_capacity(batches.len());
@@ -1070,9 +1235,10 @@ impl Table {
             key: None,
             sorted: Mutex::default(),
             mapped,
+            source,
         };
         if checked {
-            table.validate(&batches).map_err(|e| damaged(&e))?;
+            table.validate(&batches).map_err(|e| lost(damaged(&e)))?;
         }
         table.key = table
             .columns
@@ -1080,6 +1246,31 @@ impl Table {
             .position(|(n, t)| n == "id" && *t == "INTEGER")
             .filter(|&c| table.rises_strictly(c));
         Ok(table)
+    }
+
+    /// Whether a page of the table's mapping was lost (its file truncated): what was read of
+    /// it since may be zeros. A reader looks before it trusts what it read.
+    #[inline]
+    fn lost(&self) -> bool {
+        self.source.mapping.as_ref().is_some_and(|m| m.lost_pages())
+    }
+
+    /// How the table's file changed since it was loaded (truncated, rewritten, replaced or
+    /// removed), if it did. A file cut inside a page loses no page (the rest of the page reads
+    /// as zeros): its size tells.
+    fn change(&self) -> Option<&'static str> {
+        if self.lost() {
+            return Some("truncated");
+        }
+        change_since(&self.source.place.file, self.source.stamp)
+    }
+
+    /// An error naming the table's file where it changed since it was loaded.
+    fn unchanged(&self) -> Result<()> {
+        match self.change() {
+            Some(how) => Err(self.source.place.changed(how)),
+            None => Ok(()),
+        }
     }
 
     /// Check the values of the decoded `batches` (this table's) as the decoder would have:
@@ -1409,6 +1600,20 @@ fn ascending(keys: &[Vec<i64>]) -> bool {
     }
 }
 
+/// The bytes of row `i` of a text or binary column, its offsets checked (no bytes where they do
+/// not hold): they were checked when the table was loaded, but a page read again after its file
+/// was truncated reads as zeros (see [`Table::lost`]), and the reader fails only after the
+/// chunk.
+#[inline]
+fn bytes_at<'v, O: arrow_array::OffsetSizeTrait>(
+    offsets: &[O],
+    values: &'v [u8],
+    i: usize,
+) -> &'v [u8] {
+    let (start, end) = (offsets[i].as_usize(), offsets[i + 1].as_usize());
+    values.get(start..end).unwrap_or_default()
+}
+
 /// Call `f(j)` for each of rows `rows` of `bits` whose bit is clear, `j` counted from
 /// `rows.start`: a word of 64 rows at a time, most of them all set.
 fn each_clear(bits: &BooleanBuffer, rows: std::ops::Range<usize>, mut f: impl FnMut(usize)) {
@@ -1588,21 +1793,43 @@ impl TableScan {
         }))
     }
 
-    /// The next row, `None` after the last.
+    /// The next row, `None` after the last (or where the file changed: see
+    /// [`TableScan::unchanged`]).
     #[allow(clippy::should_implement_trait)]
     #[inline]
     pub fn next(&mut self) -> Option<RowRef<'_>> {
+        self.step().then_some(RowRef { scan: self })
+    }
+
+    /// Move to the next row: false after the last, or where the table's file lost a page (see
+    /// [`Table::lost`]), looked at as each chunk is read: a reader is given no integer a lost
+    /// page read as (a text is read as it is fetched: at most a chunk of them).
+    #[inline]
+    pub fn step(&mut self) -> bool {
         let at = self.at.wrapping_add(1);
         if at < self.rows {
             self.at = at;
-        } else if !self.advance() {
-            return None;
+            true
+        } else {
+            self.advance()
         }
-        Some(RowRef { scan: self })
+    }
+
+    /// The current row (after [`TableScan::step`] said there is one).
+    #[inline]
+    pub fn row(&self) -> RowRef<'_> {
+        RowRef { scan: self }
+    }
+
+    /// After the last row: an error naming the table's file where it changed while it was read
+    /// (what the scan gave may not be the file's).
+    pub fn unchanged(&self) -> Result<()> {
+        self.table.unchanged()
     }
 
     /// Move to the next chunk: past the batches read to their end, giving back what is behind
-    /// the scan (see [`Table::step`]); false after the last row.
+    /// the scan (see [`Table::step`]); false after the last row, or where the table lost a
+    /// page.
     #[inline(never)]
     fn advance(&mut self) -> bool {
         let (from, mut i) = (self.batch, self.chunk + self.rows);
@@ -1626,6 +1853,11 @@ impl TableScan {
         }
         for (c, lane) in self.slots.iter().zip(&mut self.lanes) {
             c.numbers(rows.clone(), lane);
+        }
+        // The chunk's integers are read: none of them is given where a page was lost.
+        if self.table.lost() {
+            (self.chunk, self.rows, self.at) = (0, 0, usize::MAX);
+            return false;
         }
         (self.chunk, self.rows, self.at) = (i, rows.len(), 0);
         true
@@ -1874,6 +2106,10 @@ unsafe impl VTabCursor for Cursor<'_> {
     }
 
     fn next(&mut self) -> rusqlite::Result<()> {
+        if self.table.lost() {
+            let e = self.table.source.place.changed("truncated");
+            return Err(rusqlite::Error::ModuleError(format!("{e:#}")));
+        }
         self.row += 1;
         self.in_batch += 1;
         // Only a scan of the whole table leaves pages behind it for good.
@@ -1940,6 +2176,7 @@ mod tests {
             file: path,
             bytes: None,
             table: "T".into(),
+            walked: None,
         })
     }
 

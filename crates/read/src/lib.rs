@@ -18,6 +18,7 @@ pub mod gpu;
 pub mod gpu_memory;
 pub mod info;
 pub mod inputs;
+mod mapped;
 pub mod metrics;
 pub mod nvtx;
 pub mod order;
@@ -114,12 +115,34 @@ pub struct Schema {
     /// An Arrow export's tables (a directory of `.arrow` files, or an `.arrows` file), loaded
     /// once for every copy of the schema and its readers; `None` for an SQLite export.
     loaded: Option<std::sync::Arc<arrow::Tables>>,
+    /// The files of an SQLite or Parquet export as they were opened (an Arrow export's are in
+    /// `loaded`): each reader of an SQLite export opens its own connection, which would read
+    /// another file where it was replaced meanwhile; a Parquet export was read into `path`.
+    opened: Vec<(PathBuf, arrow::Stamp)>,
 }
 
 impl Schema {
     /// Whether the export is nsys' Arrow export (see [`arrow`]).
     pub fn is_arrow(&self) -> bool {
         self.loaded.is_some()
+    }
+
+    /// An error where the export changed since it was opened (truncated, rewritten, replaced
+    /// or removed), naming the file of an Arrow export that did: what was read may not be the
+    /// export's.
+    pub fn unchanged(&self) -> Result<()> {
+        if let Some(e) = first_change(&self.opened, &self.path) {
+            return Err(e);
+        }
+        self.loaded.as_ref().map_or(Ok(()), |t| t.unchanged())
+    }
+
+    /// `read`, what reading the export gave, checked against a change of the export meanwhile
+    /// (see [`Schema::unchanged`]): where there is one, it is what went wrong (a truncated
+    /// file reads as damaged, a removed one as missing).
+    pub fn read_through<T>(&self, read: Result<T>) -> Result<T> {
+        self.unchanged()?;
+        read
     }
 
     pub fn has_table(&self, table: &str) -> bool {
@@ -346,16 +369,53 @@ pub fn tune(conn: &mut Connection) -> Result<()> {
     Ok(())
 }
 
-/// Check the file and read its schema. Errors are one line naming the problem.
+/// Check the file and read its schema. Errors are one line naming the problem; where the
+/// export (a file, or a file in its folder) changed meanwhile, the change is the problem (a
+/// file truncated while it is read reads as damaged, one removed as missing).
 pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
+    let files = |path: &Path| -> Vec<(PathBuf, arrow::Stamp)> {
+        let listed = match std::fs::read_dir(path) {
+            Ok(dir) => dir.filter_map(|e| Some(e.ok()?.path())).collect(),
+            Err(_) => vec![path.to_path_buf()],
+        };
+        listed
+            .into_iter()
+            .filter_map(|f| Some((arrow::stamp_of(&f)?, f)))
+            .map(|(s, f)| (f, s))
+            .collect()
+    };
+    let before = files(path);
+    open_schema_as_it_is(path).map_err(|e| first_change(&before, path).unwrap_or(e))
+}
+
+/// The error of the first of `files` (the export `export`, or files in it, with their stamps as
+/// they were opened) that changed since: the export is named by the caller, a file in it by
+/// its name.
+fn first_change(files: &[(PathBuf, arrow::Stamp)], export: &Path) -> Option<anyhow::Error> {
+    files.iter().find_map(|(f, s)| {
+        let how = arrow::change_since(f, *s)?;
+        Some(match f == export {
+            true => arrow::changed(how),
+            false => anyhow::anyhow!(
+                "{}: {:#}",
+                Path::new(f.file_name().unwrap_or_default()).display(),
+                arrow::changed(how)
+            ),
+        })
+    })
+}
+
+/// [`open_schema`], the export taken as it is.
+fn open_schema_as_it_is(path: &Path) -> Result<(Connection, Schema)> {
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
     let kind = inputs::classify(path);
     let arrow = kind.is_arrow();
     if meta.is_dir() {
         if kind == Input::ParquetDir {
-            let rewritten = parquet::to_arrow(path)?;
+            let (rewritten, opened) = parquet::to_arrow(path)?;
             let (conn, mut schema) = open_schema(rewritten.path())?;
             schema._rewritten = Some(std::sync::Arc::new(rewritten));
+            schema.opened = opened;
             return Ok((conn, schema));
         }
         if !arrow {
@@ -421,6 +481,10 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
             tables,
             without_rowid,
             _rewritten: None,
+            opened: (!arrow && meta.is_file())
+                .then(|| (path.to_path_buf(), arrow::stamp(&meta)))
+                .into_iter()
+                .collect(),
             loaded,
         },
     ))

@@ -25,8 +25,15 @@ pub const NSYS_DIR_SUFFIX: &str = "_pqtdir";
 const BATCH_ROWS: usize = 1 << 14;
 
 /// Rewrite the Parquet export `dir` as an Arrow export in a new temporary directory (removed
-/// when dropped, or on an interrupt). Errors name the table's file and the problem in one line.
-pub fn to_arrow(dir: &Path) -> Result<tempfile::TempDir> {
+/// when dropped, or on an interrupt), with each table's file as it was read (see
+/// [`crate::Schema::unchanged`]). Errors name the table's file and the problem in one line.
+#[allow(clippy::type_complexity)]
+pub fn to_arrow(
+    dir: &Path,
+) -> Result<(
+    tempfile::TempDir,
+    Vec<(std::path::PathBuf, super::arrow::Stamp)>,
+)> {
     let out = crate::cleanup::create(
         || {
             tempfile::Builder::new()
@@ -42,6 +49,7 @@ pub fn to_arrow(dir: &Path) -> Result<tempfile::TempDir> {
         .filter(|p| p.extension().is_some_and(|e| e == EXTENSION) && p.is_file())
         .collect();
     files.sort();
+    let mut read = Vec::with_capacity(files.len());
     for file in files {
         let Some(table) = file.file_stem().and_then(|s| s.to_str()) else {
             continue;
@@ -49,10 +57,16 @@ pub fn to_arrow(dir: &Path) -> Result<tempfile::TempDir> {
         let target = out
             .path()
             .join(format!("{table}.{}", super::arrow::EXTENSION));
-        rewrite_caught(&file, &target).map_err(|e| match e.downcast_ref::<NoRoom>() {
-            Some(full) => full.explain(out.path()),
-            None => anyhow!("{}: {e:#}", file.display()),
-        })?;
+        let stamp =
+            rewrite_caught(&file, &target).map_err(|e| match e.downcast_ref::<NoRoom>() {
+                Some(full) => full.explain(out.path()),
+                // The caller names the export: the table's file by its name in it.
+                None => anyhow!(
+                    "{}: {e:#}",
+                    Path::new(file.file_name().unwrap_or(file.as_os_str())).display()
+                ),
+            })?;
+        read.push((file.clone(), stamp));
         // The table's footer, freed, was many small blocks the allocator would keep for the
         // rest of the conversion: give them back to the system.
         #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -61,13 +75,16 @@ pub fn to_arrow(dir: &Path) -> Result<tempfile::TempDir> {
             libc::malloc_trim(0);
         }
     }
-    Ok(out)
+    Ok((out, read))
 }
 
 /// [`rewrite`], where a panic of parquet's is the damaged file's error: its decoders assert
 /// what a well-formed file holds, and some damage (a dictionary page where the footer says
 /// data starts) trips them. The panic's own message is not printed.
-fn rewrite_caught(file: &Path, target: &Path) -> Result<()> {
+/// Returns the file's stamp as it was read.
+fn rewrite_caught(file: &Path, target: &Path) -> Result<super::arrow::Stamp> {
+    use super::arrow::{change_since, changed, stamp_of};
+    let before = stamp_of(file).ok_or_else(|| anyhow!("cannot read: the file is gone"))?;
     thread_local!(static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
     static HOOK: std::sync::Once = std::sync::Once::new();
     HOOK.call_once(|| {
@@ -81,13 +98,20 @@ fn rewrite_caught(file: &Path, target: &Path) -> Result<()> {
     QUIET.with(|q| q.set(true));
     let result = std::panic::catch_unwind(|| rewrite(file, target));
     QUIET.with(|q| q.set(false));
-    result.unwrap_or_else(|_| Err(damaged(&"its decoder failed")))
+    let rewritten = result.unwrap_or_else(|_| Err(damaged(&"its decoder failed")));
+    // A file changed while it was read reads as damaged, or as another table: the change is
+    // what went wrong.
+    match change_since(file, before) {
+        Some(how) => Err(changed(how)),
+        None => rewritten.map(|()| before),
+    }
 }
 
 /// The error of a table that parquet cannot read.
 fn damaged(e: &dyn std::fmt::Display) -> anyhow::Error {
     anyhow!(
-        "not a readable Parquet file ({e}): a damaged or truncated file; export the report again"
+        "not a readable Parquet file ({}): a damaged or truncated file; export the report again",
+        super::arrow::one_line(&e.to_string())
     )
 }
 
@@ -378,7 +402,7 @@ mod tests {
         for at in 0..good.len() {
             let flip = write_damaged(&src, &good, at);
             match std::panic::catch_unwind(|| rewrite_caught(&src, &target)) {
-                Ok(Ok(())) => read += 1,
+                Ok(Ok(_)) => read += 1,
                 Ok(Err(e)) => {
                     refused += 1;
                     let e = format!("{e:#}");

@@ -375,7 +375,7 @@ impl RuleReport {
 /// Run the rules of `opts` on an nsys SQLite export.
 pub fn analyze_sqlite(path: &Path, opts: &Options) -> Result<Vec<RuleReport>> {
     let (conn, schema) = crate::open_schema(path)?;
-    analyze(&conn, &schema, opts)
+    schema.read_through(analyze(&conn, &schema, opts))
 }
 
 /// Run the rules of `opts` on an open export (temporary views are made on `conn` and dropped).

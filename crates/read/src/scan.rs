@@ -176,7 +176,13 @@ impl Rows<'_> {
     pub fn next(&mut self) -> Result<Option<Row<'_>>> {
         Ok(match self {
             Rows::Sql(q) => q.next()?.map(Row::Sql),
-            Rows::Arrow(a) => a.next().map(Row::Arrow),
+            Rows::Arrow(a) => {
+                if !a.step() {
+                    a.unchanged()?;
+                    return Ok(None);
+                }
+                Some(Row::Arrow(a.row()))
+            }
         })
     }
 }

@@ -49,15 +49,19 @@ impl Export {
     pub fn open(path: &Path, check: bool) -> Result<Export> {
         let shm = super::ShmGuard::new(path);
         let (conn, schema) = open_schema(path)?;
-        if check {
-            crate::quick_check(&conn)?;
-        }
-        let mut info = ProfileInfo::load(&conn, &schema)
-            .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
-        let earliest = earliest_time(&conn, &schema)?;
-        if let Some(desc) = Arc::get_mut(&mut info.desc) {
-            desc.earliest_ns = earliest.filter(|t| *t < 0);
-        }
+        let opened = (|| {
+            if check {
+                crate::quick_check(&conn)?;
+            }
+            let mut info = ProfileInfo::load(&conn, &schema)
+                .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
+            let earliest = earliest_time(&conn, &schema)?;
+            if let Some(desc) = Arc::get_mut(&mut info.desc) {
+                desc.earliest_ns = earliest.filter(|t| *t < 0);
+            }
+            Ok(info)
+        })();
+        let info = schema.read_through(opened)?;
         Ok(Export {
             schema,
             info,

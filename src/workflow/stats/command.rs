@@ -68,16 +68,19 @@ impl StatsArgs {
             let ex = Export::open_with(path, &self.out.export_options()).map_err(|e| {
                 anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e))
             })?;
-            stats_with(
-                &ex,
-                path,
-                &StatsOptions {
-                    top,
-                    raw_names: self.raw_names,
-                },
-                choice,
-            )
-            .map_err(|e| anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e)))
+            ex.schema
+                .read_through(stats_with(
+                    &ex,
+                    path,
+                    &StatsOptions {
+                        top,
+                        raw_names: self.raw_names,
+                    },
+                    choice,
+                ))
+                .map_err(|e| {
+                    anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e))
+                })
         };
         let result = (|| -> Result<()> {
             let choice = self.choice()?;
