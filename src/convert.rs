@@ -82,6 +82,7 @@ impl Options {
             pids: _,
             devices: _,
             nvtx_colors: _,
+            gpu,
         } = sel;
         let mut parts: Vec<String> = Vec::new();
         if sel.types != EventType::defaults() {
@@ -127,6 +128,9 @@ impl Options {
         }
         if *analyze {
             parts.push("--analyze".into());
+        }
+        if *gpu == crate::select::GpuModel::Perfetto && *format == OutputFormat::Protobuf {
+            parts.push("--gpu perfetto".into());
         }
         parts.join(" ")
     }
@@ -504,7 +508,7 @@ fn convert_part(
         &part.placed[i..=i],
         &[part.floor],
         output,
-        &Protobuf::part(part.placed, part.position),
+        &Protobuf::part(part.placed, part.position).with_gpu_model(opts.selection.gpu),
         opts,
         None,
     )
@@ -986,7 +990,7 @@ fn run_format(
 ) -> Result<Summary> {
     match opts.format {
         OutputFormat::Protobuf => {
-            let format = Protobuf::new(&placed);
+            let format = Protobuf::new(&placed).with_gpu_model(opts.selection.gpu);
             run(opened, paths, placed, floors, output, &format, opts, record)
         }
         OutputFormat::Json => run(

@@ -44,6 +44,10 @@ fn bind_local(port: u16, why: &str) -> Result<std::net::TcpListener> {
 }
 
 /// Where the UI should open: `visStart`/`visEnd` (and `ts` for `--at`), in trace nanoseconds.
+/// The UI's GPU plugins users enable (`open --gpu-compute`), as a link asks for them.
+pub const GPU_COMPUTE_PLUGINS: &str =
+    "&enablePlugins=com.meta.GpuCompute,dev.perfetto.GpuByProcess";
+
 pub fn deep_link_params(at: Option<&str>, range: Option<&str>) -> Result<String> {
     if let Some(at) = at {
         let t = crate::select::parse_duration(at)?;
@@ -190,11 +194,16 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
             input.display()
         );
     }
+    let mut selection = args.select.selection()?;
+    if args.gpu_compute {
+        // The GPU compute tab and GPU-by-process tracks read Perfetto's GPU model.
+        selection.gpu = crate::select::GpuModel::Perfetto;
+    }
     let opts = crate::convert::Options {
         format: crate::convert::OutputFormat::Protobuf,
         json_colors: false,
         progress: true,
-        selection: args.select.selection()?,
+        selection,
         check: false,
         analyze: false,
     };
@@ -273,7 +282,10 @@ impl OpenArgs {
     }
 
     fn open(&self) -> Result<ExitCode> {
-        let link_params = deep_link_params(self.at.as_deref(), self.range.as_deref())?;
+        let mut link_params = deep_link_params(self.at.as_deref(), self.range.as_deref())?;
+        if self.gpu_compute {
+            link_params.push_str(GPU_COMPUTE_PLUGINS);
+        }
         // A local UI build is checked before anything is converted.
         let ui = self
             .ui

@@ -308,7 +308,7 @@ fn with_nvtx_gpu() -> Options {
 }
 
 /// A copy of the base export with the fixture scripts applied, in `dir`.
-fn made(dir: &Path, scripts: &[&str]) -> Option<PathBuf> {
+pub(crate) fn made(dir: &Path, scripts: &[&str]) -> Option<PathBuf> {
     let base = common::corpus_file(BASE)?;
     let path = dir.join(format!("{}.sqlite", scripts.join("+")));
     std::fs::copy(&base, &path).unwrap();

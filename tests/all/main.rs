@@ -22,6 +22,7 @@ mod corpus;
 mod fidelity;
 mod files_guard;
 mod fixture;
+mod gpu_model;
 mod install;
 mod json_output;
 mod layers;

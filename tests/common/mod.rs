@@ -1829,13 +1829,22 @@ pub fn corpus_file(name: &str) -> Option<PathBuf> {
 /// Convert with the library into `dir`, with the default options; returns the summary and the
 /// output path.
 pub fn convert(input: &Path, dir: &Path) -> (nsys_perfetto::summary::Summary, PathBuf) {
+    convert_with(input, dir, &nsys_perfetto::convert::Options::default())
+}
+
+/// [`convert`] with options of its own.
+pub fn convert_with(
+    input: &Path,
+    dir: &Path,
+    opts: &nsys_perfetto::convert::Options,
+) -> (nsys_perfetto::summary::Summary, PathBuf) {
     let out = dir.join(
         input
             .file_name()
             .map(|n| Path::new(n).with_extension("pftrace"))
             .expect("input has a file name"),
     );
-    let summary = convert_to(input, &out, &nsys_perfetto::convert::Options::default());
+    let summary = convert_to(input, &out, opts);
     (summary, out)
 }
 
@@ -1861,6 +1870,17 @@ pub fn convert_to(
 /// `perfetto` package) is available: `Some(Ok(report))`, `Some(Err(report))` on failure, or
 /// `None` (with the reason printed) when it cannot run here.
 pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
+    tpcheck_with(trace, None)
+}
+
+/// [`tpcheck`] with another trace_processor (`--tp`), e.g. the v56 one beside v58.2's.
+pub fn tpcheck_with(trace: &Path, shell: Option<&Path>) -> Option<Result<String, String>> {
+    if let Some(shell) = shell
+        && !shell.is_file()
+    {
+        skip("tpcheck", &format!("{} not found", shell.display()));
+        return None;
+    }
     let tool = std::env::var_os("TPCHECK")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir().join("../shared/tools/perfetto/tpcheck"));
@@ -1868,12 +1888,12 @@ pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
         skip("tpcheck", &format!("{} not found", tool.display()));
         return None;
     }
-    let out = match std::process::Command::new("python3")
-        .arg(&tool)
-        .arg("--strict")
-        .arg(trace)
-        .output()
-    {
+    let mut command = std::process::Command::new("python3");
+    command.arg(&tool).arg("--strict");
+    if let Some(shell) = shell {
+        command.arg("--tp").arg(shell);
+    }
+    let out = match command.arg(trace).output() {
         Ok(o) => o,
         Err(e) => {
             skip("tpcheck", &format!("cannot run python3: {e}"));

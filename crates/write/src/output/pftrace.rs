@@ -12,6 +12,7 @@
 
 mod events;
 mod file;
+mod gpu;
 mod interning;
 mod kernel;
 mod samples;
@@ -65,6 +66,10 @@ pub struct ProtoWriter {
     state_codes: kernel::StateCodes,
     /// The machine this writer's source is on (a merge), 0 for the host.
     machine: u32,
+    /// Whether GPU work goes in Perfetto's GPU model (`--gpu perfetto`).
+    native_gpu: bool,
+    /// Its queues, contexts and kernels (see `gpu`).
+    gpu: gpu::GpuState,
 }
 
 /// Context switches not yet written, per CPU (written by `sched.rs`).
@@ -382,6 +387,18 @@ impl EventWriter for ProtoWriter {
 
     fn cpu_slice(&mut self, group: u32, slice: &CpuSlice) {
         self.write_cpu_slice(group, slice);
+    }
+
+    fn native_gpu(&self) -> bool {
+        self.native_gpu
+    }
+
+    fn open_gpu_queue(&mut self, group: u32, queue: &super::GpuQueue, first_ts: i64) {
+        self.open_queue(group, queue, first_ts);
+    }
+
+    fn gpu_work(&mut self, group: u32, ev: &Event<'_>) {
+        self.gpu_packet(group, ev);
     }
 
     fn finish(&mut self) {
