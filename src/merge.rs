@@ -18,6 +18,7 @@
 use crate::batch;
 use crate::cli::args::{AlignArg, FormatArg, MergeArgs};
 use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
+use crate::nsys::inputs::{Input, classify};
 use crate::nsys::source::Export;
 use crate::parallel::{default_jobs, parallel_map};
 use crate::report::{self, ExportOptions, Exported};
@@ -223,7 +224,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
         })
         .transpose()?;
     let prepared = parallel_map(files, opts.jobs, |_, input| -> Result<Source> {
-        let (sqlite, exported) = if report::is_report(input) {
+        let (sqlite, exported) = if classify(input) == Input::Report {
             let e = report::export_report(input, &opts.export)?;
             (e.path().to_path_buf(), Some(e))
         } else {

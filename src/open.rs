@@ -9,6 +9,7 @@
 //! instead, for traces too large for a browser tab.
 
 use crate::cli::args::{LOCAL_UI_PORT, OpenArgs, PERFETTO_PORT};
+use crate::nsys::inputs::{Input, classify};
 use crate::serve::http;
 use crate::serve::ui_dir::{TRACE_PREFIX, UiDir};
 use anyhow::{Context, Result, anyhow, bail};
@@ -177,16 +178,17 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     if !input.exists() {
         bail!("{}: no such file", input.display());
     }
-    if input.is_dir() && !crate::nsys::is_columnar_export(input) {
+    let kind = classify(input);
+    if input.is_dir() && !kind.is_columnar() {
         bail!(
             "{}: is a directory; open one trace or profile",
             input.display()
         );
     }
-    if crate::file_kind::is_trace(input) && !crate::batch::is_profile(input) {
+    if kind == Input::Trace {
         return Ok((input.clone(), None));
     }
-    if !crate::batch::is_profile(input) {
+    if !kind.is_profile() {
         bail!(
             "{}: neither a trace (.pftrace, .json, .gz) nor a profile (.nsys-rep, .qdrep, .sqlite, an Arrow export)",
             input.display()
@@ -215,15 +217,8 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     let (output, temp) = if selected || crate::report::read_only_dir(&dir) {
         // Registered with `cleanup`: an interrupt during the conversion removes it; its name
         // carries the process id, so that a run killed outright has it removed by the next.
-        let t = crate::cleanup::create(
-            || {
-                tempfile::Builder::new()
-                    .prefix(&crate::cleanup::prefix("nsys-perfetto-open-"))
-                    .tempdir()
-            },
-            |d| d.path().to_path_buf(),
-        )
-        .context("cannot create a temporary directory")?;
+        let t = crate::cleanup::temp_dir("nsys-perfetto-open-")
+            .context("cannot create a temporary directory")?;
         let out = t.path().join(default.file_name().unwrap_or_default());
         (out, Some(TempFolder(t)))
     } else {
@@ -245,7 +240,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
             crate::provenance::Reuse::Missing => {}
         }
     }
-    let summary = if crate::report::is_report(input) {
+    let summary = if classify(input) == Input::Report {
         let exported = crate::report::export_report(input, &args.nsys.export_options(false))
             .map_err(|e| anyhow!("{}: {}", input.display(), crate::errors::error_line(&e)))?;
         eprintln!("  {}", exported.describe());
