@@ -10,8 +10,10 @@
 //!   GPUs "host-a · GPU 0 · A100".
 //! * Time: each report at its own wall-clock session start, or with `--align start` every
 //!   session start at zero.
-//! * The merge itself reads the exports one after the other into one writer
-//!   ([`crate::convert::merge_sqlite`]): memory follows the largest report, not their number.
+//! * The merge itself ([`crate::convert::merge_sqlite`]) converts each report as a part, `-j`
+//!   at a time, into one writer's file in rank order: memory follows a few reports, not their
+//!   number. `--part` makes one report's part where the report is, and a merge of parts
+//!   ([`crate::convert::assemble_parts`]) copies them into one trace without the reports.
 
 use crate::batch;
 use crate::cli::args::{AlignArg, FormatArg, MergeArgs};
@@ -131,6 +133,44 @@ pub fn label_of(id: &Identity, path: &Path, forced: Option<&str>) -> String {
         Some(h) => format!("{who} · {h}"),
         None => who,
     }
+}
+
+/// `--ranks 0-7,12`: the ranks and ranges a merge keeps.
+pub fn parse_ranks(list: &str) -> Result<Vec<(i64, i64)>> {
+    let bad = || anyhow!("--ranks {list}: ranks and ranges separated by commas, e.g. 0-7,12");
+    list.split(',')
+        .map(|item| {
+            let item = item.trim();
+            let (lo, hi) = item.split_once('-').unwrap_or((item, item));
+            let (lo, hi): (i64, i64) = (
+                lo.trim().parse().map_err(|_| bad())?,
+                hi.trim().parse().map_err(|_| bad())?,
+            );
+            if lo > hi {
+                return Err(bad());
+            }
+            Ok((lo, hi))
+        })
+        .collect()
+}
+
+/// Whether `rank` is in `ranks` (a report without a rank never is).
+fn keeps_rank(ranks: &[(i64, i64)], rank: Option<i64>) -> bool {
+    rank.is_some_and(|r| ranks.iter().any(|&(lo, hi)| lo <= r && r <= hi))
+}
+
+/// The note after a merge whose output a browser tab may not hold (see [`crate::open`]).
+fn browser_note(output: &Path, bytes: u64) -> Option<String> {
+    (bytes > crate::open::BIG_TRACE).then(|| {
+        format!(
+            "  note: {} is {:.1} GB; a browser tab holds about 2 GB, 2-4x the file: open it \
+             with `nsys-perfetto open --native {}` (trace_processor on this machine), or \
+             merge fewer ranks (--ranks) or less (--types, --time-range, --nvtx-filter)\n",
+            output.display(),
+            bytes as f64 / 1e9,
+            output.display()
+        )
+    })
 }
 
 /// Labels made unique: a repeated one gets its file's stem (then its position) appended.
@@ -274,7 +314,7 @@ pub fn merge(
         .iter()
         .map(|s| (s.sqlite.clone(), s.label.clone()))
         .collect();
-    let (summary, placed) = convert::merge_sqlite(&inputs, output, opts.align, conv)?;
+    let (summary, placed) = convert::merge_sqlite(&inputs, output, opts.align, conv, opts.jobs)?;
     Ok(Merged {
         summary,
         sources: placed,
@@ -282,9 +322,32 @@ pub fn merge(
     })
 }
 
+/// One line of [`render`]: a merged report as the user knows it.
+pub struct Row {
+    pub label: String,
+    /// The file named (a report, an export, a part).
+    pub input: String,
+    pub rank: Option<i64>,
+    pub rank_from: Option<String>,
+    /// How the report was exported, when it was.
+    pub exported: Option<String>,
+}
+
+impl Row {
+    fn of(src: &Source) -> Row {
+        Row {
+            label: src.label.clone(),
+            input: src.input.display().to_string(),
+            rank: src.identity.rank,
+            rank_from: src.identity.rank_from.map(str::to_string),
+            exported: src.exported.as_ref().map(Exported::describe),
+        }
+    }
+}
+
 /// The report printed after a merge: a line per report (label, file, offset, events), the
 /// spread of start times, then the whole trace's summary.
-pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
+pub fn render(merged: &Merged, sources: &[Row], align: Align) -> String {
     use std::fmt::Write as _;
     let mut s = String::new();
     let one = sources.len() == 1;
@@ -300,7 +363,7 @@ pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
             (Align::WallClock, Some(_)) => format!("offset +{}", long_ns(placed.offset_ns)),
             (Align::WallClock, None) => "no wall clock recorded: start at 0".to_string(),
         };
-        let rank = match (src.identity.rank, src.identity.rank_from) {
+        let rank = match (src.rank, &src.rank_from) {
             (Some(_), Some(from)) => format!(", rank from {from}"),
             _ => String::new(),
         };
@@ -309,12 +372,12 @@ pub fn render(merged: &Merged, sources: &[Source], align: Align) -> String {
             "  [{}] {}: {} ({offset}{rank}), {} events, {} flows",
             i + 1,
             src.label,
-            src.input.display(),
+            src.input,
             part.map_or(0, |p| p.total_events()),
             part.map_or(0, |p| p.flows),
         );
         if let Some(e) = &src.exported {
-            let _ = writeln!(s, "      {}", e.describe());
+            let _ = writeln!(s, "      {e}");
         }
     }
     match (align, merged.spread_ns()) {
@@ -405,6 +468,11 @@ impl MergeArgs {
     }
 
     fn merge(&self, opts: &MergeOptions, conv: &Options) -> Result<String> {
+        if !self.part
+            && let Some(parts) = self.parts()?
+        {
+            return self.assemble(&parts, conv);
+        }
         let ex = batch::expand(&self.inputs);
         if let Some((arg, e)) = ex.errors.first() {
             bail!("{arg}: {e}");
@@ -415,16 +483,115 @@ impl MergeArgs {
             }
         }
         check_output(&self.output, &ex.files)?;
-        let sources = prepare(&ex.files, opts)?;
+        let mut sources = prepare(&ex.files, opts)?;
+        if let Some(list) = &self.ranks {
+            let ranks = parse_ranks(list)?;
+            sources.retain(|s| keeps_rank(&ranks, s.identity.rank));
+            if sources.is_empty() {
+                bail!("--ranks {list}: no report records one of these ranks");
+            }
+        }
+        if self.part {
+            return write_part(&sources, &self.output, opts, conv);
+        }
         let merged = merge(&sources, &self.output, opts, conv)?;
+        let rows: Vec<Row> = sources.iter().map(Row::of).collect();
         Ok(format!(
-            "merged {} report{} -> {}\n{}",
+            "merged {} report{} -> {}\n{}{}",
             sources.len(),
             if sources.len() == 1 { "" } else { "s" },
             self.output.display(),
-            render(&merged, &sources, opts.align)
+            render(&merged, &rows, opts.align),
+            browser_note(&self.output, merged.summary.output_bytes).unwrap_or_default()
         ))
     }
+
+    /// `merge PART...`: every input a part made by `merge --part`.
+    fn parts(&self) -> Result<Option<Vec<PathBuf>>> {
+        let mut parts = Vec::new();
+        for input in &self.inputs {
+            if !input.is_file() || convert::read_part_header(input)?.is_none() {
+                return Ok(None);
+            }
+            parts.push(input.clone());
+        }
+        Ok(Some(parts))
+    }
+
+    fn assemble(&self, parts: &[PathBuf], conv: &Options) -> Result<String> {
+        if self.output_format() != OutputFormat::Protobuf {
+            bail!("parts merge into a .pftrace only (JSON has no machines)");
+        }
+        if !conv.content_text().is_empty() {
+            bail!(
+                "parts are merged as they were made: give the selection options to \
+                 `merge --part`, where each part is made"
+            );
+        }
+        check_output(&self.output, parts)?;
+        let ranks = self.ranks.as_deref().map(parse_ranks).transpose()?;
+        let (summary, placed, headers) =
+            convert::assemble_parts(parts, &self.output, |h: &convert::PartHeader| {
+                ranks.as_ref().is_none_or(|r| keeps_rank(r, h.rank))
+            })?;
+        let align = headers.first().map_or(Align::WallClock, |h| h.align);
+        let rows: Vec<Row> = headers
+            .iter()
+            .map(|h| Row {
+                label: h.label.clone(),
+                input: h.input.clone(),
+                rank: h.rank,
+                rank_from: h.rank_from.clone(),
+                exported: None,
+            })
+            .collect();
+        let merged = Merged {
+            summary,
+            sources: placed,
+            labels: headers.iter().map(|h| h.label.clone()).collect(),
+        };
+        Ok(format!(
+            "merged {} part{} -> {}\n{}{}",
+            rows.len(),
+            if rows.len() == 1 { "" } else { "s" },
+            self.output.display(),
+            render(&merged, &rows, align),
+            browser_note(&self.output, merged.summary.output_bytes).unwrap_or_default()
+        ))
+    }
+}
+
+/// `merge --part REPORT -o PART`: one report converted as a part of a later merge.
+fn write_part(
+    sources: &[Source],
+    output: &Path,
+    opts: &MergeOptions,
+    conv: &Options,
+) -> Result<String> {
+    let [src] = sources else {
+        bail!(
+            "--part makes one part of one report ({} given): run one task per report",
+            sources.len()
+        );
+    };
+    if conv.format != OutputFormat::Protobuf {
+        bail!("a part is a .pftrace (JSON has no machines)");
+    }
+    let who = convert::PartIdentity {
+        label: &src.label,
+        rank: src.identity.rank,
+        rank_from: src.identity.rank_from,
+        origin: &src.input,
+    };
+    let summary = convert::write_part(&src.sqlite, &who, output, opts.align, conv)
+        .map_err(|e| anyhow!("{}: {}", src.input.display(), crate::errors::error_line(&e)))?;
+    Ok(format!(
+        "part {} ({}) -> {}\n{}",
+        src.label,
+        src.input.display(),
+        output.display(),
+        summary.render()
+    ))
 }
 
 /// The output is a file that is not one of the inputs.
@@ -466,6 +633,28 @@ mod tests {
         assert_eq!(f("profile.sqlite"), None);
         assert_eq!(f("trace_r2.sqlite"), Some(2));
         assert_eq!(f("run5.export-2023.4.4.sqlite"), Some(5));
+    }
+
+    #[test]
+    fn rank_lists() {
+        let r = parse_ranks("0-7, 12").unwrap();
+        assert_eq!(r, [(0, 7), (12, 12)]);
+        assert!(keeps_rank(&r, Some(7)) && keeps_rank(&r, Some(12)));
+        assert!(!keeps_rank(&r, Some(8)) && !keeps_rank(&r, None));
+        for bad in ["", "3-1", "a", "1-", "1,,2"] {
+            assert!(parse_ranks(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn a_trace_too_big_for_a_tab_names_open_native() {
+        let out = Path::new("job.pftrace");
+        assert_eq!(browser_note(out, crate::open::BIG_TRACE), None);
+        let note = browser_note(out, 3 << 30).unwrap();
+        assert!(
+            note.contains("3.2 GB") && note.contains("nsys-perfetto open --native job.pftrace"),
+            "{note}"
+        );
     }
 
     #[test]

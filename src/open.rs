@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 const UI: &str = "https://ui.perfetto.dev";
 const UI_ORIGIN: &str = "https://ui.perfetto.dev";
 /// Above this size, a browser tab may not hold the trace: suggest --native.
-const BIG_TRACE: u64 = 1 << 30;
+pub const BIG_TRACE: u64 = 1 << 30;
 const GET_TRACE_PROCESSOR: &str = "get one with `curl -LO https://get.perfetto.dev/trace_processor && chmod +x trace_processor` \
 (it downloads trace_processor_shell on first use), then pass --trace-processor ./trace_processor or put it on PATH";
 

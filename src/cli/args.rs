@@ -360,9 +360,19 @@ pub struct MergeArgs {
     /// gives "rank N"), instead of the rank the report records: --label 'node(\d+)'.
     #[arg(long, value_name = "REGEX")]
     pub label: Option<String>,
-    /// Reports to export at the same time (default: all cores).
+    /// Reports to export and convert at the same time (default: all cores).
     #[arg(short = 'j', long = "jobs", value_name = "N")]
     pub jobs: Option<usize>,
+    /// Merge only these ranks: a list of ranks and ranges, `--ranks 0-7,12` (reports that
+    /// record no rank are left out). Applies to reports and to parts alike.
+    #[arg(long, value_name = "LIST")]
+    pub ranks: Option<String>,
+    /// Convert one report as a part of a merge made later from parts, where the report was
+    /// written (one task per report): `merge --part rank_3.nsys-rep -o rank_3.part.pftrace`,
+    /// then `merge *.part.pftrace -o job.pftrace` copies the parts into one trace without
+    /// reading the reports again.
+    #[arg(long)]
+    pub part: bool,
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
@@ -374,13 +384,13 @@ pub struct MergeArgs {
 
 /// How to scale past one machine, in `merge --help` (and docs/merge.md).
 pub const SCALING_HELP: &str = "\
-Scaling past one machine: convert or export each report where it was written, one report per task
-of the scheduler you already have, then merge once:
-  sbatch --array=0-63 --wrap 'nsys-perfetto rank_${SLURM_ARRAY_TASK_ID}.nsys-rep'   (Slurm array)
-  ls *.nsys-rep | xargs -P 16 -n 1 nsys export --type sqlite                        (xargs -P)
-  parallel nsys-perfetto ::: *.nsys-rep                                              (GNU parallel)
-  nsys-perfetto merge *.sqlite -o job.pftrace
-Exports nsys-perfetto made beside their reports are reused while the report is unchanged.";
+Scaling past one machine: convert each report where it was written as a part, one task per report
+in the scheduler you already have, then merge the parts (the reports are not read again):
+  sbatch --array=0-255 --wrap 'nsys-perfetto merge --part rank_${SLURM_ARRAY_TASK_ID}.nsys-rep \\
+      -o rank_${SLURM_ARRAY_TASK_ID}.part.pftrace'                                 (Slurm array)
+  ls *.nsys-rep | xargs -P 16 -I{} nsys-perfetto merge --part {} -o {}.part.pftrace   (xargs -P)
+  nsys-perfetto merge *.part.pftrace -o job.pftrace
+The merge of the parts holds what `merge *.nsys-rep -o job.pftrace` holds.";
 
 #[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AlignArg {

@@ -539,6 +539,34 @@ fn corpus_mpi_reports_merge_exactly() {
         let n: u64 = id.parse().unwrap();
         assert!(n < 1 << 53, "flow id {n}");
     }
+
+    // The distributed path on a real GPU job (CPU samples, scheduling, arrows): each export
+    // made into a part by a process of its own, then merged, holds what the merge holds.
+    let parts = parts_made_apart(&exports, dir.path(), &[]);
+    let from_parts = dir.path().join("from_parts.pftrace");
+    assert!(
+        bin()
+            .args(["merge", "-q", "-o"])
+            .arg(&from_parts)
+            .args(&parts)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let p = validate_file(&from_parts);
+    assert_eq!(p.count_by_category(), cats);
+    assert_eq!(p.flows.len(), flows);
+    assert_eq!(markers(&p), markers(&t));
+    if let (Some(a), Some(b)) = (
+        common::content_digest(&out),
+        common::content_digest(&from_parts),
+    ) {
+        assert!(
+            a.iter()
+                .any(|l| l.starts_with("samples\t") && !l.starts_with("samples\t0"))
+        );
+        assert_eq!(a, b);
+    }
 }
 
 /// Batch conversion on several cores (`-j 2`) converts what one core does, and prints each
@@ -626,4 +654,274 @@ fn rank_from_a_thread_named_by_nvtx() {
             (Some(11), Some("thread name"))
         ]
     );
+}
+
+/// More reports than a JSON merge holds (64): 70 copies of the fixture's 4 ranks, merged on 2
+/// workers. Each report is on its own machine, named by its label, and the merge holds exactly
+/// what each copy converts to on its own: per report (its summary), per machine (trace_processor's
+/// slices) and in all (our reading of the file); JSON refuses in one line.
+#[test]
+fn more_reports_than_json_holds_merge_exactly() {
+    const COPIES: usize = 70;
+    let dir = tempfile::tempdir().unwrap();
+    let inputs: Vec<PathBuf> = (0..COPIES)
+        .map(|k| {
+            let copy = dir.path().join(format!("copy_{k:02}.sqlite"));
+            std::fs::copy(mpi_fixture(k as i64 % RANKS), &copy).unwrap();
+            copy
+        })
+        .collect();
+    let singles: Vec<_> = (0..RANKS)
+        .map(|r| {
+            convert::convert_sqlite(
+                &mpi_fixture(r),
+                &dir.path().join(format!("single{r}.pftrace")),
+                &Options::default(),
+            )
+            .unwrap()
+        })
+        .collect();
+    let out = dir.path().join("job.pftrace");
+    let merged = merge_lib(&inputs, &out, Align::WallClock, &Selection::default());
+    assert_eq!(merged.labels.len(), COPIES);
+    assert_eq!(merged.summary.per_source.len(), COPIES);
+    // Sources in rank order (ranks 0..3 from the environment; a copy's label names its file:
+    // "rank 2 · vm · copy_06").
+    let rank_of = |label: &str| -> usize { label[5..6].parse().unwrap() };
+    let mut total = 0;
+    let mut last_rank = 0;
+    for (label, part) in merged.labels.iter().zip(&merged.summary.per_source) {
+        let rank = rank_of(label);
+        assert!(rank >= last_rank, "{label}: not in rank order");
+        last_rank = rank;
+        let k: usize = label.rsplit("copy_").next().unwrap().parse().unwrap();
+        assert_eq!(k % RANKS as usize, rank, "{label}");
+        assert_eq!(part.events, singles[rank].events, "{label}");
+        assert_eq!(part.flows, singles[rank].flows, "{label}");
+        total += part.total_events();
+    }
+    assert_eq!(total, merged.summary.total_events());
+    let t = validate_file(&out);
+    let mut want = BTreeMap::new();
+    for label in &merged.labels {
+        let rank = rank_of(label);
+        let single = validate_file(&dir.path().join(format!("single{rank}.pftrace")));
+        for (cat, n) in single.count_by_category() {
+            *want.entry(cat).or_insert(0) += n;
+        }
+    }
+    assert_eq!(t.count_by_category(), want);
+    assert_eq!(t.machine_names.len(), COPIES);
+    for (m, label) in merged.labels.iter().enumerate() {
+        assert_eq!(t.machine_names.get(&(m as u32)), Some(label));
+    }
+    tpcheck_ok(&out);
+    // trace_processor: a machine per report, each with its copy's slices (every session marker
+    // is on the host's "Session" track, machine 0).
+    if let Some(rows) = common::tp_query(
+        &out,
+        "select m.id, m.name, (select count(*) from slice s join thread_track tt on s.track_id = tt.id \
+         join thread using(utid) where thread.machine_id = m.id) from machine m order by m.id",
+    ) {
+        assert_eq!(rows.len(), COPIES);
+        for (m, row) in rows.iter().enumerate() {
+            assert_eq!(row[0], m.to_string());
+            assert_eq!(row[1], merged.labels[m]);
+            let rank = rank_of(&row[1]);
+            let want = common::tp_query(
+                &dir.path().join(format!("single{rank}.pftrace")),
+                "select count(*) from slice s join thread_track tt on s.track_id = tt.id",
+            )
+            .unwrap();
+            assert_eq!(row[2], want[0][0], "machine {m}");
+        }
+    }
+    // JSON has no machines: at most 64 reports, said in one line, nothing written.
+    let json = dir.path().join("job.json");
+    let err = bin()
+        .args(["merge", "-q", "-o"])
+        .arg(&json)
+        .args(&inputs)
+        .output()
+        .unwrap();
+    assert!(!err.status.success());
+    let msg = String::from_utf8_lossy(&err.stderr);
+    assert!(msg.contains("a JSON merge holds at most 64"), "{msg}");
+    assert_eq!(msg.trim().lines().count(), 1, "{msg}");
+    assert!(!json.exists());
+}
+
+/// Each session marker's name and time.
+fn markers(t: &Trace) -> Vec<(String, i64)> {
+    t.session_starts
+        .iter()
+        .map(|s| (s.name.to_string(), s.start))
+        .collect()
+}
+
+/// Run `nsys-perfetto merge --part` as a node would, one process per report, all at once.
+fn parts_made_apart(inputs: &[PathBuf], dir: &Path, extra: &[&str]) -> Vec<PathBuf> {
+    let mut running = Vec::new();
+    let mut parts = Vec::new();
+    for (i, input) in inputs.iter().enumerate() {
+        let part = dir.join(format!("node{i}.part.pftrace"));
+        let child = bin()
+            .args(["merge", "--part", "-q"])
+            .args(extra)
+            .arg(input)
+            .arg("-o")
+            .arg(&part)
+            .spawn()
+            .unwrap();
+        running.push(child);
+        parts.push(part);
+    }
+    for mut c in running {
+        assert!(c.wait().unwrap().success());
+    }
+    parts
+}
+
+/// The distributed path: each report made into a part by a process of its own (standing in for
+/// the node where the report was written), then the parts merged without the reports. The
+/// result holds what a merge of the reports holds, in trace_processor's terms (bench/content.py's
+/// digest), with the same machines; parts made with other options are refused by name.
+#[test]
+fn parts_made_apart_merge_as_the_reports_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs: Vec<PathBuf> = [3, 1, 0, 2].into_iter().map(mpi_fixture).collect();
+    let parts = parts_made_apart(&inputs, dir.path(), &[]);
+    let from_parts = dir.path().join("from_parts.pftrace");
+    let out = bin()
+        .args(["merge", "-o"])
+        .arg(&from_parts)
+        .args(&parts)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("merged 4 parts"), "{text}");
+    let job = dir.path().join("job.pftrace");
+    let merged = merge_lib(&inputs, &job, Align::WallClock, &Selection::default());
+    tpcheck_ok(&from_parts);
+    let (a, b) = (validate_file(&job), validate_file(&from_parts));
+    assert_eq!(a.count_by_category(), b.count_by_category());
+    assert_eq!(a.machine_names, b.machine_names);
+    assert_eq!(
+        b.machine_names.values().cloned().collect::<Vec<_>>(),
+        merged.labels
+    );
+    assert_eq!(markers(&a), markers(&b));
+    if let (Some(a), Some(b)) = (
+        common::content_digest(&job),
+        common::content_digest(&from_parts),
+    ) {
+        assert_eq!(a, b);
+    }
+    // Made with other options: refused, naming the part.
+    let other = dir.path().join("other");
+    std::fs::create_dir(&other).unwrap();
+    let odd = parts_made_apart(&inputs[..1], &other, &["--types", "nvtx"]);
+    let out = bin()
+        .args(["merge", "-o"])
+        .arg(dir.path().join("mixed.pftrace"))
+        .arg(&parts[1])
+        .arg(&odd[0])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(text.contains("made with other options"), "{text}");
+    assert!(!dir.path().join("mixed.pftrace").exists());
+}
+
+/// The distributed path moves every kind of absolute time a part holds (scheduling bundles,
+/// clock snapshots) to where a merge of the reports puts it: two corpus reports with CPU
+/// scheduling, placed apart by their earliest rows (`--align start`).
+#[test]
+fn parts_with_scheduling_merge_as_the_reports_do() {
+    let Some(corpus) = common::corpus_dir() else {
+        return;
+    };
+    let inputs: Vec<PathBuf> = [
+        "RajaATAli__SC23_Programming-Your-GPU-with-OpenMP_Tutorial__report3.sqlite",
+        "NVIDIA__Fuser__report1@8fa9ec2.sqlite",
+    ]
+    .iter()
+    .map(|n| corpus.join(n))
+    .collect();
+    if let Some(missing) = inputs.iter().find(|p| !p.exists()) {
+        common::skip("corpus", &format!("{} not found", missing.display()));
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let parts = parts_made_apart(&inputs, dir.path(), &["--align", "start"]);
+    let from_parts = dir.path().join("from_parts.pftrace");
+    assert!(
+        bin()
+            .args(["merge", "-q", "-o"])
+            .arg(&from_parts)
+            .args(&parts)
+            .status()
+            .unwrap()
+            .success()
+    );
+    let job = dir.path().join("job.pftrace");
+    merge_lib(&inputs, &job, Align::Start, &Selection::default());
+    // Both reports record rank 0: their arrows' ids repeat, each on its own machine, which
+    // trace_processor keeps apart (our reading of the file, one namespace, would not).
+    tpcheck_ok(&from_parts);
+    let sched = "select count(*), sum(ts), sum(dur) from sched where utid != 0";
+    if let (Some(a), Some(b)) = (
+        common::tp_query(&job, sched),
+        common::tp_query(&from_parts, sched),
+    ) {
+        assert_eq!(a, b);
+        assert_ne!(a[0][0], "0", "the reports hold scheduling");
+    }
+    if let (Some(a), Some(b)) = (
+        common::content_digest(&job),
+        common::content_digest(&from_parts),
+    ) {
+        assert_eq!(a, b);
+    }
+}
+
+/// `--ranks`: a subset of a job's ranks, from the reports or from their parts, holds exactly
+/// those ranks' reports, each as it converts alone.
+#[test]
+fn a_rank_subset_merges_those_ranks_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let inputs: Vec<PathBuf> = (0..RANKS).map(mpi_fixture).collect();
+    let parts = parts_made_apart(&inputs, dir.path(), &[]);
+    let (cats, flows) = sum_of_singles(
+        &[mpi_fixture(1), mpi_fixture(3)],
+        dir.path(),
+        &Selection::default(),
+    );
+    for (name, given) in [("reports", &inputs), ("parts", &parts)] {
+        let out = dir.path().join(format!("{name}.pftrace"));
+        let run = bin()
+            .args(["merge", "--ranks", "1,3-3", "-o"])
+            .arg(&out)
+            .args(given)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&run.stderr);
+        assert!(run.status.success(), "{name}: {text}");
+        assert!(text.contains(&format!("merged 2 {name}")), "{text}");
+        let t = validate_file(&out);
+        assert_eq!(t.count_by_category(), cats, "{name}");
+        assert_eq!(t.flows.len(), flows, "{name}");
+        let machines: Vec<&str> = t.machine_names.values().map(|n| &n[..6]).collect();
+        assert_eq!(machines, ["rank 1", "rank 3"], "{name}");
+    }
+    let run = bin()
+        .args(["merge", "--ranks", "9", "-o"])
+        .arg(dir.path().join("none.pftrace"))
+        .args(&inputs)
+        .output()
+        .unwrap();
+    assert!(!run.status.success());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("--ranks 9"));
 }

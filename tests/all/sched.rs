@@ -380,7 +380,7 @@ fn merged_reports_keep_cpus_and_threads_apart() {
         (input.clone(), "one".to_string()),
         (input.clone(), "two".to_string()),
     ];
-    let (summary, _) = merge_sqlite(&inputs, &out, Align::Start, &Options::default()).unwrap();
+    let (summary, _) = merge_sqlite(&inputs, &out, Align::Start, &Options::default(), 2).unwrap();
     assert_eq!(summary.events_of(Category::Sched), 2 * pairs.len() as u64);
     let t = validate_file(&out);
     let rows: Vec<_> = t.sched_rows().collect();

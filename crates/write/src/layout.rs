@@ -78,11 +78,16 @@ struct Sched {
     names: HashMap<i64, String, FastHash>,
 }
 
-/// Where a source sits in the trace: its index (folded into its process/thread ids and flow ids
-/// so that several sources never share a track or an arrow) and what its times are shifted by.
+/// Where a source sits in the trace: its index (folded into its process/thread ids so that
+/// several sources never share a track), its place among all the trace's sources (folded into
+/// its flow ids, so that arrows never join two reports) and what its times are shifted by.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Placement {
+    /// Below [`crate::model::MAX_SOURCES`]: a merge of more reports writes each on a machine of
+    /// its own, where ids need not differ from another machine's, and reuses indexes.
     pub source: usize,
+    /// The report's place in the merge (equal to `source` up to `MAX_SOURCES` reports).
+    pub position: usize,
     pub offset: i64,
 }
 
@@ -590,24 +595,28 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
 impl<W: EventWriter> EventSink for Router<'_, W> {
     fn event(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
-        let Placement { source, offset, .. } = self.placement;
+        let Placement {
+            source,
+            position,
+            offset,
+        } = self.placement;
         if ev.start + offset < 0 {
             // Earlier than the first rows of its table told (a table out of time order).
             self.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
             return Ok(());
         }
-        if source == 0 && offset == 0 {
+        if source == 0 && position == 0 && offset == 0 {
             return self.place(key, ev);
         }
         let mut scratch = std::mem::take(&mut self.flow_scratch);
         scratch.clear();
-        scratch.extend(ev.flows.out.iter().map(|&id| tag_flow(id, source)));
+        scratch.extend(ev.flows.out.iter().map(|&id| tag_flow(id, position)));
         let placed = Event {
             start: ev.start + offset,
             end: ev.end.map(|e| e + offset),
             flows: Flows {
                 out: &scratch,
-                terminating: ev.flows.terminating.map(|id| tag_flow(id, source)),
+                terminating: ev.flows.terminating.map(|id| tag_flow(id, position)),
             },
             ..ev.clone()
         };
@@ -655,11 +664,12 @@ impl<W: EventWriter> EventSink for Router<'_, W> {
     }
 }
 
-/// Flow ids of merged sources: the source index (6 bits) in bits 46..51, above the ids of one
-/// source (a GPU row's id times 4) and below 2^53, so arrows never join two reports and JSON
-/// readers that hold numbers as doubles read every id exactly.
-fn tag_flow(id: u64, source: usize) -> u64 {
-    id ^ ((source as u64) << 46)
+/// Flow ids of merged sources: the report's place in bits 46 and up, above the ids of one
+/// source (a GPU row's id times 4), so arrows never join two reports. Up to 64 reports (every
+/// JSON merge) that stays below 2^53: JSON readers that hold numbers as doubles read every id
+/// exactly.
+fn tag_flow(id: u64, position: usize) -> u64 {
+    id ^ ((position as u64) << 46)
 }
 
 /// The key with a source's index folded into its process, thread and device ids.

@@ -23,7 +23,7 @@ use anyhow::Result;
 
 impl<W: EventWriter> Router<'_, W> {
     pub(super) fn place_cpu_slice(&mut self, s: &CpuSlice) -> Result<()> {
-        let Placement { source, offset } = self.placement;
+        let Placement { source, offset, .. } = self.placement;
         let (start, end) = (s.start + offset, s.end + offset);
         // In a merge, each source's CPUs keep their numbers: the protobuf writer puts every
         // source on a machine of its own (see `output::pftrace::Protobuf`).

@@ -251,6 +251,17 @@ impl Default for Ids {
 }
 
 impl Ids {
+    /// The ids of one part of a merge made apart from the others (`block`: its rank), in a
+    /// block of their own: trace_processor keeps each machine's uuids and sequences apart
+    /// anyway, but every id of the merged file stays unique, as in a merge made in one go.
+    /// Blocks of 2^40 uuids (apart from the session track's, `1 << 40 | 1`) and 2^16 sequences.
+    pub fn block(block: u32) -> Ids {
+        Ids {
+            sequence: AtomicU32::new(2 + ((block & 0x7FFF) << 16)),
+            uuid: AtomicU64::new((u64::from(block) + 2) << 40),
+        }
+    }
+
     pub fn next_sequence(&self) -> u32 {
         self.sequence.fetch_add(1, Ordering::Relaxed)
     }

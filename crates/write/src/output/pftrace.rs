@@ -18,7 +18,10 @@ mod samples;
 mod sched;
 mod wire;
 
-pub use file::{Protobuf, RECORD_KEY, record_packet, record_text_prefix};
+pub use file::{
+    PART_KEY, Protobuf, RECORD_KEY, metadata_packet, metadata_text_prefix, record_packet,
+    record_text_prefix,
+};
 pub use wire::TRACE_PACKET_BYTE;
 
 use super::{Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, WellKnown};
@@ -147,6 +150,170 @@ fn on_machine(data: &[u8], machine: u32) -> Vec<u8> {
     }
     debug_assert!(rest.is_empty(), "a chunk holds framed packets only");
     out
+}
+
+/// Copy a stream of framed packets (a part of a merge, as this writer writes it) from `from`
+/// to `to`, each put on `machine` (none added for 0, the host) and `delta` nanoseconds later,
+/// a packet at a time: memory is one packet. Returns the bytes written.
+///
+/// What is moved is every absolute time the writer writes: clock snapshots (each sequence's
+/// incremental clock starts at one, its events are deltas from it), CPU samples and scheduling
+/// bundles. Only those packets are decoded and encoded again; the others are copied as they
+/// are.
+pub fn copy_on_machine(
+    from: &mut impl std::io::Read,
+    to: &mut dyn std::io::Write,
+    machine: u32,
+    delta: u64,
+) -> std::io::Result<u64> {
+    use std::io::{Error, ErrorKind};
+    let extra = if machine == 0 {
+        0
+    } else {
+        field_len(tag::PACKET_MACHINE_ID, u64::from(machine))
+    };
+    let mut packet = Vec::new();
+    let mut head = Vec::with_capacity(16);
+    let mut moved = Vec::new();
+    let mut written = 0u64;
+    let mut byte = [0u8; 1];
+    loop {
+        match from.read(&mut byte)? {
+            0 => return Ok(written),
+            _ if byte[0] != TRACE_PACKET_BYTE => {
+                return Err(Error::new(ErrorKind::InvalidData, "not a trace packet"));
+            }
+            _ => {}
+        }
+        let mut len = 0u64;
+        for shift in (0..64).step_by(7) {
+            from.read_exact(&mut byte)?;
+            len |= u64::from(byte[0] & 0x7F) << shift;
+            if byte[0] < 0x80 {
+                break;
+            }
+        }
+        packet.resize(len as usize, 0);
+        from.read_exact(&mut packet)?;
+        let body: &[u8] = match (delta, absolute_time(&packet)) {
+            (0, _) | (_, Absolute::None) => &packet,
+            // The most numerous: only the packet's timestamp field is written again.
+            (_, Absolute::PacketTimestamp) => {
+                moved.clear();
+                move_timestamp_field(&packet, delta, &mut moved);
+                &moved
+            }
+            (_, Absolute::Inside) => {
+                let mut p = TracePacket::decode(packet.as_slice())
+                    .map_err(|e| Error::new(ErrorKind::InvalidData, e))?;
+                move_packet(&mut p, delta);
+                moved.clear();
+                p.encode(&mut moved).expect("Vec<u8> grows as needed");
+                &moved
+            }
+        };
+        head.clear();
+        head.push(TRACE_PACKET_BYTE);
+        put_varint(&mut head, (body.len() + extra) as u64);
+        to.write_all(&head)?;
+        to.write_all(body)?;
+        written += (head.len() + body.len()) as u64;
+        if machine != 0 {
+            head.clear();
+            put_field(&mut head, tag::PACKET_MACHINE_ID, u64::from(machine));
+            to.write_all(&head)?;
+            written += head.len() as u64;
+        }
+    }
+}
+
+/// Where a packet's absolute times are (see [`copy_on_machine`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Absolute {
+    None,
+    /// A CPU sample: its `TracePacket.timestamp`.
+    PacketTimestamp,
+    /// A clock snapshot or a scheduling bundle: inside its message.
+    Inside,
+}
+
+/// Which absolute times a packet holds, from its top-level fields (nothing decoded).
+fn absolute_time(packet: &[u8]) -> Absolute {
+    let mut found = Absolute::None;
+    for_each_field(packet, |key, _| match key {
+        tag::PACKET_CLOCK_SNAPSHOT | tag::PACKET_FTRACE_EVENTS => found = Absolute::Inside,
+        tag::PACKET_PERF_SAMPLE if found == Absolute::None => found = Absolute::PacketTimestamp,
+        _ => {}
+    });
+    found
+}
+
+/// Call `f(key, field bytes with their key)` for each top-level field of a message.
+fn for_each_field(message: &[u8], mut f: impl FnMut(u64, &[u8])) {
+    let mut at = 0;
+    while at < message.len() {
+        let (key, n) = read_varint(&message[at..]);
+        let body = at + n;
+        let rest = &message[body.min(message.len())..];
+        let len = match key & 7 {
+            0 => read_varint(rest).1,
+            1 => 8,
+            2 => {
+                let (l, n) = read_varint(rest);
+                n + l as usize
+            }
+            5 => 4,
+            // Groups are not written by this writer: the rest is one field.
+            _ => rest.len(),
+        };
+        // At least a byte on: a damaged message ends the walk, never stalls it.
+        let end = (body + len).clamp(at + 1, message.len());
+        f(key, &message[at..end]);
+        at = end;
+    }
+}
+
+/// `packet` with its `timestamp` field `delta` later, into `out`.
+fn move_timestamp_field(packet: &[u8], delta: u64, out: &mut Vec<u8>) {
+    for_each_field(packet, |key, field| {
+        if key == tag::PACKET_TIMESTAMP {
+            let (_, key_len) = read_varint(field);
+            let (ts, _) = read_varint(&field[key_len..]);
+            put_field(out, tag::PACKET_TIMESTAMP, ts + delta);
+        } else {
+            out.extend_from_slice(field);
+        }
+    });
+}
+
+/// Every absolute time of a packet `delta` later (see [`copy_on_machine`]).
+fn move_packet(p: &mut TracePacket, delta: u64) {
+    match &mut p.data {
+        Some(trace_packet::Data::ClockSnapshot(snapshot)) => {
+            for c in &mut snapshot.clocks {
+                // BOOTTIME and the sequences' own clocks (64..=127); REALTIME is the wall clock.
+                if c.clock_id == Some(BOOTTIME) || c.clock_id.is_some_and(|id| id >= 64) {
+                    c.timestamp = c.timestamp.map(|t| t + delta);
+                }
+            }
+        }
+        Some(trace_packet::Data::PerfSample(_)) => {
+            p.timestamp = p.timestamp.map(|t| t + delta);
+        }
+        Some(trace_packet::Data::FtraceEvents(bundle)) => {
+            for e in &mut bundle.event {
+                e.timestamp = e.timestamp.map(|t| t + delta);
+            }
+            if let Some(first) = bundle
+                .compact_sched
+                .as_mut()
+                .and_then(|c| c.switch_timestamp.first_mut())
+            {
+                *first += delta;
+            }
+        }
+        _ => {}
+    }
 }
 
 /// `Trace.packet` framing: field 1, length-delimited. Any concatenation is a valid trace.

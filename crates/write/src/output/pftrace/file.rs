@@ -41,6 +41,9 @@ pub struct Protobuf {
     machine: Option<String>,
     /// In a merge (two reports or more), each report's own kernel, as [`Protobuf::kernel`].
     machines: Vec<Option<(String, (u32, u32))>>,
+    /// The report this format writes, alone, as one part of a merge ([`Protobuf::part`]): its
+    /// place, which is its machine and its processes' and GPUs' order.
+    part: Option<usize>,
 }
 
 impl Protobuf {
@@ -68,13 +71,29 @@ impl Protobuf {
             kernel: with_kernel.map(|(_, r, v)| (r, v)),
             machine,
             machines,
+            part: None,
         }
     }
 
-    /// The machine a source's packets go on: its index in a merge, else none (0).
+    /// The format of one report of a merge of `sources`, the one at `position`, written on its
+    /// own (by any source index): its packets on its machine, its processes and GPUs in its
+    /// place, nothing of the file's own (the merge's [`Protobuf::new`] writes those once).
+    pub fn part(sources: &[Placed], position: usize) -> Protobuf {
+        Protobuf {
+            part: Some(position),
+            ..Protobuf::new(sources)
+        }
+    }
+
+    /// A source's place in the merge: its index, or the part's place.
+    fn position_of(&self, source: usize) -> usize {
+        self.part.unwrap_or(source)
+    }
+
+    /// The machine a source's packets go on: its place in a merge, else none (0).
     fn machine_of(&self, source: usize) -> u32 {
         if self.machines.len() > 1 {
-            source as u32
+            self.position_of(source) as u32
         } else {
             0
         }
@@ -85,7 +104,7 @@ impl Format for Protobuf {
     type Writer = ProtoWriter;
 
     fn writer(&self, source: usize, desc: Arc<Description>) -> ProtoWriter {
-        let kernel = match self.machines.get(source) {
+        let kernel = match self.machines.get(self.position_of(source)) {
             Some(own) => own.as_ref(),
             None => self.kernel.as_ref(),
         };
@@ -115,6 +134,9 @@ impl Format for Protobuf {
         let Some(first) = sources.first() else {
             return out;
         };
+        if self.part.is_some() {
+            return out;
+        }
         if self.machines.len() > 1 {
             for (i, src) in sources.iter().enumerate() {
                 let machine = self.machine_of(i);
@@ -201,6 +223,7 @@ impl Format for Protobuf {
 
     fn describe_well_known(&self, track: WellKnown, info: &Description) -> Vec<u8> {
         let machine = self.machine_of(track.source());
+        let place = |id: i64| self.position_of(source_of(id)).min(i32::MAX as usize) as i32;
         let desc = match track {
             WellKnown::Process(gp) => TrackDescriptor {
                 uuid: Some(track.uuid()),
@@ -215,12 +238,12 @@ impl Format for Protobuf {
                     }),
                     // Among several reports (a merge, in rank order), the UI lists processes in
                     // report order, as it does their GPUs, instead of by its activity measures.
-                    legacy_sort_index: info.label.is_some().then_some(source_of(gp) as i32),
+                    legacy_sort_index: info.label.is_some().then(|| place(gp)),
                     ..Default::default()
                 }),
                 // Read as the process's place where the machine's root track asks for
                 // explicit process ordering (a merge, see `explicit_process_order`).
-                sibling_order_rank: info.label.is_some().then_some(source_of(gp) as i32),
+                sibling_order_rank: info.label.is_some().then(|| place(gp)),
                 ..Default::default()
             },
             WellKnown::Gpu(device) => TrackDescriptor {
@@ -230,7 +253,7 @@ impl Format for Protobuf {
                 )),
                 child_ordering: Some(track_descriptor::ChildTracksOrdering::Explicit as i32),
                 sibling_order_rank: Some(
-                    (source_of(device) as i32) << 8 | (without_source(device) & 0xFF) as i32,
+                    place(device).min(0x7F_FFFF) << 8 | (without_source(device) & 0xFF) as i32,
                 ),
                 ..Default::default()
             },
@@ -302,12 +325,18 @@ pub const RECORD_KEY: &str = "nsys-perfetto";
 /// metadata (2): ChromeMetadata { name (1): RECORD_KEY, string_value (2): text } } }`, framed
 /// as a `Trace.packet` (1). trace_processor keeps it as metadata and draws nothing.
 pub fn record_packet(text: &str) -> Vec<u8> {
+    metadata_packet(RECORD_KEY, text)
+}
+
+/// The `ChromeMetadata` name under which a merge's part carries what a merge needs of its
+/// report (the app's `convert::PartHeader`), in the part's first packet.
+pub const PART_KEY: &str = "nsys-perfetto-part";
+
+/// A packet that trace_processor keeps as metadata named `key` and draws nothing of, framed as
+/// a `Trace.packet`: see [`record_packet`].
+pub fn metadata_packet(key: &str, text: &str) -> Vec<u8> {
     let mut meta = Vec::new();
-    put_bytes(
-        &mut meta,
-        beyond_schema::METADATA_NAME,
-        RECORD_KEY.as_bytes(),
-    );
+    put_bytes(&mut meta, beyond_schema::METADATA_NAME, key.as_bytes());
     put_bytes(
         &mut meta,
         beyond_schema::METADATA_STRING_VALUE,
@@ -326,12 +355,13 @@ pub fn record_packet(text: &str) -> Vec<u8> {
 /// the tag of its `string_value`, for a reader to find the record by (the text's length and
 /// the text follow).
 pub fn record_text_prefix() -> Vec<u8> {
+    metadata_text_prefix(RECORD_KEY)
+}
+
+/// What precedes the text in a [`metadata_packet`] named `key`.
+pub fn metadata_text_prefix(key: &str) -> Vec<u8> {
     let mut out = Vec::new();
-    put_bytes(
-        &mut out,
-        beyond_schema::METADATA_NAME,
-        RECORD_KEY.as_bytes(),
-    );
+    put_bytes(&mut out, beyond_schema::METADATA_NAME, key.as_bytes());
     put_varint(&mut out, beyond_schema::METADATA_STRING_VALUE);
     out
 }
@@ -371,6 +401,99 @@ fn system_info(release: Option<&str>, arch: Option<&str>, machine: Option<(u32, 
 mod tests {
     use super::super::on_machine;
     use super::*;
+
+    /// A part copied into a merge: every packet on its machine, the absolute times (clock
+    /// snapshots, CPU samples, scheduling) moved, the rest (a track event's delta on its
+    /// sequence's incremental clock) as it was.
+    #[test]
+    fn a_copied_part_moves_absolute_times_only() {
+        use super::super::copy_on_machine;
+        use crate::proto::{
+            FtraceEvent, FtraceEventBundle, PerfSample, ftrace_event_bundle::CompactSched,
+        };
+        let packets = vec![
+            TracePacket {
+                data: Some(trace_packet::Data::ClockSnapshot(ClockSnapshot {
+                    clocks: vec![
+                        clock_snapshot::Clock {
+                            clock_id: Some(BOOTTIME),
+                            timestamp: Some(100),
+                            ..Default::default()
+                        },
+                        clock_snapshot::Clock {
+                            clock_id: Some(64),
+                            timestamp: Some(100),
+                            is_incremental: Some(true),
+                            ..Default::default()
+                        },
+                        clock_snapshot::Clock {
+                            clock_id: Some(REALTIME),
+                            timestamp: Some(7),
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+            TracePacket {
+                timestamp: Some(5),
+                data: Some(trace_packet::Data::TrackEvent(TrackEvent::default())),
+                ..Default::default()
+            },
+            TracePacket {
+                timestamp: Some(200),
+                data: Some(trace_packet::Data::PerfSample(PerfSample {
+                    pid: Some(1),
+                    ..Default::default()
+                })),
+                ..Default::default()
+            },
+            TracePacket {
+                data: Some(trace_packet::Data::FtraceEvents(FtraceEventBundle {
+                    cpu: Some(2),
+                    event: vec![FtraceEvent {
+                        timestamp: Some(300),
+                        ..Default::default()
+                    }],
+                    compact_sched: Some(CompactSched {
+                        switch_timestamp: vec![400, 10, 10],
+                        ..Default::default()
+                    }),
+                })),
+                ..Default::default()
+            },
+        ];
+        let mut data = Vec::new();
+        for p in &packets {
+            frame(p, &mut data);
+        }
+        let mut out = Vec::new();
+        copy_on_machine(&mut data.as_slice(), &mut out, 3, 1000).unwrap();
+        let got = crate::proto::Trace::decode(out.as_slice()).unwrap().packet;
+        assert_eq!(got.len(), packets.len());
+        assert!(got.iter().all(|p| p.machine_id == Some(3)));
+        let Some(trace_packet::Data::ClockSnapshot(c)) = &got[0].data else {
+            panic!("{:?}", got[0]);
+        };
+        let times: Vec<u64> = c.clocks.iter().map(|c| c.timestamp.unwrap()).collect();
+        assert_eq!(times, [1100, 1100, 7]);
+        assert_eq!(got[1].timestamp, Some(5));
+        assert_eq!(got[2].timestamp, Some(1200));
+        assert_eq!(got[2].data, packets[2].data);
+        let Some(trace_packet::Data::FtraceEvents(b)) = &got[3].data else {
+            panic!("{:?}", got[3]);
+        };
+        assert_eq!(b.event[0].timestamp, Some(1300));
+        assert_eq!(
+            b.compact_sched.as_ref().unwrap().switch_timestamp,
+            [1400, 10, 10]
+        );
+        // Nothing moved: the bytes as they were, on the host.
+        let mut same = Vec::new();
+        copy_on_machine(&mut data.as_slice(), &mut same, 0, 0).unwrap();
+        assert_eq!(same, data);
+    }
 
     /// A merged report's chunk: every packet the same but for its machine, whatever its size
     /// (a length that needs one more varint byte once the field is added), and the root
