@@ -59,6 +59,9 @@ pub struct Options {
     /// Add nsys' expert rules' findings (`analyze`, default options) as an "Analysis" group:
     /// one slice per finding, with an arrow from the CUDA call it blames.
     pub analyze: bool,
+    /// A merge's pictures (`merge --util-map`, `--stragglers`): each report's share is written
+    /// after its events.
+    pub pictures: Option<Arc<crate::pictures::Pictures>>,
 }
 
 impl Options {
@@ -74,6 +77,7 @@ impl Options {
             selection: sel,
             check: _,
             analyze,
+            pictures,
         } = self;
         let crate::select::Selection {
             types: _,
@@ -127,6 +131,9 @@ impl Options {
         }
         if *analyze {
             parts.push("--analyze".into());
+        }
+        if let Some(p) = pictures {
+            parts.push(p.options.text());
         }
         parts.join(" ")
     }
@@ -1202,6 +1209,9 @@ fn read_into<F: Format>(
                         &opts.selection,
                         make_sink(),
                     )?);
+                }
+                if let Some(mine) = opts.pictures.as_ref().and_then(|p| p.ranks.get(position)) {
+                    p.merge(crate::pictures::write(mine, &desc, make_sink())?);
                 }
                 Ok(p)
             });
