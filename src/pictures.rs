@@ -1,19 +1,20 @@
 //! `merge --util-map` and `merge --stragglers`: pictures of the whole job on the timeline.
 //!
-//! * Utilization map: per rank, process and GPU, a counter track "GPU time utilization · GPU N"
-//!   (%) under the rank's process, one value per time bin of nsys' `cuda_gpu_time_util_map`
+//! * Utilization map: per rank, process and GPU, a counter track "GPU time utilization · pid P ·
+//!   GPU N" (%) first in the rank's "Analysis · LABEL" group (the groups in rank order, at the
+//!   top: together they are the heat map), one value per time bin of nsys' `cuda_gpu_time_util_map`
 //!   recipe, computed by the recipe's own code ([`crate::workflow::recipe`]): the bins lie on
 //!   one wall-clock axis for all ranks, so a bin is the same moment on every rank.
 //! * Stragglers: for each NVTX range name and MPI call, its k-th occurrence on every rank that
 //!   has one: the rank that starts it last gets a slice "late: NAME" on its "Stragglers" track
-//!   (in its "Analysis" group), from the earliest rank's start to its own (the lag).
+//!   (in the same group), from the earliest rank's start to its own (the lag).
 //!
 //! Both need every rank before any is written (one axis, one earliest start), so they are
 //! computed first, from small queries, and each rank's share is written after its events.
 
 use crate::model::{
-    Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CounterValue, Description,
-    Event, EventSink, Flows, GroupKey, Name,
+    Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CounterValue, Event,
+    EventSink, Flows, GroupKey, Name,
 };
 use crate::nsys::recipes;
 use crate::report::ExportOptions;
@@ -264,29 +265,15 @@ fn stragglers_of(inputs: &[(PathBuf, String)], times: &[RankTimes], ranks: &mut 
     }
 }
 
-/// The global pid of process `pid` as the rank's description knows it (the pid in nsys' bits
-/// when it does not).
-fn global_pid(desc: &Description, pid: i64) -> i64 {
-    desc.process_names
-        .keys()
-        .copied()
-        .filter(|g| crate::model::pid_of(*g) == pid)
-        .min()
-        .unwrap_or(pid << 24)
-}
-
 /// Write one rank's pictures into `sink` (a router of its source, after its events).
 pub fn write<S: EventSink>(
     pictures: &RankPictures,
-    desc: &Description,
     mut sink: S,
 ) -> Result<crate::summary::Summary> {
     for u in &pictures.util {
-        let name = format!("GPU time utilization · GPU {}", u.device);
+        let name = format!("GPU time utilization · pid {} · GPU {}", u.pid, u.device);
         let key = CounterKey {
-            owner: CounterOwner::Process {
-                global_pid: global_pid(desc, u.pid),
-            },
+            owner: CounterOwner::Analysis,
             name: &name,
             unit: "%",
         };
