@@ -174,7 +174,8 @@ fn fixture_stragglers_name_the_last_rank() {
 
 /// The corpus's two gpubootcamp MPI ranks (exported to SQLite with nsys): one utilization
 /// counter track per rank, in its "Analysis · rank N" group, holding the recipe's values bin by bin
-/// (then a 0 where the rank's last bin ends), with 30 and with 12 bins; the stragglers of
+/// (then a 0 where the rank's last bin ends), with 30 and with 12 bins, in `.pftrace` and in
+/// JSON; the stragglers of
 /// "Jacobi solve" are the ones the inputs' NVTX rows say.
 #[test]
 fn gpubootcamp_utilization_equals_the_recipe() {
@@ -230,6 +231,36 @@ fn gpubootcamp_utilization_equals_the_recipe() {
             assert_eq!(&values[..rvalues.len()], rvalues.as_slice(), "rank {i}");
             assert_eq!(values.last(), Some(&0.0));
             assert!(rvalues.iter().any(|v| *v > 90.0), "{rvalues:?}");
+        }
+        // JSON takes counters too: the same values, named with their unit.
+        if bins == "30" {
+            let json = dir.path().join("job.json");
+            merge_with_pictures(&exports, &json, &[]);
+            let rows = common::tp_query(
+                &json,
+                "SELECT t.name, group_concat(c.value, ';') FROM counter_track t \
+                 JOIN (SELECT * FROM counter ORDER BY ts) c ON c.track_id = t.id \
+                 WHERE t.name LIKE 'GPU time utilization%' GROUP BY t.id ORDER BY t.name",
+            )
+            .unwrap();
+            let theirs: Vec<(String, String)> = util
+                .iter()
+                .map(|(_, _, name, values)| {
+                    let v: Vec<String> = values.iter().map(|v| format!("{v:.1}")).collect();
+                    (format!("{name} %"), v.join(";"))
+                })
+                .collect();
+            let ours: Vec<(String, String)> = rows
+                .iter()
+                .map(|r| {
+                    let v: Vec<String> = r[1]
+                        .split(';')
+                        .map(|v| format!("{:.1}", v.parse::<f64>().unwrap()))
+                        .collect();
+                    (r[0].clone(), v.join(";"))
+                })
+                .collect();
+            assert_eq!(ours, theirs);
         }
         let per_rank = starts(&exports, "Jacobi solve");
         for k in 0..2 {
