@@ -1211,7 +1211,7 @@ fn read_into<F: Format>(
                     )?);
                 }
                 if let Some(mine) = opts.pictures.as_ref().and_then(|p| p.ranks.get(position)) {
-                    p.merge(crate::pictures::write(mine, make_sink())?);
+                    p.merge(crate::pictures::write(mine, &opts.selection, make_sink())?);
                 }
                 Ok(p)
             });

@@ -265,11 +265,18 @@ fn stragglers_of(inputs: &[(PathBuf, String)], times: &[RankTimes], ranks: &mut 
     }
 }
 
-/// Write one rank's pictures into `sink` (a router of its source, after its events).
+/// Write one rank's pictures into `sink` (a router of its source, after its events). A
+/// selection's time window keeps the bins and the straggler slices that overlap it.
 pub fn write<S: EventSink>(
     pictures: &RankPictures,
+    selection: &crate::select::Selection,
     mut sink: S,
 ) -> Result<crate::summary::Summary> {
+    let overlaps = |start: i64, end: i64| {
+        selection
+            .time
+            .is_none_or(|t| t.start.is_none_or(|s| end >= s) && t.end.is_none_or(|e| start <= e))
+    };
     for u in &pictures.util {
         let name = format!("GPU time utilization · pid {} · GPU {}", u.pid, u.device);
         let key = CounterKey {
@@ -278,7 +285,13 @@ pub fn write<S: EventSink>(
             unit: "%",
         };
         let closing = (u.end > u.bins.last().map_or(0, |b| b.0)).then_some((u.end, 0.0));
-        for &(ts, pct) in u.bins.iter().chain(closing.iter()) {
+        let points: Vec<(i64, f64)> = u.bins.iter().chain(closing.iter()).copied().collect();
+        for (i, &(ts, pct)) in points.iter().enumerate() {
+            // A bin lasts until the next value (the closing 0 is a moment).
+            let until = points.get(i + 1).map_or(ts, |p| p.0);
+            if !overlaps(ts, until) {
+                continue;
+            }
             sink.counter(
                 &key,
                 CounterSample {
@@ -289,7 +302,11 @@ pub fn write<S: EventSink>(
             )?;
         }
     }
-    for s in &pictures.stragglers {
+    for s in pictures
+        .stragglers
+        .iter()
+        .filter(|s| overlaps(s.start - s.lag, s.start))
+    {
         let name = format!("late: {}", s.name);
         let args = [
             Arg::str("range", &s.name),

@@ -232,6 +232,20 @@ fn gpubootcamp_utilization_equals_the_recipe() {
             assert_eq!(values.last(), Some(&0.0));
             assert!(rvalues.iter().any(|v| *v > 90.0), "{rvalues:?}");
         }
+        // A time window keeps the bins that overlap it: 6-8 s holds 5 to 6 bins of 417 ms.
+        if bins == "30" {
+            let window = dir.path().join("window.pftrace");
+            merge_with_pictures(&exports, &window, &["--time-range", "6s..8s"]);
+            let kept = util_tracks(&window).unwrap();
+            assert_eq!(kept.len(), 2, "{kept:?}");
+            for ((_, _, name, part), (_, _, _, whole)) in kept.iter().zip(&util) {
+                assert!((5..=6).contains(&part.len()), "{name}: {part:?}");
+                assert!(
+                    whole.windows(part.len()).any(|w| w == part.as_slice()),
+                    "{name}: {part:?} in {whole:?}"
+                );
+            }
+        }
         // JSON takes counters too: the same values, named with their unit.
         if bins == "30" {
             let json = dir.path().join("job.json");
