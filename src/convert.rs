@@ -59,6 +59,9 @@ pub struct Options {
     /// Add nsys' expert rules' findings (`analyze`, default options) as an "Analysis" group:
     /// one slice per finding, with an arrow from the CUDA call it blames.
     pub analyze: bool,
+    /// A merge's pictures (`merge --util-map`, `--stragglers`): each report's share is written
+    /// after its events.
+    pub pictures: Option<Arc<crate::pictures::Pictures>>,
 }
 
 impl Options {
@@ -74,6 +77,7 @@ impl Options {
             selection: sel,
             check: _,
             analyze,
+            pictures,
         } = self;
         let crate::select::Selection {
             types: _,
@@ -131,6 +135,9 @@ impl Options {
         }
         if *gpu == crate::select::GpuModel::Perfetto && *format == OutputFormat::Protobuf {
             parts.push("--gpu perfetto".into());
+        }
+        if let Some(p) = pictures {
+            parts.push(p.options.text());
         }
         parts.join(" ")
     }
@@ -1206,6 +1213,9 @@ fn read_into<F: Format>(
                         &opts.selection,
                         make_sink(),
                     )?);
+                }
+                if let Some(mine) = opts.pictures.as_ref().and_then(|p| p.ranks.get(position)) {
+                    p.merge(crate::pictures::write(mine, &opts.selection, make_sink())?);
                 }
                 Ok(p)
             });

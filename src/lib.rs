@@ -24,6 +24,7 @@ pub mod convert;
 pub mod hints;
 pub mod merge;
 pub mod open;
+pub mod pictures;
 pub mod provenance;
 pub mod report;
 pub mod serve;

@@ -444,6 +444,7 @@ impl MergeArgs {
             selection,
             check: false,
             analyze: false,
+            pictures: None,
         };
         let opts = MergeOptions {
             align: match self.align {
@@ -493,9 +494,28 @@ impl MergeArgs {
             }
         }
         if self.part {
+            if self.pictures().any() {
+                bail!(
+                    "--util-map and --stragglers need every rank: give them to a merge of the \
+                     reports, not to --part"
+                );
+            }
             return write_part(&sources, &self.output, opts, conv);
         }
-        let merged = merge(&sources, &self.output, opts, conv)?;
+        let mut conv = conv.clone();
+        if self.pictures().any() {
+            let inputs: Vec<(PathBuf, String)> = sources
+                .iter()
+                .map(|s| (s.sqlite.clone(), s.label.clone()))
+                .collect();
+            conv.pictures = Some(std::sync::Arc::new(crate::pictures::compute(
+                &inputs,
+                self.pictures(),
+                &opts.export,
+                opts.jobs,
+            )?));
+        }
+        let merged = merge(&sources, &self.output, opts, &conv)?;
         let rows: Vec<Row> = sources.iter().map(Row::of).collect();
         Ok(format!(
             "merged {} report{} -> {}\n{}{}",
@@ -505,6 +525,14 @@ impl MergeArgs {
             render(&merged, &rows, opts.align),
             browser_note(&self.output, merged.summary.output_bytes).unwrap_or_default()
         ))
+    }
+
+    /// What `--util-map`, `--bins` and `--stragglers` ask to draw.
+    fn pictures(&self) -> crate::pictures::PictureOptions {
+        crate::pictures::PictureOptions {
+            util_bins: self.util_map.then_some(usize::from(self.bins)),
+            stragglers: self.stragglers,
+        }
     }
 
     /// `merge PART...`: every input a part made by `merge --part`; `None` when none is. Parts
@@ -534,6 +562,12 @@ impl MergeArgs {
     fn assemble(&self, parts: &[PathBuf], conv: &Options) -> Result<String> {
         if self.output_format() != OutputFormat::Protobuf {
             bail!("parts merge into a .pftrace only (JSON has no machines)");
+        }
+        if self.pictures().any() {
+            bail!(
+                "--util-map and --stragglers read the reports: merge the reports (or their \
+                 exports), not parts"
+            );
         }
         if !conv.content_text().is_empty() {
             bail!(

@@ -206,6 +206,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
         selection,
         check: false,
         analyze: false,
+        pictures: None,
     };
     let selected = !opts.selection.is_everything();
     let default = crate::convert::default_output(input, opts.format);

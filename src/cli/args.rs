@@ -391,6 +391,19 @@ pub struct MergeArgs {
     /// reading the reports again.
     #[arg(long)]
     pub part: bool,
+    /// Draw each rank's GPU time utilization as counter tracks first in its "Analysis · LABEL"
+    /// group, binned as nsys' cuda_gpu_time_util_map recipe bins it (--bins bins on one
+    /// wall-clock axis): the ranks' groups, in rank order at the top, make a heat map.
+    #[arg(long)]
+    pub util_map: bool,
+    /// --util-map: the number of equal time bins over the longest session.
+    #[arg(long, value_name = "N", default_value_t = 30, requires = "util_map", value_parser = clap::value_parser!(u16).range(2..))]
+    pub bins: u16,
+    /// Add a "Stragglers" track to each rank's "Analysis" group: for every NVTX range name and
+    /// MPI call, the rank that starts its k-th occurrence last gets a slice "late: NAME" from the
+    /// earliest rank's start to its own (the lag).
+    #[arg(long)]
+    pub stragglers: bool,
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,

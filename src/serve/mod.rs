@@ -614,6 +614,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         selection,
         check: false,
         analyze,
+        pictures: None,
     };
     let summary = match convert::convert_sqlite(&sqlite, &output, &opts) {
         Ok(s) => s,

@@ -30,6 +30,7 @@ mod merge;
 mod nsys_e2e;
 mod nsys_stats;
 mod open_serve;
+mod pictures;
 mod projection_perf_check;
 mod proto_schema;
 mod recipe;

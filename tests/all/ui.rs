@@ -163,7 +163,7 @@ fn sample(dir: &Path) -> Option<Vec<Sample>> {
         })
         .collect();
     let trace = dir.join("mpi_job.pftrace");
-    let mut args = vec!["merge"];
+    let mut args = vec!["merge", "--util-map", "--stragglers"];
     args.extend(ranks.iter().map(String::as_str));
     args.extend(["-o", trace.to_str().unwrap()]);
     let st = Command::new(BIN).args(&args).arg("-q").output().unwrap();
@@ -422,6 +422,29 @@ fn check_loaded(ui: &str, s: &Sample, l: &Loaded) {
         assert_eq!(sorted, recorded, "{ctx}: the ranks' processes and pids");
         if ui == "v58" {
             assert_eq!(shown, recorded, "{ctx}: the processes in rank order");
+        }
+        // `--stragglers`: every rank of the fixture is late somewhere; its "Stragglers" track
+        // sits in its own "Analysis" group, named by its label, the groups in rank order in
+        // v58 (the fixture has no kernels, so `--util-map` draws no counter).
+        let analysis: Vec<&Group> = l
+            .groups
+            .iter()
+            .filter(|g| g.title.starts_with("Analysis · "))
+            .collect();
+        let mut titles: Vec<&str> = analysis.iter().map(|g| g.title.as_str()).collect();
+        if ui != "v58" {
+            titles.sort_unstable();
+        }
+        let expected: Vec<String> = (0..4)
+            .map(|r| format!("Analysis · rank {r} · vm"))
+            .collect();
+        assert_eq!(titles, expected, "{ctx}: the ranks' Analysis groups");
+        for g in analysis {
+            assert!(
+                g.children.iter().any(|c| c == "Stragglers")
+                    && !g.children.iter().any(|c| c.contains("utilization")),
+                "{ctx}: {g:?}"
+            );
         }
     }
 }

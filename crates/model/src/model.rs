@@ -673,12 +673,18 @@ pub struct CpuSlice {
     pub off: OffCpu,
 }
 
-/// What a counter track belongs to: a GPU (metrics, memory of all its processes) or a process
-/// (its own GPU memory).
+/// What a counter track belongs to: a GPU (metrics, memory of all its processes), a process
+/// (its own GPU memory) or the report's analysis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CounterOwner {
-    Gpu { device: i64 },
-    Process { global_pid: i64 },
+    Gpu {
+        device: i64,
+    },
+    Process {
+        global_pid: i64,
+    },
+    /// The report's own "Analysis" group (a merge's pictures, `merge --util-map`), first in it.
+    Analysis,
 }
 
 /// One counter track: its owner, its name as the profiler names it, and its unit ("%", "Hz",

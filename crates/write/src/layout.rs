@@ -580,7 +580,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
         if let Some(u) = self.cpu_group {
             return u;
         }
-        let u = self.top_group("CPUs");
+        let u = self.top_group(self.info.per_source("CPUs"));
         self.cpu_group = Some(u);
         u
     }
@@ -590,19 +590,24 @@ impl<'a, W: EventWriter> Router<'a, W> {
         if let Some(u) = self.analysis_group {
             return u;
         }
-        let u = self.top_group("Analysis");
+        // A report's own analysis: named by its label in a merge ("Analysis · rank 3 ·
+        // host-a"), where a host's name would not tell its ranks apart.
+        let name = match &self.info.label {
+            Some(label) => format!("Analysis · {label}"),
+            None => "Analysis".to_string(),
+        };
+        let u = self.top_group(name);
         self.analysis_group = Some(u);
         u
     }
 
-    /// A new top-level group named `name` (per source in a merge), its children in the order
-    /// of their ranks.
-    fn top_group(&mut self, name: &str) -> u64 {
+    /// A new top-level group named `name`, its children in the order of their ranks.
+    fn top_group(&mut self, name: String) -> u64 {
         let uuid = self.ids.next_uuid();
         self.writer.describe(&CustomTrack {
             uuid,
             parent: None,
-            name: self.info.per_source(name),
+            name,
             rank: None,
             explicit_child_order: true,
             number: None,

@@ -14,9 +14,8 @@ use super::interning::Key;
 use super::wire::tag::{self, gpu};
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint};
 use super::{BOOTTIME, GpuQueueState, MAX_INTERNED, ProtoWriter};
-use crate::model::{ArgValue, Category, Event, FastHash, Name, source_of};
+use crate::model::{ArgValue, Category, Event, Name, source_of};
 use crate::output::GpuQueue;
-use std::collections::HashMap;
 
 /// Stage iids on every queue's sequence (its hardware queue is iid 1, in the same namespace).
 const QUEUE_IID: u64 = 1;
