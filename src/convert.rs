@@ -221,7 +221,7 @@ pub struct MergedSource {
 
 /// Merge several exports into one trace: each keeps its processes, threads, GPUs and arrows
 /// apart (`labels` name them), placed on one timeline by `align`. A `.pftrace` takes any number
-/// of reports, read `jobs` at a time ([`merge_parts`]); JSON, which has no machines, up to
+/// of reports, read `jobs` at a time (`merge_parts`); JSON, which has no machines, up to
 /// [`crate::model::MAX_SOURCES`], read one after the other. Returns the summary (with each
 /// source's own in `per_source`) and where each source went, in input order.
 pub fn merge_sqlite(
@@ -679,7 +679,7 @@ pub struct PartIdentity<'a> {
 
 /// Convert one report as a part of a merge made later from parts ([`assemble_parts`]): where
 /// the report was written, one task per report. The part is placed on the timeline by its own
-/// clock ([`part_offset`]), its processes ordered by its rank: a merge of parts holds what a
+/// clock, its processes ordered by its rank: a merge of parts holds what a
 /// merge of the reports holds. The file is a trace of its own (Perfetto opens it).
 pub fn write_part(
     input: &Path,

@@ -459,7 +459,7 @@ pub fn nsys_round(x: f64, digits: i32) -> f64 {
     y.round() / scale
 }
 pub const STDEV_FN: &str = "nsys_perfetto_stdev";
-/// [`Quartile`]: `QUARTILE_FN(x, 1)` is nsys' `lower_quartile(x)`, `QUARTILE_FN(x, 3)` its
+/// `Quartile`: `QUARTILE_FN(x, 1)` is nsys' `lower_quartile(x)`, `QUARTILE_FN(x, 3)` its
 /// `upper_quartile(x)`.
 pub const QUARTILE_FN: &str = "nsys_perfetto_quartile";
 

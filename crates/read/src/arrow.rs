@@ -571,7 +571,7 @@ impl Tables {
     }
 
     /// An error naming the first table whose file changed since it was loaded (see
-    /// [`Table::change`]): what was read of it may not be the file's.
+    /// `Table::change`): what was read of it may not be the file's.
     pub fn unchanged(&self) -> Result<()> {
         self.0.iter().try_for_each(|(_, t)| t.unchanged())
     }
@@ -1602,7 +1602,7 @@ fn ascending(keys: &[Vec<i64>]) -> bool {
 
 /// The bytes of row `i` of a text or binary column, its offsets checked (no bytes where they do
 /// not hold): they were checked when the table was loaded, but a page read again after its file
-/// was truncated reads as zeros (see [`Table::lost`]), and the reader fails only after the
+/// was truncated reads as zeros (see `Table::lost`), and the reader fails only after the
 /// chunk.
 #[inline]
 fn bytes_at<'v, O: arrow_array::OffsetSizeTrait>(
@@ -1802,7 +1802,7 @@ impl TableScan {
     }
 
     /// Move to the next row: false after the last, or where the table's file lost a page (see
-    /// [`Table::lost`]), looked at as each chunk is read: a reader is given no integer a lost
+    /// `Table::lost`), looked at as each chunk is read: a reader is given no integer a lost
     /// page read as (a text is read as it is fetched: at most a chunk of them).
     #[inline]
     pub fn step(&mut self) -> bool {
