@@ -219,6 +219,31 @@ pub struct MergedSource {
     pub trace_offset_ns: i64,
 }
 
+/// What places a report on a merge's timeline and names its machine, read when the report is
+/// opened: a merge that opened its reports already (to name them) places them without opening
+/// them again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Clock {
+    /// Its wall-clock session start (ns since the Unix epoch), when the report records one.
+    pub session_start_utc_ns: Option<i64>,
+    /// Its earliest row's time relative to its session start (at most 0).
+    pub earliest_ns: i64,
+    pub kernel_release: Option<String>,
+    pub machine: Option<String>,
+}
+
+impl Clock {
+    pub fn of(export: &Export) -> Clock {
+        let d = &export.info.desc;
+        Clock {
+            session_start_utc_ns: d.session_start_utc_ns,
+            earliest_ns: d.earliest_ns.unwrap_or(0).min(0),
+            kernel_release: d.kernel_release.clone(),
+            machine: d.machine.clone(),
+        }
+    }
+}
+
 /// Merge several exports into one trace: each keeps its processes, threads, GPUs and arrows
 /// apart (`labels` name them), placed on one timeline by `align`. A `.pftrace` takes any number
 /// of reports, read `jobs` at a time (`merge_parts`); JSON, which has no machines, up to
@@ -226,6 +251,25 @@ pub struct MergedSource {
 /// source's own in `per_source`) and where each source went, in input order.
 pub fn merge_sqlite(
     inputs: &[(PathBuf, String)],
+    output: &Path,
+    align: Align,
+    opts: &Options,
+    jobs: usize,
+) -> Result<(Summary, Vec<MergedSource>)> {
+    // First the clocks of every report (small tables), to place them before any event is written.
+    let opened = crate::parallel::parallel_map(inputs, jobs, |_, (path, _)| -> Result<_> {
+        let e = Export::open(path, opts.check)
+            .map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
+        Ok(Clock::of(&e))
+    });
+    let clocks = opened.into_iter().collect::<Result<Vec<Clock>>>()?;
+    merge_clocked(inputs, &clocks, output, align, opts, jobs)
+}
+
+/// [`merge_sqlite`] of reports whose clocks are known (`known[i]` is `inputs[i]`'s).
+pub fn merge_clocked(
+    inputs: &[(PathBuf, String)],
+    known: &[Clock],
     output: &Path,
     align: Align,
     opts: &Options,
@@ -242,39 +286,23 @@ pub fn merge_sqlite(
             crate::model::MAX_SOURCES
         );
     }
-    // First the clocks of every report (small tables), to place them before any event is written.
-    let opened = crate::parallel::parallel_map(inputs, jobs, |_, (path, _)| -> Result<_> {
-        let e = Export::open(path, opts.check)
-            .map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
-        let d = &e.info.desc;
-        Ok((
-            (d.session_start_utc_ns, d.earliest_ns.unwrap_or(0).min(0)),
-            (d.kernel_release.clone(), d.machine.clone()),
-        ))
-    });
-    let mut clocks = Vec::with_capacity(inputs.len());
-    let mut kernels = Vec::with_capacity(inputs.len());
-    for r in opened {
-        let (clock, kernel) = r?;
-        clocks.push(clock);
-        kernels.push(kernel);
-    }
+    let clocks: Vec<(Option<i64>, i64)> = known
+        .iter()
+        .map(|c| (c.session_start_utc_ns, c.earliest_ns))
+        .collect();
     let (relative, offsets) = placements(&clocks, align);
     let placed_all: Vec<Placed> = inputs
         .iter()
-        .zip(&clocks)
+        .zip(known)
         .zip(&offsets)
-        .zip(kernels)
-        .map(
-            |((((_, label), (utc, _)), &offset), (kernel, machine))| Placed {
-                label: Some(label.clone()),
-                offset,
-                session_start_utc_ns: *utc,
-                metadata: Default::default(),
-                kernel_release: kernel,
-                machine,
-            },
-        )
+        .map(|(((_, label), clock), &offset)| Placed {
+            label: Some(label.clone()),
+            offset,
+            session_start_utc_ns: clock.session_start_utc_ns,
+            metadata: Default::default(),
+            kernel_release: clock.kernel_release.clone(),
+            machine: clock.machine.clone(),
+        })
         .collect();
     let floors: Vec<i64> = clocks.iter().map(|c| c.1).collect();
     let summary = match opts.format {
@@ -684,21 +712,18 @@ pub struct PartIdentity<'a> {
 pub fn write_part(
     input: &Path,
     who: &PartIdentity<'_>,
+    clock: &Clock,
     output: &Path,
     align: Align,
     opts: &Options,
 ) -> Result<Summary> {
     let started = Instant::now();
-    let (utc, floor, kernel, machine) = {
-        let e = Export::open(input, opts.check)?;
-        let d = &e.info.desc;
-        (
-            d.session_start_utc_ns,
-            d.earliest_ns.unwrap_or(0).min(0),
-            d.kernel_release.clone(),
-            d.machine.clone(),
-        )
-    };
+    let Clock {
+        session_start_utc_ns: utc,
+        earliest_ns: floor,
+        kernel_release: kernel,
+        machine,
+    } = clock.clone();
     let placed = [Placed {
         label: Some(who.label.to_string()),
         // Where a conversion of this report alone puts it: its earliest row at zero.
@@ -882,11 +907,10 @@ pub fn assemble_parts(
             f.seek(SeekFrom::Start(*start))
                 .map_err(|e| anyhow!("cannot read {}: {}", path.display(), os_error(&e)))?;
             let machine = if n > 1 { i as u32 } else { 0 };
-            let mut r = std::io::BufReader::with_capacity(1 << 20, f);
             // Never negative: the merge's shift keeps every report's earliest row at or after
             // zero, where the part alone put it.
             let delta = (to.offset - h.offset).max(0) as u64;
-            bytes += crate::output::pftrace::copy_on_machine(&mut r, w, machine, delta)
+            bytes += crate::output::pftrace::copy_on_machine(&mut f, w, machine, delta)
                 .map_err(|e| anyhow!("{}: {}", path.display(), os_error(&e)))?;
         }
         Ok(bytes)

@@ -198,6 +198,9 @@ pub struct Source {
     pub exported: Option<Exported>,
     pub identity: Identity,
     pub label: String,
+    /// Where it goes on the timeline, read with its identity (the merge opens it once more, to
+    /// convert it).
+    pub clock: convert::Clock,
 }
 
 /// How [`prepare`] and `run` work.
@@ -252,6 +255,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
             exported,
             identity,
             label,
+            clock: convert::Clock::of(&export),
         })
     });
     let mut sources = Vec::new();
@@ -315,7 +319,9 @@ pub fn merge(
         .iter()
         .map(|s| (s.sqlite.clone(), s.label.clone()))
         .collect();
-    let (summary, placed) = convert::merge_sqlite(&inputs, output, opts.align, conv, opts.jobs)?;
+    let clocks: Vec<convert::Clock> = sources.iter().map(|s| s.clock.clone()).collect();
+    let (summary, placed) =
+        convert::merge_clocked(&inputs, &clocks, output, opts.align, conv, opts.jobs)?;
     Ok(Merged {
         summary,
         sources: placed,
@@ -630,7 +636,7 @@ fn write_part(
         rank_from: src.identity.rank_from,
         origin: &src.input,
     };
-    let summary = convert::write_part(&src.sqlite, &who, output, opts.align, conv)
+    let summary = convert::write_part(&src.sqlite, &who, &src.clock, output, opts.align, conv)
         .map_err(|e| anyhow!("{}: {}", src.input.display(), crate::errors::error_line(&e)))?;
     Ok(format!(
         "part {} ({}) -> {}\n{}",

@@ -188,13 +188,15 @@ fn on_machine(data: &[u8], machine: u32) -> Vec<u8> {
 }
 
 /// Copy a stream of framed packets (a part of a merge, as this writer writes it) from `from`
-/// to `to`, each put on `machine` (none added for 0, the host) and `delta` nanoseconds later,
-/// a packet at a time: memory is one packet. Returns the bytes written.
+/// to `to`, each put on `machine` (none added for 0, the host) and `delta` nanoseconds later.
+/// Returns the bytes written.
 ///
 /// What is moved is every absolute time the writer writes: clock snapshots (each sequence's
 /// incremental clock starts at one, its events are deltas from it), CPU samples and scheduling
 /// bundles. Only those packets are decoded and encoded again; the others are copied as they
-/// are.
+/// are. The input is read and the output written a block at a time, packets taken in place from
+/// the block: samples-heavy parts are millions of small packets, and a read and a write call for
+/// each cost more than the copy. Memory is a block, or one packet when it is larger.
 pub fn copy_on_machine(
     from: &mut impl std::io::Read,
     to: &mut dyn std::io::Write,
@@ -202,44 +204,100 @@ pub fn copy_on_machine(
     delta: u64,
 ) -> std::io::Result<u64> {
     use std::io::{Error, ErrorKind};
+    const BLOCK: usize = 1 << 20;
+    // Far above any packet this writer makes: a larger length is damage, not a packet to
+    // allocate room for.
+    const MAX_PACKET: u64 = 1 << 30;
     let extra = if machine == 0 {
         0
     } else {
         field_len(tag::PACKET_MACHINE_ID, u64::from(machine))
     };
-    let mut packet = Vec::new();
-    let mut head = Vec::with_capacity(16);
+    let mut machine_field = Vec::with_capacity(16);
+    if machine != 0 {
+        put_field(
+            &mut machine_field,
+            tag::PACKET_MACHINE_ID,
+            u64::from(machine),
+        );
+    }
+    // Unread input is `input[at..filled]`.
+    let mut input: Vec<u8> = vec![0; BLOCK];
+    let (mut at, mut filled) = (0, 0);
+    let mut eof = false;
+    let mut out: Vec<u8> = Vec::with_capacity(BLOCK + BLOCK / 8);
     let mut moved = Vec::new();
     let mut written = 0u64;
-    let mut byte = [0u8; 1];
     loop {
-        match from.read(&mut byte)? {
-            0 => return Ok(written),
-            _ if byte[0] != TRACE_PACKET_BYTE => {
+        let rest = &input[at..filled];
+        // A packet's frame: its tag byte, its length (a varint of at most 10 bytes), its bytes.
+        let framed = match rest.first() {
+            None => None,
+            Some(&b) if b != TRACE_PACKET_BYTE => {
                 return Err(Error::new(ErrorKind::InvalidData, "not a trace packet"));
             }
-            _ => {}
-        }
-        let mut len = 0u64;
-        for shift in (0..64).step_by(7) {
-            from.read_exact(&mut byte)?;
-            len |= u64::from(byte[0] & 0x7F) << shift;
-            if byte[0] < 0x80 {
-                break;
+            Some(_) => match rest[1..].iter().take(10).position(|b| *b < 0x80) {
+                Some(last) => {
+                    let start = last + 2;
+                    let (len, _) = read_varint(&rest[1..start]);
+                    if len > MAX_PACKET {
+                        return Err(Error::new(
+                            ErrorKind::InvalidData,
+                            "a damaged packet length",
+                        ));
+                    }
+                    Some((start, start + len as usize))
+                }
+                None if rest.len() > 11 => {
+                    return Err(Error::new(
+                        ErrorKind::InvalidData,
+                        "a damaged packet length",
+                    ));
+                }
+                None => None,
+            },
+        };
+        let (start, end) = match framed {
+            Some((start, end)) if end <= rest.len() => (start, end),
+            _ if eof => {
+                if !rest.is_empty() {
+                    return Err(Error::new(ErrorKind::UnexpectedEof, "a packet cut short"));
+                }
+                to.write_all(&out)?;
+                return Ok(written);
             }
-        }
-        packet.resize(len as usize, 0);
-        from.read_exact(&mut packet)?;
-        let body: &[u8] = match (delta, absolute_time(&packet)) {
-            (0, _) | (_, Absolute::None) => &packet,
+            // Read on: the rest of this packet, at least a block.
+            _ => {
+                input.copy_within(at..filled, 0);
+                filled -= at;
+                at = 0;
+                // Room for the whole packet, and for more than a packet's head.
+                let need = framed.map_or(filled + 16, |(_, end)| end);
+                if input.len() < need {
+                    input.resize(need.max(input.len() * 2), 0);
+                }
+                let n = loop {
+                    match from.read(&mut input[filled..]) {
+                        Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+                        r => break r?,
+                    }
+                };
+                filled += n;
+                eof = n == 0;
+                continue;
+            }
+        };
+        let packet = &rest[start..end];
+        let body: &[u8] = match (delta, absolute_time(packet)) {
+            (0, _) | (_, Absolute::None) => packet,
             // The most numerous: only the packet's timestamp field is written again.
             (_, Absolute::PacketTimestamp) => {
                 moved.clear();
-                move_timestamp_field(&packet, delta, &mut moved);
+                move_timestamp_field(packet, delta, &mut moved);
                 &moved
             }
             (_, Absolute::Inside) => {
-                let mut p = TracePacket::decode(packet.as_slice())
+                let mut p = TracePacket::decode(packet)
                     .map_err(|e| Error::new(ErrorKind::InvalidData, e))?;
                 move_packet(&mut p, delta);
                 moved.clear();
@@ -247,17 +305,16 @@ pub fn copy_on_machine(
                 &moved
             }
         };
-        head.clear();
-        head.push(TRACE_PACKET_BYTE);
-        put_varint(&mut head, (body.len() + extra) as u64);
-        to.write_all(&head)?;
-        to.write_all(body)?;
-        written += (head.len() + body.len()) as u64;
-        if machine != 0 {
-            head.clear();
-            put_field(&mut head, tag::PACKET_MACHINE_ID, u64::from(machine));
-            to.write_all(&head)?;
-            written += head.len() as u64;
+        let before = out.len();
+        out.push(TRACE_PACKET_BYTE);
+        put_varint(&mut out, (body.len() + extra) as u64);
+        out.extend_from_slice(body);
+        out.extend_from_slice(&machine_field);
+        written += (out.len() - before) as u64;
+        at += end;
+        if out.len() >= BLOCK {
+            to.write_all(&out)?;
+            out.clear();
         }
     }
 }

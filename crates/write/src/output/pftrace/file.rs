@@ -506,6 +506,55 @@ mod tests {
         assert_eq!(same, data);
     }
 
+    /// A part as a file gives it, a few bytes a read, with a packet larger than the copy's
+    /// block among many small ones: every packet copied whole and in order; a part cut short
+    /// inside a packet is an error, not a shorter copy.
+    #[test]
+    fn a_copied_part_read_in_pieces_keeps_every_packet() {
+        use super::super::copy_on_machine;
+        struct Dribble<'a>(&'a [u8]);
+        impl std::io::Read for Dribble<'_> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = buf.len().min(self.0.len()).min(7);
+                buf[..n].copy_from_slice(&self.0[..n]);
+                self.0 = &self.0[n..];
+                Ok(n)
+            }
+        }
+        let packet = |ts: u64, name_len: usize| TracePacket {
+            timestamp: Some(ts),
+            data: Some(trace_packet::Data::TrackEvent(TrackEvent {
+                name_field: Some(crate::proto::track_event::NameField::Name(
+                    "x".repeat(name_len),
+                )),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        let packets: Vec<TracePacket> = (0..2000)
+            .map(|i| packet(i, if i == 1000 { 3 << 20 } else { i as usize % 300 }))
+            .collect();
+        let mut data = Vec::new();
+        for p in &packets {
+            frame(p, &mut data);
+        }
+        let mut out = Vec::new();
+        let n = copy_on_machine(&mut Dribble(&data), &mut out, 2, 10).unwrap();
+        assert_eq!(n, out.len() as u64);
+        let got = crate::proto::Trace::decode(out.as_slice()).unwrap().packet;
+        let expected: Vec<TracePacket> = packets
+            .iter()
+            .map(|p| TracePacket {
+                machine_id: Some(2),
+                ..p.clone()
+            })
+            .collect();
+        assert!(got == expected, "packets differ");
+        let cut = &data[..data.len() - 1];
+        let err = copy_on_machine(&mut Dribble(cut), &mut Vec::new(), 2, 10).unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
     /// A merged report's chunk: every packet the same but for its machine, whatever its size
     /// (a length that needs one more varint byte once the field is added), and the root
     /// track's hand-written packet decodes as a TrackDescriptor with uuid 0 on that machine.
