@@ -514,7 +514,7 @@ impl MergeArgs {
                 .iter()
                 .map(|s| (s.sqlite.clone(), s.label.clone()))
                 .collect();
-            conv.pictures = Some(std::sync::Arc::new(crate::pictures::compute(
+            conv.pictures = Some(std::sync::Arc::new(crate::workflow::pictures::compute(
                 &inputs,
                 self.pictures(),
                 &opts.export,

@@ -24,6 +24,7 @@
 
 pub mod analyze;
 pub mod extract;
+pub mod pictures;
 pub mod recipe;
 pub mod reports;
 pub mod stats;

@@ -36,7 +36,14 @@ const LAYERS: &[(&str, &[&str])] = &[
     ("layout", &["layout"]),
     (
         "conversion",
-        &["convert", "provenance", "report", "hints", "about"],
+        &[
+            "convert",
+            "provenance",
+            "report",
+            "hints",
+            "about",
+            "pictures",
+        ],
     ),
     (
         "workflows and CLI",
