@@ -18,6 +18,7 @@
 //! * Reports go through [`crate::report::export_report`] first.
 
 use crate::convert::{self, Options};
+use crate::nsys::inputs::{Input, classify};
 use crate::report::{self, ExportOptions};
 use anyhow::{Result, anyhow, bail};
 use std::collections::{BTreeMap, HashSet};
@@ -57,13 +58,6 @@ impl Totals {
     }
 }
 
-/// The kinds of input the converter takes.
-pub fn is_profile(path: &Path) -> bool {
-    report::is_report(path)
-        || crate::nsys::is_columnar_export(path)
-        || crate::nsys::is_sqlite_name(path)
-}
-
 /// The command line's inputs, expanded.
 #[derive(Debug, Default)]
 pub struct Expanded {
@@ -89,7 +83,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
     let mut files: Vec<PathBuf> = Vec::new();
     for input in inputs {
         let shown = input.display().to_string();
-        if input.is_dir() && !crate::nsys::is_columnar_export(input) {
+        if input.is_dir() && !classify(input).is_columnar() {
             ex.expanded_any = true;
             match fs::read_dir(input) {
                 Ok(rd) => {
@@ -97,8 +91,9 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                         .flatten()
                         .map(|e| e.path())
                         .filter(|p| {
-                            (p.is_file() || crate::nsys::is_columnar_export(p))
-                                && is_profile(p)
+                            let kind = classify(p);
+                            (p.is_file() || kind.is_columnar())
+                                && kind.is_profile()
                                 && !p
                                     .file_name()
                                     .is_some_and(|n| n.to_string_lossy().starts_with('.'))
@@ -108,7 +103,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                     if found.is_empty() {
                         ex.errors.push((
                             shown,
-                            format!("no {} in this directory", crate::nsys::INPUTS),
+                            format!("no {} in this directory", crate::nsys::inputs::INPUTS),
                         ));
                     }
                     files.extend(found);
@@ -186,8 +181,8 @@ fn pick_one(files: &[PathBuf], members: &[usize]) -> (usize, &'static str) {
             .filter(|&i| pred(&files[i]))
             .max_by_key(|&i| mtime(&files[i]))
     };
-    let export = newest(&|p: &Path| !report::is_report(p));
-    let rep = newest(&|p: &Path| report::is_report(p));
+    let export = newest(&|p: &Path| classify(p) != Input::Report);
+    let rep = newest(&|p: &Path| classify(p) == Input::Report);
     match (export, rep) {
         // An export this tool made records its report: its times do not matter.
         (Some(e), Some(r)) if report::export_is_of(&files[e], &files[r]) == Some(false) => (
@@ -402,7 +397,7 @@ fn output_for(input: &Path, opts: &BatchOptions, conv: &Options, many: bool) -> 
 /// Convert one input (exporting it first when it is a report); the lines to print on success.
 fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options) -> Result<String> {
     let mut text = String::new();
-    let summary = if report::is_report(input) {
+    let summary = if classify(input) == Input::Report {
         let sibling = report::sibling_export(input);
         if output == sibling || convert::same_file(output, &sibling) {
             bail!(

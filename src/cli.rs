@@ -247,6 +247,7 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
         progress: !args.quiet,
         check: args.check,
         analyze: args.analyze,
+        pictures: None,
         selection: match args.select.selection() {
             Ok(s) => s,
             Err(e) => {

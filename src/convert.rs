@@ -59,6 +59,9 @@ pub struct Options {
     /// Add nsys' expert rules' findings (`analyze`, default options) as an "Analysis" group:
     /// one slice per finding, with an arrow from the CUDA call it blames.
     pub analyze: bool,
+    /// A merge's pictures (`merge --util-map`, `--stragglers`): each report's share is written
+    /// after its events.
+    pub pictures: Option<Arc<crate::pictures::Pictures>>,
 }
 
 impl Options {
@@ -74,6 +77,7 @@ impl Options {
             selection: sel,
             check: _,
             analyze,
+            pictures,
         } = self;
         let crate::select::Selection {
             types: _,
@@ -82,6 +86,7 @@ impl Options {
             pids: _,
             devices: _,
             nvtx_colors: _,
+            gpu,
         } = sel;
         let mut parts: Vec<String> = Vec::new();
         if sel.types != EventType::defaults() {
@@ -127,6 +132,12 @@ impl Options {
         }
         if *analyze {
             parts.push("--analyze".into());
+        }
+        if *gpu == crate::select::GpuModel::Perfetto && *format == OutputFormat::Protobuf {
+            parts.push("--gpu perfetto".into());
+        }
+        if let Some(p) = pictures {
+            parts.push(p.options.text());
         }
         parts.join(" ")
     }
@@ -504,7 +515,7 @@ fn convert_part(
         &part.placed[i..=i],
         &[part.floor],
         output,
-        &Protobuf::part(part.placed, part.position),
+        &Protobuf::part(part.placed, part.position).with_gpu_model(opts.selection.gpu),
         opts,
         None,
     )
@@ -986,7 +997,7 @@ fn run_format(
 ) -> Result<Summary> {
     match opts.format {
         OutputFormat::Protobuf => {
-            let format = Protobuf::new(&placed);
+            let format = Protobuf::new(&placed).with_gpu_model(opts.selection.gpu);
             run(opened, paths, placed, floors, output, &format, opts, record)
         }
         OutputFormat::Json => run(
@@ -1202,6 +1213,9 @@ fn read_into<F: Format>(
                         &opts.selection,
                         make_sink(),
                     )?);
+                }
+                if let Some(mine) = opts.pictures.as_ref().and_then(|p| p.ranks.get(position)) {
+                    p.merge(crate::pictures::write(mine, &opts.selection, make_sink())?);
                 }
                 Ok(p)
             });

@@ -1,6 +1,7 @@
 //! Messages that say what went wrong and what to do next, where the plain error would not: a
 //! trace given as input, a damaged or truncated export, a selection that matches nothing.
 
+use crate::nsys::inputs::{Input, classify_name};
 use crate::select::{EventType, NameFilter, Selection};
 use std::path::Path;
 
@@ -29,7 +30,7 @@ fn is_sqlite(path: &Path) -> bool {
 /// When `path` is a trace (a `.pftrace` or `.json` output, say) rather than a profile: the
 /// message that points to `open`.
 pub fn already_a_trace(path: &Path) -> Option<String> {
-    if !crate::file_kind::is_trace(path) || is_sqlite(path) {
+    if classify_name(path) != Input::Trace || is_sqlite(path) {
         return None;
     }
     Some(format!(

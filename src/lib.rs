@@ -12,8 +12,7 @@
 //! and the CLI.
 
 pub use nsys_perfetto_model::{
-    cleanup, errors, file_kind, model, parallel, progress, put, say, say_part, select, summary,
-    term,
+    cleanup, errors, model, parallel, progress, put, say, say_part, select, summary, term,
 };
 pub use nsys_perfetto_read as nsys;
 pub use nsys_perfetto_write::{layout, output, proto};
@@ -25,6 +24,7 @@ pub mod convert;
 pub mod hints;
 pub mod merge;
 pub mod open;
+pub mod pictures;
 pub mod provenance;
 pub mod report;
 pub mod serve;

@@ -18,6 +18,7 @@
 use crate::batch;
 use crate::cli::args::{AlignArg, FormatArg, MergeArgs};
 use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
+use crate::nsys::inputs::{Input, classify};
 use crate::nsys::source::Export;
 use crate::parallel::{default_jobs, parallel_map};
 use crate::report::{self, ExportOptions, Exported};
@@ -223,7 +224,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
         })
         .transpose()?;
     let prepared = parallel_map(files, opts.jobs, |_, input| -> Result<Source> {
-        let (sqlite, exported) = if report::is_report(input) {
+        let (sqlite, exported) = if classify(input) == Input::Report {
             let e = report::export_report(input, &opts.export)?;
             (e.path().to_path_buf(), Some(e))
         } else {
@@ -443,6 +444,7 @@ impl MergeArgs {
             selection,
             check: false,
             analyze: false,
+            pictures: None,
         };
         let opts = MergeOptions {
             align: match self.align {
@@ -492,9 +494,28 @@ impl MergeArgs {
             }
         }
         if self.part {
+            if self.pictures().any() {
+                bail!(
+                    "--util-map and --stragglers need every rank: give them to a merge of the \
+                     reports, not to --part"
+                );
+            }
             return write_part(&sources, &self.output, opts, conv);
         }
-        let merged = merge(&sources, &self.output, opts, conv)?;
+        let mut conv = conv.clone();
+        if self.pictures().any() {
+            let inputs: Vec<(PathBuf, String)> = sources
+                .iter()
+                .map(|s| (s.sqlite.clone(), s.label.clone()))
+                .collect();
+            conv.pictures = Some(std::sync::Arc::new(crate::pictures::compute(
+                &inputs,
+                self.pictures(),
+                &opts.export,
+                opts.jobs,
+            )?));
+        }
+        let merged = merge(&sources, &self.output, opts, &conv)?;
         let rows: Vec<Row> = sources.iter().map(Row::of).collect();
         Ok(format!(
             "merged {} report{} -> {}\n{}{}",
@@ -504,6 +525,14 @@ impl MergeArgs {
             render(&merged, &rows, opts.align),
             browser_note(&self.output, merged.summary.output_bytes).unwrap_or_default()
         ))
+    }
+
+    /// What `--util-map`, `--bins` and `--stragglers` ask to draw.
+    fn pictures(&self) -> crate::pictures::PictureOptions {
+        crate::pictures::PictureOptions {
+            util_bins: self.util_map.then_some(usize::from(self.bins)),
+            stragglers: self.stragglers,
+        }
     }
 
     /// `merge PART...`: every input a part made by `merge --part`; `None` when none is. Parts
@@ -533,6 +562,12 @@ impl MergeArgs {
     fn assemble(&self, parts: &[PathBuf], conv: &Options) -> Result<String> {
         if self.output_format() != OutputFormat::Protobuf {
             bail!("parts merge into a .pftrace only (JSON has no machines)");
+        }
+        if self.pictures().any() {
+            bail!(
+                "--util-map and --stragglers read the reports: merge the reports (or their \
+                 exports), not parts"
+            );
         }
         if !conv.content_text().is_empty() {
             bail!(

@@ -9,6 +9,7 @@
 //! instead, for traces too large for a browser tab.
 
 use crate::cli::args::{LOCAL_UI_PORT, OpenArgs, PERFETTO_PORT};
+use crate::nsys::inputs::{Input, classify};
 use crate::serve::http;
 use crate::serve::ui_dir::{TRACE_PREFIX, UiDir};
 use anyhow::{Context, Result, anyhow, bail};
@@ -43,6 +44,10 @@ fn bind_local(port: u16, why: &str) -> Result<std::net::TcpListener> {
 }
 
 /// Where the UI should open: `visStart`/`visEnd` (and `ts` for `--at`), in trace nanoseconds.
+/// The UI's GPU plugins users enable (`open --gpu-compute`), as a link asks for them.
+pub const GPU_COMPUTE_PLUGINS: &str =
+    "&enablePlugins=com.meta.GpuCompute,dev.perfetto.GpuByProcess";
+
 pub fn deep_link_params(at: Option<&str>, range: Option<&str>) -> Result<String> {
     if let Some(at) = at {
         let t = crate::select::parse_duration(at)?;
@@ -173,28 +178,35 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     if !input.exists() {
         bail!("{}: no such file", input.display());
     }
-    if input.is_dir() && !crate::nsys::is_columnar_export(input) {
+    let kind = classify(input);
+    if input.is_dir() && !kind.is_columnar() {
         bail!(
             "{}: is a directory; open one trace or profile",
             input.display()
         );
     }
-    if crate::file_kind::is_trace(input) && !crate::batch::is_profile(input) {
+    if kind == Input::Trace {
         return Ok((input.clone(), None));
     }
-    if !crate::batch::is_profile(input) {
+    if !kind.is_profile() {
         bail!(
             "{}: neither a trace (.pftrace, .json, .gz) nor a profile (.nsys-rep, .qdrep, .sqlite, an Arrow export)",
             input.display()
         );
     }
+    let mut selection = args.select.selection()?;
+    if args.gpu_compute {
+        // The GPU compute tab and GPU-by-process tracks read Perfetto's GPU model.
+        selection.gpu = crate::select::GpuModel::Perfetto;
+    }
     let opts = crate::convert::Options {
         format: crate::convert::OutputFormat::Protobuf,
         json_colors: false,
         progress: true,
-        selection: args.select.selection()?,
+        selection,
         check: false,
         analyze: false,
+        pictures: None,
     };
     let selected = !opts.selection.is_everything();
     let default = crate::convert::default_output(input, opts.format);
@@ -206,15 +218,8 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     let (output, temp) = if selected || crate::report::read_only_dir(&dir) {
         // Registered with `cleanup`: an interrupt during the conversion removes it; its name
         // carries the process id, so that a run killed outright has it removed by the next.
-        let t = crate::cleanup::create(
-            || {
-                tempfile::Builder::new()
-                    .prefix(&crate::cleanup::prefix("nsys-perfetto-open-"))
-                    .tempdir()
-            },
-            |d| d.path().to_path_buf(),
-        )
-        .context("cannot create a temporary directory")?;
+        let t = crate::cleanup::temp_dir("nsys-perfetto-open-")
+            .context("cannot create a temporary directory")?;
         let out = t.path().join(default.file_name().unwrap_or_default());
         (out, Some(TempFolder(t)))
     } else {
@@ -236,7 +241,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
             crate::provenance::Reuse::Missing => {}
         }
     }
-    let summary = if crate::report::is_report(input) {
+    let summary = if classify(input) == Input::Report {
         let exported = crate::report::export_report(input, &args.nsys.export_options(false))
             .map_err(|e| anyhow!("{}: {}", input.display(), crate::errors::error_line(&e)))?;
         eprintln!("  {}", exported.describe());
@@ -278,7 +283,10 @@ impl OpenArgs {
     }
 
     fn open(&self) -> Result<ExitCode> {
-        let link_params = deep_link_params(self.at.as_deref(), self.range.as_deref())?;
+        let mut link_params = deep_link_params(self.at.as_deref(), self.range.as_deref())?;
+        if self.gpu_compute {
+            link_params.push_str(GPU_COMPUTE_PLUGINS);
+        }
         // A local UI build is checked before anything is converted.
         let ui = self
             .ui

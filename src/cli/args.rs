@@ -53,6 +53,20 @@ pub struct SelectArgs {
     /// output it turns on --json-colors.
     #[arg(long, value_name = "JSON")]
     pub nvtx_color_scheme: Option<String>,
+    /// How a protobuf trace writes kernels, memcpys and memsets: 'tracks' (a track per stream
+    /// under each GPU, beside its NVTX and sync tracks) or 'perfetto' (Perfetto's own GPU model:
+    /// its gpu_slice table, the GPU hardware-queue tracks and the UI's GPU plugins). JSON
+    /// output always writes tracks.
+    #[arg(long, value_enum, value_name = "MODEL", default_value_t = GpuArg::Tracks)]
+    pub gpu: GpuArg,
+}
+
+/// `--gpu`: see [`crate::select::GpuModel`].
+#[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuArg {
+    #[default]
+    Tracks,
+    Perfetto,
 }
 
 impl SelectArgs {
@@ -76,6 +90,10 @@ impl SelectArgs {
         if let Some(scheme) = &self.nvtx_color_scheme {
             sel.nvtx_colors = crate::select::parse_color_scheme(scheme)?;
         }
+        sel.gpu = match self.gpu {
+            GpuArg::Tracks => crate::select::GpuModel::Tracks,
+            GpuArg::Perfetto => crate::select::GpuModel::Perfetto,
+        };
         Ok(sel)
     }
 }
@@ -373,6 +391,19 @@ pub struct MergeArgs {
     /// reading the reports again.
     #[arg(long)]
     pub part: bool,
+    /// Draw each rank's GPU time utilization as counter tracks first in its "Analysis · LABEL"
+    /// group, binned as nsys' cuda_gpu_time_util_map recipe bins it (--bins bins on one
+    /// wall-clock axis): the ranks' groups, in rank order at the top, make a heat map.
+    #[arg(long)]
+    pub util_map: bool,
+    /// --util-map: the number of equal time bins over the longest session.
+    #[arg(long, value_name = "N", default_value_t = 30, requires = "util_map", value_parser = clap::value_parser!(u16).range(2..))]
+    pub bins: u16,
+    /// Add a "Stragglers" track to each rank's "Analysis" group: for every NVTX range name and
+    /// MPI call, the rank that starts its k-th occurrence last gets a slice "late: NAME" from the
+    /// earliest rank's start to its own (the lag).
+    #[arg(long)]
+    pub stragglers: bool,
     /// Print nothing but errors.
     #[arg(short, long)]
     pub quiet: bool,
@@ -433,6 +464,11 @@ pub struct OpenArgs {
     /// Stop waiting for the UI after this many seconds (default: until fetched or Ctrl-C).
     #[arg(long, value_name = "SECS")]
     pub timeout: Option<u64>,
+    /// Open the UI with its GPU compute tab (plugin com.meta.GpuCompute: kernel summary,
+    /// launch statistics) and GPU-by-process tracks (dev.perfetto.GpuByProcess) enabled. They
+    /// read Perfetto's GPU model: a profile is converted with --gpu perfetto.
+    #[arg(long)]
+    pub gpu_compute: bool,
     /// Serve this local Perfetto UI build (a directory with its index.html) instead of opening
     /// ui.perfetto.dev: for machines whose browser cannot reach it. The UI and the trace are
     /// served on http://127.0.0.1:10000/ until Ctrl-C.

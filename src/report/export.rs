@@ -522,28 +522,15 @@ fn export_as(
     format: Format,
     again: Option<String>,
 ) -> Result<Exported> {
+    let export_to =
+        |target: &Path| run_export(nsys, report, target, capture.as_ref(), record, opts, format);
     if opts.no_cache && !opts.keep_sqlite {
-        let temp = crate::cleanup::create(
-            || {
-                tempfile::Builder::new()
-                    .prefix(&crate::cleanup::prefix("nsys-perfetto-export-"))
-                    .tempdir()
-            },
-            |d| d.path().to_path_buf(),
-        )
-        .context("cannot create a temporary directory")?;
+        let temp = crate::cleanup::temp_dir("nsys-perfetto-export-")
+            .context("cannot create a temporary directory")?;
         let target = temp
             .path()
             .join(format!("{}{}", stem_of(report), format.suffix()));
-        let seconds = run_export(
-            nsys,
-            report,
-            &target,
-            capture.as_ref(),
-            record,
-            opts,
-            format,
-        )?;
+        let seconds = export_to(&target)?;
         return Ok(Exported {
             path: target,
             kind: ExportKind::Exported { seconds },
@@ -579,15 +566,7 @@ fn export_as(
             (n, None) => n,
             (None, Some(a)) => Some(format!("exporting again: {a}")),
         };
-        let seconds = run_export(
-            nsys,
-            report,
-            &target,
-            capture.as_ref(),
-            record,
-            opts,
-            format,
-        )?;
+        let seconds = export_to(&target)?;
         (
             ExportKind::Exported { seconds },
             Some(nsys.clone()),

@@ -1,7 +1,6 @@
 //! Which nsys version captured a report, read from the file alone, and which nsys reads which.
 
 use anyhow::{Result, anyhow, bail};
-use std::ffi::OsStr;
 use std::fmt;
 use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
@@ -262,11 +261,4 @@ pub(super) fn find_build_version(b: &[u8]) -> Option<Version> {
         }
     }
     found
-}
-
-/// True for the report files nsys writes: `.nsys-rep` (2021.4 on) and `.qdrep` (before).
-pub fn is_report(path: &Path) -> bool {
-    path.extension()
-        .and_then(OsStr::to_str)
-        .is_some_and(|e| e.eq_ignore_ascii_case("nsys-rep") || e.eq_ignore_ascii_case("qdrep"))
 }

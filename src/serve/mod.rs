@@ -18,6 +18,7 @@ pub mod ui_dir;
 use crate::cli::args::{SelectArgs, ServeArgs};
 use crate::convert::{self, OutputFormat};
 use crate::model::Category;
+use crate::nsys::inputs::{Input, classify, classify_name};
 use crate::summary::Summary;
 use anyhow::{Context, Result};
 use http::{Request, Response, bind, loopback_host};
@@ -434,13 +435,14 @@ fn sniff(path: &Path, name: &str) -> Result<(), String> {
     if n == 0 {
         return Err(format!("{name} is empty"));
     }
-    if crate::report::is_report(Path::new(name)) {
+    let kind = classify_name(Path::new(name));
+    if kind == Input::Report {
         if !head.starts_with(b"NVIDIA") {
             return Err(format!(
                 "{name} is not an Nsight Systems report (it does not start like one)"
             ));
         }
-    } else if crate::nsys::arrow::is_streams_name(Path::new(name)) {
+    } else if kind == Input::ArrowStreams {
         // nsys' Arrow streams begin with a message's continuation marker.
         if !head.starts_with(&[0xff; 4]) {
             return Err(format!(
@@ -582,7 +584,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     let output = dir.join(&out_name);
     let mut export_line = None;
     let exported;
-    let sqlite = if crate::report::is_report(&input) {
+    let sqlite = if classify(&input) == Input::Report {
         job.set_phase("exporting");
         let opts = crate::report::ExportOptions {
             nsys: state.nsys.clone(),
@@ -612,6 +614,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         selection,
         check: false,
         analyze,
+        pictures: None,
     };
     let summary = match convert::convert_sqlite(&sqlite, &output, &opts) {
         Ok(s) => s,

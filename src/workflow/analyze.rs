@@ -2,8 +2,9 @@
 //! the findings of nsys' expert rules, which [`crate::nsys::rules`] runs.
 
 use crate::cli::args::AnalyzeArgs;
+use crate::nsys::inputs::{Input, classify};
 use crate::nsys::rules::{
-    CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_sqlite,
+    CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_sqlite,
 };
 use anyhow::{Result, bail};
 use std::path::Path;
@@ -155,8 +156,12 @@ impl AnalyzeArgs {
             }
             v
         };
-        if !(1..=1000).contains(&self.chunks) {
-            bail!("--chunks: value must be between 1 and 1000");
+        if !CHUNK_COUNTS.contains(&self.chunks) {
+            bail!(
+                "--chunks: value must be between {} and {}",
+                CHUNK_COUNTS.start(),
+                CHUNK_COUNTS.end()
+            );
         }
         Ok(Options {
             rules,
@@ -210,7 +215,7 @@ pub fn analyze_profile(
     export: &crate::report::ExportOptions,
     opts: &Options,
 ) -> Result<Vec<RuleReport>> {
-    if crate::report::is_report(path) {
+    if classify(path) == Input::Report {
         let exported = crate::report::export_report(path, export)?;
         analyze_sqlite(exported.path(), opts)
     } else {

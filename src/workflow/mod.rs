@@ -31,6 +31,7 @@ pub mod sweep;
 
 use crate::cli::args::OutputArgs;
 use crate::nsys::enums::Enums;
+use crate::nsys::inputs::{Input, classify};
 use crate::nsys::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
 use crate::nsys::projection::{NVTX_GPU, PROJ_DB, Projection};
 use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
@@ -338,7 +339,7 @@ impl Export {
     /// [`Export::open_with`], computing the NVTX-to-GPU projection only when `project` (it
     /// reads every NVTX range and GPU row: work a caller that never reads it should not pay).
     pub fn open_projecting(path: &Path, opts: &ExportOptions, project: bool) -> Result<Export> {
-        let (exported, conn, schema) = if report::is_report(path) {
+        let (exported, conn, schema) = if classify(path) == Input::Report {
             let (exported, conn, schema) = report::export_and_open(path, opts)?;
             (Some(exported), conn, schema)
         } else {

@@ -156,14 +156,27 @@ pub fn run(
     jobs: usize,
     opts: &RecipeOptions,
 ) -> Result<Option<Outcome>> {
-    let ranks = crate::parallel::parallel_map(files, jobs, |_, path| {
+    let named: Vec<(PathBuf, String)> = files.iter().map(|p| (p.clone(), rank_name(p))).collect();
+    run_named(recipe, &named, export, jobs, opts)
+}
+
+/// [`run`] with each rank named by the caller (its `File` in the tables): `merge --util-map`
+/// names ranks by their place in the merge.
+pub fn run_named(
+    recipe: Recipe,
+    files: &[(PathBuf, String)],
+    export: &ExportOptions,
+    jobs: usize,
+    opts: &RecipeOptions,
+) -> Result<Option<Outcome>> {
+    let ranks = crate::parallel::parallel_map(files, jobs, |_, (path, _)| {
         rank_data(recipe, path, export)
             .map_err(|e| anyhow!("{}: {}", path.display(), crate::errors::error_line(&e)))
     });
     let mut found = Vec::new();
-    for (path, r) in files.iter().zip(ranks) {
+    for ((_, name), r) in files.iter().zip(ranks) {
         if let Some(d) = r? {
-            found.push((rank_name(path), d));
+            found.push((name.clone(), d));
         }
     }
     if found.is_empty() {

@@ -622,6 +622,26 @@ fn bad_input() {
     }
 }
 
+/// The reading crate refuses a chunk count out of range in words for any caller, naming no
+/// command-line flag (the command line says `--chunks` itself, checked above).
+#[test]
+fn the_library_refuses_chunks_out_of_range_in_its_own_words() {
+    let export = crate::common::fixture("nvtx_workload.sqlite");
+    for chunks in [0, 1001] {
+        let opts = Options {
+            chunks,
+            ..Options::default()
+        };
+        let e = rules::analyze_sqlite(&export, &opts).unwrap_err();
+        assert_eq!(
+            format!("{e:#}"),
+            format!(
+                "gpu_time_util's chunks per process and GPU must be between 1 and 1000, not {chunks}"
+            )
+        );
+    }
+}
+
 /// Convert with `--analyze` into `dir`.
 fn convert_analyzed(
     input: &Path,
@@ -640,9 +660,7 @@ fn convert_analyzed(
         selection,
         ..Default::default()
     };
-    let summary = nsys_perfetto::convert::convert_sqlite(input, &out, &opts)
-        .unwrap_or_else(|e| panic!("{}: {e:#}", input.display()));
-    (summary, out)
+    (crate::common::convert_to(input, &out, &opts), out)
 }
 
 /// `--analyze`: an "Analysis" group with one track per rule that found something, one slice

@@ -47,16 +47,7 @@ fn fixture_copy(dir: &Path, name: &str) -> PathBuf {
 }
 
 fn corpus_copy(dir: &Path, corpus_name: &str, name: &str) -> Option<PathBuf> {
-    let Some(c) = common::corpus_dir() else {
-        skip("corpus", "no ../shared/corpus");
-        return None;
-    };
-    let src = c.join(corpus_name);
-    if !src.is_file() {
-        skip("corpus", &format!("no {corpus_name} in the corpus"));
-        return None;
-    }
-    Some(copy(&src, dir, name))
+    Some(copy(&common::corpus_file(corpus_name)?, dir, name))
 }
 
 /// `dir`, created.

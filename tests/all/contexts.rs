@@ -11,7 +11,7 @@
 //! source; the track tree is also read back through Perfetto's own trace_processor.
 
 use crate::common::{self, Trace, corpus_dir, validate_file};
-use nsys_perfetto::convert::{Options, OutputFormat, convert_sqlite};
+use nsys_perfetto::convert::Options;
 use nsys_perfetto::select::{EventType, Selection};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
@@ -298,27 +298,18 @@ fn check_placement(what: &str, src: &Src, t: &Trace) -> (usize, usize) {
     (multi, checked)
 }
 
-fn convert(input: &Path, out: &Path, selection: Selection, format: OutputFormat) {
-    let opts = Options {
+fn with_nvtx_gpu() -> Options {
+    let mut selection = Selection::default();
+    selection.types.insert(EventType::NvtxGpu);
+    Options {
         selection,
-        format,
         ..Options::default()
-    };
-    convert_sqlite(input, out, &opts).expect("conversion succeeds");
-}
-
-fn with_nvtx_gpu() -> Selection {
-    let mut s = Selection::default();
-    s.types.insert(EventType::NvtxGpu);
-    s
+    }
 }
 
 /// A copy of the base export with the fixture scripts applied, in `dir`.
-fn made(dir: &Path, scripts: &[&str]) -> Option<PathBuf> {
-    let Some(base) = corpus_dir().map(|d| d.join(BASE)).filter(|p| p.is_file()) else {
-        common::skip("corpus", &format!("{BASE} is absent"));
-        return None;
-    };
+pub(crate) fn made(dir: &Path, scripts: &[&str]) -> Option<PathBuf> {
+    let base = common::corpus_file(BASE)?;
     let path = dir.join(format!("{}.sqlite", scripts.join("+")));
     std::fs::copy(&base, &path).unwrap();
     let mut perms = std::fs::metadata(&path).unwrap().permissions();
@@ -431,7 +422,7 @@ fn every_stream_of_every_context_has_its_own_track_across_the_corpus() {
             continue;
         }
         let out = tmp.path().join("out.pftrace");
-        convert(&input, &out, Selection::default(), OutputFormat::Protobuf);
+        common::convert_to(&input, &out, &Options::default());
         let t = validate_file(&out);
         let name = input.file_name().unwrap().to_string_lossy().to_string();
         let (multi, n) = check_placement(&name, &src, &t);
@@ -462,15 +453,9 @@ fn every_stream_of_every_context_has_its_own_track_across_the_corpus() {
 /// context's streams, all directly under the GPU.
 #[test]
 fn unified_memory_migrations_are_no_context() {
-    let Some(input) = corpus_dir()
-        .map(|d| {
-            d.join(
-                "PhilippRue__SiScLab_23_24__exercise_4_batched_calls_LU_GPU_out_test_LU_batched_GPU.export-2023.4.4.sqlite",
-            )
-        })
-        .filter(|p| p.is_file())
-    else {
-        common::skip("corpus", "the PhilippRue export is absent");
+    let Some(input) = common::corpus_file(
+        "PhilippRue__SiScLab_23_24__exercise_4_batched_calls_LU_GPU_out_test_LU_batched_GPU.export-2023.4.4.sqlite",
+    ) else {
         return;
     };
     let conn = open(&input);
@@ -485,7 +470,7 @@ fn unified_memory_migrations_are_no_context() {
     assert!(uvm > 0 && uvm == with_cause, "{uvm} rows of context 0");
     let tmp = tempfile::tempdir().unwrap();
     let out = tmp.path().join("out.pftrace");
-    convert(&input, &out, Selection::default(), OutputFormat::Protobuf);
+    common::convert_to(&input, &out, &Options::default());
     let t = validate_file(&out);
     let gpu = t
         .tracks
@@ -532,7 +517,7 @@ fn two_processes_on_one_gpu_each_get_their_context() {
         "the fixture's contexts"
     );
     let out = tmp.path().join("shared.pftrace");
-    convert(&input, &out, with_nvtx_gpu(), OutputFormat::Protobuf);
+    common::convert_to(&input, &out, &with_nvtx_gpu());
     let t = validate_file(&out);
     let (multi, rows) = check_placement("shared GPU", &src, &t);
     assert_eq!(multi, 1);
@@ -573,7 +558,7 @@ fn two_processes_on_one_gpu_each_get_their_context() {
     }
     // JSON: one thread per stream of each context, named after its context.
     let json = tmp.path().join("shared.json");
-    convert(&input, &json, Selection::default(), OutputFormat::Json);
+    common::convert_to(&input, &json, &common::json_options());
     tpcheck(&json);
     let threads = json_gpu_threads(&json);
     assert_eq!(
@@ -606,7 +591,7 @@ fn two_contexts_of_one_process_on_one_gpu() {
     let src = Src::read(&input);
     assert_eq!(src.contexts[&0], BTreeSet::from([(111, 1), (111, 2)]));
     let out = tmp.path().join("one.pftrace");
-    convert(&input, &out, with_nvtx_gpu(), OutputFormat::Protobuf);
+    common::convert_to(&input, &out, &with_nvtx_gpu());
     let t = validate_file(&out);
     let (multi, _) = check_placement("one process", &src, &t);
     assert_eq!(multi, 1);
@@ -651,7 +636,7 @@ fn two_contexts_of_one_process_on_one_gpu() {
         }
     }
     let json = tmp.path().join("one.json");
-    convert(&input, &json, Selection::default(), OutputFormat::Json);
+    common::convert_to(&input, &json, &common::json_options());
     tpcheck(&json);
     let threads = json_gpu_threads(&json);
     assert_eq!(

@@ -3,8 +3,8 @@
 
 use crate::common;
 
-use crate::common::{Trace, corpus_dir, validate_file};
-use nsys_perfetto::convert::{Options, convert_sqlite};
+use crate::common::{Trace, corpus_dir, corpus_file, validate_file};
+use nsys_perfetto::convert::Options;
 use nsys_perfetto::proto::{self, trace_packet};
 use nsys_perfetto::select::Selection;
 use nsys_perfetto::summary::Summary;
@@ -13,16 +13,6 @@ use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-fn corpus_file(name: &str) -> Option<PathBuf> {
-    let p = corpus_dir()?.join(name);
-    if p.is_file() {
-        Some(p)
-    } else {
-        crate::common::skip("corpus", &format!("{} is absent", p.display()));
-        None
-    }
-}
-
 fn run(input: &Path, selection: Selection) -> (Summary, Trace, PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.pftrace");
@@ -30,7 +20,7 @@ fn run(input: &Path, selection: Selection) -> (Summary, Trace, PathBuf, tempfile
         selection,
         ..Options::default()
     };
-    let summary = convert_sqlite(input, &out, &opts).expect("conversion succeeds");
+    let summary = crate::common::convert_to(input, &out, &opts);
     let trace = validate_file(&out);
     (summary, trace, out, dir)
 }

@@ -6,7 +6,7 @@
 //! used is named; timestamps of source rows come back to the nanosecond. Plus a synthetic export
 //! for what the corpus lacks (NVTX marks, overlapping ranges, colours, odd strings) and gzip.
 
-use nsys_perfetto::convert::{Options, OutputFormat, convert_sqlite};
+use nsys_perfetto::convert::{Options, OutputFormat};
 use nsys_perfetto::model::Category;
 use nsys_perfetto::summary::Summary;
 use rusqlite::Connection;
@@ -39,8 +39,10 @@ fn json_opts(colors: bool) -> Options {
     }
 }
 
-/// A JSON number as written, in nanoseconds: `1234.567` µs -> 1234567. Timestamps must carry
-/// exactly three decimals, so no precision is lost or invented.
+/// A JSON number in microseconds, in nanoseconds: `1234.567` µs -> 1234567. serde_json prints
+/// the shortest text that reads back as the same `f64`, which for the trace's times (at most 15
+/// significant digits) is the decimal written, less trailing zeros. That it was written with
+/// exactly three decimals, `three_decimals` checks on the text.
 fn ns(v: &Value) -> i64 {
     let text = match v {
         Value::Number(n) => n.to_string(),
@@ -50,12 +52,30 @@ fn ns(v: &Value) -> i64 {
         Some(d) => (true, d),
         None => (false, text.as_str()),
     };
-    let (int, frac) = digits
-        .split_once('.')
-        .unwrap_or_else(|| panic!("timestamp without 3 decimals: {text}"));
-    assert_eq!(frac.len(), 3, "timestamp without 3 decimals: {text}");
-    let v = int.parse::<i64>().unwrap() * 1000 + frac.parse::<i64>().unwrap();
+    let (int, frac) = digits.split_once('.').unwrap_or((digits, ""));
+    assert!(frac.len() <= 3, "timestamp finer than a nanosecond: {text}");
+    let v = int.parse::<i64>().unwrap() * 1000 + format!("{frac:0<3}").parse::<i64>().unwrap();
     if neg { -v } else { v }
+}
+
+/// Every `ts` and `dur` of the trace's text carries exactly three decimals, so no precision is
+/// lost or invented (the parsed numbers no longer show how they were written).
+fn three_decimals(text: &str) {
+    for key in ["\"ts\":", "\"dur\":"] {
+        for (at, _) in text.match_indices(key) {
+            let value: String = text[at + key.len()..]
+                .chars()
+                .take_while(|c| c.is_ascii_digit() || *c == '-' || *c == '.')
+                .collect();
+            let digits = value.strip_prefix('-').unwrap_or(&value);
+            let ok = digits.split_once('.').is_some_and(|(int, frac)| {
+                !int.is_empty()
+                    && frac.len() == 3
+                    && int.bytes().chain(frac.bytes()).all(|b| b.is_ascii_digit())
+            });
+            assert!(ok, "{key} without 3 decimals: {value:?}");
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +99,7 @@ struct Trace {
 
 fn parse(bytes: &[u8]) -> Trace {
     let root: Value = serde_json::from_slice(bytes).expect("output is valid JSON");
+    three_decimals(std::str::from_utf8(bytes).expect("output is UTF-8"));
     let list = root["traceEvents"].as_array().expect("traceEvents array");
     // No placeholder: every object is a real event. Pid 0 is no real process: only GPU 0's
     // pseudo-process can have it (Perfetto's UI then shows "... · GPU 0").
@@ -154,8 +175,7 @@ fn parse(bytes: &[u8]) -> Trace {
 }
 
 fn convert(input: &Path, output: &Path, opts: &Options) -> (Summary, Trace) {
-    let summary = convert_sqlite(input, output, opts)
-        .unwrap_or_else(|e| panic!("{}: {e:#}", input.display()));
+    let summary = crate::common::convert_to(input, output, opts);
     let mut bytes = Vec::new();
     let file = std::fs::File::open(output).unwrap();
     if output.extension().is_some_and(|e| e == "gz") {

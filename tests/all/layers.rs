@@ -26,15 +26,7 @@ use std::path::Path;
 const LAYERS: &[(&str, &[&str])] = &[
     (
         "base",
-        &[
-            "errors",
-            "term",
-            "progress",
-            "cleanup",
-            "proto",
-            "parallel",
-            "file_kind",
-        ],
+        &["errors", "term", "progress", "cleanup", "proto", "parallel"],
     ),
     ("model", &["model", "select", "summary"]),
     ("sources", &["nsys"]),

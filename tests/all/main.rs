@@ -5,9 +5,9 @@
 //! all NAME::` runs one module.
 //!
 //! Checks that cannot run here (no corpus, no nsys...) call [`common::skip`]: the reason is
-//! printed past libtest's output capture, logged for `tests/zz_skips.rs` (which prints the
-//! list at the end of `cargo test`), and is a failure when `NSYS_PERFETTO_REQUIRE` names the
-//! requirement.
+//! printed past libtest's output capture, listed again when the binary exits, and is a failure
+//! when `NSYS_PERFETTO_REQUIRE` names the requirement. The binary also fails when a test wrote
+//! into `../shared` or the repository (`common::guard`).
 
 #[path = "../common/mod.rs"]
 mod common;
@@ -20,7 +20,9 @@ mod cli_messages;
 mod contexts;
 mod corpus;
 mod fidelity;
+mod files_guard;
 mod fixture;
+mod gpu_model;
 mod install;
 mod json_output;
 mod layers;
@@ -28,6 +30,7 @@ mod merge;
 mod nsys_e2e;
 mod nsys_stats;
 mod open_serve;
+mod pictures;
 mod projection_perf_check;
 mod proto_schema;
 mod recipe;

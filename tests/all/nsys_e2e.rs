@@ -4,7 +4,7 @@
 //! and pass where it is absent; CI installs it (`.ci/run`).
 
 use crate::common::skip;
-use nsys_perfetto::convert::{self, Options};
+use nsys_perfetto::convert::Options;
 use nsys_perfetto::model::Category;
 use nsys_perfetto::proto::{self, Trace, trace_packet, track_event};
 use nsys_perfetto::report::{self, Nsys, Version};
@@ -464,12 +464,11 @@ fn corpus_reports_convert_with_manifest_counts() {
         }
         drop(conn);
 
-        let summary = convert::convert_sqlite(
+        let summary = crate::common::convert_to(
             &sqlite,
             &tmp.path().join("scratch.pftrace"),
             &Options::default(),
-        )
-        .unwrap();
+        );
         let d = decode(&pftrace).by_category();
         // Scheduling is Perfetto's own (ftrace sched_switch): a thread's time on a CPU is a row
         // of `sched`, as the validator replays them, not a slice.

@@ -4,7 +4,7 @@
 
 use crate::common;
 
-use nsys_perfetto::convert::{Options, convert_sqlite};
+use nsys_perfetto::convert::Options;
 use rusqlite::Connection;
 use std::hash::{Hash, Hasher};
 use std::path::{Path, PathBuf};
@@ -728,8 +728,7 @@ fn mutated(dir: &Path, name: &str, sql: &str) -> PathBuf {
 
 fn convert(input: &Path) -> (nsys_perfetto::summary::Summary, common::Trace) {
     let out = input.with_extension("pftrace");
-    let s = convert_sqlite(input, &out, &Options::default())
-        .unwrap_or_else(|e| panic!("{}: {e:#}", input.display()));
+    let s = common::convert_to(input, &out, &Options::default());
     let trace = common::validate_file(&out);
     (s, trace)
 }

@@ -7,13 +7,12 @@
 use crate::common;
 
 use crate::common::{Trace, validate_file};
-use nsys_perfetto::convert::{Options, OutputFormat, convert_sqlite};
 use nsys_perfetto::model::Category;
 use nsys_perfetto::output::WellKnown;
 use nsys_perfetto::summary::Summary;
 use rusqlite::Connection;
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 const SAMPLE_FILES: &[&str] = &[
     "hypdeb__lawrencium__report1.export-2023.4.4.sqlite",
@@ -30,11 +29,6 @@ const SAMPLE_FILES: &[&str] = &[
 ];
 const METRICS_FILE: &str = "als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite";
 
-fn corpus_file(name: &str) -> Option<PathBuf> {
-    let p = common::corpus_dir()?.join(name);
-    p.is_file().then_some(p)
-}
-
 fn tpcheck_ok(out: &Path) {
     if let Some(Err(report)) = common::tpcheck(out) {
         panic!("{}: tpcheck --strict failed:\n{report}", out.display());
@@ -42,11 +36,7 @@ fn tpcheck_ok(out: &Path) {
 }
 
 fn json(input: &Path, out: &Path) -> Summary {
-    let opts = Options {
-        format: OutputFormat::Json,
-        ..Default::default()
-    };
-    convert_sqlite(input, out, &opts).unwrap()
+    common::convert_to(input, out, &common::json_options())
 }
 
 /// (time, tid, frames, leaf function) of every sample, sorted.
@@ -103,8 +93,7 @@ fn cpu_samples_are_exact_on_the_corpus() {
     let dir = tempfile::tempdir().unwrap();
     let mut seen = 0;
     for name in SAMPLE_FILES {
-        let Some(input) = corpus_file(name) else {
-            crate::common::skip("corpus", &format!("{name} is absent"));
+        let Some(input) = common::corpus_file(name) else {
             continue;
         };
         seen += 1;
@@ -227,7 +216,7 @@ fn trace_metrics(t: &Trace, device: i64) -> BTreeMap<String, (usize, f64)> {
 
 #[test]
 fn gpu_metrics_are_exact_and_converted_once() {
-    let Some(input) = corpus_file(METRICS_FILE) else {
+    let Some(input) = common::corpus_file(METRICS_FILE) else {
         crate::common::skip("corpus", "../shared/corpus not found");
         return;
     };
@@ -304,7 +293,7 @@ fn gpu_metrics_are_exact_and_converted_once() {
 /// A 2022-style export: the same report with only GENERIC_EVENTS gives the same counters.
 #[test]
 fn gpu_metrics_from_generic_events_match_gpu_metrics() {
-    let Some(input) = corpus_file(METRICS_FILE) else {
+    let Some(input) = common::corpus_file(METRICS_FILE) else {
         crate::common::skip("corpus", "../shared/corpus not found");
         return;
     };

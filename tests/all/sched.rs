@@ -6,10 +6,9 @@
 //! merge keeps each report's CPUs and threads apart; `--pid` and `--time-range` still select.
 
 use crate::common::{self, Trace, corpus_dir, tp_query, validate_file};
-use nsys_perfetto::convert::{Align, Options, OutputFormat, convert_sqlite, merge_sqlite};
+use nsys_perfetto::convert::{Align, Options, merge_sqlite};
 use nsys_perfetto::model::Category;
 use nsys_perfetto::select::{Selection, TimeRange};
-use nsys_perfetto::summary::Summary;
 use rusqlite::{Connection, OpenFlags};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -119,15 +118,6 @@ fn sql_pairs(conn: &Connection, filter: &str) -> Vec<Pair> {
     pairs
 }
 
-fn convert(input: &Path, out: &Path, selection: Selection, format: OutputFormat) -> Summary {
-    let opts = Options {
-        selection,
-        format,
-        ..Options::default()
-    };
-    convert_sqlite(input, out, &opts).unwrap_or_else(|e| panic!("{}: {e:#}", input.display()))
-}
-
 /// (start, end, cpu, tid) of the validator's `sched` rows of threads, sorted.
 fn rows_of(t: &Trace) -> Vec<(i64, i64, i64, i64)> {
     let mut rows: Vec<_> = t
@@ -166,7 +156,7 @@ fn every_pair_is_one_sched_row() {
         let conn = open(&input);
         let pairs = sql_pairs(&conn, "1");
         let out = dir.path().join(format!("{what}.pftrace"));
-        let summary = convert(&input, &out, Selection::default(), OutputFormat::Protobuf);
+        let summary = common::convert_to(&input, &out, &Options::default());
         let t = validate_file(&out);
         assert_eq!(
             summary.events_of(Category::Sched),
@@ -260,7 +250,7 @@ fn json_keeps_a_slice_per_pair_on_cpu_tracks() {
         let what = name(&input);
         let pairs = sql_pairs(&open(&input), "1");
         let out = dir.path().join(format!("{what}.json"));
-        let summary = convert(&input, &out, Selection::default(), OutputFormat::Json);
+        let summary = common::convert_to(&input, &out, &common::json_options());
         assert_eq!(summary.events_of(Category::Sched), pairs.len() as u64);
         let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
         let events = v["traceEvents"].as_array().expect("traceEvents");
@@ -319,18 +309,14 @@ fn json_keeps_a_slice_per_pair_on_cpu_tracks() {
 /// tid" or "Thread tid"; in protobuf the thread's descriptor names it.
 #[test]
 fn unnamed_threads_are_named_once() {
-    let Some(input) = corpus_dir().map(|d| {
-        d.join("RajaATAli__SC23_Programming-Your-GPU-with-OpenMP_Tutorial__report3.sqlite")
-    }) else {
-        common::skip("corpus", "../shared/corpus not found");
+    let Some(input) = common::corpus_file(
+        "RajaATAli__SC23_Programming-Your-GPU-with-OpenMP_Tutorial__report3.sqlite",
+    ) else {
         return;
     };
-    if !input.is_file() {
-        return;
-    }
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("out.json");
-    convert(&input, &json, Selection::default(), OutputFormat::Json);
+    common::convert_to(&input, &json, &common::json_options());
     let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     let mut n = 0;
     for e in v["traceEvents"].as_array().unwrap() {
@@ -346,7 +332,7 @@ fn unnamed_threads_are_named_once() {
     }
     assert!(n > 0);
     let pf = dir.path().join("out.pftrace");
-    convert(&input, &pf, Selection::default(), OutputFormat::Protobuf);
+    common::convert_to(&input, &pf, &Options::default());
     let t = validate_file(&pf);
     assert!(t.sched_rows().count() > 0);
     for r in t.sched_rows() {
@@ -479,7 +465,14 @@ fn selection_still_applies() {
         let pairs = sql_pairs(&conn, &filter);
         assert!(!pairs.is_empty(), "{filter}");
         let out = dir.path().join("sel.pftrace");
-        let summary = convert(input, &out, sel, OutputFormat::Protobuf);
+        let summary = common::convert_to(
+            input,
+            &out,
+            &Options {
+                selection: sel,
+                ..Options::default()
+            },
+        );
         assert_eq!(
             summary.events_of(Category::Sched),
             pairs.len() as u64,
@@ -549,7 +542,7 @@ fn made_rows_cover_every_state_and_every_fallback() {
     }
     drop(c);
     let out = dir.path().join("made.pftrace");
-    let summary = convert(&input, &out, Selection::default(), OutputFormat::Protobuf);
+    let summary = common::convert_to(&input, &out, &Options::default());
     assert_eq!(summary.events_of(Category::Sched), 9, "{summary:?}");
     assert_eq!(summary.skipped_total(), 1);
     let t = validate_file(&out);

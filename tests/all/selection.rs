@@ -5,7 +5,7 @@
 use crate::common;
 
 use crate::common::{Trace, corpus_dir, fixture, validate_file};
-use nsys_perfetto::convert::{Options, convert_sqlite};
+use nsys_perfetto::convert::Options;
 use nsys_perfetto::select::{EventType, NameFilter, Selection, parse_color_scheme};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::BTreeSet;
@@ -18,7 +18,7 @@ fn run(input: &Path, selection: Selection) -> (nsys_perfetto::summary::Summary, 
         selection,
         ..Options::default()
     };
-    let summary = convert_sqlite(input, &out, &opts).expect("conversion succeeds");
+    let summary = crate::common::convert_to(input, &out, &opts);
     let trace = validate_file(&out);
     (summary, trace)
 }

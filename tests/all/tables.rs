@@ -558,7 +558,7 @@ fn new_types_select_what_they_name() {
         },
         ..Default::default()
     };
-    nsys_perfetto::convert::convert_sqlite(&input, &out, &opts).unwrap();
+    crate::common::convert_to(&input, &out, &opts);
     let t = validate_file(&out);
     let cats: BTreeSet<String> = t.count_by_category().into_keys().collect();
     assert_eq!(

@@ -163,7 +163,7 @@ fn sample(dir: &Path) -> Option<Vec<Sample>> {
         })
         .collect();
     let trace = dir.join("mpi_job.pftrace");
-    let mut args = vec!["merge"];
+    let mut args = vec!["merge", "--util-map", "--stragglers"];
     args.extend(ranks.iter().map(String::as_str));
     args.extend(["-o", trace.to_str().unwrap()]);
     let st = Command::new(BIN).args(&args).arg("-q").output().unwrap();
@@ -422,6 +422,29 @@ fn check_loaded(ui: &str, s: &Sample, l: &Loaded) {
         assert_eq!(sorted, recorded, "{ctx}: the ranks' processes and pids");
         if ui == "v58" {
             assert_eq!(shown, recorded, "{ctx}: the processes in rank order");
+        }
+        // `--stragglers`: every rank of the fixture is late somewhere; its "Stragglers" track
+        // sits in its own "Analysis" group, named by its label, the groups in rank order in
+        // v58 (the fixture has no kernels, so `--util-map` draws no counter).
+        let analysis: Vec<&Group> = l
+            .groups
+            .iter()
+            .filter(|g| g.title.starts_with("Analysis · "))
+            .collect();
+        let mut titles: Vec<&str> = analysis.iter().map(|g| g.title.as_str()).collect();
+        if ui != "v58" {
+            titles.sort_unstable();
+        }
+        let expected: Vec<String> = (0..4)
+            .map(|r| format!("Analysis · rank {r} · vm"))
+            .collect();
+        assert_eq!(titles, expected, "{ctx}: the ranks' Analysis groups");
+        for g in analysis {
+            assert!(
+                g.children.iter().any(|c| c == "Stragglers")
+                    && !g.children.iter().any(|c| c.contains("utilization")),
+                "{ctx}: {g:?}"
+            );
         }
     }
 }
@@ -946,4 +969,98 @@ fn open_native_ui_serves_the_local_build_beside_the_trace_processor() {
     let (st, err) = run.interrupt();
     drop(lock);
     assert!(st.success(), "{st}: {err}");
+}
+
+/// Whether v58/run.sh's groups tree (`--depth` levels) has this path of names from a top-level
+/// group down.
+fn tree_path(groups: &Value, path: &[&str]) -> bool {
+    let Some(list) = groups.as_array() else {
+        return false;
+    };
+    list.iter().any(|g| {
+        let name = g["name"].as_str().unwrap_or("");
+        match path.split_first() {
+            Some((first, [])) => name == *first,
+            Some((first, rest)) => name == *first && tree_path(&g["children"], rest),
+            None => false,
+        }
+    })
+}
+
+/// `--gpu perfetto` in UI v58.2 with the GPU compute tab and GpuByProcess enabled (as
+/// `open --gpu-compute` asks): no crashed track, error dialog or console error; the compute tab
+/// lists the trace's kernels; each process nests its stream
+/// under GPU › CUDA; the GPU group holds each GPU's hardware queues.
+#[test]
+fn gpu_model_in_ui_v58() {
+    let Some(_ui) = ui_ready() else { return };
+    let run58 = ui_tools().join("v58/run.sh");
+    let Some(corpus) = common::corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("h100_2gpu.pftrace");
+    let input = corpus.join("GindaChen__nsys-ai__h100_2gpu_1s.sqlite");
+    cli(&[
+        input.to_str().unwrap(),
+        "-o",
+        trace.to_str().unwrap(),
+        "--gpu",
+        "perfetto",
+    ]);
+    let plugins = nsys_perfetto::open::GPU_COMPUTE_PLUGINS
+        .strip_prefix("&enablePlugins=")
+        .unwrap();
+    let lock = fixed_ports_turn();
+    let mut cmd = Command::new("bash");
+    cmd.arg(&run58)
+        .args([
+            "--depth",
+            "5",
+            "--expand",
+            "GPU|Hardware|CUDA|python",
+            "--select-kernel",
+        ])
+        .args(["--enable-plugins", plugins])
+        .arg(&trace);
+    let loaded = run_loader(cmd, "v58/run.sh");
+    drop(lock);
+    let r = &find(&loaded, &trace).raw;
+    assert_eq!(r["ok"], true, "{r}");
+    for empty in ["crashed_tracks", "console_errors", "import_errors"] {
+        assert_eq!(r[empty], Value::Array(vec![]), "{empty}: {r}");
+    }
+    assert!(
+        r.get("error").is_none() && r["kernel_dialog"].is_null(),
+        "{r}"
+    );
+    assert_eq!(r["gpu_slices"], 4368, "{r}");
+    assert_eq!(r["compute_tab_registered"], true, "{r}");
+    let tab = r["compute_tab_text"].as_str().unwrap_or("");
+    // run.sh keeps the tab's first 1,500 characters: its result list (one entry per kernel
+    // launch, by demangled name), before the summary table (duration, registers, grid size:
+    // docs/ui-gpu-compute.png).
+    for text in [
+        "0 - void at::native::vectorized_gather_kernel",
+        "sm80_xmma_gemm",
+    ] {
+        assert!(tab.contains(text), "compute tab lacks {text}: {tab}");
+    }
+    let groups = &r["groups"];
+    for (process, stream) in [("python3 111", "Stream #7"), ("python3 112", "Stream #15")] {
+        assert!(
+            tree_path(groups, &[process, "GPU", "CUDA", stream]),
+            "GpuByProcess: {process} > GPU > CUDA > {stream}: {groups}"
+        );
+    }
+    for (gpu, stream) in [
+        ("GPU 0 Hardware Queues", "Stream 7"),
+        ("GPU 1 Hardware Queues", "Stream 15"),
+    ] {
+        assert!(
+            tree_path(groups, &["GPU", "Hardware Queues", gpu, stream]),
+            "GPU > Hardware Queues > {gpu} > {stream}: {groups}"
+        );
+    }
 }

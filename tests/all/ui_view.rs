@@ -2,37 +2,15 @@
 //! checked on real corpus exports (copied into a temporary directory before any change) with
 //! our validator and, where it decides, Perfetto's own trace_processor.
 
-use crate::common::{self, corpus_dir, tp_query, validate_file};
-use nsys_perfetto::convert::{Options, convert_sqlite};
-use nsys_perfetto::summary::Summary;
+use crate::common::{self, corpus_file, tp_query, validate_file};
+use nsys_perfetto::convert::Options;
 use std::path::{Path, PathBuf};
-
-/// A corpus file, or `None` after recording the skip (listed, and a failure under
-/// `NSYS_PERFETTO_REQUIRE=corpus`).
-fn corpus_file(name: &str) -> Option<PathBuf> {
-    let Some(dir) = corpus_dir() else {
-        common::skip("corpus", "../shared/corpus not found");
-        return None;
-    };
-    let p = dir.join(name);
-    if p.is_file() {
-        Some(p)
-    } else {
-        common::skip("corpus", &format!("{} is absent", p.display()));
-        None
-    }
-}
 
 /// A copy of a corpus export in `dir`, to change or export there (never in the corpus).
 fn copy_into(src: &Path, dir: &Path) -> PathBuf {
     let to = dir.join(src.file_name().unwrap());
     std::fs::copy(src, &to).unwrap();
     to
-}
-
-fn convert(input: &Path, out: &Path, opts: &Options) -> Summary {
-    convert_sqlite(input, out, opts)
-        .unwrap_or_else(|e| panic!("converting {}: {e:#}", input.display()))
 }
 
 const SAXPY: &str = "hpcgroup__pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite";
@@ -48,7 +26,7 @@ fn system_info_names_the_machine() {
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("saxpy.pftrace");
-    convert(&input, &out, &Options::default());
+    common::convert_to(&input, &out, &Options::default());
     let t = validate_file(&out);
     assert!(t.kernel_release.is_some());
     let Some(rows) = tp_query(
@@ -98,7 +76,7 @@ fn impossible_times_are_skipped_rows() {
         .unwrap();
         drop(c);
         let out = dir.path().join(format!("{table}.pftrace"));
-        let s = convert(&input, &out, &Options::default());
+        let s = common::convert_to(&input, &out, &Options::default());
         let skipped: u64 = s
             .skipped
             .iter()
@@ -172,7 +150,7 @@ fn processes_are_named_by_their_program() {
             },
             ..Default::default()
         };
-        convert(&input, &out, &opts);
+        common::convert_to(&input, &out, &opts);
         let (processes, threads) = if json {
             json_names(&out)
         } else {
@@ -231,7 +209,7 @@ fn gpu_metrics_are_a_group_below_the_streams() {
     };
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("metrics.pftrace");
-    convert(&input, &out, &Options::default());
+    common::convert_to(&input, &out, &Options::default());
     let t = validate_file(&out);
     let gpu = nsys_perfetto::output::WellKnown::Gpu(0).uuid();
     let mut children = t.children(gpu);
@@ -289,7 +267,7 @@ fn json_tracks_read_as_nsys_names_them() {
         format: nsys_perfetto::convert::OutputFormat::Json,
         ..Default::default()
     };
-    convert(&input, &out, &opts);
+    common::convert_to(&input, &out, &opts);
     let (processes, _) = json_names(&out);
     assert!(
         processes.contains(&(0, "NVIDIA A100-SXM4-40GB · GPU".to_string())),
@@ -374,7 +352,7 @@ fn merged_ranks_sort_in_rank_order() {
         .enumerate()
         .map(|(i, s)| {
             let single = dir.path().join(format!("single{i}.pftrace"));
-            convert(&s.sqlite, &single, &Options::default());
+            common::convert_to(&s.sqlite, &single, &Options::default());
             let t = common::validate_file(&single);
             let jacobi: Vec<i32> = t
                 .process_tracks()

@@ -2,32 +2,12 @@
 //! against SQL computed here directly on the source exports. The SQL in this file is written
 //! independently of the implementation's (different joins, correlated per-item queries).
 
-use crate::common::skip;
+use crate::common::{corpus_dir, corpus_file, skip};
 use nsys_perfetto::nsys;
 use nsys_perfetto::projection::{KERNEL_NVTX, NVTX_GPU, PROJ_DB, Projection};
 use rusqlite::Connection;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-fn corpus_dir() -> Option<PathBuf> {
-    let d = Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/corpus");
-    if d.is_dir() {
-        Some(d)
-    } else {
-        skip("corpus", &format!("{} is absent", d.display()));
-        None
-    }
-}
-
-fn corpus(name: &str) -> Option<PathBuf> {
-    let p = corpus_dir()?.join(name);
-    if p.is_file() {
-        Some(p)
-    } else {
-        skip("corpus", &format!("{} is absent", p.display()));
-        None
-    }
-}
 
 /// The repo's own fixtures (tests/fixtures/*.sqlite), when present.
 fn fixtures() -> Vec<PathBuf> {
@@ -292,7 +272,7 @@ fn projection_matches_sql_on_corpus() {
         "hpcgroup__pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite",
         "NVIDIA__Fuser__report1@8fa9ec2.sqlite",
     ] {
-        let Some(p) = corpus(name) else { continue };
+        let Some(p) = corpus_file(name) else { continue };
         let (ranges, kernels) = check_projection(&p);
         eprintln!("{name}: {ranges} range/device rows, {kernels} annotated GPU rows");
         assert!(ranges > 0 && kernels > 0, "{name}: projection is empty");
@@ -311,7 +291,7 @@ fn projection_matches_sql_on_corpus() {
 /// A few ranges of the cuDF capture checked by hand (values read with the sqlite3 shell).
 #[test]
 fn projection_hand_checked_ranges() {
-    let Some(p) = corpus("quasiben__nvtx-examples__cudf.sqlite") else {
+    let Some(p) = corpus_file("quasiben__nvtx-examples__cudf.sqlite") else {
         return;
     };
     let (_c, schema) = nsys::open_schema(&p).unwrap();
@@ -368,7 +348,14 @@ use nsys_perfetto::workflow::{Kind, Output, Pattern, Unit};
 
 /// Every `.sqlite` export of the corpus, then the repo fixtures.
 fn all_exports() -> Vec<PathBuf> {
-    let mut out: Vec<PathBuf> = corpus_dir()
+    let corpus = corpus_dir();
+    if corpus.is_none() {
+        skip(
+            "corpus",
+            "../shared/corpus is absent: the repo's fixtures only",
+        );
+    }
+    let mut out: Vec<PathBuf> = corpus
         .map(|d| {
             let mut v: Vec<PathBuf> = std::fs::read_dir(d)
                 .unwrap()
@@ -960,7 +947,7 @@ fn stats_match_sql_on_every_export() {
 
 #[test]
 fn stats_top_keeps_the_largest() {
-    let Some(p) = corpus("GindaChen__nsys-ai__h100_2gpu_1s.sqlite") else {
+    let Some(p) = corpus_file("GindaChen__nsys-ai__h100_2gpu_1s.sqlite") else {
         return;
     };
     let all = stats::stats(
@@ -1207,7 +1194,7 @@ fn extract_matches_sql_on_every_export() {
 /// NVTX GPU time by hand: the cuDF "from_arrow" ranges (3 of them launched GPU work).
 #[test]
 fn extract_nvtx_gpu_time_by_hand() {
-    let Some(p) = corpus("quasiben__nvtx-examples__cudf.sqlite") else {
+    let Some(p) = corpus_file("quasiben__nvtx-examples__cudf.sqlite") else {
         return;
     };
     let got = extract::extract(&p, &[Pattern::parse("re:^from_arrow$", false).unwrap()]).unwrap();
@@ -1335,9 +1322,9 @@ fn check_sweep(sw: &Sweep, export_of: &dyn Fn(&Path) -> PathBuf) {
 #[test]
 fn sweep_with_stand_in_profiler() {
     let (Some(cudf), Some(wf), Some(torch)) = (
-        corpus("quasiben__nvtx-examples__cudf.sqlite"),
-        corpus("quasiben__nvtx-examples__workflow.sqlite"),
-        corpus("GindaChen__nsys-ai__h100_2gpu_1s.sqlite"),
+        corpus_file("quasiben__nvtx-examples__cudf.sqlite"),
+        corpus_file("quasiben__nvtx-examples__workflow.sqlite"),
+        corpus_file("GindaChen__nsys-ai__h100_2gpu_1s.sqlite"),
     ) else {
         return;
     };
@@ -1678,7 +1665,7 @@ fn group_name_drops_counters_only() {
 /// every range has its own name and the top of the table says nothing.
 #[test]
 fn stats_group_pytorch_names_and_raw_names_keep_them() {
-    let Some(p) = corpus(TORCH_B) else {
+    let Some(p) = corpus_file(TORCH_B) else {
         return;
     };
     let grouped = stats::stats(&p, &StatsOptions::default()).unwrap();
@@ -1718,7 +1705,7 @@ fn stats_group_pytorch_names_and_raw_names_keep_them() {
 /// matches, and their GPU time against the NCCL kernels they launched.
 #[test]
 fn extract_counts_nested_matches_once() {
-    let Some(p) = corpus(TORCH_B) else {
+    let Some(p) = corpus_file(TORCH_B) else {
         return;
     };
     let got = extract::extract(&p, &[Pattern::parse("re:^nccl", false).unwrap()]).unwrap();
@@ -1761,7 +1748,7 @@ fn extract_counts_nested_matches_once() {
 /// `stats A B`: every row against the two profiles' own per-name sums, and the renderings.
 #[test]
 fn stats_compare_two_profiles() {
-    let (Some(a), Some(b)) = (corpus(TORCH_A), corpus(TORCH_B)) else {
+    let (Some(a), Some(b)) = (corpus_file(TORCH_A), corpus_file(TORCH_B)) else {
         return;
     };
     let all = StatsOptions {

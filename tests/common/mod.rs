@@ -28,6 +28,8 @@
 
 #![allow(dead_code)]
 
+pub mod guard;
+
 use nsys_perfetto::proto::{
     DebugAnnotation, TracePacket, TrackDescriptor, TrackEvent, debug_annotation, trace_packet,
     track_descriptor, track_event,
@@ -1805,27 +1807,80 @@ pub fn corpus_dir() -> Option<PathBuf> {
     dir.is_dir().then_some(dir)
 }
 
-/// Convert with the library into `dir`; returns the summary and the output path.
+/// A file of the corpus, or `None` after recording the skip (listed, and a failure under
+/// `NSYS_PERFETTO_REQUIRE=corpus`) when the corpus or the file is absent.
+pub fn corpus_file(name: &str) -> Option<PathBuf> {
+    let Some(dir) = corpus_dir() else {
+        skip(
+            "corpus",
+            &format!("../shared/corpus not found (set NSYS_CORPUS) for {name}"),
+        );
+        return None;
+    };
+    let p = dir.join(name);
+    if p.is_file() {
+        Some(p)
+    } else {
+        skip("corpus", &format!("{} is absent", p.display()));
+        None
+    }
+}
+
+/// Convert with the library into `dir`, with the default options; returns the summary and the
+/// output path.
 pub fn convert(input: &Path, dir: &Path) -> (nsys_perfetto::summary::Summary, PathBuf) {
+    convert_with(input, dir, &nsys_perfetto::convert::Options::default())
+}
+
+/// [`convert`] with options of its own.
+pub fn convert_with(
+    input: &Path,
+    dir: &Path,
+    opts: &nsys_perfetto::convert::Options,
+) -> (nsys_perfetto::summary::Summary, PathBuf) {
     let out = dir.join(
         input
             .file_name()
             .map(|n| Path::new(n).with_extension("pftrace"))
             .expect("input has a file name"),
     );
-    let summary = nsys_perfetto::convert::convert_sqlite(
-        input,
-        &out,
-        &nsys_perfetto::convert::Options::default(),
-    )
-    .unwrap_or_else(|e| panic!("converting {}: {e:#}", input.display()));
+    let summary = convert_to(input, &out, opts);
     (summary, out)
+}
+
+/// The default options but for the output format, Chrome JSON.
+pub fn json_options() -> nsys_perfetto::convert::Options {
+    nsys_perfetto::convert::Options {
+        format: nsys_perfetto::convert::OutputFormat::Json,
+        ..Default::default()
+    }
+}
+
+/// Convert with the library into `out` with `opts`; a failure panics naming the input.
+pub fn convert_to(
+    input: &Path,
+    out: &Path,
+    opts: &nsys_perfetto::convert::Options,
+) -> nsys_perfetto::summary::Summary {
+    nsys_perfetto::convert::convert_sqlite(input, out, opts)
+        .unwrap_or_else(|e| panic!("converting {}: {e:#}", input.display()))
 }
 
 /// Run `../shared/tools/perfetto/tpcheck --strict` on a trace when the tool (and Python with the
 /// `perfetto` package) is available: `Some(Ok(report))`, `Some(Err(report))` on failure, or
 /// `None` (with the reason printed) when it cannot run here.
 pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
+    tpcheck_with(trace, None)
+}
+
+/// [`tpcheck`] with another trace_processor (`--tp`), e.g. the v56 one beside v58.2's.
+pub fn tpcheck_with(trace: &Path, shell: Option<&Path>) -> Option<Result<String, String>> {
+    if let Some(shell) = shell
+        && !shell.is_file()
+    {
+        skip("tpcheck", &format!("{} not found", shell.display()));
+        return None;
+    }
     let tool = std::env::var_os("TPCHECK")
         .map(PathBuf::from)
         .unwrap_or_else(|| manifest_dir().join("../shared/tools/perfetto/tpcheck"));
@@ -1833,12 +1888,12 @@ pub fn tpcheck(trace: &Path) -> Option<Result<String, String>> {
         skip("tpcheck", &format!("{} not found", tool.display()));
         return None;
     }
-    let out = match std::process::Command::new("python3")
-        .arg(&tool)
-        .arg("--strict")
-        .arg(trace)
-        .output()
-    {
+    let mut command = std::process::Command::new("python3");
+    command.arg(&tool).arg("--strict");
+    if let Some(shell) = shell {
+        command.arg("--tp").arg(shell);
+    }
+    let out = match command.arg(trace).output() {
         Ok(o) => o,
         Err(e) => {
             skip("tpcheck", &format!("cannot run python3: {e}"));
@@ -1940,11 +1995,6 @@ pub fn csv_fields(line: &str) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // Skips
 
-/// The skip log: one line per check that did not run, read by `tests/zz_skips.rs`.
-pub fn skip_log() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("skips.log")
-}
-
 /// The requirements named by `NSYS_PERFETTO_REQUIRE` (comma-separated; `all` = every one).
 fn required(requirement: &str) -> bool {
     std::env::var("NSYS_PERFETTO_REQUIRE").is_ok_and(|v| {
@@ -1954,16 +2004,19 @@ fn required(requirement: &str) -> bool {
     })
 }
 
+/// The checks this test binary skipped, one line each, listed when it exits.
+static SKIPPED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
 /// Record that the running test (named after its thread, as libtest names it) skipped a check
 /// because `requirement` (`corpus`, `nsys`, `tpcheck`, `gcc`, `upstream-protos`, `browser`:
 /// chromium and chromedriver, `root`: mounting file systems, `nsys-capture`: an nsys that can
 /// profile here, `older-nsys`) is missing here, and `why`. Every check that does not run goes
-/// through here, so `tests/zz_skips.rs` lists them all. The line goes to the real standard error (past libtest's capture, so every
-/// run shows it) and to [`skip_log`], once per test and reason. When `NSYS_PERFETTO_REQUIRE`
-/// names the requirement (CI, which has it), this panics instead: there a skip is a failure.
+/// through here, so the binary lists them all when it exits ([`at_exit`]). The line also goes
+/// to the real standard error at once (past libtest's capture, so every run shows it), once per
+/// test and reason. When `NSYS_PERFETTO_REQUIRE` names the requirement (CI, which has it), this
+/// panics instead: there a skip is a failure.
 pub fn skip(requirement: &str, why: &str) {
     use std::io::Write as _;
-    static SEEN: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
     let thread = std::thread::current();
     let check = thread.name().unwrap_or("(unnamed test)");
     let line = format!("SKIPPED [{requirement}] {check}: {why}");
@@ -1971,19 +2024,76 @@ pub fn skip(requirement: &str, why: &str) {
         panic!("{line}; NSYS_PERFETTO_REQUIRE asks for {requirement}");
     }
     {
-        let mut seen = SEEN.lock().unwrap_or_else(|e| e.into_inner());
-        if seen.contains(&line) {
+        let mut skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+        if skipped.contains(&line) {
             return;
         }
-        seen.push(line.clone());
+        skipped.push(line.clone());
     }
     let _ = writeln!(std::io::stderr().lock(), "{line}");
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(skip_log())
-    {
-        let _ = writeln!(f, "{line}");
+}
+
+/// What the guarded folders held when this test binary started ([`guard`]).
+pub static FILES_AT_START: std::sync::OnceLock<std::collections::BTreeMap<String, String>> =
+    std::sync::OnceLock::new();
+
+/// Runs when the test binary starts, before libtest runs any test (the loader calls what
+/// `.init_array` lists): records the guarded files and has [`at_exit`] run when the binary
+/// exits, after every test, whatever their order and whichever binaries cargo runs.
+#[used]
+#[unsafe(link_section = ".init_array")]
+static AT_START: extern "C" fn() = at_start;
+
+extern "C" fn at_start() {
+    let _ = FILES_AT_START.set(guard::state());
+    // SAFETY: `at_exit` is the `extern "C" fn()` atexit takes; it panics nowhere.
+    unsafe {
+        libc::atexit(at_exit);
+    }
+}
+
+/// When the test binary exits (libtest has reported every test): lists the checks it skipped,
+/// and fails it, exit status 1, when a test created, changed or removed a guarded file. Nothing
+/// when it only listed its tests.
+extern "C" fn at_exit() {
+    use std::io::Write as _;
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let mut err = std::io::stderr().lock();
+    let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
+    if skipped.is_empty() {
+        let _ = writeln!(err, "\nskipped checks: none");
+    } else {
+        let _ = writeln!(
+            err,
+            "\nskipped checks: {} (NSYS_PERFETTO_REQUIRE=corpus,nsys,tpcheck,... makes them failures)",
+            skipped.len()
+        );
+        for l in skipped.iter() {
+            let _ = writeln!(err, "  {l}");
+        }
+    }
+    let Some(before) = FILES_AT_START.get() else {
+        return;
+    };
+    let mut found = guard::changes(before, &guard::state());
+    // Blessing the schema table rewrites it on purpose.
+    if std::env::var_os("NSYS_PERFETTO_BLESS_SCHEMA").is_some() {
+        found.retain(|l| !l.contains("repo/tests/data/"));
+    }
+    if !found.is_empty() {
+        let n = found.len();
+        found.truncate(30);
+        let _ = writeln!(
+            err,
+            "\nfiles guard: {n} file(s) in ../shared or the repository changed during the tests \
+             (tests must write only under temporary directories; copy inputs there and point \
+             XDG_CACHE_HOME or ExportOptions::cache_dir there):\n  {}",
+            found.join("\n  ")
+        );
+        // SAFETY: ends the process at once, as `exit` may not be called again from here.
+        unsafe { libc::_exit(1) };
     }
 }
 

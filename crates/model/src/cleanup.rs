@@ -220,6 +220,15 @@ pub fn create<T, E>(
     Ok(made)
 }
 
+/// A new temporary directory in `$TMPDIR` named `{base}<pid>-...`: removed when dropped, and
+/// registered with [`create`] so that an interrupt removes it too.
+pub fn temp_dir(base: &str) -> std::io::Result<tempfile::TempDir> {
+    create(
+        || tempfile::Builder::new().prefix(&prefix(base)).tempdir(),
+        |d| d.path().to_path_buf(),
+    )
+}
+
 /// Register a path for removal on interrupt (an export lock file, a file a child writes).
 pub fn register(path: &Path) {
     registry().paths.push(path.to_path_buf());

@@ -1,7 +1,7 @@
 //! The two lowest layers of nsys-perfetto, below everything that shares them:
 //! - base: errors as one line ([`errors`]), messages that survive a closed pipe ([`term`]),
 //!   the progress bar ([`progress`]), signals and temporaries ([`cleanup`]), work over threads
-//!   ([`parallel`]), a trace told by its name ([`file_kind`]);
+//!   ([`parallel`]);
 //! - the neutral model every stage speaks ([`model`]), what to convert ([`select`]) and what
 //!   was converted ([`summary`]).
 //!
@@ -13,7 +13,6 @@
 pub mod term;
 pub mod cleanup;
 pub mod errors;
-pub mod file_kind;
 pub mod model;
 pub mod parallel;
 pub mod progress;

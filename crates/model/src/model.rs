@@ -160,6 +160,15 @@ pub struct Flows<'a> {
     pub terminating: Option<u64>,
 }
 
+impl Flows<'_> {
+    /// Whether flow `id` ends on GPU work (a kernel, memcpy or memset) rather than on an
+    /// analysis finding: readers give GPU rows ids whose two low bits are their table (0 to 2),
+    /// and findings ids whose two low bits are 3.
+    pub fn ends_on_gpu_work(id: u64) -> bool {
+        id & 3 != 3
+    }
+}
+
 /// One slice (`end = Some`) or instant (`end = None`).
 #[derive(Debug, Clone, PartialEq)]
 pub struct Event<'a> {
@@ -315,6 +324,38 @@ impl StringTable for HashMap<i64, Box<str>> {
     }
 }
 
+/// What a source records of a GPU besides its name (each where recorded).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GpuFacts {
+    /// The compute capability as CUDA names an architecture: "sm_90".
+    pub arch: Option<String>,
+    /// The chip ("GH100").
+    pub chip: Option<String>,
+    /// The device's UUID as 16 bytes.
+    pub uuid: Option<[u8; 16]>,
+    /// Its PCI bus location ("0000:01:00.0").
+    pub pci_bdf: Option<String>,
+}
+
+impl GpuFacts {
+    /// A UUID's 16 bytes from its text, with or without dashes and a "GPU-" prefix.
+    pub fn parse_uuid(text: &str) -> Option<[u8; 16]> {
+        let hex: Vec<u8> = text
+            .trim_start_matches("GPU-")
+            .bytes()
+            .filter(|&b| b != b'-')
+            .collect();
+        if hex.len() != 32 {
+            return None;
+        }
+        let mut out = [0; 16];
+        for (i, pair) in hex.chunks(2).enumerate() {
+            out[i] = u8::from_str_radix(std::str::from_utf8(pair).ok()?, 16).ok()?;
+        }
+        Some(out)
+    }
+}
+
 #[derive(Default)]
 pub struct Description {
     /// The strings that [`Name::Str`] and [`ArgValue::StrId`] refer to.
@@ -325,6 +366,8 @@ pub struct Description {
     pub process_names: HashMap<i64, String>,
     /// CUDA device -> GPU model name.
     pub gpu_names: BTreeMap<i64, String>,
+    /// CUDA device -> what else the source records of it, where it does.
+    pub gpu_facts: BTreeMap<i64, GpuFacts>,
     /// CUDA device -> the CUDA contexts with GPU-side rows on it, as (globalPid, contextId),
     /// sorted. A device with several gets a level per context between the GPU and its streams
     /// (see [`Description::context_index`]). Context id 0 names no context (nsys writes it on
@@ -630,12 +673,18 @@ pub struct CpuSlice {
     pub off: OffCpu,
 }
 
-/// What a counter track belongs to: a GPU (metrics, memory of all its processes) or a process
-/// (its own GPU memory).
+/// What a counter track belongs to: a GPU (metrics, memory of all its processes), a process
+/// (its own GPU memory) or the report's analysis.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum CounterOwner {
-    Gpu { device: i64 },
-    Process { global_pid: i64 },
+    Gpu {
+        device: i64,
+    },
+    Process {
+        global_pid: i64,
+    },
+    /// The report's own "Analysis" group (a merge's pictures, `merge --util-map`), first in it.
+    Analysis,
 }
 
 /// One counter track: its owner, its name as the profiler names it, and its unit ("%", "Hz",
@@ -797,6 +846,31 @@ mod tests {
             one.process_context_index(0, P1),
             None,
             "two contexts: neither"
+        );
+    }
+}
+
+#[cfg(test)]
+mod gpu_facts_tests {
+    use super::GpuFacts;
+
+    #[test]
+    fn uuids_read_as_nsys_writes_them() {
+        let want = [
+            0x4b, 0x0f, 0x96, 0xc9, 0x7b, 0xc3, 0x36, 0x64, 0xd8, 0xeb, 0x09, 0x98, 0xd6, 0x30,
+            0x43, 0x9e,
+        ];
+        for text in [
+            "4b0f96c9-7bc3-3664-d8eb-0998d630439e",
+            "GPU-4b0f96c9-7bc3-3664-d8eb-0998d630439e",
+            "4b0f96c97bc33664d8eb0998d630439e",
+        ] {
+            assert_eq!(GpuFacts::parse_uuid(text), Some(want), "{text}");
+        }
+        assert_eq!(GpuFacts::parse_uuid("4b0f96c9"), None);
+        assert_eq!(
+            GpuFacts::parse_uuid("zz0f96c9-7bc3-3664-d8eb-0998d630439e"),
+            None
         );
     }
 }

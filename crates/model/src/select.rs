@@ -178,6 +178,21 @@ pub struct Selection {
     /// Not a filter: colours given to NVTX ranges by name (`--nvtx-color-scheme`), first match
     /// wins, overriding the colour the program set.
     pub nvtx_colors: Vec<(Regex, u32)>,
+    /// Not a filter: how a protobuf trace writes GPU work (`--gpu`).
+    pub gpu: GpuModel,
+}
+
+/// How a protobuf trace writes kernels, memcpys and memsets (`--gpu`). JSON has no GPU model
+/// of its own and always writes them as slices.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum GpuModel {
+    /// Slices on a track per stream under each GPU's group, beside the GPU's NVTX, sync and
+    /// memory tracks.
+    #[default]
+    Tracks,
+    /// Perfetto's own GPU model: one `GpuRenderStageEvent` per operation, on a hardware queue
+    /// per stream (trace_processor's `gpu_slice`, the UI's GPU plugins).
+    Perfetto,
 }
 
 /// Parse `{"regex": "colour", ...}`: colours as `#rrggbb`, `0xrrggbb`, `0xaarrggbb` or a basic
@@ -249,6 +264,7 @@ impl Default for Selection {
             pids: Vec::new(),
             devices: Vec::new(),
             nvtx_colors: Vec::new(),
+            gpu: GpuModel::default(),
         }
     }
 }

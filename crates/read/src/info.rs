@@ -128,10 +128,38 @@ impl ProfileInfo {
             ("TARGET_INFO_CUDA_GPU", "deviceId"),
         ] {
             if desc.gpu_names.is_empty() && schema.has_columns(table, &[id_col, "name"]) {
-                let sql = format!("SELECT \"{id_col}\", name FROM \"{table}\"");
+                // The other facts where the table has them (nsys 2021.3 and newer), as NULL
+                // where it does not.
+                let col = |c: &str| match schema.has_columns(table, &[c]) {
+                    true => format!("\"{c}\""),
+                    false => "NULL".to_string(),
+                };
+                let sql = format!(
+                    "SELECT \"{id_col}\", name, {}, {}, {}, {}, {} FROM \"{table}\"",
+                    col("computeMajor"),
+                    col("computeMinor"),
+                    col("chipName"),
+                    col("uuid"),
+                    col("busLocation"),
+                );
                 each_row(conn, &sql, |r| {
                     if let (Some(id), Some(n)) = (int_at(r, 0), text_at(r, 1)) {
                         desc.gpu_names.entry(id).or_insert_with(|| n.into_owned());
+                        let text = |i| {
+                            text_at(r, i)
+                                .filter(|t| !t.is_empty())
+                                .map(|t| t.into_owned())
+                        };
+                        let facts = crate::model::GpuFacts {
+                            arch: int_at(r, 2)
+                                .zip(int_at(r, 3))
+                                .filter(|&(major, _)| major > 0)
+                                .map(|(major, minor)| format!("sm_{major}{minor}")),
+                            chip: text(4),
+                            uuid: text(5).and_then(|u| crate::model::GpuFacts::parse_uuid(&u)),
+                            pci_bdf: text(6),
+                        };
+                        desc.gpu_facts.entry(id).or_insert(facts);
                     }
                 })?;
             }

@@ -6,7 +6,7 @@
 //! 2026.2 (schemas 2.9 to 3.25) differ in both. Readers stream rows and never hold a whole table.
 
 // The model's modules under the names the whole code base uses (`crate::model::Event`).
-use nsys_perfetto_model::{cleanup, errors, file_kind, model, progress, select, summary};
+use nsys_perfetto_model::{cleanup, errors, model, progress, select, summary};
 
 pub mod api;
 pub mod arrow;
@@ -17,6 +17,7 @@ pub mod flows;
 pub mod gpu;
 pub mod gpu_memory;
 pub mod info;
+pub mod inputs;
 mod mapped;
 pub mod metrics;
 pub mod nvtx;
@@ -37,6 +38,7 @@ pub mod sync;
 pub mod tables;
 
 use anyhow::{Context, Result, anyhow, bail};
+use inputs::Input;
 pub use order::{REORDER_WINDOW, Reorder, merge_by_start};
 pub use query::{Fetch, Query, quote_ident};
 use rusqlite::{Connection, OpenFlags};
@@ -99,19 +101,6 @@ pub fn quick_check(conn: &rusqlite::Connection) -> Result<()> {
         found.join("; ").replace('\n', " ")
     )
 }
-
-/// Tables whose presence marks a file as an Nsight Systems export.
-const NSYS_MARKERS: &[&str] = &[
-    "StringIds",
-    "ThreadNames",
-    "TARGET_INFO_GPU",
-    "TARGET_INFO_CUDA_GPU",
-    "META_DATA_EXPORT",
-    "EXPORT_META_DATA",
-    NVTX,
-    KERNEL,
-    RUNTIME,
-];
 
 /// An opened export: the path and the set of tables with their columns.
 #[derive(Debug, Clone)]
@@ -325,48 +314,10 @@ pub fn check_rowid_order(table: &str, last: &mut Option<i64>, rowid: i64) -> Res
     Ok(())
 }
 
-/// Whether `path` is nsys' Arrow export of a report: a directory holding one of the tables
-/// every export has as an `.arrow` file (`--type arrowdir`), or an `.arrows` file (`--type
-/// arrow`, every table in one file).
-pub fn is_arrow_export(path: &Path) -> bool {
-    match std::fs::metadata(path) {
-        Ok(m) if m.is_dir() => NSYS_MARKERS
-            .iter()
-            .any(|t| path.join(format!("{t}.{}", arrow::EXTENSION)).is_file()),
-        Ok(m) if m.is_file() => arrow::is_streams_name(path),
-        _ => false,
-    }
-}
-
-/// What the tool takes as input, as messages name it.
-pub const INPUTS: &str =
-    "reports (.nsys-rep, .qdrep) or exports (.sqlite, .arrows, _arwdir, _pqtdir)";
-
-/// Whether `path` is named as nsys' SQLite export (`.sqlite`, in any case).
-pub fn is_sqlite_name(path: &Path) -> bool {
-    path.extension()
-        .is_some_and(|e| e.eq_ignore_ascii_case("sqlite"))
-}
-
-/// Whether `path` is nsys' Parquet export of a report: a directory holding one of the tables
-/// every export has as a `.parquet` file.
-pub fn is_parquet_export(path: &Path) -> bool {
-    std::fs::metadata(path).is_ok_and(|m| m.is_dir())
-        && NSYS_MARKERS
-            .iter()
-            .any(|t| path.join(format!("{t}.{}", parquet::EXTENSION)).is_file())
-}
-
-/// Whether `path` is an export this tool reads other than an SQLite file: an Arrow export (a
-/// directory or an `.arrows` file) or a Parquet export (a directory).
-pub fn is_columnar_export(path: &Path) -> bool {
-    is_arrow_export(path) || is_parquet_export(path)
-}
-
 /// Open the export read-only (see [`read_params`]). An Arrow export is read through an
 /// in-memory database where its tables are virtual tables (see [`arrow::register`]).
 pub fn open_readonly(path: &Path) -> Result<Connection> {
-    if is_arrow_export(path) {
+    if inputs::classify(path).is_arrow() {
         let mut conn = Connection::open_in_memory_with_flags(
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE
@@ -457,9 +408,10 @@ fn first_change(files: &[(PathBuf, arrow::Stamp)], export: &Path) -> Option<anyh
 /// [`open_schema`], the export taken as it is.
 fn open_schema_as_it_is(path: &Path) -> Result<(Connection, Schema)> {
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
-    let arrow = is_arrow_export(path);
+    let kind = inputs::classify(path);
+    let arrow = kind.is_arrow();
     if meta.is_dir() {
-        if is_parquet_export(path) && !arrow {
+        if kind == Input::ParquetDir {
             let (rewritten, opened) = parquet::to_arrow(path)?;
             let (conn, mut schema) = open_schema(rewritten.path())?;
             schema._rewritten = Some(std::sync::Arc::new(rewritten));
@@ -479,7 +431,7 @@ fn open_schema_as_it_is(path: &Path) -> Result<(Connection, Schema)> {
         let mut f = std::fs::File::open(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
         let n = f.read(&mut header).unwrap_or(0);
         if n < 16 || &header != b"SQLite format 3\0" {
-            if crate::file_kind::is_trace(path) {
+            if kind == Input::Trace {
                 bail!(
                     "a Perfetto trace, not an nsys SQLite export: open it with `nsys-perfetto \
                      open {}`",
@@ -487,8 +439,11 @@ fn open_schema_as_it_is(path: &Path) -> Result<(Connection, Schema)> {
                 );
             }
             // Any name but an SQLite export's: the user may not know what the tool reads.
-            if !is_sqlite_name(path) {
-                bail!("not an nsys report or export: the tool reads {INPUTS}");
+            if kind != Input::Sqlite {
+                bail!(
+                    "not an nsys report or export: the tool reads {}",
+                    inputs::INPUTS
+                );
             }
             bail!("not an SQLite database (expected an nsys SQLite export)");
         }
@@ -511,7 +466,7 @@ fn open_schema_as_it_is(path: &Path) -> Result<(Connection, Schema)> {
         let (tables, without_rowid) = read_sqlite_schema(&conn)?;
         (conn, tables, without_rowid, None)
     };
-    if !NSYS_MARKERS.iter().any(|t| tables.contains_key(*t)) {
+    if !inputs::NSYS_MARKERS.iter().any(|t| tables.contains_key(*t)) {
         let what = if arrow {
             "Arrow file"
         } else {
@@ -729,7 +684,7 @@ pub fn scratch_db(
     )?;
     conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
     tune(&mut conn)?;
-    if is_arrow_export(&schema.path) {
+    if inputs::classify(&schema.path).is_arrow() {
         // The export's tables answer to any database's name, `src` too (see
         // `arrow::register`); the empty database only makes `src` a name.
         conn.execute_batch("ATTACH DATABASE ':memory:' AS src")?;

@@ -34,15 +34,8 @@ pub fn to_arrow(
     tempfile::TempDir,
     Vec<(std::path::PathBuf, super::arrow::Stamp)>,
 )> {
-    let out = crate::cleanup::create(
-        || {
-            tempfile::Builder::new()
-                .prefix(&crate::cleanup::prefix("nsys-perfetto-parquet-"))
-                .tempdir()
-        },
-        |d| d.path().to_path_buf(),
-    )
-    .context("cannot create a temporary directory")?;
+    let out = crate::cleanup::temp_dir("nsys-perfetto-parquet-")
+        .context("cannot create a temporary directory")?;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| anyhow!("cannot read the directory: {e}"))?
         .filter_map(|e| e.ok().map(|e| e.path()))

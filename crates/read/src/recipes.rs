@@ -110,3 +110,29 @@ pub fn kernels_by_device(s: &Schema) -> Option<String> {
             )
         })
 }
+
+/// `merge --stragglers`: `(name, start)` of the rows [`nvtx_durations`] and [`mpi_durations`]
+/// read (NVTX ranges and MPI calls with a positive duration), by start.
+pub fn range_starts(s: &Schema) -> Option<String> {
+    let mut parts = Vec::new();
+    if s.has_columns(NVTX, &["start", "end"]) {
+        let (join, name) = nvtx_text(s);
+        parts.push(format!(
+            "SELECT {name}, e.start FROM main.\"{NVTX}\" e{join} WHERE e.\"end\" - e.start > 0"
+        ));
+    }
+    if s.has_columns("StringIds", &["id", "value"]) {
+        parts.extend(
+            MPI_TABLES
+                .iter()
+                .filter(|t| s.has_columns(t, &["start", "end", "textId"]))
+                .map(|t| {
+                    format!(
+                        "SELECT sid.value, m.start FROM main.\"{t}\" m \
+                         JOIN main.StringIds sid ON sid.id = m.textId WHERE m.\"end\" - m.start > 0"
+                    )
+                }),
+        );
+    }
+    (!parts.is_empty()).then(|| format!("{} ORDER BY 2", parts.join(" UNION ALL ")))
+}

@@ -44,6 +44,9 @@ pub enum Rule {
     GpuTimeUtil,
 }
 
+/// The `chunks` `gpu_time_util` accepts, as nsys' rule does.
+pub const CHUNK_COUNTS: std::ops::RangeInclusive<i64> = 1..=1000;
+
 /// Every rule, in nsys' order of `nsys analyze --help-rules`.
 pub const RULES: [Rule; 6] = [
     Rule::CudaApiSync,
@@ -377,8 +380,14 @@ pub fn analyze_sqlite(path: &Path, opts: &Options) -> Result<Vec<RuleReport>> {
 
 /// Run the rules of `opts` on an open export (temporary views are made on `conn` and dropped).
 pub fn analyze(conn: &Connection, schema: &Schema, opts: &Options) -> Result<Vec<RuleReport>> {
-    if !(1..=1000).contains(&opts.chunks) {
-        bail!("--chunks: value must be between 1 and 1000");
+    // The command line words its own message for its flag; this one is for other callers.
+    if !CHUNK_COUNTS.contains(&opts.chunks) {
+        bail!(
+            "gpu_time_util's chunks per process and GPU must be between {} and {}, not {}",
+            CHUNK_COUNTS.start(),
+            CHUNK_COUNTS.end(),
+            opts.chunks
+        );
     }
     conn.execute_batch("PRAGMA temp.cache_size = -32768;")?;
     // SQLite's math functions, which nsys' Python has, are not built into ours.

@@ -10,7 +10,7 @@ use crate::model::{
     Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CpuSample, Description,
     Event, EventSink, FastHash, Flows, GroupKey, Name, TextNo, pid_of, with_source,
 };
-use crate::output::{CHUNK_BYTES, Chunk, CustomTrack, EventWriter, Ids, WellKnown};
+use crate::output::{CHUNK_BYTES, Chunk, CustomTrack, EventWriter, GpuQueue, Ids, WellKnown};
 use crate::summary::Summary;
 use anyhow::Result;
 use std::cmp::Reverse;
@@ -113,6 +113,8 @@ pub struct Router<'a, W: EventWriter> {
     /// (device, stream) -> (process, context) of the first GPU stream group of that id directly
     /// under its GPU, to name apart a stream id that another process or context also uses there.
     streams: HashMap<(i64, i64), (i64, i64), crate::model::FastHash>,
+    /// The sequence of each stream's GPU work, where the writer has a GPU model of its own.
+    gpu_queues: HashMap<GroupKey, u32, FastHash>,
     /// The "CPUs" group track, once a CPU track exists.
     cpu_group: Option<u64>,
     /// The "Analysis" group track, once a finding of `--analyze` came.
@@ -157,6 +159,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
             groups: Vec::new(),
             late: Vec::new(),
             streams: Default::default(),
+            gpu_queues: HashMap::default(),
             gpu_tracks: Default::default(),
             context_tracks: Default::default(),
             cpu_group: None,
@@ -189,6 +192,9 @@ impl<'a, W: EventWriter> Router<'a, W> {
 
     /// An event in the trace's terms (ids and times already placed).
     fn place(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
+        if matches!(key, GroupKey::GpuStream { .. }) && self.writer.native_gpu() {
+            return self.place_gpu_work(key, ev);
+        }
         let i = match self.last_group {
             Some((last, i)) if last == key => i as usize,
             _ => self.group_index(key, ev.start),
@@ -318,19 +324,11 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 stream,
             } => {
                 let (parent, in_context) = self.gpu_parent(device, global_pid, context);
-                let name = match self.streams.get(&(device, stream)) {
+                let name = if in_context {
                     // Under its context's group: the only stream of this id there.
-                    _ if in_context => format!("Stream {stream}"),
-                    None => {
-                        self.streams.insert((device, stream), (global_pid, context));
-                        format!("Stream {stream}")
-                    }
-                    // A stream id another process (or context) uses directly under this GPU
-                    // too: the pid (or context) tells them apart.
-                    Some(&(p, _)) if p != global_pid => {
-                        format!("Stream {stream} (pid {})", pid_of(global_pid))
-                    }
-                    Some(_) => format!("Stream {stream} (context {context})"),
+                    format!("Stream {stream}")
+                } else {
+                    self.stream_name(device, global_pid, context, stream)
                 };
                 (Some(parent), name, Some(stream))
             }
@@ -479,6 +477,69 @@ impl<'a, W: EventWriter> Router<'a, W> {
         }
     }
 
+    /// The name of a stream directly under its GPU: "Stream 7", with the pid (or context) of
+    /// a process (or context) that uses a stream id another one already uses on that GPU.
+    fn stream_name(&mut self, device: i64, global_pid: i64, context: i64, stream: i64) -> String {
+        match self.streams.get(&(device, stream)) {
+            None => {
+                self.streams.insert((device, stream), (global_pid, context));
+                format!("Stream {stream}")
+            }
+            Some(&(p, _)) if p != global_pid => {
+                format!("Stream {stream} (pid {})", pid_of(global_pid))
+            }
+            Some(_) => format!("Stream {stream} (context {context})"),
+        }
+    }
+
+    /// A GPU operation where the writer has a GPU model of its own: on its stream's hardware
+    /// queue, one sequence per stream, in any time order (the writer places each operation by
+    /// its own time; no lanes, no late rows).
+    fn place_gpu_work(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
+        let GroupKey::GpuStream {
+            device,
+            global_pid,
+            context,
+            stream,
+        } = key
+        else {
+            unreachable!("only streams' work goes to GPU queues");
+        };
+        self.summary.count(ev.category);
+        self.tick();
+        if ev.flows.terminating.is_some() {
+            self.summary.flows += 1;
+        }
+        let group = match self.gpu_queues.get(&key) {
+            Some(&g) => g,
+            None => {
+                let id = self.ids.next_sequence();
+                // Perfetto keys a queue by its GPU and name: names tell a GPU's contexts and
+                // processes apart (there is no context level between a GPU and its queues).
+                let name = match self.info.context_index(device, global_pid, context) {
+                    Some(i) => format!(
+                        "Stream {stream} · {}",
+                        self.info.gpu_context_label(device, i)
+                    ),
+                    None => self.stream_name(device, global_pid, context, stream),
+                };
+                let queue = GpuQueue {
+                    device: crate::model::without_source(device),
+                    global_pid,
+                    context,
+                    name,
+                };
+                self.writer.open_gpu_queue(id, &queue, ev.start);
+                self.summary.tracks += 1;
+                self.gpu_queues.insert(key, id);
+                id
+            }
+        };
+        self.writer.gpu_work(group, ev);
+        self.summary.trace_events += 1;
+        self.maybe_send(false)
+    }
+
     fn custom(&mut self, parent: Option<u64>, name: &str, rank: Option<i64>) -> u64 {
         self.custom_numbered(parent, name, rank, None)
     }
@@ -519,7 +580,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
         if let Some(u) = self.cpu_group {
             return u;
         }
-        let u = self.top_group("CPUs");
+        let u = self.top_group(self.info.per_source("CPUs"));
         self.cpu_group = Some(u);
         u
     }
@@ -529,19 +590,24 @@ impl<'a, W: EventWriter> Router<'a, W> {
         if let Some(u) = self.analysis_group {
             return u;
         }
-        let u = self.top_group("Analysis");
+        // A report's own analysis: named by its label in a merge ("Analysis · rank 3 ·
+        // host-a"), where a host's name would not tell its ranks apart.
+        let name = match &self.info.label {
+            Some(label) => format!("Analysis · {label}"),
+            None => "Analysis".to_string(),
+        };
+        let u = self.top_group(name);
         self.analysis_group = Some(u);
         u
     }
 
-    /// A new top-level group named `name` (per source in a merge), its children in the order
-    /// of their ranks.
-    fn top_group(&mut self, name: &str) -> u64 {
+    /// A new top-level group named `name`, its children in the order of their ranks.
+    fn top_group(&mut self, name: String) -> u64 {
         let uuid = self.ids.next_uuid();
         self.writer.describe(&CustomTrack {
             uuid,
             parent: None,
-            name: self.info.per_source(name),
+            name,
             rank: None,
             explicit_child_order: true,
             number: None,

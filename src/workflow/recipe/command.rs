@@ -29,7 +29,7 @@ impl RecipeArgs {
             bail!("{arg}: {e}");
         }
         if expanded.files.is_empty() {
-            bail!("no inputs ({})", crate::nsys::INPUTS);
+            bail!("no inputs ({})", crate::nsys::inputs::INPUTS);
         }
         let jobs = crate::parallel::default_jobs(self.jobs);
         let Some(outcome) = run(

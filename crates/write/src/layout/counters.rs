@@ -1,7 +1,7 @@
 //! Counter tracks and CPU samples: the parts of layout that are not slices.
 //!
 //! A counter track exists per (owner, name, unit): under its GPU's group track (bytes allocated
-//! on a GPU) or under its process. A GPU's metrics go in a "GPU metrics" group of their own,
+//! on a GPU), under its process, or in the report's "Analysis" group. A GPU's metrics go in a "GPU metrics" group of their own,
 //! below the GPU's streams and in the order the reader gives them, as Nsight Systems shows them. Each counter track is a sequence of its own
 //! (one default track, an incremental clock), so its samples cost a few bytes each. A sample
 //! earlier than its track's last one (a table out of time order) opens a further sequence on
@@ -27,6 +27,7 @@ impl<W: EventWriter> Router<'_, W> {
             CounterOwner::Process { global_pid } => CounterOwner::Process {
                 global_pid: with_source(global_pid, source),
             },
+            CounterOwner::Analysis => CounterOwner::Analysis,
         };
         let ts = s.ts + offset;
         if ts < 0 {
@@ -52,6 +53,10 @@ impl<W: EventWriter> Router<'_, W> {
                     CounterOwner::Process { global_pid } => {
                         self.writer.require(WellKnown::Process(global_pid));
                         (WellKnown::Process(global_pid).uuid(), None)
+                    }
+                    // Above the rules' tracks, in the order they come.
+                    CounterOwner::Analysis => {
+                        (self.analysis_group(), Some(i64::from(i32::MIN) + index))
                     }
                 };
                 let uuid = self.ids.next_uuid();

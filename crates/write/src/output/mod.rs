@@ -120,6 +120,20 @@ pub struct CustomTrack {
     pub number: Option<i64>,
 }
 
+/// One stream's GPU work where the format writes it in its own GPU model
+/// ([`EventWriter::native_gpu`]): a hardware queue of its GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuQueue {
+    /// The CUDA device as its source numbers it (no source index).
+    pub device: i64,
+    /// The process whose context the stream belongs to (placed global pid).
+    pub global_pid: i64,
+    /// The CUDA context as the rows name it.
+    pub context: i64,
+    /// The queue's name, unique on its GPU ("Stream 7", "Stream 7 · Context 2").
+    pub name: String,
+}
+
 /// A counter track (a GPU metric, bytes allocated) under a GPU or process track.
 #[derive(Debug, Clone, PartialEq)]
 pub struct CounterTrack {
@@ -303,6 +317,15 @@ pub trait EventWriter: Send {
     /// thread and times (the thread is already required), in time order per CPU. `group` is the reader's
     /// scheduling sequence.
     fn cpu_slice(&mut self, _group: u32, _slice: &CpuSlice) {}
+    /// Whether the format writes GPU work (kernels, memcpys, memsets) in a GPU model of its
+    /// own ([`EventWriter::gpu_work`]); otherwise layout puts it on a track per stream.
+    fn native_gpu(&self) -> bool {
+        false
+    }
+    /// A stream's GPU work starts: its operations go on sequence `group`, from `first_ts`.
+    fn open_gpu_queue(&mut self, _group: u32, _queue: &GpuQueue, _first_ts: i64) {}
+    /// One GPU operation of the queue opened as `group` (any time order).
+    fn gpu_work(&mut self, _group: u32, _ev: &Event<'_>) {}
     /// Everything was placed: encode what the writer still holds.
     fn finish(&mut self) {}
     /// Bytes encoded since the last chunk was taken.

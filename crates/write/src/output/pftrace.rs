@@ -12,6 +12,7 @@
 
 mod events;
 mod file;
+mod gpu;
 mod interning;
 mod kernel;
 mod samples;
@@ -65,6 +66,40 @@ pub struct ProtoWriter {
     state_codes: kernel::StateCodes,
     /// The machine this writer's source is on (a merge), 0 for the host.
     machine: u32,
+    /// Whether GPU work goes in Perfetto's GPU model (`--gpu perfetto`).
+    native_gpu: bool,
+    /// Its queues, contexts and kernels (see `gpu`).
+    gpu: GpuState,
+}
+
+/// What a writer knows of its GPU queues (written by `gpu.rs`).
+#[derive(Default)]
+struct GpuState {
+    queues: HashMap<u32, GpuQueueState, FastHash>,
+    /// (placed global pid, context) -> its `InternedGraphicsContext` iid.
+    contexts: HashMap<(i64, i64), u64, FastHash>,
+    /// (sequence, name's string id, demangled name's string id) -> its kernel's iid there.
+    kernels: HashMap<(u32, i64, i64), u64, FastHash>,
+    /// Launch shapes the reader numbered, parsed once: by [`crate::model::TextNo::key`].
+    shapes: HashMap<u64, Option<[u64; 3]>, FastHash>,
+    /// Event ids given to GPU rows without an arrow so far.
+    unlinked: u64,
+    /// The highest GPU number `GpuInfo` has described so far.
+    described: Option<i64>,
+    /// Scratch: the event's fields, its launch, a nested message.
+    body: Vec<u8>,
+    launch: Vec<u8>,
+    nested: Vec<u8>,
+}
+
+struct GpuQueueState {
+    /// The source's index in a merge (event ids of unlinked rows keep sources apart).
+    source: u64,
+    device: i64,
+    pid: i64,
+    context_iid: u64,
+    name: String,
+    kernels: u64,
 }
 
 /// Context switches not yet written, per CPU (written by `sched.rs`).
@@ -382,6 +417,18 @@ impl EventWriter for ProtoWriter {
 
     fn cpu_slice(&mut self, group: u32, slice: &CpuSlice) {
         self.write_cpu_slice(group, slice);
+    }
+
+    fn native_gpu(&self) -> bool {
+        self.native_gpu
+    }
+
+    fn open_gpu_queue(&mut self, group: u32, queue: &super::GpuQueue, first_ts: i64) {
+        self.open_queue(group, queue, first_ts);
+    }
+
+    fn gpu_work(&mut self, group: u32, ev: &Event<'_>) {
+        self.gpu_packet(group, ev);
     }
 
     fn finish(&mut self) {

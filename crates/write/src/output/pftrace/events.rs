@@ -2,14 +2,14 @@
 //! what it interns, as one packet written by hand.
 
 use super::interning::{Interning, Key, Sequence};
-use super::wire::tag::{self};
+use super::wire::tag::{self, gpu};
 use super::wire::{
     TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint, with_room,
 };
 use super::{
     BOOTTIME, INCREMENTAL_CLOCK, MAX_INTERNED, ProtoWriter, SEQ_INCREMENTAL_STATE_CLEARED,
 };
-use crate::model::{ArgValue, Description, Event, Name};
+use crate::model::{ArgValue, Description, Event, Flows, Name};
 use crate::proto::track_event;
 
 /// The packet that clears a sequence's incremental state: a snapshot that starts its
@@ -163,6 +163,7 @@ impl ProtoWriter {
             lane,
             lane0,
             ev,
+            self.native_gpu,
         );
         let ev_len = out.len() - body;
         let int_len = self.interned.len();
@@ -250,6 +251,7 @@ fn fill(
     lane: u64,
     lane0: bool,
     ev: &Event<'_>,
+    native_gpu: bool,
 ) {
     let ci = ev.category.index();
     if seq.categories[ci] == 0 {
@@ -349,18 +351,46 @@ fn fill(
             r.field(tag::TRACK_UUID, lane);
         }
     });
-    for &id in flows {
-        with_room(out, 11, |r| r.field(tag::FLOW_IDS_OLD, id));
+    if native_gpu && !flows.is_empty() {
+        put_gpu_correlation(out, flows);
+    } else {
+        for &id in flows {
+            with_room(out, 11, |r| r.field(tag::FLOW_IDS_OLD, id));
+        }
     }
     if let Some(t) = ev.flows.terminating {
         with_room(out, 11, |r| r.field(tag::TERMINATING_FLOW_IDS_OLD, t));
     }
 }
 
+/// A launching call's arrows where GPU work is in Perfetto's GPU model: the GPU events it
+/// submitted (`gpu_correlation`, from which trace_processor draws the arrows) as a CUDA call
+/// (`gpu_api`), and flows of its other arrows (to analysis findings) as ever.
+#[cold]
+fn put_gpu_correlation(out: &mut Vec<u8>, flows: &[u64]) {
+    let gpu_work = |id: &&u64| Flows::ends_on_gpu_work(**id);
+    let len: usize = flows
+        .iter()
+        .filter(gpu_work)
+        .map(|&id| field_len(gpu::SUBMISSION_EVENT_IDS, id))
+        .sum();
+    if len > 0 {
+        put_varint(out, gpu::TRACK_EVENT_CORRELATION);
+        put_varint(out, len as u64);
+        for &id in flows.iter().filter(gpu_work) {
+            put_field(out, gpu::SUBMISSION_EVENT_IDS, id);
+        }
+        put_field(out, gpu::TRACK_EVENT_API, gpu::API_CUDA);
+    }
+    for &id in flows.iter().filter(|id| !gpu_work(id)) {
+        put_field(out, tag::FLOW_IDS_OLD, id);
+    }
+}
+
 /// The (value tag, iid) of an arg's interned string value, interning it on first use. Inlined
 /// at each kind of value (a kernel interns several per event); what a first use writes is not.
 #[inline(always)]
-fn intern_value(
+pub(super) fn intern_value(
     interning: &mut Interning,
     interned: &mut Vec<u8>,
     seq: &mut Sequence,
@@ -383,7 +413,13 @@ fn intern_value(
 /// The entry of a name or value interned on first use, under `tag` of InternedData.
 #[cold]
 #[inline(never)]
-fn put_interned(interned: &mut Vec<u8>, tag: u64, iid: u32, info: &Description, key: Key<'_>) {
+pub(super) fn put_interned(
+    interned: &mut Vec<u8>,
+    tag: u64,
+    iid: u32,
+    info: &Description,
+    key: Key<'_>,
+) {
     let text = match key {
         Key::Text(s) | Key::No(_, s) => s.into(),
         Key::Sid(sid) => info.string_or_id(sid),

@@ -15,6 +15,7 @@ use crate::proto::{
     ClockSnapshot, ProcessDescriptor, SystemInfo, ThreadDescriptor, TracePacket, TrackDescriptor,
     TrackEvent, Utsname, clock_snapshot, trace_packet, track_descriptor, track_event,
 };
+use crate::select::GpuModel;
 use prost::Message;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,6 +45,8 @@ pub struct Protobuf {
     /// The report this format writes, alone, as one part of a merge ([`Protobuf::part`]): its
     /// place, which is its machine and its processes' and GPUs' order.
     part: Option<usize>,
+    /// How GPU work is written (`--gpu`).
+    gpu: GpuModel,
 }
 
 impl Protobuf {
@@ -72,6 +75,7 @@ impl Protobuf {
             machine,
             machines,
             part: None,
+            gpu: GpuModel::default(),
         }
     }
 
@@ -83,6 +87,11 @@ impl Protobuf {
             part: Some(position),
             ..Protobuf::new(sources)
         }
+    }
+
+    /// GPU work written in `model`.
+    pub fn with_gpu_model(self, model: GpuModel) -> Protobuf {
+        Protobuf { gpu: model, ..self }
     }
 
     /// A source's place in the merge: its index, or the part's place.
@@ -119,6 +128,8 @@ impl Format for Protobuf {
             sched: Default::default(),
             state_codes: kernel::StateCodes::for_kernel(kernel.map(|k| k.1)),
             machine: self.machine_of(source),
+            native_gpu: self.gpu == GpuModel::Perfetto,
+            gpu: Default::default(),
         }
     }
 

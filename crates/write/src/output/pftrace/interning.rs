@@ -31,6 +31,8 @@ pub(super) struct Sequence {
     /// Each category's iid on this sequence (0: not interned yet); fewer than 256 categories.
     pub(super) categories: [u8; Category::ALL.len()],
     pub(super) next_category: u8,
+    /// A GPU queue's sequence: whether its queue, stages and context are interned.
+    pub(super) gpu_specs: bool,
 }
 
 // By hand: arrays of more than 32 elements (one per category) have no derived `Default`.
@@ -48,6 +50,7 @@ impl Default for Sequence {
             values: 0,
             categories: [0; Category::ALL.len()],
             next_category: 0,
+            gpu_specs: false,
         }
     }
 }

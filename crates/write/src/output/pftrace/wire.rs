@@ -113,6 +113,77 @@ pub mod tag {
         /// `ChromeMetadata.string_value`.
         pub const METADATA_STRING_VALUE: u64 = key(2, LEN);
     }
+
+    /// Perfetto's GPU model (`protos/perfetto/trace/gpu/gpu_render_stage_event.proto`,
+    /// `gpu_track_event.proto`, `gpu_interned_data.proto`, `system_info/gpu_info.proto`): newer
+    /// than the schema in `proto/` (its compute-kernel fields came in v55), so typed by hand with
+    /// upstream's numbers.
+    pub mod gpu {
+        use super::{I64, LEN, VARINT, key};
+        /// `TracePacket.gpu_render_stage_event`: a `GpuRenderStageEvent`.
+        pub const PACKET_RENDER_STAGE: u64 = key(53, LEN);
+        /// `TracePacket.timestamp_clock_id`.
+        pub const PACKET_CLOCK_ID: u64 = key(58, VARINT);
+        /// `TracePacket.gpu_info`: a `GpuInfo`.
+        pub const PACKET_GPU_INFO: u64 = key(128, LEN);
+        // GpuRenderStageEvent
+        pub const EVENT_ID: u64 = key(1, VARINT);
+        pub const DURATION: u64 = key(2, VARINT);
+        pub const CONTEXT: u64 = key(5, VARINT);
+        pub const GPU_ID: u64 = key(11, VARINT);
+        pub const HW_QUEUE_IID: u64 = key(13, VARINT);
+        pub const STAGE_IID: u64 = key(14, VARINT);
+        pub const KERNEL_IID: u64 = key(19, VARINT);
+        pub const NAME_IID: u64 = key(20, VARINT);
+        pub const LAUNCH: u64 = key(21, LEN);
+        // GpuRenderStageEvent.ComputeKernelLaunch and its Dim3
+        pub const GRID_SIZE: u64 = key(1, LEN);
+        pub const WORKGROUP_SIZE: u64 = key(2, LEN);
+        pub const LAUNCH_ARGS: u64 = key(3, LEN);
+        pub const DIM_X: u64 = key(1, VARINT);
+        pub const DIM_Y: u64 = key(2, VARINT);
+        pub const DIM_Z: u64 = key(3, VARINT);
+        // GpuRenderStageEvent.ExtraComputeArg
+        pub const ARG_NAME_IID: u64 = key(1, VARINT);
+        pub const ARG_INT: u64 = key(3, VARINT);
+        pub const ARG_DOUBLE: u64 = key(5, I64);
+        pub const ARG_STRING: u64 = key(6, LEN);
+        pub const ARG_STRING_IID: u64 = key(7, VARINT);
+        // InternedData
+        pub const INTERNED_GRAPHICS_CONTEXTS: u64 = key(23, LEN);
+        pub const INTERNED_SPECIFICATIONS: u64 = key(24, LEN);
+        /// `GpuInternedData.compute_kernels`, an `InternedData` extension.
+        pub const INTERNED_KERNELS: u64 = key(1000, LEN);
+        /// `GpuInternedData.compute_arg_names`, an `InternedData` extension.
+        pub const INTERNED_ARG_NAMES: u64 = key(1001, LEN);
+        // InternedGpuRenderStageSpecification, InternedGraphicsContext, InternedComputeKernel
+        // (each `iid` is field 1, `name` field 2)
+        pub const IID: u64 = key(1, VARINT);
+        pub const NAME: u64 = key(2, LEN);
+        pub const SPEC_CATEGORY: u64 = key(4, VARINT);
+        pub const CONTEXT_PID: u64 = key(2, VARINT);
+        pub const CONTEXT_API: u64 = key(3, VARINT);
+        pub const KERNEL_DEMANGLED_NAME: u64 = key(3, LEN);
+        pub const KERNEL_ARCH: u64 = key(4, LEN);
+        /// `GpuTrackEvent.gpu_correlation`, a `TrackEvent` extension: a `GpuCorrelation`.
+        pub const TRACK_EVENT_CORRELATION: u64 = key(3000, LEN);
+        /// `GpuTrackEvent.gpu_api`, a `TrackEvent` extension.
+        pub const TRACK_EVENT_API: u64 = key(3001, VARINT);
+        /// `GpuCorrelation.render_stage_submission_event_ids`.
+        pub const SUBMISSION_EVENT_IDS: u64 = key(1, VARINT);
+        // GpuInfo and GpuInfo.Gpu
+        pub const GPU_INFO_GPUS: u64 = key(1, LEN);
+        pub const GPU_NAME: u64 = key(1, LEN);
+        pub const GPU_VENDOR: u64 = key(2, LEN);
+        pub const GPU_MODEL: u64 = key(3, LEN);
+        pub const GPU_ARCHITECTURE: u64 = key(4, LEN);
+        pub const GPU_UUID: u64 = key(5, LEN);
+        pub const GPU_PCI_BDF: u64 = key(7, LEN);
+        /// `InternedGraphicsContext.Api.CUDA` and `GpuApi.GPU_API_CUDA`.
+        pub const API_CUDA: u64 = 4;
+        /// `InternedGpuRenderStageSpecification.RenderStageCategory.COMPUTE`.
+        pub const CATEGORY_COMPUTE: u64 = 2;
+    }
 }
 
 /// The first byte of every framed packet (`Trace.packet`): a one-byte tag.

@@ -1,19 +1,12 @@
 //! What the tests must leave alone: `../shared` (the corpus, tools and documents beside the
-//! repository) and the repository's own files (all but `target/`). `tests/aa_guard.rs`, the first
-//! test binary cargo runs (they run in name order), records every file there with its size and
-//! modification time; `tests/zz_skips.rs`, the last, compares and fails on any file created,
-//! changed or removed meanwhile: tests write only under temporary directories. Std only, so
-//! both binaries link nothing else.
-
-#![allow(dead_code)]
+//! repository) and the repository's own files (all but `target/`). Every test binary that
+//! includes `common` records every file there, with its size and modification time, as it
+//! starts, before any test runs, and compares when it exits, after all of them: any file created,
+//! changed or removed meanwhile fails the binary (see `common::at_start`). Tests write only under
+//! temporary directories. The order cargo runs the binaries in plays no part.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-
-/// Where the record of a run's start is kept between the two binaries.
-pub fn snapshot_file() -> PathBuf {
-    PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("guard.snapshot")
-}
 
 /// The folders guarded, as (label, path).
 pub fn guarded() -> Vec<(&'static str, PathBuf)> {
@@ -57,24 +50,18 @@ fn walk(root: &Path, rel: &Path, out: &mut BTreeMap<String, String>) {
 
 /// The state of every guarded folder: "label/path" -> "size, mtime".
 pub fn state() -> BTreeMap<String, String> {
+    state_of(&guarded())
+}
+
+/// The state of the folders `dirs`, as (label, path): "label/path" -> "size, mtime".
+pub fn state_of(dirs: &[(&str, PathBuf)]) -> BTreeMap<String, String> {
     let mut all = BTreeMap::new();
-    for (label, dir) in guarded() {
+    for (label, dir) in dirs {
         let mut files = BTreeMap::new();
-        walk(&dir, Path::new(""), &mut files);
+        walk(dir, Path::new(""), &mut files);
         all.extend(files.into_iter().map(|(k, v)| (format!("{label}/{k}"), v)));
     }
     all
-}
-
-pub fn encode(s: &BTreeMap<String, String>) -> String {
-    s.iter().map(|(k, v)| format!("{k}\t{v}\n")).collect()
-}
-
-pub fn decode(text: &str) -> BTreeMap<String, String> {
-    text.lines()
-        .filter_map(|l| l.split_once('\t'))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
 
 /// What changed from `before` to `after`, one line per file.

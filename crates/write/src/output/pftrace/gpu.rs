@@ -1,0 +1,382 @@
+//! GPU work in Perfetto's own GPU model (`--gpu perfetto`): one `GpuRenderStageEvent` packet
+//! per kernel, memcpy or memset, on a hardware queue per stream of its GPU (`gpu_id`), with its
+//! CUDA context (pid, API), its stage (compute for kernels, other for memory operations), an
+//! interned compute kernel (names) and its launch (grid, block and every other arg, typed).
+//! The CUDA calls that launched them name them in `gpu_correlation` (see `events.rs`), from
+//! which trace_processor draws the arrows; `GpuInfo` names the GPUs.
+//!
+//! Each queue is a sequence of its own, as a stream's track is in the default layout: the
+//! queue, its stages and its context are interned once per sequence, names, arg names and
+//! string values as the track events intern theirs.
+
+use super::events::{intern_value, put_interned};
+use super::interning::Key;
+use super::wire::tag::{self, gpu};
+use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint};
+use super::{BOOTTIME, GpuQueueState, MAX_INTERNED, ProtoWriter};
+use crate::model::{ArgValue, Category, Event, Name, source_of};
+use crate::output::GpuQueue;
+
+/// Stage iids on every queue's sequence (its hardware queue is iid 1, in the same namespace).
+const QUEUE_IID: u64 = 1;
+const COMPUTE_STAGE_IID: u64 = 2;
+const MEMORY_STAGE_IID: u64 = 3;
+
+/// Event ids of GPU rows no call launched (no arrow): apart from the flow ids readers give
+/// (below 2^52 with a merge's source bits), unique in the trace.
+const UNLINKED_EVENT_IDS: u64 = 1 << 62;
+
+// Launch args are written in place with a one-byte tag.
+const _: () = assert!(gpu::LAUNCH_ARGS < 0x80);
+
+/// `(x, y, z)` from a launch shape as the reader prints it ("(128, 1, 1)").
+fn dims(label: &str) -> Option<[u64; 3]> {
+    let inner = label.strip_prefix('(')?.strip_suffix(')')?;
+    let mut it = inner.split(',').map(|p| p.trim().parse::<u64>().ok());
+    let d = [it.next()??, it.next()??, it.next()??];
+    it.next().is_none().then_some(d)
+}
+
+fn put_dims(out: &mut Vec<u8>, tag: u64, d: [u64; 3]) {
+    let len =
+        field_len(gpu::DIM_X, d[0]) + field_len(gpu::DIM_Y, d[1]) + field_len(gpu::DIM_Z, d[2]);
+    put_varint(out, tag);
+    put_varint(out, len as u64);
+    put_field(out, gpu::DIM_X, d[0]);
+    put_field(out, gpu::DIM_Y, d[1]);
+    put_field(out, gpu::DIM_Z, d[2]);
+}
+
+impl ProtoWriter {
+    pub(super) fn open_queue(&mut self, group: u32, queue: &GpuQueue, first_ts: i64) {
+        self.clear_state(group, 0, first_ts, true);
+        let source = source_of(queue.global_pid) as u64;
+        let n = self.gpu.contexts.len() as u64;
+        let context_iid = *self
+            .gpu
+            .contexts
+            .entry((queue.global_pid, queue.context))
+            .or_insert(source << 32 | (n + 1));
+        self.gpu.queues.insert(
+            group,
+            GpuQueueState {
+                source,
+                device: queue.device,
+                pid: crate::model::pid_of(queue.global_pid),
+                context_iid,
+                name: queue.name.clone(),
+                kernels: 0,
+            },
+        );
+        if self.gpu.described.is_none_or(|d| d < queue.device) {
+            self.gpu_info(group, queue.device);
+        }
+    }
+
+    /// A `GpuInfo` naming GPUs 0 to `upto` at least (entries are by position: entry N is GPU
+    /// N), as the source names them.
+    fn gpu_info(&mut self, group: u32, upto: i64) {
+        let last = self
+            .desc
+            .gpu_names
+            .keys()
+            .copied()
+            .max()
+            .unwrap_or(0)
+            .max(upto);
+        let mut info = Vec::new();
+        let mut gpu_entry = Vec::new();
+        for i in 0..=last.max(0) {
+            let name = match self.desc.gpu_names.get(&i) {
+                Some(n) => n.clone(),
+                None => format!("GPU {i}"),
+            };
+            gpu_entry.clear();
+            put_bytes(&mut gpu_entry, gpu::GPU_NAME, name.as_bytes());
+            put_bytes(&mut gpu_entry, gpu::GPU_VENDOR, b"NVIDIA");
+            if let Some(f) = self.desc.gpu_facts.get(&i) {
+                let texts = [
+                    (gpu::GPU_MODEL, &f.chip),
+                    (gpu::GPU_ARCHITECTURE, &f.arch),
+                    (gpu::GPU_PCI_BDF, &f.pci_bdf),
+                ];
+                for (tag, text) in texts {
+                    if let Some(t) = text {
+                        put_bytes(&mut gpu_entry, tag, t.as_bytes());
+                    }
+                }
+                if let Some(u) = &f.uuid {
+                    put_bytes(&mut gpu_entry, gpu::GPU_UUID, u);
+                }
+            }
+            put_bytes(&mut info, gpu::GPU_INFO_GPUS, &gpu_entry);
+        }
+        let out = &mut self.out.data;
+        let len = bytes_len(gpu::PACKET_GPU_INFO, info.len())
+            + field_len(tag::PACKET_SEQUENCE_ID, group.into());
+        out.push(TRACE_PACKET_BYTE);
+        put_varint(out, len as u64);
+        put_field(out, tag::PACKET_SEQUENCE_ID, group.into());
+        put_bytes(out, gpu::PACKET_GPU_INFO, &info);
+        self.gpu.described = Some(last);
+    }
+
+    /// One GPU operation as a `GpuRenderStageEvent` on its queue's sequence.
+    pub(super) fn gpu_packet(&mut self, group: u32, ev: &Event<'_>) {
+        let at = self.seqs.index(group).expect("queue opened before use");
+        let seq = &self.seqs.list[at];
+        if (seq.names + seq.values) as usize >= MAX_INTERNED {
+            let ts = seq.last_ts;
+            self.clear_state(group, 0, ts, false);
+            self.gpu.kernels.retain(|k, _| k.0 != group);
+            if let Some(q) = self.gpu.queues.get_mut(&group) {
+                q.kernels = 0;
+            }
+        }
+        let seq = &mut self.seqs.list[at];
+        let queue = self.gpu.queues.get_mut(&group).expect("queue opened");
+        let info = &*self.desc;
+        let interned = &mut self.interned;
+        let interning = &mut self.interning;
+        interned.clear();
+        if !seq.gpu_specs {
+            seq.gpu_specs = true;
+            let spec = |out: &mut Vec<u8>, iid: u64, name: &str, category: u64| {
+                let len = field_len(gpu::IID, iid)
+                    + bytes_len(gpu::NAME, name.len())
+                    + if category != 0 {
+                        field_len(gpu::SPEC_CATEGORY, category)
+                    } else {
+                        0
+                    };
+                put_varint(out, gpu::INTERNED_SPECIFICATIONS);
+                put_varint(out, len as u64);
+                put_field(out, gpu::IID, iid);
+                put_bytes(out, gpu::NAME, name.as_bytes());
+                if category != 0 {
+                    put_field(out, gpu::SPEC_CATEGORY, category);
+                }
+            };
+            spec(interned, QUEUE_IID, &queue.name, 0);
+            spec(
+                interned,
+                COMPUTE_STAGE_IID,
+                "Compute",
+                gpu::CATEGORY_COMPUTE,
+            );
+            spec(interned, MEMORY_STAGE_IID, "Memory", 0);
+            let len = field_len(gpu::IID, queue.context_iid)
+                + field_len(gpu::CONTEXT_PID, queue.pid as u64)
+                + field_len(gpu::CONTEXT_API, gpu::API_CUDA);
+            put_varint(interned, gpu::INTERNED_GRAPHICS_CONTEXTS);
+            put_varint(interned, len as u64);
+            put_field(interned, gpu::IID, queue.context_iid);
+            put_field(interned, gpu::CONTEXT_PID, queue.pid as u64);
+            put_field(interned, gpu::CONTEXT_API, gpu::API_CUDA);
+        }
+
+        let kernel = ev.category == Category::Kernel;
+        let body = &mut self.gpu.body;
+        let launch = &mut self.gpu.launch;
+        body.clear();
+        launch.clear();
+        let event_id = match ev.flows.terminating {
+            Some(id) => id,
+            None => {
+                self.gpu.unlinked += 1;
+                UNLINKED_EVENT_IDS | queue.source << 40 | self.gpu.unlinked
+            }
+        };
+        put_field(body, gpu::EVENT_ID, event_id);
+        let dur = ev.end.map_or(0, |e| (e - ev.start).max(0)) as u64;
+        put_field(body, gpu::DURATION, dur);
+        put_field(body, gpu::CONTEXT, queue.context_iid);
+        put_field(body, gpu::GPU_ID, queue.device as u64);
+        put_field(body, gpu::HW_QUEUE_IID, QUEUE_IID);
+        let stage = if kernel {
+            COMPUTE_STAGE_IID
+        } else {
+            MEMORY_STAGE_IID
+        };
+        put_field(body, gpu::STAGE_IID, stage);
+
+        let name = match ev.name {
+            Name::Str(sid) => Key::Sid(sid),
+            Name::Text(t) | Name::Static(t) => Key::Text(t),
+            Name::Numbered(no, t) => Key::No(no, t),
+        };
+        let (name_iid, new) = interning.intern(seq, false, name);
+        if new {
+            put_interned(interned, tag::EVENT_NAMES, name_iid, info, name);
+        }
+        put_field(body, gpu::NAME_IID, name_iid.into());
+
+        let mut demangled = None;
+        let mut key_iid = 0;
+        for arg in ev.args {
+            match (kernel, arg.key, arg.value) {
+                (true, "demangled_name", ArgValue::StrId(sid)) => {
+                    demangled = Some(sid);
+                    continue;
+                }
+                (true, "grid" | "block", ArgValue::Label(_) | ArgValue::Numbered(..)) => {
+                    let shape = match arg.value {
+                        ArgValue::Numbered(no, t) => {
+                            *self.gpu.shapes.entry(no.key()).or_insert_with(|| dims(t))
+                        }
+                        ArgValue::Label(t) => dims(t),
+                        _ => None,
+                    };
+                    if let Some(d) = shape {
+                        let tag = if arg.key == "grid" {
+                            gpu::GRID_SIZE
+                        } else {
+                            gpu::WORKGROUP_SIZE
+                        };
+                        put_dims(launch, tag, d);
+                        continue;
+                    }
+                }
+                _ => {}
+            }
+            // Perfetto reads a GPU slice's `correlation_id` arg as text, and colours slices
+            // by it (an integer crashes its GPU tracks; unique texts colour every kernel
+            // apart): nsys' correlation id goes under a name of its own.
+            let key = match arg.key {
+                "correlation_id" => "cuda_correlation_id",
+                k => k,
+            };
+            let new;
+            (key_iid, new) = interning.arg_key(seq, key, key_iid);
+            if new {
+                let len = field_len(gpu::IID, key_iid) + bytes_len(gpu::NAME, key.len());
+                put_varint(interned, gpu::INTERNED_ARG_NAMES);
+                put_varint(interned, len as u64);
+                put_field(interned, gpu::IID, key_iid);
+                put_bytes(interned, gpu::NAME, key.as_bytes());
+            }
+            // An ExtraComputeArg written in place, its length a byte (fixed up when longer).
+            let tag_at = launch.len();
+            launch.push(gpu::LAUNCH_ARGS as u8);
+            launch.push(0);
+            put_field(launch, gpu::ARG_NAME_IID, key_iid);
+            match arg.value {
+                ArgValue::Int(v) => put_field(launch, gpu::ARG_INT, v as u64),
+                ArgValue::Bool(v) => put_field(launch, gpu::ARG_INT, v as u64),
+                ArgValue::Double(v) => {
+                    put_varint(launch, gpu::ARG_DOUBLE);
+                    launch.extend_from_slice(&v.to_le_bytes());
+                }
+                ArgValue::Str(s) => put_bytes(launch, gpu::ARG_STRING, s.as_bytes()),
+                ArgValue::Label(s) => {
+                    let iid = intern_value(interning, interned, seq, info, Key::Text(s)).1;
+                    put_field(launch, gpu::ARG_STRING_IID, iid);
+                }
+                ArgValue::StrId(sid) => {
+                    let iid = intern_value(interning, interned, seq, info, Key::Sid(sid)).1;
+                    put_field(launch, gpu::ARG_STRING_IID, iid);
+                }
+                ArgValue::Numbered(no, s) => {
+                    let iid = intern_value(interning, interned, seq, info, Key::No(no, s)).1;
+                    put_field(launch, gpu::ARG_STRING_IID, iid);
+                }
+            }
+            let n = launch.len() - tag_at - 2;
+            if n < 0x80 {
+                launch[tag_at + 1] = n as u8;
+            } else {
+                let value = launch.split_off(tag_at + 2);
+                launch.truncate(tag_at + 1);
+                put_varint(launch, n as u64);
+                launch.extend_from_slice(&value);
+            }
+        }
+
+        if kernel {
+            let name_sid = match ev.name {
+                Name::Str(sid) => sid,
+                _ => -1,
+            };
+            let key = (group, name_sid, demangled.unwrap_or(-1));
+            let kernel_iid = match self.gpu.kernels.get(&key) {
+                Some(&iid) => iid,
+                None => {
+                    queue.kernels += 1;
+                    let iid = queue.kernels;
+                    self.gpu.kernels.insert(key, iid);
+                    let short = match ev.name {
+                        Name::Str(sid) => info.string_or_id(sid),
+                        Name::Text(t) | Name::Static(t) | Name::Numbered(_, t) => t.into(),
+                    };
+                    let long = demangled.map(|d| info.string_or_id(d));
+                    let arch = info
+                        .gpu_facts
+                        .get(&queue.device)
+                        .and_then(|f| f.arch.as_deref());
+                    let nested = &mut self.gpu.nested;
+                    nested.clear();
+                    put_field(nested, gpu::IID, iid);
+                    put_bytes(nested, gpu::NAME, short.as_bytes());
+                    if let Some(l) = &long {
+                        put_bytes(nested, gpu::KERNEL_DEMANGLED_NAME, l.as_bytes());
+                    }
+                    if let Some(a) = arch {
+                        put_bytes(nested, gpu::KERNEL_ARCH, a.as_bytes());
+                    }
+                    put_bytes(interned, gpu::INTERNED_KERNELS, nested);
+                    iid
+                }
+            };
+            put_field(body, gpu::KERNEL_IID, kernel_iid);
+        }
+        if !launch.is_empty() {
+            put_bytes(body, gpu::LAUNCH, launch);
+        }
+
+        // Times in order on the sequence take a delta of its incremental clock; an earlier one
+        // (rows out of order) an absolute time on the clock that clock counts from.
+        let (ts, clock) = if ev.start >= seq.last_ts {
+            let delta = (ev.start - seq.last_ts) as u64;
+            seq.last_ts = ev.start;
+            (delta, None)
+        } else {
+            (ev.start.max(0) as u64, Some(u64::from(BOOTTIME)))
+        };
+        let len = field_len(tag::PACKET_TIMESTAMP, ts)
+            + clock.map_or(0, |c| field_len(gpu::PACKET_CLOCK_ID, c))
+            + field_len(tag::PACKET_SEQUENCE_ID, group.into())
+            + bytes_len(gpu::PACKET_RENDER_STAGE, body.len())
+            + if interned.is_empty() {
+                0
+            } else {
+                bytes_len(tag::PACKET_INTERNED_DATA, interned.len())
+            };
+        let out = &mut self.out.data;
+        out.push(TRACE_PACKET_BYTE);
+        put_varint(out, len as u64);
+        put_field(out, tag::PACKET_TIMESTAMP, ts);
+        if let Some(c) = clock {
+            put_field(out, gpu::PACKET_CLOCK_ID, c);
+        }
+        put_field(out, tag::PACKET_SEQUENCE_ID, group.into());
+        put_bytes(out, gpu::PACKET_RENDER_STAGE, body);
+        if !interned.is_empty() {
+            put_bytes(out, tag::PACKET_INTERNED_DATA, interned);
+            interned.clear();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::dims;
+
+    #[test]
+    fn launch_shapes_read_as_the_reader_prints_them() {
+        assert_eq!(dims("(128, 1, 1)"), Some([128, 1, 1]));
+        assert_eq!(dims("(65535,2,3)"), Some([65535, 2, 3]));
+        assert_eq!(dims("(-1, 1, 1)"), None);
+        assert_eq!(dims("(1, 2)"), None);
+        assert_eq!(dims("(1, 2, 3, 4)"), None);
+    }
+}
