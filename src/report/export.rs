@@ -121,6 +121,9 @@ pub struct Exported {
     /// Why the export is not where it would usually be (a user's own `X.sqlite` beside the
     /// report, left untouched).
     pub note: Option<String>,
+    /// A reused export as its validity check opened it, for [`export_and_open`]: its reader
+    /// takes it rather than opening every table file again.
+    opened: Option<(rusqlite::Connection, nsys::Schema)>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -256,14 +259,14 @@ pub fn export_is_of(export: &Path, report: &Path) -> Option<bool> {
     Some(recorded_report(export).is_some_and(|id| id.matches(report)))
 }
 
-/// Whether the export at `path` stands for `report`'s content: `Ok` when it may be reused,
-/// `Err(None)` when there is none or it is a file of the user's (said elsewhere), `Err(reason)`
-/// when an export of this tool's must be made again.
+/// Whether the export at `path` stands for `report`'s content: `Ok` (the export, opened) when
+/// it may be reused, `Err(None)` when there is none or it is a file of the user's (said
+/// elsewhere), `Err(reason)` when an export of this tool's must be made again.
 fn reusable_export(
     path: &Path,
     report: &Path,
     capture: Option<&Version>,
-) -> std::result::Result<(), Option<String>> {
+) -> std::result::Result<(rusqlite::Connection, nsys::Schema), Option<String>> {
     if !owns_export(path) {
         return Err(None);
     }
@@ -297,10 +300,7 @@ fn reusable_export(
             "{shown} was exported by nsys {v}, which cannot read reports of nsys {c}"
         )));
     }
-    if nsys::open_schema(path).is_err() {
-        return Err(Some(format!("{shown} does not open as an nsys export")));
-    }
-    Ok(())
+    nsys::open_schema(path).map_err(|_| Some(format!("{shown} does not open as an nsys export")))
 }
 
 fn parent_dir(p: &Path) -> PathBuf {
@@ -408,6 +408,28 @@ fn export_target(
 /// An export beside the report that this tool did not write (no marker, see [`owns_export`])
 /// is never used and left untouched: the export then goes to the cache directory.
 pub fn export_report(report: &Path, opts: &ExportOptions) -> Result<Exported> {
+    let mut exported = export_keeping_open(report, opts)?;
+    // Its reader opens it by its path: not held open (table files mapped) meanwhile.
+    exported.opened = None;
+    Ok(exported)
+}
+
+/// [`export_report`], and the export opened (see [`nsys::open_schema`]): a reused export as
+/// the check that it may be reused opened it.
+pub fn export_and_open(
+    report: &Path,
+    opts: &ExportOptions,
+) -> Result<(Exported, rusqlite::Connection, nsys::Schema)> {
+    let mut exported = export_keeping_open(report, opts)?;
+    let (conn, schema) = match exported.opened.take() {
+        Some(opened) => opened,
+        None => nsys::open_schema(&exported.path)?,
+    };
+    Ok((exported, conn, schema))
+}
+
+/// [`export_report`], keeping a reused export opened by its check in `opened`.
+fn export_keeping_open(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     let meta = fs::metadata(report).map_err(|e| anyhow!("cannot read: {e}"))?;
     if meta.is_dir() {
         bail!("is a directory, not a report");
@@ -417,13 +439,14 @@ pub fn export_report(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     }
     let capture = capture_version(report)?;
     let cache_dir = opts.cache_dir.clone().or_else(default_cache_dir);
-    let reused = |p: &Path, note: Option<String>| Exported {
+    let reused = |p: &Path, note: Option<String>, opened| Exported {
         path: p.to_path_buf(),
         kind: ExportKind::Reused,
         nsys: None,
         capture,
         kept: true,
         note,
+        opened: Some(opened),
         _temp: None,
     };
 
@@ -435,10 +458,10 @@ pub fn export_report(report: &Path, opts: &ExportOptions) -> Result<Exported> {
             let cached = cache_dir.as_deref().map(|d| cached(report, d, format));
             for p in std::iter::once(&sibling).chain(cached.iter()) {
                 match reusable_export(p, report, capture.as_ref()) {
-                    Ok(()) => {
+                    Ok(opened) => {
                         let note = (p != &sibling && is_users_file(&sibling))
                             .then(|| users_file_note(&sibling, "the export reused from"));
-                        return Ok(reused(p, note));
+                        return Ok(reused(p, note, opened));
                     }
                     Err(Some(why)) => {
                         again.get_or_insert(why);
@@ -515,6 +538,7 @@ fn export_as(
             capture,
             kept: false,
             note: None,
+            opened: None,
             _temp: Some(temp),
         });
     }
@@ -530,18 +554,26 @@ fn export_as(
     }
     let _lock = ExportLock::acquire(&target, report, opts.quiet)?;
     // Another conversion may have exported it while we waited.
-    let (kind, nsys, note) =
-        if !opts.no_cache && reusable_export(&target, report, capture.as_ref()).is_ok() {
-            (ExportKind::Reused, None, note)
-        } else {
-            let note = match (note, again) {
-                (Some(n), Some(a)) => Some(format!("{n}; exporting again: {a}")),
-                (n, None) => n,
-                (None, Some(a)) => Some(format!("exporting again: {a}")),
-            };
-            let seconds = export_to(&target)?;
-            (ExportKind::Exported { seconds }, Some(nsys.clone()), note)
+    let reused = match opts.no_cache {
+        true => None,
+        false => reusable_export(&target, report, capture.as_ref()).ok(),
+    };
+    let (kind, nsys, note, opened) = if let Some(opened) = reused {
+        (ExportKind::Reused, None, note, Some(opened))
+    } else {
+        let note = match (note, again) {
+            (Some(n), Some(a)) => Some(format!("{n}; exporting again: {a}")),
+            (n, None) => n,
+            (None, Some(a)) => Some(format!("exporting again: {a}")),
         };
+        let seconds = export_to(&target)?;
+        (
+            ExportKind::Exported { seconds },
+            Some(nsys.clone()),
+            note,
+            None,
+        )
+    };
     Ok(Exported {
         path: target,
         kind,
@@ -549,6 +581,7 @@ fn export_as(
         capture,
         kept: true,
         note,
+        opened,
         _temp: None,
     })
 }

@@ -340,13 +340,14 @@ impl Export {
     /// [`Export::open_with`], computing the NVTX-to-GPU projection only when `project` (it
     /// reads every NVTX range and GPU row: work a caller that never reads it should not pay).
     pub fn open_projecting(path: &Path, opts: &ExportOptions, project: bool) -> Result<Export> {
-        let exported = if classify(path) == Input::Report {
-            Some(report::export_report(path, opts)?)
+        let (exported, conn, schema) = if classify(path) == Input::Report {
+            let (exported, conn, schema) = report::export_and_open(path, opts)?;
+            (Some(exported), conn, schema)
         } else {
-            None
+            let (conn, schema) = nsys::open_schema(path)?;
+            (None, conn, schema)
         };
         let sqlite = exported.as_ref().map_or(path, |e| e.path());
-        let (conn, schema) = nsys::open_schema(sqlite)?;
         let enums = Enums::load(&conn, &schema);
         let projection = if project {
             schema.read_through(Projection::build(&schema))?
