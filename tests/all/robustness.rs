@@ -1241,8 +1241,8 @@ fn arrow_and_parquet_exports_survive_seeded_damage() {
 /// parquetdir) each truncated, replaced or removed once a run has opened it (see
 /// [`run_changing`]): the conversion and `stats`, `analyze`, `extract` and `merge` each exit 1
 /// with one line naming the file and saying it changed while it was read, no signal, no
-/// output and nothing left behind; a file read through descriptors may change only after the
-/// run's last read (exit 0, from the file as it was), which most runs must not.
+/// output and nothing left behind; a change may land only after the run's last read (exit 0,
+/// from the file as it was), which most runs must not.
 /// (A SIGBUS from a truncated Arrow table killed the process.)
 #[test]
 fn exports_changed_while_read_are_one_line_naming_the_file() {
@@ -1311,6 +1311,9 @@ fn exports_changed_while_read_are_one_line_naming_the_file() {
                 let named = file.file_name().unwrap().to_str().unwrap();
                 let label = format!("{name}: {named} {how} while read by {}", args.join(" "));
                 let want = format!("changed while it was read: {how}");
+                // A merge opens a report twice (its clock, then its events): a table truncated
+                // between the two is one the second opening finds damaged.
+                let damaged = "a damaged or truncated file";
                 let code = check_arrow_run(
                     &mut f,
                     &case,
@@ -1318,14 +1321,12 @@ fn exports_changed_while_read_are_one_line_naming_the_file() {
                     args,
                     &label,
                     Some((&file, *mapped, &change)),
-                    &[&want[..]],
+                    &[&want[..], damaged],
                 );
                 match code {
-                    // A mapped table changed under the run must never read as a success.
-                    Some(0) if *mapped => f.defect("unclean error", format!("{label}: exit 0")),
-                    // A file read through descriptors can change after the run's last read and
-                    // its end-of-run check (a loaded machine sees the descriptor late): what the
-                    // run printed came from the file as it was.
+                    // The change can land after the run's last read and its end-of-run check
+                    // (a loaded machine sees the descriptor or mapping late): what the run
+                    // printed came from the file as it was.
                     Some(0) => late.push(label),
                     _ => told += 1,
                 }
