@@ -150,13 +150,8 @@ struct Ran {
     hung: bool,
 }
 
-/// Run the binary with a time limit; `signal_after` sends SIGINT that long after the start.
-fn run(
-    args: &[&std::ffi::OsStr],
-    tmp: &Path,
-    signal_after: Option<Duration>,
-    pre: Option<fn() -> std::io::Result<()>>,
-) -> Ran {
+/// The binary on `args`, its temporary files and caches in `tmp`, its stderr piped.
+fn command(args: &[&std::ffi::OsStr], tmp: &Path) -> Command {
     let mut cmd = Command::new(BIN);
     cmd.args(args)
         .env("TMPDIR", tmp)
@@ -165,6 +160,17 @@ fn run(
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());
+    cmd
+}
+
+/// Run the binary with a time limit; `signal_after` sends SIGINT that long after the start.
+fn run(
+    args: &[&std::ffi::OsStr],
+    tmp: &Path,
+    signal_after: Option<Duration>,
+    pre: Option<fn() -> std::io::Result<()>>,
+) -> Ran {
+    let mut cmd = command(args, tmp);
     if let Some(f) = pre {
         use std::os::unix::process::CommandExt;
         // SAFETY: the closure only calls async-signal-safe functions (setrlimit, signal).
@@ -1080,14 +1086,7 @@ fn run_changing(
     mapped: bool,
     change: &dyn Fn(),
 ) -> Ran {
-    let mut cmd = Command::new(BIN);
-    cmd.args(args)
-        .env("TMPDIR", tmp)
-        .env("RUST_BACKTRACE", "0")
-        .env("XDG_CACHE_HOME", tmp)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped());
+    let mut cmd = command(args, tmp);
     let mut child = cmd.spawn().unwrap();
     let pid = child.id();
     let mut stderr = child.stderr.take().unwrap();

@@ -329,16 +329,7 @@ fn fill(
         });
     }
 
-    let name = match ev.name {
-        Name::Str(sid) => Key::Sid(sid),
-        Name::Text(t) | Name::Static(t) => Key::Text(t),
-        Name::Numbered(no, t) => Key::No(no, t),
-    };
-    let (name_iid, new) = interning.intern(seq, false, name);
-    if new {
-        put_interned(interned, tag::EVENT_NAMES, name_iid, info, name);
-    }
-    let name_iid = u64::from(name_iid);
+    let name_iid = intern_name(interning, interned, seq, info, ev.name);
     let flows = ev.flows.out;
     // `flow_ids_old` is the varint form of `flow_ids` (fixed64): 5 bytes less per arrow end,
     // about 2 MB on a 200k-kernel profile; trace_processor reads either.
@@ -385,6 +376,28 @@ fn put_gpu_correlation(out: &mut Vec<u8>, flows: &[u64]) {
     for &id in flows.iter().filter(|id| !gpu_work(id)) {
         put_field(out, tag::FLOW_IDS_OLD, id);
     }
+}
+
+/// The iid of an event's interned name, interning it on first use (a slice's and a GPU
+/// operation's alike).
+#[inline(always)]
+pub(super) fn intern_name(
+    interning: &mut Interning,
+    interned: &mut Vec<u8>,
+    seq: &mut Sequence,
+    info: &Description,
+    name: Name<'_>,
+) -> u64 {
+    let name = match name {
+        Name::Str(sid) => Key::Sid(sid),
+        Name::Text(t) | Name::Static(t) => Key::Text(t),
+        Name::Numbered(no, t) => Key::No(no, t),
+    };
+    let (iid, new) = interning.intern(seq, false, name);
+    if new {
+        put_interned(interned, tag::EVENT_NAMES, iid, info, name);
+    }
+    u64::from(iid)
 }
 
 /// The (value tag, iid) of an arg's interned string value, interning it on first use. Inlined

@@ -9,7 +9,7 @@
 //! queue, its stages and its context are interned once per sequence, names, arg names and
 //! string values as the track events intern theirs.
 
-use super::events::{intern_value, put_interned};
+use super::events::{intern_name, intern_value};
 use super::interning::Key;
 use super::wire::tag::{self, gpu};
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint};
@@ -200,16 +200,8 @@ impl ProtoWriter {
         };
         put_field(body, gpu::STAGE_IID, stage);
 
-        let name = match ev.name {
-            Name::Str(sid) => Key::Sid(sid),
-            Name::Text(t) | Name::Static(t) => Key::Text(t),
-            Name::Numbered(no, t) => Key::No(no, t),
-        };
-        let (name_iid, new) = interning.intern(seq, false, name);
-        if new {
-            put_interned(interned, tag::EVENT_NAMES, name_iid, info, name);
-        }
-        put_field(body, gpu::NAME_IID, name_iid.into());
+        let name_iid = intern_name(interning, interned, seq, info, ev.name);
+        put_field(body, gpu::NAME_IID, name_iid);
 
         let mut demangled = None;
         let mut key_iid = 0;
