@@ -5,9 +5,7 @@
 //! `cargo run --release --example dump_projection -- DIR a.sqlite b.sqlite...` writes
 //! `DIR/a.sqlite.dump`...: the three counts, the schema, then `nvtx_gpu` in rowid order and
 //! `kernel_nvtx` in key order, a row a line. `--time` only times the builds.
-
-use nsys_perfetto::nsys;
-use nsys_perfetto::projection::{KERNEL_NVTX, NVTX_GPU, Projection};
+use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU, Projection};
 use rusqlite::Connection;
 use rusqlite::types::Value;
 use std::io::Write;
@@ -22,7 +20,7 @@ fn rows(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<Vec<Value>>> {
 }
 
 fn dump(export: &Path, dir: &Path, time_only: bool) -> anyhow::Result<()> {
-    let (_c, schema) = nsys::open_schema(export)?;
+    let (_c, schema) = nsys_perfetto_read::open_schema(export)?;
     let t = std::time::Instant::now();
     let proj = Projection::build(&schema)?;
     eprintln!("{}: built in {:?}: {proj:?}", export.display(), t.elapsed());

@@ -1,7 +1,7 @@
 //! What the tool says about itself and its installation: `--version` with the nsys installs it
 //! finds, shell completions and man pages.
 
-use crate::report::{self, NsysSource, Version};
+use crate::report::{self, finding::NsysSource, version::Version};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -57,7 +57,7 @@ pub fn probe_version(path: &Path, timeout: Duration) -> Probe {
     }
     let start = Instant::now();
     loop {
-        match crate::cleanup::wait_exit(&mut child, Duration::from_millis(50)) {
+        match nsys_perfetto_model::cleanup::wait_exit(&mut child, Duration::from_millis(50)) {
             Ok(Some(_)) => break,
             Ok(None) if start.elapsed() < timeout => {}
             Ok(None) => {
@@ -79,11 +79,11 @@ pub fn probe_version(path: &Path, timeout: Duration) -> Probe {
     Version::parse(&text).map_or(Probe::Unknown, Probe::Version)
 }
 
-/// Every nsys the tool would consider (see [`report::nsys_candidates`]), probed in parallel,
+/// Every nsys the tool would consider (see [`report::finding::nsys_candidates`]), probed in parallel,
 /// in search order. An error when `NSYS` names something unusable.
 pub fn nsys_installs(timeout: Duration) -> anyhow::Result<Vec<(PathBuf, NsysSource, Probe)>> {
-    let candidates = report::nsys_candidates(None)?;
-    Ok(crate::parallel::parallel_map(
+    let candidates = report::finding::nsys_candidates(None)?;
+    Ok(nsys_perfetto_model::parallel::parallel_map(
         &candidates,
         candidates.len(),
         |_, (p, s)| (p.clone(), *s, probe_version(p, timeout)),

@@ -15,12 +15,12 @@
 //!   carries, see [`crate::provenance`]) is not converted again; `force` converts it anyway. An
 //!   output without such a record, or made otherwise, is converted again and a line says why. A
 //!   single file named on the command line is always converted.
-//! * Reports go through [`crate::report::export_report`] first.
+//! * Reports go through [`crate::report::export::export_report`] first.
 
 use crate::convert::{self, Options};
-use crate::nsys::inputs::{Input, classify};
-use crate::report::{self, ExportOptions};
+use crate::report::{self, export::ExportOptions};
 use anyhow::{Result, anyhow, bail};
+use nsys_perfetto_read::inputs::{Input, classify};
 use std::collections::{BTreeMap, HashSet};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -103,7 +103,10 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                     if found.is_empty() {
                         ex.errors.push((
                             shown,
-                            format!("no {} in this directory", crate::nsys::inputs::INPUTS),
+                            format!(
+                                "no {} in this directory",
+                                nsys_perfetto_read::inputs::INPUTS
+                            ),
                         ));
                     }
                     files.extend(found);
@@ -128,7 +131,9 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
                     }
                     files.extend(profiles);
                 }
-                Err(e) => ex.errors.push((shown, crate::errors::error_line(&e))),
+                Err(e) => ex
+                    .errors
+                    .push((shown, nsys_perfetto_model::errors::error_line(&e))),
             }
         } else {
             ex.errors.push((shown, "no such file or directory".into()));
@@ -185,11 +190,13 @@ fn pick_one(files: &[PathBuf], members: &[usize]) -> (usize, &'static str) {
     let rep = newest(&|p: &Path| classify(p) == Input::Report);
     match (export, rep) {
         // An export this tool made records its report: its times do not matter.
-        (Some(e), Some(r)) if report::export_is_of(&files[e], &files[r]) == Some(false) => (
-            r,
-            "converting the report, which the export was not made from (its export is redone)",
-        ),
-        (Some(e), Some(r)) if report::export_is_of(&files[e], &files[r]) == Some(true) => {
+        (Some(e), Some(r)) if report::export::export_is_of(&files[e], &files[r]) == Some(false) => {
+            (
+                r,
+                "converting the report, which the export was not made from (its export is redone)",
+            )
+        }
+        (Some(e), Some(r)) if report::export::export_is_of(&files[e], &files[r]) == Some(true) => {
             (e, "converting the SQLite export, made from this report")
         }
         (Some(e), Some(r)) if mtime(&files[e]) < mtime(&files[r]) => (
@@ -373,7 +380,7 @@ fn output_for(input: &Path, opts: &BatchOptions, conv: &Options, many: bool) -> 
                 Some(d) if !d.as_os_str().is_empty() => d,
                 _ => Path::new("."),
             };
-            if report::read_only_dir(dir) {
+            if report::export::read_only_dir(dir) {
                 bail!(
                     "{} is read-only, so the output cannot go beside the input: pass -o OUT (a \
                      file, or a directory for several inputs)",
@@ -398,14 +405,14 @@ fn output_for(input: &Path, opts: &BatchOptions, conv: &Options, many: bool) -> 
 fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options) -> Result<String> {
     let mut text = String::new();
     let summary = if classify(input) == Input::Report {
-        let sibling = report::sibling_export(input);
+        let sibling = report::export::sibling_export(input);
         if output == sibling || convert::same_file(output, &sibling) {
             bail!(
                 "-o {} is where this report's SQLite export goes: choose another output name",
                 output.display()
             );
         }
-        let exported = report::export_report(input, &opts.export)?;
+        let exported = report::export::export_report(input, &opts.export)?;
         if convert::same_file(output, exported.path()) {
             bail!(
                 "-o {} is the SQLite export this report is converted from: choose another \
@@ -427,17 +434,17 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
     let ex = expand(inputs);
     let mut t = Totals::default();
     for (arg, e) in &ex.errors {
-        crate::say!("error: {arg}: {e}");
+        nsys_perfetto_model::say!("error: {arg}: {e}");
         t.failed += 1;
     }
     let many = ex.files.len() > 1;
     let batch = many || ex.expanded_any;
     if !opts.quiet {
         for (f, why) in &ex.superseded {
-            crate::say!("{}: not converted, {why}", f.display());
+            nsys_perfetto_model::say!("{}: not converted, {why}", f.display());
         }
         for f in &ex.traces {
-            crate::say!(
+            nsys_perfetto_model::say!(
                 "not converted: {}",
                 crate::hints::already_a_trace(f).unwrap_or_default()
             );
@@ -454,24 +461,24 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
             String::new()
         };
         if let Some(msg) = crate::hints::already_a_trace(input) {
-            crate::say!("error: {tag}{msg}");
+            nsys_perfetto_model::say!("error: {tag}{msg}");
             t.failed += 1;
             continue;
         }
         let output = match output_for(input, opts, conv, many) {
             Ok(o) => o,
             Err(e) => {
-                crate::say!(
+                nsys_perfetto_model::say!(
                     "error: {tag}{}: {}",
                     input.display(),
-                    crate::errors::error_line(&e)
+                    nsys_perfetto_model::errors::error_line(&e)
                 );
                 t.failed += 1;
                 continue;
             }
         };
         if let Some(other) = ex.files.iter().find(|f| convert::same_file(f, &output)) {
-            crate::say!(
+            nsys_perfetto_model::say!(
                 "error: {tag}{}: -o {} is {}: choose another output name",
                 input.display(),
                 output.display(),
@@ -489,7 +496,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
             match crate::provenance::check(&output, input, &conv.content_text()) {
                 crate::provenance::Reuse::Same => {
                     if !opts.quiet {
-                        crate::say!(
+                        nsys_perfetto_model::say!(
                             "{tag}{}: reused {}: same input and options (--force to convert again)",
                             input.display(),
                             output.display()
@@ -506,9 +513,9 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         }
         todo.push((tag, input, output, why));
     }
-    let jobs = crate::parallel::default_jobs(Some(opts.jobs)).min(todo.len().max(1));
+    let jobs = nsys_perfetto_model::parallel::default_jobs(Some(opts.jobs)).min(todo.len().max(1));
     // Several at a time: one progress display (files done) for the run, not one per file.
-    let files_progress = crate::progress::Progress::default();
+    let files_progress = nsys_perfetto_model::progress::Progress::default();
     files_progress
         .total
         .store(todo.len() as u64, std::sync::atomic::Ordering::Relaxed);
@@ -529,9 +536,9 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
             };
             if !ok || !opts.quiet {
                 if jobs > 1 && conv.progress {
-                    crate::progress::clear_line();
+                    nsys_perfetto_model::progress::clear_line();
                 }
-                crate::say_part!("{text}");
+                nsys_perfetto_model::say_part!("{text}");
             }
             *next += 1;
         }
@@ -540,40 +547,44 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
         if jobs > 1 && conv.progress && !opts.quiet {
             s.spawn(|| files_progress.draw_until_finished_in("converting", "files"));
         }
-        let r = crate::parallel::parallel_map(&todo, jobs, |i, (tag, input, output, why)| {
-            let ok = match convert_one(input, output, opts, &conv_one) {
-                Ok(text) => {
-                    report(
-                        i,
-                        true,
-                        format!(
-                            "{tag}{} -> {}\n{why}{text}",
-                            input.display(),
-                            if convert::is_stdout(output) {
-                                "standard output".to_string()
-                            } else {
-                                output.display().to_string()
-                            }
-                        ),
-                    );
-                    true
-                }
-                Err(e) => {
-                    report(
-                        i,
-                        false,
-                        format!(
-                            "error: {tag}{}: {}\n",
-                            input.display(),
-                            crate::errors::error_line(&e)
-                        ),
-                    );
-                    false
-                }
-            };
-            files_progress.add(1);
-            ok
-        });
+        let r = nsys_perfetto_model::parallel::parallel_map(
+            &todo,
+            jobs,
+            |i, (tag, input, output, why)| {
+                let ok = match convert_one(input, output, opts, &conv_one) {
+                    Ok(text) => {
+                        report(
+                            i,
+                            true,
+                            format!(
+                                "{tag}{} -> {}\n{why}{text}",
+                                input.display(),
+                                if convert::is_stdout(output) {
+                                    "standard output".to_string()
+                                } else {
+                                    output.display().to_string()
+                                }
+                            ),
+                        );
+                        true
+                    }
+                    Err(e) => {
+                        report(
+                            i,
+                            false,
+                            format!(
+                                "error: {tag}{}: {}\n",
+                                input.display(),
+                                nsys_perfetto_model::errors::error_line(&e)
+                            ),
+                        );
+                        false
+                    }
+                };
+                files_progress.add(1);
+                ok
+            },
+        );
         files_progress.finish();
         r
     });
@@ -594,7 +605,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
             parts.push(format!("{} superseded", t.superseded));
         }
         parts.push(format!("{} failed", t.failed));
-        crate::say!("total: {}", parts.join(", "));
+        nsys_perfetto_model::say!("total: {}", parts.join(", "));
     }
     t
 }

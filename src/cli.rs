@@ -76,11 +76,14 @@ pub fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if args.len() == 1 {
-        crate::say_part!("{}", bare_usage());
+        nsys_perfetto_model::say_part!("{}", bare_usage());
         return ExitCode::from(2);
     }
     if asks_types_help(&args[1..]) {
-        crate::term::out(format_args!("{}", crate::select::EventType::help()));
+        nsys_perfetto_model::term::out(format_args!(
+            "{}",
+            nsys_perfetto_model::select::EventType::help()
+        ));
         return ExitCode::SUCCESS;
     }
     let cli = {
@@ -89,7 +92,7 @@ pub fn main() -> ExitCode {
         Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     };
     // Ctrl-C and SIGTERM stop child processes and remove temporaries (see `cleanup`).
-    crate::cleanup::install();
+    nsys_perfetto_model::cleanup::install();
     match cli.command {
         None => run_convert(&cli.convert),
         Some(Command::Profile(args)) => run_profile(&args),
@@ -216,7 +219,7 @@ fn run_man(args: &ManArgs) -> ExitCode {
     let result = match &args.dir {
         Some(dir) => std::fs::create_dir_all(dir)
             .and_then(|_| clap_mangen::generate_to(cmd, dir))
-            .map(|_| crate::say!("man pages written to {}", dir.display())),
+            .map(|_| nsys_perfetto_model::say!("man pages written to {}", dir.display())),
         None => {
             let mut out = Vec::new();
             clap_mangen::Man::new(cmd)
@@ -227,7 +230,7 @@ fn run_man(args: &ManArgs) -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            crate::say!("error: {e}");
+            nsys_perfetto_model::say!("error: {e}");
             ExitCode::FAILURE
         }
     }
@@ -237,7 +240,7 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
     let format = match args.output_format() {
         Ok(f) => f,
         Err(e) => {
-            crate::say!("error: {e:#}");
+            nsys_perfetto_model::say!("error: {e:#}");
             return ExitCode::from(2);
         }
     };
@@ -251,7 +254,7 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
         selection: match args.select.selection() {
             Ok(s) => s,
             Err(e) => {
-                crate::say!("error: {e:#}");
+                nsys_perfetto_model::say!("error: {e:#}");
                 return ExitCode::from(2);
             }
         },
@@ -271,12 +274,15 @@ fn run_convert(args: &ConvertArgs) -> ExitCode {
 }
 
 fn run_profile(args: &ProfileArgs) -> ExitCode {
-    use crate::report::{self, ProfileOptions, Sample};
+    use crate::report::{
+        self,
+        profile::{ProfileOptions, Sample},
+    };
     // Checked before profiling: a typo must not cost a capture.
     let selection = match args.select.selection() {
         Ok(s) => s,
         Err(e) => {
-            crate::say!("error: {e:#}");
+            nsys_perfetto_model::say!("error: {e:#}");
             return ExitCode::from(2);
         }
     };
@@ -294,22 +300,22 @@ fn run_profile(args: &ProfileArgs) -> ExitCode {
         quiet: args.quiet,
     };
     // An interrupt while profiling is handled here: nsys writes its report, which is kept.
-    let defer = crate::cleanup::defer();
-    let profiled = report::profile_run(&popts, &args.command);
-    if let Some(sig) = crate::cleanup::interrupted() {
+    let defer = nsys_perfetto_model::cleanup::defer();
+    let profiled = report::profile::profile_run(&popts, &args.command);
+    if let Some(sig) = nsys_perfetto_model::cleanup::interrupted() {
         if let Ok(p) = &profiled {
-            crate::say!(
+            nsys_perfetto_model::say!(
                 "interrupted while profiling; nsys wrote {} (not converted)",
                 p.report.display()
             );
         }
-        crate::cleanup::clean_up_and_exit(sig);
+        nsys_perfetto_model::cleanup::clean_up_and_exit(sig);
     }
     drop(defer);
     let profiled = match profiled {
         Ok(p) => p,
         Err(e) => {
-            crate::say!("error: {e:#}");
+            nsys_perfetto_model::say!("error: {e:#}");
             return ExitCode::FAILURE;
         }
     };
@@ -324,14 +330,14 @@ fn run_profile(args: &ProfileArgs) -> ExitCode {
         }
     });
     if failed.is_some() {
-        crate::say!(
+        nsys_perfetto_model::say!(
             "note: the profiled program failed: nsys profile exited with {} (nsys passes on \
              the program's exit status); converting what was captured",
             profiled.status
         );
     }
     if !args.quiet {
-        crate::say!("report: {}", profiled.report.display());
+        nsys_perfetto_model::say!("report: {}", profiled.report.display());
     }
     let batch = crate::batch::BatchOptions {
         output: None,

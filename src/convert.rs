@@ -3,20 +3,20 @@
 //! file, renamed into place only when everything succeeded. A merge is several sources, one
 //! after the other, into the same file.
 
-use crate::errors::{error_line, os_error, write_error};
-use crate::layout::{Placement, Router};
-use crate::model::{
+use anyhow::{Context, Result, anyhow, bail};
+use nsys_perfetto_model::errors::{error_line, os_error, write_error};
+use nsys_perfetto_model::model::{
     CounterKey, CounterSample, CpuSample, CpuSlice, Description, Event, EventSink, Filtered,
     GroupKey, SinkFilter,
 };
-use crate::nsys::source::Export;
-use crate::output::json::Json;
-use crate::output::pftrace::Protobuf;
-use crate::output::{Chunk, Format, Ids, Placed, WellKnown};
-use crate::progress::Progress;
-use crate::select::{EventType, NameFilter, Selection};
-use crate::summary::Summary;
-use anyhow::{Context, Result, anyhow, bail};
+use nsys_perfetto_model::progress::Progress;
+use nsys_perfetto_model::select::{EventType, NameFilter, Selection};
+use nsys_perfetto_model::summary::Summary;
+use nsys_perfetto_read::source::Export;
+use nsys_perfetto_write::layout::{Placement, Router};
+use nsys_perfetto_write::output::json::Json;
+use nsys_perfetto_write::output::pftrace::Protobuf;
+use nsys_perfetto_write::output::{Chunk, Format, Ids, Placed, WellKnown};
 use std::collections::HashSet;
 use std::fmt::Write as _;
 use std::io::Write;
@@ -79,7 +79,7 @@ impl Options {
             analyze,
             pictures,
         } = self;
-        let crate::select::Selection {
+        let nsys_perfetto_model::select::Selection {
             types: _,
             nvtx_filter: _,
             time: _,
@@ -133,7 +133,9 @@ impl Options {
         if *analyze {
             parts.push("--analyze".into());
         }
-        if *gpu == crate::select::GpuModel::Perfetto && *format == OutputFormat::Protobuf {
+        if *gpu == nsys_perfetto_model::select::GpuModel::Perfetto
+            && *format == OutputFormat::Protobuf
+        {
             parts.push("--gpu perfetto".into());
         }
         if let Some(p) = pictures {
@@ -161,8 +163,8 @@ pub fn default_output(input: &Path, format: OutputFormat) -> PathBuf {
     // `REPORT.pftrace`.
     if let Some(name) = input.file_name().and_then(|n| n.to_str())
         && let Some(report) = name
-            .strip_suffix(crate::nsys::arrow::NSYS_DIR_SUFFIX)
-            .or_else(|| name.strip_suffix(crate::nsys::parquet::NSYS_DIR_SUFFIX))
+            .strip_suffix(nsys_perfetto_read::arrow::NSYS_DIR_SUFFIX)
+            .or_else(|| name.strip_suffix(nsys_perfetto_read::parquet::NSYS_DIR_SUFFIX))
         && !report.is_empty()
     {
         return input.with_file_name(format!("{report}.{}", format.extension()));
@@ -185,7 +187,7 @@ pub fn convert_sqlite_from(
     output: &Path,
     opts: &Options,
 ) -> Result<Summary> {
-    crate::cleanup::remove_dead_scratch();
+    nsys_perfetto_model::cleanup::remove_dead_scratch();
     let export = Export::open(input, opts.check)?;
     let offset = export.info.desc.earliest_ns.map_or(0, |e| -e);
     let placed = vec![placed(&export, offset)];
@@ -247,7 +249,7 @@ impl Clock {
 /// Merge several exports into one trace: each keeps its processes, threads, GPUs and arrows
 /// apart (`labels` name them), placed on one timeline by `align`. A `.pftrace` takes any number
 /// of reports, read `jobs` at a time (`merge_parts`); JSON, which has no machines, up to
-/// [`crate::model::MAX_SOURCES`], read one after the other. Returns the summary (with each
+/// [`nsys_perfetto_model::model::MAX_SOURCES`], read one after the other. Returns the summary (with each
 /// source's own in `per_source`) and where each source went, in input order.
 pub fn merge_sqlite(
     inputs: &[(PathBuf, String)],
@@ -257,11 +259,12 @@ pub fn merge_sqlite(
     jobs: usize,
 ) -> Result<(Summary, Vec<MergedSource>)> {
     // First the clocks of every report (small tables), to place them before any event is written.
-    let opened = crate::parallel::parallel_map(inputs, jobs, |_, (path, _)| -> Result<_> {
-        let e = Export::open(path, opts.check)
-            .map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
-        Ok(Clock::of(&e))
-    });
+    let opened =
+        nsys_perfetto_model::parallel::parallel_map(inputs, jobs, |_, (path, _)| -> Result<_> {
+            let e = Export::open(path, opts.check)
+                .map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
+            Ok(Clock::of(&e))
+        });
     let clocks = opened.into_iter().collect::<Result<Vec<Clock>>>()?;
     merge_clocked(inputs, &clocks, output, align, opts, jobs)
 }
@@ -278,12 +281,12 @@ pub fn merge_clocked(
     if inputs.is_empty() {
         bail!("nothing to merge");
     }
-    if opts.format == OutputFormat::Json && inputs.len() > crate::model::MAX_SOURCES {
+    if opts.format == OutputFormat::Json && inputs.len() > nsys_perfetto_model::model::MAX_SOURCES {
         bail!(
             "{} reports: a JSON merge holds at most {} (JSON has no machines to keep more \
              apart); write a .pftrace, which holds any number",
             inputs.len(),
-            crate::model::MAX_SOURCES
+            nsys_perfetto_model::model::MAX_SOURCES
         );
     }
     let clocks: Vec<(Option<i64>, i64)> = known
@@ -537,7 +540,10 @@ fn convert_part(
         Sources {
             opened: vec![Some(export)],
             paths: &[],
-            part: Some((part.position % crate::model::MAX_SOURCES, part.position)),
+            part: Some((
+                part.position % nsys_perfetto_model::model::MAX_SOURCES,
+                part.position,
+            )),
             ids: part.ids,
         },
         &part.placed[i..=i],
@@ -773,8 +779,8 @@ pub fn write_part(
     };
     {
         let mut out = std::io::BufWriter::with_capacity(1 << 20, target.writer()?);
-        out.write_all(&crate::output::pftrace::metadata_packet(
-            crate::output::pftrace::PART_KEY,
+        out.write_all(&nsys_perfetto_write::output::pftrace::metadata_packet(
+            nsys_perfetto_write::output::pftrace::PART_KEY,
             &header.to_text(),
         ))
         .and_then(|()| std::io::copy(&mut body, &mut out).map(|_| ()))
@@ -802,14 +808,17 @@ pub fn read_part_header(path: &Path) -> Result<Option<(PartHeader, u64)>> {
         }
     }
     let head = &head[..n];
-    let Some((&crate::output::pftrace::TRACE_PACKET_BYTE, rest)) = head.split_first() else {
+    let Some((&nsys_perfetto_write::output::pftrace::TRACE_PACKET_BYTE, rest)) = head.split_first()
+    else {
         return Ok(None);
     };
     let (len, used) = read_varint(rest);
     let Some(packet) = rest.get(used..used + len as usize) else {
         return Ok(None);
     };
-    let prefix = crate::output::pftrace::metadata_text_prefix(crate::output::pftrace::PART_KEY);
+    let prefix = nsys_perfetto_write::output::pftrace::metadata_text_prefix(
+        nsys_perfetto_write::output::pftrace::PART_KEY,
+    );
     let Some(at) = packet.windows(prefix.len()).position(|w| w == prefix) else {
         return Ok(None);
     };
@@ -910,8 +919,9 @@ pub fn assemble_parts(
             // Never negative: the merge's shift keeps every report's earliest row at or after
             // zero, where the part alone put it.
             let delta = (to.offset - h.offset).max(0) as u64;
-            bytes += crate::output::pftrace::copy_on_machine(&mut f, w, machine, delta)
-                .map_err(|e| anyhow!("{}: {}", path.display(), os_error(&e)))?;
+            bytes +=
+                nsys_perfetto_write::output::pftrace::copy_on_machine(&mut f, w, machine, delta)
+                    .map_err(|e| anyhow!("{}: {}", path.display(), os_error(&e)))?;
         }
         Ok(bytes)
     };
@@ -965,7 +975,10 @@ impl Floor {
     fn keeps<S: EventSink>(&self, sink: &mut S, ts: i64) -> bool {
         let keeps = ts >= self.0;
         if !keeps {
-            sink.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
+            sink.skip(
+                nsys_perfetto_model::model::EARLY_ROWS.0,
+                nsys_perfetto_model::model::EARLY_ROWS.1,
+            );
         }
         keeps
     }
@@ -1103,7 +1116,7 @@ fn run<F: Format>(
     {
         summary.notes.push(format!(
             "rows before the session start: Perfetto's zero is {} before nsys' zero",
-            crate::summary::human_ns(first.offset)
+            nsys_perfetto_model::summary::human_ns(first.offset)
         ));
     }
     summary.seconds = started.elapsed().as_secs_f64();
@@ -1203,7 +1216,7 @@ fn read_into<F: Format>(
                 })
             };
             let findings = if opts.analyze {
-                match crate::nsys::rules::for_trace(&export.schema) {
+                match nsys_perfetto_read::rules::for_trace(&export.schema) {
                     Ok(f) => f,
                     Err(e) => {
                         failure = Some(anyhow!("analysis: {}", error_line(&e)));
@@ -1225,14 +1238,14 @@ fn read_into<F: Format>(
                     .with_progress(&progress),
                     filter: Floor(floors.get(i).copied().unwrap_or(i64::MIN)),
                 },
-                filter: crate::nsys::rules::Blamed {
+                filter: nsys_perfetto_read::rules::Blamed {
                     findings: &findings,
                     scratch: Vec::new(),
                 },
             };
             let part = export.read(&opts.selection, &make_sink).and_then(|mut p| {
                 if opts.analyze {
-                    p.merge(crate::nsys::rules::write_findings(
+                    p.merge(nsys_perfetto_read::rules::write_findings(
                         &findings,
                         &opts.selection,
                         make_sink(),
@@ -1345,11 +1358,11 @@ impl Target {
             ),
         }
         // What runs killed with SIGKILL left here.
-        crate::cleanup::remove_dead(&out_dir, TEMP_BASE, ".part");
-        let tmp = crate::cleanup::create(
+        nsys_perfetto_model::cleanup::remove_dead(&out_dir, TEMP_BASE, ".part");
+        let tmp = nsys_perfetto_model::cleanup::create(
             || {
                 tempfile::Builder::new()
-                    .prefix(&crate::cleanup::prefix(TEMP_BASE))
+                    .prefix(&nsys_perfetto_model::cleanup::prefix(TEMP_BASE))
                     .suffix(".part")
                     .tempfile_in(&out_dir)
             },
@@ -1390,7 +1403,7 @@ impl Target {
         let done = tmp
             .persist(output)
             .map_err(|e| anyhow!("cannot create {}: {}", output.display(), os_error(&e.error)));
-        crate::cleanup::forget(&path);
+        nsys_perfetto_model::cleanup::forget(&path);
         done?;
         Ok(std::fs::metadata(output).ok().map(|m| m.len()))
     }
@@ -1399,7 +1412,7 @@ impl Target {
 impl Drop for Target {
     fn drop(&mut self) {
         if let Target::Temp(Some(t)) = self {
-            crate::cleanup::forget(t.path());
+            nsys_perfetto_model::cleanup::forget(t.path());
         }
     }
 }
@@ -1479,7 +1492,7 @@ fn write_chunks<F: Format, W: Write>(
             }
         }
         put_record(out, &chunk.data)?;
-        crate::output::recycle(chunk.data);
+        nsys_perfetto_write::output::recycle(chunk.data);
     }
     put(out, &format.footer(placed, record))?;
     Ok(bytes)
@@ -1488,14 +1501,14 @@ fn write_chunks<F: Format, W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::select::EventType;
+    use nsys_perfetto_model::select::EventType;
 
     #[test]
     fn options_text_is_canonical() {
         let mut o = Options::default();
         assert_eq!(o.content_text(), "");
         o.selection.types = EventType::parse_list(&["nvtx", "kernel"]).unwrap();
-        o.selection.time = Some(crate::select::TimeRange {
+        o.selection.time = Some(nsys_perfetto_model::select::TimeRange {
             start: Some(2_000_000_000),
             end: Some(3_500_000_000),
         });

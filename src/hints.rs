@@ -1,8 +1,8 @@
 //! Messages that say what went wrong and what to do next, where the plain error would not: a
 //! trace given as input, a damaged or truncated export, a selection that matches nothing.
 
-use crate::nsys::inputs::{Input, classify_name};
-use crate::select::{EventType, NameFilter, Selection};
+use nsys_perfetto_model::select::{EventType, NameFilter, Selection};
+use nsys_perfetto_read::inputs::{Input, classify_name};
 use std::path::Path;
 
 /// A path as the user would type it in a shell.
@@ -73,13 +73,12 @@ fn secs_in(ns: i64, scale: i64) -> String {
 /// The first and last time of the events an export holds (session time, ns), from every table
 /// a conversion reads; `None` when it holds no timed event.
 pub fn capture_span(path: &Path) -> Option<(i64, i64)> {
-    use crate::nsys;
-    let (conn, schema) = nsys::open_schema(path).ok()?;
-    let columns = nsys::source::EVENT_TABLES
+    let (conn, schema) = nsys_perfetto_read::open_schema(path).ok()?;
+    let columns = nsys_perfetto_read::source::EVENT_TABLES
         .iter()
         .map(|t| (*t, "start", "1".to_string()))
-        .chain(nsys::metrics::time_columns(&schema))
-        .chain(nsys::tables::present(&schema).map(|(t, c)| (t, c, "1".to_string())));
+        .chain(nsys_perfetto_read::metrics::time_columns(&schema))
+        .chain(nsys_perfetto_read::tables::present(&schema).map(|(t, c)| (t, c, "1".to_string())));
     let mut span: Option<(i64, i64)> = None;
     for (table, col, cond) in columns {
         if !schema.has_column(table, col) {
@@ -92,11 +91,14 @@ pub fn capture_span(path: &Path) -> Option<(i64, i64)> {
         };
         let sql = format!(
             "SELECT min(\"{col}\"), max({end}) FROM {} WHERE {cond}",
-            nsys::quote_ident(table)
+            nsys_perfetto_read::quote_ident(table)
         );
-        let Ok((Some(a), Some(b))) =
-            conn.query_row(&sql, [], |r| Ok((nsys::time_at(r, 0), nsys::time_at(r, 1))))
-        else {
+        let Ok((Some(a), Some(b))) = conn.query_row(&sql, [], |r| {
+            Ok((
+                nsys_perfetto_read::time_at(r, 0),
+                nsys_perfetto_read::time_at(r, 1),
+            ))
+        }) else {
             continue;
         };
         span = Some(span.map_or((a, b.max(a)), |(x, y)| (x.min(a), y.max(b))));

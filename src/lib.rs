@@ -1,21 +1,14 @@
 //! nsys-perfetto: convert NVIDIA Nsight Systems profiles into Perfetto traces.
 //!
-//! Pipeline: [`nsys`] reads an export as its [`model::Description`] and a stream of [`model`]
-//! events; [`layout`] places the events on tracks and lanes; [`output`] encodes them in one
-//! format, knowing nothing of nsys; [`convert`] wires one or several sources (a merge) to one
-//! output file.
+//! Pipeline: `nsys_perfetto_read` reads an export as its `nsys_perfetto_model::model::Description`
+//! and a stream of the model's events; `nsys_perfetto_write::layout` places the events on tracks
+//! and lanes; `nsys_perfetto_write::output` encodes them in one format, knowing nothing of nsys;
+//! [`convert`] wires one or several sources (a merge) to one output file.
 //!
-//! The layers below this crate are crates of their own (`crates/`): `nsys-perfetto-model`
-//! (base and the neutral model), `nsys-perfetto-read` (the sources, [`nsys`]) and
-//! `nsys-perfetto-write` (layout and the writers). Their modules are re-exported here under
-//! the names the code base and the tests use. This crate holds one conversion, the workflows
-//! and the CLI.
-
-pub use nsys_perfetto_model::{
-    cleanup, errors, model, parallel, progress, put, say, say_part, select, summary, term,
-};
-pub use nsys_perfetto_read as nsys;
-pub use nsys_perfetto_write::{layout, output, proto};
+//! The layers below this crate are crates of their own (`crates/`), used by their own names:
+//! `nsys-perfetto-model` (base and the neutral model), `nsys-perfetto-read` (the sources) and
+//! `nsys-perfetto-write` (layout and the writers). This crate holds one conversion, the
+//! workflows and the CLI.
 
 pub mod about;
 pub mod batch;
@@ -29,6 +22,3 @@ pub mod provenance;
 pub mod report;
 pub mod serve;
 pub mod workflow;
-
-/// The NVTX-on-GPU projection, an nsys-side analysis (kept at the crate root for callers).
-pub use nsys::projection;

@@ -2,7 +2,7 @@
 //! workers) or of separate runs in one trace.
 //!
 //! * Inputs are expanded as batch conversion expands them ([`crate::batch::expand`]); reports are
-//!   exported first ([`crate::report::export_report`]), several at a time (`-j`).
+//!   exported first ([`crate::report::export::export_report`]), several at a time (`-j`).
 //! * Each report is named by a label, "rank 3 · host-a": the rank the report records (the MPI or
 //!   launcher environment nsys kept, a thread nsys or the program named "MPI Rank N"), else the
 //!   one its file name tells (`rank_%q{OMPI_COMM_WORLD_RANK}`, a trailing number), or a capture
@@ -18,12 +18,15 @@
 use crate::batch;
 use crate::cli::args::{AlignArg, FormatArg, MergeArgs};
 use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
-use crate::nsys::inputs::{Input, classify};
-use crate::nsys::source::Export;
-use crate::parallel::{default_jobs, parallel_map};
-use crate::report::{self, ExportOptions, Exported};
-use crate::summary::{Summary, human_ns};
+use crate::report::{
+    self,
+    export::{ExportOptions, Exported},
+};
 use anyhow::{Result, anyhow, bail};
+use nsys_perfetto_model::parallel::{default_jobs, parallel_map};
+use nsys_perfetto_model::summary::{Summary, human_ns};
+use nsys_perfetto_read::inputs::{Input, classify};
+use nsys_perfetto_read::source::Export;
 use regex::Regex;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -228,7 +231,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
         .transpose()?;
     let prepared = parallel_map(files, opts.jobs, |_, input| -> Result<Source> {
         let (sqlite, exported) = if classify(input) == Input::Report {
-            let e = report::export_report(input, &opts.export)?;
+            let e = report::export::export_report(input, &opts.export)?;
             (e.path().to_path_buf(), Some(e))
         } else {
             (input.clone(), None)
@@ -260,7 +263,13 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
     });
     let mut sources = Vec::new();
     for (r, f) in prepared.into_iter().zip(files) {
-        sources.push(r.map_err(|e| anyhow!("{}: {}", f.display(), crate::errors::error_line(&e)))?);
+        sources.push(r.map_err(|e| {
+            anyhow!(
+                "{}: {}",
+                f.display(),
+                nsys_perfetto_model::errors::error_line(&e)
+            )
+        })?);
     }
     // Ranks in order (rank 2 before rank 10, whatever the file names), then unranked reports.
     sources.sort_by_key(|s| (s.identity.rank.is_none(), s.identity.rank));
@@ -439,7 +448,7 @@ impl MergeArgs {
         let selection = match self.select.selection() {
             Ok(s) => s,
             Err(e) => {
-                crate::say!("error: {e:#}");
+                nsys_perfetto_model::say!("error: {e:#}");
                 return ExitCode::from(2);
             }
         };
@@ -464,12 +473,12 @@ impl MergeArgs {
         match self.merge(&opts, &conv) {
             Ok(text) => {
                 if !self.quiet {
-                    crate::say_part!("{text}");
+                    nsys_perfetto_model::say_part!("{text}");
                 }
                 ExitCode::SUCCESS
             }
             Err(e) => {
-                crate::say!("error: {}", crate::errors::error_line(&e));
+                nsys_perfetto_model::say!("error: {}", nsys_perfetto_model::errors::error_line(&e));
                 ExitCode::FAILURE
             }
         }
@@ -487,7 +496,7 @@ impl MergeArgs {
         }
         if !self.quiet {
             for (f, why) in &ex.superseded {
-                crate::say!("{}: not merged, {why}", f.display());
+                nsys_perfetto_model::say!("{}: not merged, {why}", f.display());
             }
         }
         check_output(&self.output, &ex.files)?;
@@ -637,7 +646,13 @@ fn write_part(
         origin: &src.input,
     };
     let summary = convert::write_part(&src.sqlite, &who, &src.clock, output, opts.align, conv)
-        .map_err(|e| anyhow!("{}: {}", src.input.display(), crate::errors::error_line(&e)))?;
+        .map_err(|e| {
+            anyhow!(
+                "{}: {}",
+                src.input.display(),
+                nsys_perfetto_model::errors::error_line(&e)
+            )
+        })?;
     Ok(format!(
         "part {} ({}) -> {}\n{}",
         src.label,

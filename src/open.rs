@@ -9,10 +9,10 @@
 //! instead, for traces too large for a browser tab.
 
 use crate::cli::args::{LOCAL_UI_PORT, OpenArgs, PERFETTO_PORT};
-use crate::nsys::inputs::{Input, classify};
 use crate::serve::http;
 use crate::serve::ui_dir::{TRACE_PREFIX, UiDir};
 use anyhow::{Context, Result, anyhow, bail};
+use nsys_perfetto_read::inputs::{Input, classify};
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -50,14 +50,14 @@ pub const GPU_COMPUTE_PLUGINS: &str =
 
 pub fn deep_link_params(at: Option<&str>, range: Option<&str>) -> Result<String> {
     if let Some(at) = at {
-        let t = crate::select::parse_duration(at)?;
+        let t = nsys_perfetto_model::select::parse_duration(at)?;
         // A millisecond around the time, and the slice starting exactly there if there is one.
         let half = 500_000;
         let start = (t - half).max(0);
         return Ok(format!("&ts={t}&visStart={start}&visEnd={}", t + half));
     }
     if let Some(range) = range {
-        let r: crate::select::TimeRange = range.parse()?;
+        let r: nsys_perfetto_model::select::TimeRange = range.parse()?;
         let (Some(a), Some(b)) = (r.start, r.end) else {
             bail!("--range needs both ends: A..B, e.g. 2s..2.5s");
         };
@@ -145,7 +145,8 @@ pub fn launch_browser(url: &str) -> Result<String> {
             // A command that exits with an error within a second did not open anything.
             let deadline = Instant::now() + Duration::from_secs(1);
             loop {
-                match crate::cleanup::wait_exit(&mut child, Duration::from_millis(50)) {
+                match nsys_perfetto_model::cleanup::wait_exit(&mut child, Duration::from_millis(50))
+                {
                     Ok(Some(st)) if !st.success() => break,
                     Ok(Some(_)) => return Ok(words[0].clone()),
                     Ok(None) if Instant::now() >= deadline => return Ok(words[0].clone()),
@@ -167,7 +168,7 @@ struct TempFolder(tempfile::TempDir);
 impl Drop for TempFolder {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(self.0.path());
-        crate::cleanup::forget(self.0.path());
+        nsys_perfetto_model::cleanup::forget(self.0.path());
     }
 }
 
@@ -197,7 +198,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     let mut selection = args.select.selection()?;
     if args.gpu_compute {
         // The GPU compute tab and GPU-by-process tracks read Perfetto's GPU model.
-        selection.gpu = crate::select::GpuModel::Perfetto;
+        selection.gpu = nsys_perfetto_model::select::GpuModel::Perfetto;
     }
     let opts = crate::convert::Options {
         format: crate::convert::OutputFormat::Protobuf,
@@ -215,10 +216,10 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
         _ => PathBuf::from("."),
     };
     // A selection gets its own temporary trace: the one beside the input stays the full one.
-    let (output, temp) = if selected || crate::report::read_only_dir(&dir) {
+    let (output, temp) = if selected || crate::report::export::read_only_dir(&dir) {
         // Registered with `cleanup`: an interrupt during the conversion removes it; its name
         // carries the process id, so that a run killed outright has it removed by the next.
-        let t = crate::cleanup::temp_dir("nsys-perfetto-open-")
+        let t = nsys_perfetto_model::cleanup::temp_dir("nsys-perfetto-open-")
             .context("cannot create a temporary directory")?;
         let out = t.path().join(default.file_name().unwrap_or_default());
         (out, Some(TempFolder(t)))
@@ -242,14 +243,28 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
         }
     }
     let summary = if classify(input) == Input::Report {
-        let exported = crate::report::export_report(input, &args.nsys.export_options(false))
-            .map_err(|e| anyhow!("{}: {}", input.display(), crate::errors::error_line(&e)))?;
+        let exported =
+            crate::report::export::export_report(input, &args.nsys.export_options(false)).map_err(
+                |e| {
+                    anyhow!(
+                        "{}: {}",
+                        input.display(),
+                        nsys_perfetto_model::errors::error_line(&e)
+                    )
+                },
+            )?;
         eprintln!("  {}", exported.describe());
         crate::convert::convert_sqlite_from(exported.path(), input, &output, &opts)
     } else {
         crate::convert::convert_sqlite(input, &output, &opts)
     }
-    .map_err(|e| anyhow!("{}: {}", input.display(), crate::errors::error_line(&e)))?;
+    .map_err(|e| {
+        anyhow!(
+            "{}: {}",
+            input.display(),
+            nsys_perfetto_model::errors::error_line(&e)
+        )
+    })?;
     eprintln!("{} -> {}", input.display(), output.display());
     eprint!("{}", summary.render());
     Ok((output, temp))
@@ -389,7 +404,7 @@ impl OpenArgs {
             "serving {} ({}) on http://127.0.0.1:{port}/{encoded} until the UI has fetched it \
              (Ctrl-C to stop)",
             trace.display(),
-            crate::summary::human_bytes(size)
+            nsys_perfetto_model::summary::human_bytes(size)
         );
         let fetched = Arc::new(AtomicBool::new(false));
         let stop = Arc::new(AtomicBool::new(false));
@@ -434,7 +449,7 @@ impl OpenArgs {
             })
         };
         self.announce(&url);
-        let _interrupts = crate::cleanup::stop_on_interrupt(&stop);
+        let _interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&stop);
         if let Some(secs) = self.timeout {
             let stop = stop.clone();
             std::thread::spawn(move || {
@@ -449,7 +464,7 @@ impl OpenArgs {
         if fetched.load(Ordering::SeqCst) {
             eprintln!("the trace was fetched; done");
             Ok(ExitCode::SUCCESS)
-        } else if crate::cleanup::interrupted().is_some() {
+        } else if nsys_perfetto_model::cleanup::interrupted().is_some() {
             eprintln!("interrupted before the trace was fetched");
             Ok(ExitCode::from(130))
         } else {
@@ -511,12 +526,14 @@ impl OpenArgs {
             );
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let _interrupts = crate::cleanup::stop_on_interrupt(&stop);
+        let _interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&stop);
         let deadline = self
             .timeout
             .map(|s| Instant::now() + Duration::from_secs(s));
         loop {
-            if let Some(st) = crate::cleanup::wait_exit(&mut child, Duration::from_millis(100))? {
+            if let Some(st) =
+                nsys_perfetto_model::cleanup::wait_exit(&mut child, Duration::from_millis(100))?
+            {
                 return Ok(if st.success() {
                     ExitCode::SUCCESS
                 } else {
@@ -566,7 +583,7 @@ fn open_with_local_ui(
         "serving the Perfetto UI from {} and {} ({}) on {origin}/ until Ctrl-C",
         ui.root().display(),
         trace.display(),
-        crate::summary::human_bytes(size)
+        nsys_perfetto_model::summary::human_bytes(size)
     );
     let fetched = Arc::new(AtomicBool::new(false));
     let stop = Arc::new(AtomicBool::new(false));
@@ -604,7 +621,7 @@ fn open_with_local_ui(
     let mut shown = args.clone();
     shown.port = port;
     shown.announce(&url);
-    let _interrupts = crate::cleanup::stop_on_interrupt(&stop);
+    let _interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&stop);
     let deadline = args
         .timeout
         .map(|secs| Instant::now() + Duration::from_secs(secs));
@@ -619,7 +636,7 @@ fn open_with_local_ui(
     }
     http::run(&listener, handler, stop, 64)?;
     let was_fetched = fetched.load(Ordering::SeqCst);
-    if crate::cleanup::interrupted().is_some() {
+    if nsys_perfetto_model::cleanup::interrupted().is_some() {
         eprintln!("stopped");
         Ok(if was_fetched {
             ExitCode::SUCCESS

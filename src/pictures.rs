@@ -12,11 +12,11 @@
 //! Both need every rank before any is written (one axis, one earliest start), so they are
 //! computed first, from small queries, and each rank's share is written after its events.
 
-use crate::model::{
+use anyhow::Result;
+use nsys_perfetto_model::model::{
     Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CounterValue, Event,
     EventSink, Flows, GroupKey, Name,
 };
-use anyhow::Result;
 
 /// What to draw (`merge --util-map [--bins N] --stragglers`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -87,9 +87,9 @@ pub struct Pictures {
 /// selection's time window keeps the bins and the straggler slices that overlap it.
 pub fn write<S: EventSink>(
     pictures: &RankPictures,
-    selection: &crate::select::Selection,
+    selection: &nsys_perfetto_model::select::Selection,
     mut sink: S,
-) -> Result<crate::summary::Summary> {
+) -> Result<nsys_perfetto_model::summary::Summary> {
     let overlaps = |start: i64, end: i64| {
         selection
             .time

@@ -24,8 +24,6 @@
 //! read and its CRC compared: a copy with the same bytes is still recognised, and a file
 //! changed in place with its old size and modification time is not mistaken for the original.
 //! The CRC reads the input at about memory speed; a conversion reads all of it anyway.
-
-use crate::nsys;
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
@@ -34,7 +32,7 @@ use std::path::Path;
 /// The tool and version that wrote a record.
 pub const TOOL: &str = concat!("nsys-perfetto ", env!("CARGO_PKG_VERSION"));
 
-use crate::output::json::RECORD_KEY as JSON_KEY;
+use nsys_perfetto_write::output::json::RECORD_KEY as JSON_KEY;
 
 /// How much of an output's end is read to find its record.
 const TAIL: u64 = 64 << 10;
@@ -285,7 +283,7 @@ fn find_last(hay: &[u8], needle: &[u8]) -> Vec<usize> {
 
 /// The record text at the end of a `.pftrace`: the trailer that ends the file exactly.
 fn pftrace_record(tail: &[u8]) -> Option<String> {
-    let needle = crate::output::pftrace::record_text_prefix();
+    let needle = nsys_perfetto_write::output::pftrace::record_text_prefix();
     for at in find_last(tail, &needle) {
         let text = &tail[at + needle.len()..];
         // Skip the length varint; the text runs to the end of the file.
@@ -295,7 +293,7 @@ fn pftrace_record(tail: &[u8]) -> Option<String> {
         let Ok(text) = std::str::from_utf8(&text[n + 1..]) else {
             continue;
         };
-        if tail.ends_with(&crate::output::pftrace::record_packet(text)) {
+        if tail.ends_with(&nsys_perfetto_write::output::pftrace::record_packet(text)) {
             return Some(text.to_string());
         }
     }
@@ -409,8 +407,8 @@ pub fn export_record(export: &Path) -> Option<std::collections::HashMap<String, 
         let text = fs::read_to_string(export.join(EXPORT_RECORD_FILE)).ok()?;
         return serde_json::from_str(&text).ok();
     }
-    let _shm = nsys::ShmGuard::new(export);
-    let conn = nsys::open_readonly(export).ok()?;
+    let _shm = nsys_perfetto_read::ShmGuard::new(export);
+    let conn = nsys_perfetto_read::open_readonly(export).ok()?;
     let mut stmt = conn
         .prepare(&format!("SELECT key, value FROM {EXPORT_RECORD_TABLE}"))
         .ok()?;
@@ -451,13 +449,13 @@ pub fn owns_export(export: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::output::pftrace::TRACE_PACKET_BYTE;
+    use nsys_perfetto_write::output::pftrace::TRACE_PACKET_BYTE;
 
     #[test]
     fn trailer_round_trips_and_needs_the_end_of_the_file() {
         let rec = r#"{"a":"b \u00e9"}"#.repeat(20);
         let mut file = vec![TRACE_PACKET_BYTE, 3, 1, 2, 3];
-        file.extend(crate::output::pftrace::record_packet(&rec));
+        file.extend(nsys_perfetto_write::output::pftrace::record_packet(&rec));
         assert_eq!(pftrace_record(&file).as_deref(), Some(rec.as_str()));
         // Anything after it (another packet) and it is not the record of this file.
         file.extend([TRACE_PACKET_BYTE, 1, 0]);
@@ -468,9 +466,9 @@ mod tests {
     fn json_record_is_the_last_key() {
         let text = "{\"x\":\"a\\\"b\"}";
         let mut out = b"{\"traceEvents\":[\n],\"otherData\":{\"converter\":\"c\",".to_vec();
-        crate::output::json::push_str(&mut out, JSON_KEY);
+        nsys_perfetto_write::output::json::push_str(&mut out, JSON_KEY);
         out.push(b':');
-        crate::output::json::push_str(&mut out, text);
+        nsys_perfetto_write::output::json::push_str(&mut out, text);
         out.extend_from_slice(b"}}\n");
         assert_eq!(json_record(&out).as_deref(), Some(text));
         out.extend_from_slice(b"{}");

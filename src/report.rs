@@ -9,13 +9,13 @@
 //!
 //! # Library API
 //!
-//! * [`find_nsys`] / [`nsys_for_report`]: the `nsys` to use, found from an explicit path, then
+//! * [`find_nsys`](finding::find_nsys) / [`nsys_for_report`](finding::nsys_for_report): the `nsys` to use, found from an explicit path, then
 //!   the `NSYS` environment variable, then `PATH`, then the usual install places
 //!   (`/opt/nvidia/nsight-systems/*/bin`, `/opt/nvidia/nsight-systems-cli/*/bin`,
-//!   `/usr/local/cuda*/bin`, `/usr/lib/nsight-systems/bin`). [`find_nsys`] takes the first;
-//!   [`nsys_for_report`] the newest that can read the report (the first among equals).
-//! * [`capture_version`]: the nsys version that captured a report, from the file alone.
-//! * [`export_report`]: the export of a report (Arrow where the nsys found writes it, else
+//!   `/usr/local/cuda*/bin`, `/usr/lib/nsight-systems/bin`). [`find_nsys`](finding::find_nsys) takes the first;
+//!   [`nsys_for_report`](finding::nsys_for_report) the newest that can read the report (the first among equals).
+//! * [`capture_version`](version::capture_version): the nsys version that captured a report, from the file alone.
+//! * [`export_report`](export::export_report): the export of a report (Arrow where the nsys found writes it, else
 //!   SQLite), reusing a cached one (see below).
 //! * [`profile`]: run a command under `nsys profile` and return the `.nsys-rep` it produced,
 //!   importing the `.qdstrm` with `QdstrmImporter` when nsys could not do it itself.
@@ -25,9 +25,9 @@
 //! # use nsys_perfetto::{convert, report};
 //! # use std::ffi::OsString;
 //! # fn main() -> anyhow::Result<()> {
-//! let popts = report::ProfileOptions { output: Some("/tmp/run".into()), ..Default::default() };
-//! let rep = report::profile(&popts, &[OsString::from("./app")])?;
-//! let exported = report::export_report(&rep, &report::ExportOptions::default())?;
+//! let popts = report::profile::ProfileOptions { output: Some("/tmp/run".into()), ..Default::default() };
+//! let rep = report::profile::profile(&popts, &[OsString::from("./app")])?;
+//! let exported = report::export::export_report(&rep, &report::export::ExportOptions::default())?;
 //! let opts = convert::Options::default();
 //! let out = convert::default_output(&rep, opts.format);
 //! convert::convert_sqlite(exported.path(), &out, &opts)?;
@@ -53,36 +53,30 @@
 //! `flock`, released by the kernel if the process dies) makes a second conversion of the same
 //! report wait for the first and then reuse its export.
 //!
-//! [`ExportOptions::no_cache`] neither reuses nor leaves an export: nsys exports into a temporary
-//! directory that is deleted when the [`Exported`] is dropped. [`ExportOptions::keep_sqlite`]
+//! [`ExportOptions::no_cache`](export::ExportOptions::no_cache) neither reuses nor leaves an export: nsys exports into a temporary
+//! directory that is deleted when the [`Exported`](export::Exported) is dropped. [`ExportOptions::keep_sqlite`](export::ExportOptions::keep_sqlite)
 //! with `no_cache` exports afresh and then stores the result in the cache place.
 //!
 //! # Known nsys problems handled here
 //!
 //! * Debian's packaged nsys cannot find its importer: `nsys profile` leaves `NAME.qdstrm` and no
-//!   report. [`profile`] then runs `QdstrmImporter` from nsys's `host-linux-x64` directory.
+//!   report. [`profile::profile`] then runs `QdstrmImporter` from nsys's `host-linux-x64` directory.
 //! * nsys 2022.4's agent can spin forever after the program exits when it collects CPU context
 //!   switches or CPU samples through perf events (seen on this project's CI kernel: every capture
 //!   with the default `--cpuctxsw=process-tree` hung, with or without fork+exec in the program;
 //!   with context switches and sampling off, captures finish in seconds, fork+exec included).
-//!   [`ProfileOptions`] turns both off by default and offers a timeout, after which nsys, its
+//!   [`profile::ProfileOptions`] turns both off by default and offers a timeout, after which nsys, its
 //!   agent and the profiled program are killed.
 
-mod export;
-mod finding;
-mod process;
-mod profile;
-mod version;
-
-pub use export::*;
-pub use finding::*;
-pub use process::*;
-pub use profile::*;
-pub use version::*;
+pub mod export;
+pub mod finding;
+pub mod process;
+pub mod profile;
+pub mod version;
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    use super::{export::*, profile::*, version::*};
     use std::ffi::OsString;
     use std::path::{Path, PathBuf};
 

@@ -61,7 +61,7 @@ pub struct SelectArgs {
     pub gpu: GpuArg,
 }
 
-/// `--gpu`: see [`crate::select::GpuModel`].
+/// `--gpu`: see [`nsys_perfetto_model::select::GpuModel`].
 #[derive(clap::ValueEnum, Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum GpuArg {
     #[default]
@@ -70,14 +70,15 @@ pub enum GpuArg {
 }
 
 impl SelectArgs {
-    pub fn selection(&self) -> anyhow::Result<crate::select::Selection> {
-        use crate::select::{NameFilter, Selection};
+    pub fn selection(&self) -> anyhow::Result<nsys_perfetto_model::select::Selection> {
+        use nsys_perfetto_model::select::{NameFilter, Selection};
         let mut sel = Selection::default();
         if !self.types.is_empty() {
-            sel.types = crate::select::EventType::parse_list(&self.types)?;
+            sel.types = nsys_perfetto_model::select::EventType::parse_list(&self.types)?;
         }
         if self.nvtx_gpu {
-            sel.types.insert(crate::select::EventType::NvtxGpu);
+            sel.types
+                .insert(nsys_perfetto_model::select::EventType::NvtxGpu);
         }
         sel.nvtx_filter = self
             .nvtx_filter
@@ -88,11 +89,11 @@ impl SelectArgs {
         sel.pids = self.pid.clone();
         sel.devices = self.device.clone();
         if let Some(scheme) = &self.nvtx_color_scheme {
-            sel.nvtx_colors = crate::select::parse_color_scheme(scheme)?;
+            sel.nvtx_colors = nsys_perfetto_model::select::parse_color_scheme(scheme)?;
         }
         sel.gpu = match self.gpu {
-            GpuArg::Tracks => crate::select::GpuModel::Tracks,
-            GpuArg::Perfetto => crate::select::GpuModel::Perfetto,
+            GpuArg::Tracks => nsys_perfetto_model::select::GpuModel::Tracks,
+            GpuArg::Perfetto => nsys_perfetto_model::select::GpuModel::Perfetto,
         };
         Ok(sel)
     }
@@ -139,8 +140,8 @@ pub enum ExportArg {
 }
 
 impl NsysArgs {
-    pub fn export_options(&self, quiet: bool) -> crate::report::ExportOptions {
-        crate::report::ExportOptions {
+    pub fn export_options(&self, quiet: bool) -> crate::report::export::ExportOptions {
+        crate::report::export::ExportOptions {
             nsys: self.nsys.clone(),
             no_cache: self.no_cache,
             keep_sqlite: self.keep_sqlite,
@@ -148,9 +149,9 @@ impl NsysArgs {
             quiet,
             timeout: self.export_timeout.map(std::time::Duration::from_secs),
             format: match self.export {
-                ExportArg::Auto => crate::report::ExportFormat::Auto,
-                ExportArg::Sqlite => crate::report::ExportFormat::Sqlite,
-                ExportArg::Arrow => crate::report::ExportFormat::Arrow,
+                ExportArg::Auto => crate::report::export::ExportFormat::Auto,
+                ExportArg::Sqlite => crate::report::export::ExportFormat::Sqlite,
+                ExportArg::Arrow => crate::report::export::ExportFormat::Arrow,
             },
         }
     }

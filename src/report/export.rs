@@ -5,7 +5,6 @@ use super::finding::INSTALL_HINT;
 use super::finding::{Nsys, nsys_for_report};
 use super::process::{nsys_message, run_bounded};
 use super::version::{Version, capture_version};
-use crate::nsys;
 use crate::provenance::{
     EXPORT_APPLICATION_ID, EXPORT_RECORD_FILE, EXPORT_RECORD_TABLE, owns_export, recorded_report,
 };
@@ -77,7 +76,7 @@ impl Format {
     fn suffix(self) -> &'static str {
         match self {
             Format::Sqlite => ".sqlite",
-            Format::Arrow => nsys::arrow::NSYS_DIR_SUFFIX,
+            Format::Arrow => nsys_perfetto_read::arrow::NSYS_DIR_SUFFIX,
         }
     }
 
@@ -123,7 +122,7 @@ pub struct Exported {
     pub note: Option<String>,
     /// A reused export as its validity check opened it, for [`export_and_open`]: its reader
     /// takes it rather than opening every table file again.
-    opened: Option<(rusqlite::Connection, nsys::Schema)>,
+    opened: Option<(rusqlite::Connection, nsys_perfetto_read::Schema)>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -266,7 +265,7 @@ fn reusable_export(
     path: &Path,
     report: &Path,
     capture: Option<&Version>,
-) -> std::result::Result<(rusqlite::Connection, nsys::Schema), Option<String>> {
+) -> std::result::Result<(rusqlite::Connection, nsys_perfetto_read::Schema), Option<String>> {
     if !owns_export(path) {
         return Err(None);
     }
@@ -300,7 +299,8 @@ fn reusable_export(
             "{shown} was exported by nsys {v}, which cannot read reports of nsys {c}"
         )));
     }
-    nsys::open_schema(path).map_err(|_| Some(format!("{shown} does not open as an nsys export")))
+    nsys_perfetto_read::open_schema(path)
+        .map_err(|_| Some(format!("{shown} does not open as an nsys export")))
 }
 
 fn parent_dir(p: &Path) -> PathBuf {
@@ -414,16 +414,16 @@ pub fn export_report(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     Ok(exported)
 }
 
-/// [`export_report`], and the export opened (see [`nsys::open_schema`]): a reused export as
+/// [`export_report`], and the export opened (see [`nsys_perfetto_read::open_schema`]): a reused export as
 /// the check that it may be reused opened it.
 pub fn export_and_open(
     report: &Path,
     opts: &ExportOptions,
-) -> Result<(Exported, rusqlite::Connection, nsys::Schema)> {
+) -> Result<(Exported, rusqlite::Connection, nsys_perfetto_read::Schema)> {
     let mut exported = export_keeping_open(report, opts)?;
     let (conn, schema) = match exported.opened.take() {
         Some(opened) => opened,
-        None => nsys::open_schema(&exported.path)?,
+        None => nsys_perfetto_read::open_schema(&exported.path)?,
     };
     Ok((exported, conn, schema))
 }
@@ -497,7 +497,7 @@ fn export_keeping_open(report: &Path, opts: &ExportOptions) -> Result<Exported> 
                 && format == Format::Arrow
                 && e.downcast_ref::<FolderFull>().is_none() =>
         {
-            let why = crate::errors::error_line(&e);
+            let why = nsys_perfetto_model::errors::error_line(&e);
             let mut sqlite =
                 export_as(report, opts, &nsys, &record, capture, Format::Sqlite, again)?;
             let note = format!("the Arrow export failed ({why}): exported as SQLite");
@@ -525,7 +525,7 @@ fn export_as(
     let export_to =
         |target: &Path| run_export(nsys, report, target, capture.as_ref(), record, opts, format);
     if opts.no_cache && !opts.keep_sqlite {
-        let temp = crate::cleanup::temp_dir("nsys-perfetto-export-")
+        let temp = nsys_perfetto_model::cleanup::temp_dir("nsys-perfetto-export-")
             .context("cannot create a temporary directory")?;
         let target = temp
             .path()
@@ -550,7 +550,7 @@ fn export_as(
     if let Some(n) = &note
         && !opts.quiet
     {
-        crate::say!("note: {}: {n}", report.display());
+        nsys_perfetto_model::say!("note: {}: {n}", report.display());
     }
     let _lock = ExportLock::acquire(&target, report, opts.quiet)?;
     // Another conversion may have exported it while we waited.
@@ -620,15 +620,18 @@ fn run_export(
     };
     let tmp: Part = match format {
         Format::Sqlite => Part::File(
-            crate::cleanup::create(
+            nsys_perfetto_model::cleanup::create(
                 || builder().tempfile_in(&dir).map(|t| t.into_temp_path()),
                 |t| t.to_path_buf(),
             )
-            .map_err(|e| crate::errors::write_error(&dir, &e))?,
+            .map_err(|e| nsys_perfetto_model::errors::write_error(&dir, &e))?,
         ),
         Format::Arrow => Part::Dir(
-            crate::cleanup::create(|| builder().tempdir_in(&dir), |t| t.path().to_path_buf())
-                .map_err(|e| crate::errors::write_error(&dir, &e))?,
+            nsys_perfetto_model::cleanup::create(
+                || builder().tempdir_in(&dir),
+                |t| t.path().to_path_buf(),
+            )
+            .map_err(|e| nsys_perfetto_model::errors::write_error(&dir, &e))?,
         ),
     };
     let tmp_path = tmp.path().to_path_buf();
@@ -651,7 +654,7 @@ fn run_export(
     // nsys says at most that a write failed, and 2023.4 can even exit 0 on a full disk: the
     // folder its export filled says why (the part it wrote is still there).
     let no_room = |what: &str| -> Option<anyhow::Error> {
-        if !crate::errors::is_full_dir(&dir) {
+        if !nsys_perfetto_model::errors::is_full_dir(&dir) {
             return None;
         }
         // A temporary export's own folder means nothing to the user: its TMPDIR does.
@@ -705,7 +708,7 @@ fn run_export(
             }
             bail!(text);
         }
-        let checked = nsys::open_schema(&tmp_path)
+        let checked = nsys_perfetto_read::open_schema(&tmp_path)
             .map_err(|e| {
                 anyhow!(
                     "nsys export ({}) reported success but wrote no usable export: {e}",
@@ -725,7 +728,7 @@ fn run_export(
         no_room(&why).map_or(checked, Err)
     })();
     let result = done.and_then(|()| tmp.persist(target));
-    crate::cleanup::forget(&tmp_path);
+    nsys_perfetto_model::cleanup::forget(&tmp_path);
     result?;
     Ok(started.elapsed().as_secs_f64())
 }
@@ -820,7 +823,7 @@ impl ExportLock {
                 Ok(()) => {}
                 Err(fs::TryLockError::WouldBlock) => {
                     if !quiet && !said {
-                        crate::say!(
+                        nsys_perfetto_model::say!(
                             "{}: waiting for another conversion exporting it (lock {})",
                             report.display(),
                             path.display()
@@ -837,7 +840,7 @@ impl ExportLock {
             let held = file.metadata()?;
             match fs::metadata(&path) {
                 Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    crate::cleanup::register(&path);
+                    nsys_perfetto_model::cleanup::register(&path);
                     return Ok(ExportLock { path, _file: file });
                 }
                 _ => continue,
@@ -850,6 +853,6 @@ impl Drop for ExportLock {
     fn drop(&mut self) {
         // Remove while still holding the lock; closing the file then unlocks.
         let _ = fs::remove_file(&self.path);
-        crate::cleanup::forget(&self.path);
+        nsys_perfetto_model::cleanup::forget(&self.path);
     }
 }

@@ -214,10 +214,11 @@ pub fn nsys_for_report(
 ) -> Result<Nsys> {
     let candidates = nsys_candidates(explicit)?;
     // Probed side by side: each is a process start of its own, and the newest may come last.
-    let probed =
-        crate::parallel::parallel_map(&candidates, candidates.len(), |_, (path, source)| {
-            (*source, Nsys::probe(path, *source))
-        });
+    let probed = nsys_perfetto_model::parallel::parallel_map(
+        &candidates,
+        candidates.len(),
+        |_, (path, source)| (*source, Nsys::probe(path, *source)),
+    );
     let mut first: Option<Nsys> = None;
     let mut others: Vec<Nsys> = Vec::new();
     let mut best: Option<Nsys> = None;

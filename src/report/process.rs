@@ -18,7 +18,7 @@ pub struct Finished {
 }
 
 /// Run `cmd` (stdin closed, output captured) in its own process group, registered to be stopped
-/// on Ctrl-C or SIGTERM ([`crate::cleanup`]); stopped after `timeout`. While it runs, stderr
+/// on Ctrl-C or SIGTERM ([`nsys_perfetto_model::cleanup`]); stopped after `timeout`. While it runs, stderr
 /// says what it waits for: a line redrawn every second on a terminal, else a line after 10 s
 /// and every 30 s (none when `quiet`).
 pub fn run_bounded(
@@ -33,25 +33,25 @@ pub fn run_bounded(
     cmd.stdin(Stdio::null())
         .stdout(out.try_clone()?)
         .stderr(err.try_clone()?);
-    let mut child =
-        crate::cleanup::spawn_group(cmd).map_err(|e| anyhow!("cannot run {what}: {e}"))?;
+    let mut child = nsys_perfetto_model::cleanup::spawn_group(cmd)
+        .map_err(|e| anyhow!("cannot run {what}: {e}"))?;
     let pid = child.id();
     let started = Instant::now();
     let terminal = !quiet && std::io::stderr().is_terminal();
     let mut said = 0u64;
     let clear = |drawn: bool| {
         if drawn {
-            crate::term::err(format_args!("\r\x1b[2K"));
+            nsys_perfetto_model::term::err(format_args!("\r\x1b[2K"));
         }
     };
     let status = loop {
-        match crate::cleanup::wait_exit(&mut child, Duration::from_millis(50)) {
+        match nsys_perfetto_model::cleanup::wait_exit(&mut child, Duration::from_millis(50)) {
             Ok(Some(s)) => break s,
             Ok(None) => {}
             Err(e) => {
-                crate::cleanup::kill_group(pid);
+                nsys_perfetto_model::cleanup::kill_group(pid);
                 let _ = child.wait();
-                crate::cleanup::forget_group(pid);
+                nsys_perfetto_model::cleanup::forget_group(pid);
                 clear(terminal && said > 0);
                 bail!("cannot wait for {what}: {e}");
             }
@@ -60,9 +60,9 @@ pub fn run_bounded(
         if let Some(limit) = timeout
             && started.elapsed() >= limit
         {
-            crate::cleanup::kill_group(pid);
+            nsys_perfetto_model::cleanup::kill_group(pid);
             let _ = child.wait();
-            crate::cleanup::forget_group(pid);
+            nsys_perfetto_model::cleanup::forget_group(pid);
             clear(terminal && said > 0);
             bail!(
                 "{what} did not finish within {} s and was stopped",
@@ -70,14 +70,14 @@ pub fn run_bounded(
             );
         }
         if terminal && secs >= 1 && secs > said {
-            crate::term::err(format_args!("\r\x1b[2Kwaiting for {what}: {secs} s"));
+            nsys_perfetto_model::term::err(format_args!("\r\x1b[2Kwaiting for {what}: {secs} s"));
             said = secs;
         } else if !quiet && !terminal && secs >= 10 && (said == 0 || secs >= said + 30) {
-            crate::say!("waiting for {what}: {secs} s so far");
+            nsys_perfetto_model::say!("waiting for {what}: {secs} s so far");
             said = secs;
         }
     };
-    crate::cleanup::forget_group(pid);
+    nsys_perfetto_model::cleanup::forget_group(pid);
     clear(terminal && said > 0);
     let read = |mut f: File| -> Vec<u8> {
         let mut v = Vec::new();

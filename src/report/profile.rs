@@ -157,15 +157,17 @@ pub fn profile_run(opts: &ProfileOptions, command: &[OsString]) -> Result<Profil
         // nsys gets a terminal's Ctrl-C itself (same process group) and writes the report; a
         // SIGTERM sent to us only is passed on as SIGINT. After a grace period, or the timeout,
         // nsys, its agent and the program are killed.
-        let _defer = crate::cleanup::defer();
+        let _defer = nsys_perfetto_model::cleanup::defer();
         let started = Instant::now();
         let mut grace_until: Option<Instant> = None;
         loop {
-            if let Some(s) = crate::cleanup::wait_exit(&mut child, Duration::from_millis(50))? {
+            if let Some(s) =
+                nsys_perfetto_model::cleanup::wait_exit(&mut child, Duration::from_millis(50))?
+            {
                 break s;
             }
             if grace_until.is_none()
-                && let Some(sig) = crate::cleanup::interrupted()
+                && let Some(sig) = nsys_perfetto_model::cleanup::interrupted()
             {
                 if sig != libc::SIGINT {
                     // SAFETY: kill(2) on our own child.
@@ -230,7 +232,7 @@ pub fn profile_run(opts: &ProfileOptions, command: &[OsString]) -> Result<Profil
         import_qdstrm(&importer, qdstrm, rep)?;
         let _ = fs::remove_file(qdstrm);
         if !opts.quiet {
-            crate::say!(
+            nsys_perfetto_model::say!(
                 "note: nsys could not import its capture itself; imported {} with {}",
                 qdstrm.display(),
                 importer.display()
@@ -269,7 +271,7 @@ pub struct Profiled {
 pub fn profile(opts: &ProfileOptions, command: &[OsString]) -> Result<PathBuf> {
     let p = profile_run(opts, command)?;
     if !p.status.success() && !opts.quiet {
-        crate::say!(
+        nsys_perfetto_model::say!(
             "note: nsys profile exited with {}; converting the report it wrote anyway",
             p.status
         );

@@ -17,11 +17,11 @@ pub mod ui_dir;
 
 use crate::cli::args::{SelectArgs, ServeArgs};
 use crate::convert::{self, OutputFormat};
-use crate::model::Category;
-use crate::nsys::inputs::{Input, classify, classify_name};
-use crate::summary::Summary;
 use anyhow::{Context, Result};
 use http::{Request, Response, bind, loopback_host};
+use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::summary::Summary;
+use nsys_perfetto_read::inputs::{Input, classify, classify_name};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::fs;
@@ -119,7 +119,7 @@ impl Server {
         let mut tmp = tempfile::Builder::new();
         tmp.prefix("nsys-perfetto-serve-");
         // Registered with `cleanup`: an interrupt removes it with the conversions' temporaries.
-        let root = crate::cleanup::create(
+        let root = nsys_perfetto_model::cleanup::create(
             || match &args.temp_dir {
                 Some(d) => tmp.tempdir_in(d),
                 None => tmp.tempdir(),
@@ -216,7 +216,7 @@ impl ServeArgs {
             }
         };
         // Ctrl-C stops the server; then the conversions' children and temporaries go too.
-        let interrupts = crate::cleanup::stop_on_interrupt(&server.stop_flag());
+        let interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&server.stop_flag());
         let shown = if server.addr.ip().is_unspecified() {
             format!("http://127.0.0.1:{}", server.addr.port())
         } else {
@@ -237,7 +237,7 @@ impl ServeArgs {
         drop(server);
         // A conversion still under way holds the state, and with it the folder's owner.
         let _ = std::fs::remove_dir_all(&dir);
-        crate::cleanup::forget(&dir);
+        nsys_perfetto_model::cleanup::forget(&dir);
         eprintln!("stopped; removed {}", dir.display());
         ExitCode::SUCCESS
     }
@@ -325,8 +325,8 @@ fn info(state: &State) -> Value {
         "max_upload": state.max_upload,
         "perfetto_url": state.perfetto_url,
         // Every type, so that the page's checkboxes convert what the command line does.
-        "types": crate::select::EventType::ALL.iter().map(|t| t.name()).collect::<Vec<_>>(),
-        "default_types": crate::select::EventType::defaults()
+        "types": nsys_perfetto_model::select::EventType::ALL.iter().map(|t| t.name()).collect::<Vec<_>>(),
+        "default_types": nsys_perfetto_model::select::EventType::defaults()
             .iter()
             .map(|t| t.name())
             .collect::<Vec<_>>(),
@@ -523,8 +523,8 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
             413,
             format!(
                 "{name} is {}, more than this server accepts ({}; serve --max-upload)",
-                crate::summary::human_bytes(n),
-                crate::summary::human_bytes(state.max_upload)
+                nsys_perfetto_model::summary::human_bytes(n),
+                nsys_perfetto_model::summary::human_bytes(state.max_upload)
             ),
         );
     }
@@ -586,22 +586,27 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     let exported;
     let sqlite = if classify(&input) == Input::Report {
         job.set_phase("exporting");
-        let opts = crate::report::ExportOptions {
+        let opts = crate::report::export::ExportOptions {
             nsys: state.nsys.clone(),
             no_cache: false,
             keep_sqlite: false,
             cache_dir: Some(dir.clone()),
             quiet: true,
             timeout: None,
-            format: crate::report::ExportFormat::Auto,
+            format: crate::report::export::ExportFormat::Auto,
         };
-        match crate::report::export_report(&input, &opts) {
+        match crate::report::export::export_report(&input, &opts) {
             Ok(e) => {
                 export_line = Some(e.describe());
                 exported = e;
                 exported.path().to_path_buf()
             }
-            Err(e) => return fail(422, format!("{name}: {}", crate::errors::error_line(&e))),
+            Err(e) => {
+                return fail(
+                    422,
+                    format!("{name}: {}", nsys_perfetto_model::errors::error_line(&e)),
+                );
+            }
         }
     } else {
         input.clone()
@@ -618,7 +623,12 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     };
     let summary = match convert::convert_sqlite(&sqlite, &output, &opts) {
         Ok(s) => s,
-        Err(e) => return fail(422, format!("{name}: {}", crate::errors::error_line(&e))),
+        Err(e) => {
+            return fail(
+                422,
+                format!("{name}: {}", nsys_perfetto_model::errors::error_line(&e)),
+            );
+        }
     };
     job.set_phase("stats");
     let stats = match crate::workflow::stats::stats(
@@ -633,7 +643,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
             v["file"] = json!(name);
             v
         }
-        Err(e) => json!({ "error": crate::errors::error_line(&e) }),
+        Err(e) => json!({ "error": nsys_perfetto_model::errors::error_line(&e) }),
     };
     // The upload and its export are no longer needed: only the trace stays.
     let _ = fs::remove_file(&input);
@@ -695,7 +705,7 @@ fn receive(
                     400,
                     format!(
                         "{name}: the upload did not arrive whole ({e}); {} received",
-                        crate::summary::human_bytes(total)
+                        nsys_perfetto_model::summary::human_bytes(total)
                     ),
                 ));
             }
@@ -706,7 +716,7 @@ fn receive(
                 413,
                 format!(
                     "{name} is larger than this server accepts ({}; serve --max-upload)",
-                    crate::summary::human_bytes(max)
+                    nsys_perfetto_model::summary::human_bytes(max)
                 ),
             ));
         }

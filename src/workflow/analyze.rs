@@ -1,12 +1,12 @@
 //! `nsys-perfetto analyze PROFILE`: the command line and the rendering (text, CSV, JSON) of
-//! the findings of nsys' expert rules, which [`crate::nsys::rules`] runs.
+//! the findings of nsys' expert rules, which [`nsys_perfetto_read::rules`] runs.
 
 use crate::cli::args::AnalyzeArgs;
-use crate::nsys::inputs::{Input, classify};
-use crate::nsys::rules::{
+use anyhow::{Result, bail};
+use nsys_perfetto_read::inputs::{Input, classify};
+use nsys_perfetto_read::rules::{
     CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_sqlite,
 };
-use anyhow::{Result, bail};
 use std::path::Path;
 
 /// Render reports as text (`top` findings per rule, 0: all), CSV or JSON.
@@ -180,7 +180,7 @@ impl AnalyzeArgs {
         let opts = match self.options() {
             Ok(o) => o,
             Err(e) => {
-                crate::say!("error: {e:#}");
+                nsys_perfetto_model::say!("error: {e:#}");
                 return std::process::ExitCode::from(2);
             }
         };
@@ -188,7 +188,11 @@ impl AnalyzeArgs {
             let path = &self.profile;
             let reports =
                 analyze_profile(path, &self.out.export_options(), &opts).map_err(|e| {
-                    anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e))
+                    anyhow::anyhow!(
+                        "{}: {}",
+                        path.display(),
+                        nsys_perfetto_model::errors::error_line(&e)
+                    )
                 })?;
             self.out.emit(&render(
                 &reports,
@@ -201,7 +205,7 @@ impl AnalyzeArgs {
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                crate::say!("error: {e:#}");
+                nsys_perfetto_model::say!("error: {e:#}");
                 std::process::ExitCode::FAILURE
             }
         }
@@ -212,11 +216,11 @@ impl AnalyzeArgs {
 /// reused, as for a conversion).
 pub fn analyze_profile(
     path: &Path,
-    export: &crate::report::ExportOptions,
+    export: &crate::report::export::ExportOptions,
     opts: &Options,
 ) -> Result<Vec<RuleReport>> {
     if classify(path) == Input::Report {
-        let exported = crate::report::export_report(path, export)?;
+        let exported = crate::report::export::export_report(path, export)?;
         analyze_sqlite(exported.path(), opts)
     } else {
         analyze_sqlite(path, opts)

@@ -4,7 +4,7 @@
 //! A pattern is matched against every kind (kernels by short or demangled name, memory
 //! operations, API calls, NVTX ranges); each kind with at least one match gets a row. NVTX
 //! ranges give two rows: their CPU time (`nvtx`) and their GPU time (`nvtx-gpu`, the span of the
-//! GPU work launched inside each range, see [`crate::nsys::projection`]). A pattern that matches
+//! GPU work launched inside each range, see [`nsys_perfetto_read::projection`]). A pattern that matches
 //! nothing gets one row with no kind and a count of 0.
 //!
 //! Nested matches count once: an NVTX range that lies within another range matching the same
@@ -88,7 +88,7 @@ pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extr
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let name = ex.name_at(kind, r, 0);
-            let alt = crate::nsys::text_at(r, 1);
+            let alt = nsys_perfetto_read::text_at(r, 1);
             let count: i64 = r.get(2)?;
             let total: i64 = r.get(3)?;
             for (pi, p) in patterns.iter().enumerate() {
@@ -152,7 +152,7 @@ fn outermost(
         let name = ex.name_at(Kind::Nvtx, r, 0);
         let pats = matched.entry(name).or_insert_with_key(|name| {
             // The bare name (without `Domain:`) is the second name.
-            let alt = crate::nsys::text_at(r, 5);
+            let alt = nsys_perfetto_read::text_at(r, 5);
             (0..patterns.len())
                 .filter(|&pi| ex.matches(Kind::Nvtx, &patterns[pi], name, alt.as_deref()))
                 .collect()
@@ -160,7 +160,7 @@ fn outermost(
         if pats.is_empty() {
             continue;
         }
-        let tid = crate::nsys::int_at(r, 1);
+        let tid = nsys_perfetto_read::int_at(r, 1);
         let end: i64 = r.get(3)?;
         let dur: i64 = r.get(4)?;
         for &pi in pats.iter() {
@@ -280,7 +280,7 @@ impl ExtractArgs {
         {
             Ok(p) => p,
             Err(e) => {
-                crate::say!("error: {e:#}");
+                nsys_perfetto_model::say!("error: {e:#}");
                 return std::process::ExitCode::from(2);
             }
         };
@@ -292,7 +292,11 @@ impl ExtractArgs {
             {
                 Ok(r) => results.push(r),
                 Err(e) => {
-                    crate::say!("error: {}: {}", p.display(), crate::errors::error_line(&e));
+                    nsys_perfetto_model::say!(
+                        "error: {}: {}",
+                        p.display(),
+                        nsys_perfetto_model::errors::error_line(&e)
+                    );
                     failed = true;
                 }
             }
@@ -301,7 +305,7 @@ impl ExtractArgs {
             .out
             .emit(&render(&results, self.out.format(), self.out.unit))
         {
-            crate::say!("error: {e:#}");
+            nsys_perfetto_model::say!("error: {e:#}");
             failed = true;
         }
         if failed {

@@ -16,7 +16,7 @@
 //!   six-character `_vNNNN` suffix dropped; second: the symbol as recorded);
 //! - `nvtx`: NVTX push/pop (59) and start/end (60) ranges, CPU time, named `Domain:text` in a
 //!   named domain (second: the text);
-//! - `nvtx-gpu`: the same ranges projected onto the GPU ([`crate::nsys::projection`]): per range, from
+//! - `nvtx-gpu`: the same ranges projected onto the GPU ([`nsys_perfetto_read::projection`]): per range, from
 //!   the earliest start to the latest end of the GPU rows launched inside it, over all devices;
 //!   only ranges that launched GPU work count.
 //!
@@ -31,13 +31,13 @@ pub mod stats;
 pub mod sweep;
 
 use crate::cli::args::OutputArgs;
-use crate::nsys::enums::Enums;
-use crate::nsys::inputs::{Input, classify};
-use crate::nsys::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
-use crate::nsys::projection::{NVTX_GPU, PROJ_DB, Projection};
-use crate::nsys::{self, DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
-use crate::report::{self, ExportOptions};
+use crate::report::{self, export::ExportOptions};
 use anyhow::Result;
+use nsys_perfetto_read::enums::Enums;
+use nsys_perfetto_read::inputs::{Input, classify};
+use nsys_perfetto_read::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
+use nsys_perfetto_read::projection::{NVTX_GPU, PROJ_DB, Projection};
+use nsys_perfetto_read::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
 use regex::Regex;
 use rusqlite::Connection;
 use std::path::Path;
@@ -317,12 +317,12 @@ pub struct Export {
     /// The SQLite export read (the report's export for a report).
     pub sqlite: std::path::PathBuf,
     /// Keeps a temporary export (made from a report) alive.
-    _exported: Option<report::Exported>,
+    _exported: Option<report::export::Exported>,
 }
 
 impl Export {
     /// Open an nsys SQLite export, or a report (`.nsys-rep`, `.qdrep`) through its SQLite
-    /// export (made by nsys, or reused, see [`crate::report::export_report`]).
+    /// export (made by nsys, or reused, see [`crate::report::export::export_report`]).
     pub fn open(path: &Path) -> Result<Export> {
         Export::open_with(
             path,
@@ -341,10 +341,10 @@ impl Export {
     /// reads every NVTX range and GPU row: work a caller that never reads it should not pay).
     pub fn open_projecting(path: &Path, opts: &ExportOptions, project: bool) -> Result<Export> {
         let (exported, conn, schema) = if classify(path) == Input::Report {
-            let (exported, conn, schema) = report::export_and_open(path, opts)?;
+            let (exported, conn, schema) = report::export::export_and_open(path, opts)?;
             (Some(exported), conn, schema)
         } else {
-            let (conn, schema) = nsys::open_schema(path)?;
+            let (conn, schema) = nsys_perfetto_read::open_schema(path)?;
             (None, conn, schema)
         };
         let sqlite = exported.as_ref().map_or(path, |e| e.path());
@@ -570,14 +570,14 @@ impl Export {
         p.matches(name)
             || alt.is_some_and(|a| p.matches(a))
             || (kind == Kind::Api
-                && crate::nsys::api::display_name(name).is_some_and(|d| p.matches(d)))
+                && nsys_perfetto_read::api::display_name(name).is_some_and(|d| p.matches(d)))
     }
 
     /// Read a name column of an aggregate row.
     fn name_at(&self, _kind: Kind, row: &rusqlite::Row<'_>, idx: usize) -> String {
         match row.get_ref(idx) {
             Ok(rusqlite::types::ValueRef::Integer(v)) => v.to_string(),
-            _ => nsys::text_at(row, idx).map_or_else(String::new, |s| s.into_owned()),
+            _ => nsys_perfetto_read::text_at(row, idx).map_or_else(String::new, |s| s.into_owned()),
         }
     }
 }

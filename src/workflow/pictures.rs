@@ -2,12 +2,12 @@
 //! them): every rank's utilization bins, by the `cuda_gpu_time_util_map` recipe's own code, and
 //! its ranges' starts, before any rank is written.
 
-use crate::nsys::recipes;
 use crate::pictures::{PictureOptions, Pictures, RankPictures, Straggler, Utilization};
-use crate::report::ExportOptions;
+use crate::report::export::ExportOptions;
 use crate::workflow::Export;
 use crate::workflow::recipe::{self, Recipe, RecipeOptions, Value};
 use anyhow::{Result, anyhow};
+use nsys_perfetto_read::recipes;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -50,9 +50,14 @@ pub fn compute(
     export: &ExportOptions,
     jobs: usize,
 ) -> Result<Pictures> {
-    let times = crate::parallel::parallel_map(inputs, jobs, |_, (path, _)| {
-        rank_times(path, export, options.stragglers)
-            .map_err(|e| anyhow!("{}: {}", path.display(), crate::errors::error_line(&e)))
+    let times = nsys_perfetto_model::parallel::parallel_map(inputs, jobs, |_, (path, _)| {
+        rank_times(path, export, options.stragglers).map_err(|e| {
+            anyhow!(
+                "{}: {}",
+                path.display(),
+                nsys_perfetto_model::errors::error_line(&e)
+            )
+        })
     });
     let times: Vec<RankTimes> = times.into_iter().collect::<Result<_>>()?;
     let mut ranks = vec![RankPictures::default(); inputs.len()];

@@ -13,7 +13,7 @@
 //!   mean of the standard deviations, min of Q1, median of medians, max of Q3).
 //!
 //! And two that keep every rank's rows in one table, `analysis`:
-//! - `gpu_time_util`: nsys' `gpu_time_util` rule per rank ([`crate::nsys::rules`]);
+//! - `gpu_time_util`: nsys' `gpu_time_util` rule per rank ([`nsys_perfetto_read::rules`]);
 //! - `cuda_gpu_time_util_map`: per rank, process and GPU, the percentage of each of `bins`
 //!   equal time bins covered by kernels (overlapping kernels counted once), on one time axis for
 //!   all ranks (each rank placed at its session's wall-clock start).
@@ -21,7 +21,7 @@
 //! Ranks are named by their file's stem (the report's name for an export), as the recipes name
 //! them; the recipes' rounding (`DataFrame.round(1)`: half to even on the scaled binary value)
 //! and sort orders are kept. What a recipe reads of a rank is the reading crate's SQL
-//! ([`crate::nsys::recipes`]); the tables are computed here; `recipe/render.rs` prints and writes
+//! ([`nsys_perfetto_read::recipes`]); the tables are computed here; `recipe/render.rs` prints and writes
 //! them.
 
 mod command;
@@ -29,9 +29,9 @@ mod render;
 
 use super::Export;
 use super::reports::{self, Cell, ReportOptions};
-use crate::nsys::recipes;
-use crate::report::ExportOptions;
+use crate::report::export::ExportOptions;
 use anyhow::{Result, anyhow};
+use nsys_perfetto_read::recipes;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -169,9 +169,14 @@ pub fn run_named(
     jobs: usize,
     opts: &RecipeOptions,
 ) -> Result<Option<Outcome>> {
-    let ranks = crate::parallel::parallel_map(files, jobs, |_, (path, _)| {
-        rank_data(recipe, path, export)
-            .map_err(|e| anyhow!("{}: {}", path.display(), crate::errors::error_line(&e)))
+    let ranks = nsys_perfetto_model::parallel::parallel_map(files, jobs, |_, (path, _)| {
+        rank_data(recipe, path, export).map_err(|e| {
+            anyhow!(
+                "{}: {}",
+                path.display(),
+                nsys_perfetto_model::errors::error_line(&e)
+            )
+        })
     });
     let mut found = Vec::new();
     for ((_, name), r) in files.iter().zip(ranks) {
@@ -233,7 +238,7 @@ pub fn run_named(
 enum RankData {
     Report(Vec<ReportRow>),
     Describe(Vec<Described>),
-    Findings(Vec<crate::nsys::rules::Finding>),
+    Findings(Vec<nsys_perfetto_read::rules::Finding>),
     Kernels(RankKernels),
 }
 
@@ -534,7 +539,7 @@ fn describe(ex: &Export, sql: &Option<String>) -> Result<Option<Vec<Described>>>
     let mut q = stmt.query([])?;
     while let Some(r) = q.next()? {
         let name = match r.get_ref(0)? {
-            rusqlite::types::ValueRef::Text(t) => crate::nsys::utf8(t).into_owned(),
+            rusqlite::types::ValueRef::Text(t) => nsys_perfetto_read::utf8(t).into_owned(),
             _ => continue,
         };
         by_name.entry(name).or_default().push(r.get(1)?);
@@ -595,7 +600,7 @@ fn nvtx_gpu_projection(ex: &Export) -> Result<Option<Vec<Described>>> {
     let mut q = stmt.query([])?;
     while let Some(r) = q.next()? {
         let name = match r.get_ref(3)? {
-            rusqlite::types::ValueRef::Text(t) => Some(crate::nsys::utf8(t).into_owned()),
+            rusqlite::types::ValueRef::Text(t) => Some(nsys_perfetto_read::utf8(t).into_owned()),
             _ => None,
         };
         ranges
@@ -802,8 +807,8 @@ fn describe_recipe(recipe: Recipe, mut ranks: Vec<(String, Vec<Described>)>) -> 
 
 /// nsys' `gpu_time_util` rule on one rank, with its defaults; `None` when nsys would not run it
 /// or it finds nothing.
-fn time_util_findings(ex: &Export) -> Result<Option<Vec<crate::nsys::rules::Finding>>> {
-    use crate::nsys::rules::{self, Outcome, Rule};
+fn time_util_findings(ex: &Export) -> Result<Option<Vec<nsys_perfetto_read::rules::Finding>>> {
+    use nsys_perfetto_read::rules::{self, Outcome, Rule};
     let opts = rules::Options {
         rules: vec![Rule::GpuTimeUtil],
         ..Default::default()
@@ -817,8 +822,8 @@ fn time_util_findings(ex: &Export) -> Result<Option<Vec<crate::nsys::rules::Find
 
 /// `gpu_time_util`'s `analysis` table: each rank's findings as the rule's report lists them
 /// (`Row#` from 1), the rank's file last; the index restarts at 0 for each rank.
-fn gpu_time_util(ranks: Vec<(String, Vec<crate::nsys::rules::Finding>)>) -> Outcome {
-    use crate::nsys::rules::{Rule, Value as V};
+fn gpu_time_util(ranks: Vec<(String, Vec<nsys_perfetto_read::rules::Finding>)>) -> Outcome {
+    use nsys_perfetto_read::rules::{Rule, Value as V};
     let rule = Rule::GpuTimeUtil;
     let num = |v: Option<&V>| match v {
         Some(V::Int(i)) => Value::Int(*i),

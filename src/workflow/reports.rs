@@ -9,9 +9,11 @@
 //! A report whose tables the export lacks is left out, as nsys skips it.
 
 use super::{Export, api_name_sql, memcpy_label};
-use crate::nsys::nvtx_type::{DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END};
-use crate::nsys::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
 use anyhow::Result;
+use nsys_perfetto_read::nvtx_type::{
+    DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END,
+};
+use nsys_perfetto_read::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
 
 /// A report nsys knows, by its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -544,7 +546,7 @@ fn run_query(
                 ValueRef::Integer(v) => Cell::Int(v),
                 ValueRef::Real(v) => Cell::Real(v),
                 ValueRef::Text(t) | ValueRef::Blob(t) => {
-                    Cell::Text(crate::nsys::utf8(t).into_owned())
+                    Cell::Text(nsys_perfetto_read::utf8(t).into_owned())
                 }
             });
         }

@@ -121,9 +121,9 @@ pub struct MetricSummary {
 }
 
 /// The unit a GPU metric's values are shown with: the trace's unit
-/// ([`crate::nsys::metrics::metric_unit`]), "count" for plain counts.
+/// ([`nsys_perfetto_read::metrics::metric_unit`]), "count" for plain counts.
 pub fn metric_unit(name: &str) -> &'static str {
-    match crate::nsys::metrics::metric_unit(name) {
+    match nsys_perfetto_read::metrics::metric_unit(name) {
         "" => "count",
         u => u,
     }

@@ -34,7 +34,7 @@ pub struct SweepOptions {
     /// The command and its arguments, with `$p` placeholders.
     pub command: Vec<String>,
     /// How reports are exported (Arrow or SQLite, cached).
-    pub export: crate::report::ExportOptions,
+    pub export: crate::report::export::ExportOptions,
     /// Convert each run's profile to `OUTPUT.pftrace` (the output name of the run plus
     /// `.pftrace`).
     pub traces: bool,
@@ -400,7 +400,7 @@ impl SweepArgs {
                 .collect::<Result<_>>()?,
             output: self.output.clone(),
             command: self.command.clone(),
-            export: crate::report::ExportOptions {
+            export: crate::report::export::ExportOptions {
                 nsys: self.nsys.clone(),
                 quiet: true,
                 ..Default::default()
@@ -413,12 +413,12 @@ impl SweepArgs {
         let opts = match self.options() {
             Ok(o) => o,
             Err(e) => {
-                crate::say!("error: {e:#}");
+                nsys_perfetto_model::say!("error: {e:#}");
                 return std::process::ExitCode::from(2);
             }
         };
         let mut profile = |command: &[String], output: &Path| -> Result<PathBuf> {
-            let popts = crate::report::ProfileOptions {
+            let popts = crate::report::profile::ProfileOptions {
                 nsys: self.nsys.clone(),
                 output: Some(output.to_path_buf()),
                 trace: self.trace.clone(),
@@ -427,32 +427,34 @@ impl SweepArgs {
                 ..Default::default()
             };
             let command: Vec<std::ffi::OsString> = command.iter().map(Into::into).collect();
-            crate::report::profile(&popts, &command)
+            crate::report::profile::profile(&popts, &command)
         };
-        let mut progress = |line: &str| crate::say!("sweep: {line}");
+        let mut progress = |line: &str| nsys_perfetto_model::say!("sweep: {line}");
         let result = sweep(&opts, &mut profile, &mut progress).and_then(|sw| {
             for r in &sw.runs {
                 match &r.trace {
-                    Some(t) => crate::say!(
+                    Some(t) => nsys_perfetto_model::say!(
                         "sweep: p={} -> {}, {}",
                         r.value,
                         r.profile.display(),
                         t.display()
                     ),
-                    None => crate::say!("sweep: p={} -> {}", r.value, r.profile.display()),
+                    None => {
+                        nsys_perfetto_model::say!("sweep: p={} -> {}", r.value, r.profile.display())
+                    }
                 }
             }
-            crate::term::out(format_args!("{}", sw.table(self.metric, self.unit)));
+            nsys_perfetto_model::term::out(format_args!("{}", sw.table(self.metric, self.unit)));
             if let Some(csv) = &self.csv {
                 super::write_file(csv, &sw.csv())?;
-                crate::say!("sweep: CSV written to {}", csv.display());
+                nsys_perfetto_model::say!("sweep: CSV written to {}", csv.display());
             }
             Ok(())
         });
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                crate::say!("error: {}", crate::errors::error_line(&e));
+                nsys_perfetto_model::say!("error: {}", nsys_perfetto_model::errors::error_line(&e));
                 std::process::ExitCode::FAILURE
             }
         }

@@ -4,7 +4,7 @@
 //! window, NVTX range, process, gap, threshold, chunks); the CLI's output forms and bad input.
 
 use crate::common::{corpus_dir, csv_fields, manifest_dir, skip};
-use nsys_perfetto::nsys::rules::{self, Options, Outcome, RULES, Rule, RuleReport};
+use nsys_perfetto_read::rules::{self, Options, Outcome, RULES, Rule, RuleReport};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -49,7 +49,7 @@ fn compared(rule: Rule) -> &'static [&'static str] {
 /// A name as both tools show it: nsys prints the runtime's version suffix, which the trace (and
 /// `analyze`) leave out.
 fn api_name(s: &str) -> String {
-    nsys_perfetto::nsys::api::display_name(s)
+    nsys_perfetto_read::api::display_name(s)
         .unwrap_or(s)
         .to_string()
 }
@@ -249,7 +249,7 @@ fn every_corpus_export_equals_nsys_analyze() {
 
 /// nsys 2023.4 or newer (the one with these rules), when installed.
 fn nsys_2023() -> Option<PathBuf> {
-    let candidates = nsys_perfetto::report::nsys_candidates(None).unwrap_or_default();
+    let candidates = nsys_perfetto::report::finding::nsys_candidates(None).unwrap_or_default();
     let fixed = PathBuf::from("/opt/nvidia/nsight-systems/2023.4.4/bin/nsys");
     candidates
         .into_iter()
@@ -314,7 +314,7 @@ fn options_equal_nsys_analyze_live() {
     let fuser = corpus.join("NVIDIA__Fuser__report1@8fa9ec2.sqlite");
     let llama = corpus.join("Sh1mwww__llama3-inference__real_inference_simulation.sqlite");
     let bounds = |export: &Path| -> (i64, i64, i64) {
-        let (conn, _) = nsys_perfetto::nsys::open_schema(export).unwrap();
+        let (conn, _) = nsys_perfetto_read::open_schema(export).unwrap();
         let (lo, hi): (i64, i64) = conn
             .query_row(
                 "SELECT min(start), max(\"end\") FROM CUPTI_ACTIVITY_KIND_KERNEL",
@@ -647,8 +647,8 @@ fn convert_analyzed(
     input: &Path,
     dir: &Path,
     format: nsys_perfetto::convert::OutputFormat,
-    selection: nsys_perfetto::select::Selection,
-) -> (nsys_perfetto::summary::Summary, PathBuf) {
+    selection: nsys_perfetto_model::select::Selection,
+) -> (nsys_perfetto_model::summary::Summary, PathBuf) {
     let out = dir.join(format!(
         "{}.{}",
         input.file_stem().unwrap().to_string_lossy(),
@@ -668,7 +668,7 @@ fn convert_analyzed(
 /// arrow from the CUDA call it blames; the trace imports into Perfetto without an error.
 #[test]
 fn findings_on_the_timeline() {
-    use nsys_perfetto::model::Category;
+    use nsys_perfetto_model::model::Category;
     let Some(corpus) = corpus_dir() else {
         skip("corpus", "../shared/corpus is absent");
         return;
@@ -812,7 +812,7 @@ fn findings_on_the_timeline() {
 /// arrow from a call that is not there; JSON carries them too.
 #[test]
 fn findings_with_a_selection_and_in_json() {
-    use nsys_perfetto::model::Category;
+    use nsys_perfetto_model::model::Category;
     let Some(corpus) = corpus_dir() else {
         skip("corpus", "../shared/corpus is absent");
         return;
@@ -824,8 +824,8 @@ fn findings_with_a_selection_and_in_json() {
         .map(|r| r.findings().len())
         .sum();
     let dir = tempfile::tempdir().unwrap();
-    let selection = nsys_perfetto::select::Selection {
-        types: nsys_perfetto::select::EventType::parse_list(&["kernel", "memcpy"]).unwrap(),
+    let selection = nsys_perfetto_model::select::Selection {
+        types: nsys_perfetto_model::select::EventType::parse_list(&["kernel", "memcpy"]).unwrap(),
         ..Default::default()
     };
     let (summary, out) = convert_analyzed(

@@ -35,7 +35,7 @@ const EXACT: &[&str] = &[
 
 /// nsys 2023.4 or newer (the first with `--type arrowdir`), when installed.
 pub(crate) fn nsys_2023() -> Option<PathBuf> {
-    let candidates = nsys_perfetto::report::nsys_candidates(None).unwrap_or_default();
+    let candidates = nsys_perfetto::report::finding::nsys_candidates(None).unwrap_or_default();
     let fixed = PathBuf::from("/opt/nvidia/nsight-systems/2023.4.4/bin/nsys");
     let found = candidates
         .into_iter()
@@ -503,7 +503,7 @@ fn rewrite_halves_swapped(dir: &Path, table: &str) {
 /// and it equals what SQLite's `max(rowid)` says of the twin.
 #[test]
 fn estimated_rows_equal_the_sqlite_twins() {
-    use nsys_perfetto::nsys::source::Export;
+    use nsys_perfetto_read::source::Export;
     let dir = tempfile::tempdir().unwrap();
     let arrow = fixture_copy(dir.path());
     let twin = dir.path().join("kmeans.sqlite");
@@ -1109,8 +1109,8 @@ fn cut(file: &Path, len: u64) {
 /// file alike.
 #[test]
 fn table_truncated_while_read_is_an_error_naming_it() {
-    use nsys_perfetto::errors::error_line;
-    use nsys_perfetto::nsys::{open_schema, scan::Scan};
+    use nsys_perfetto_model::errors::error_line;
+    use nsys_perfetto_read::{open_schema, scan::Scan};
     let dir = tempfile::tempdir().unwrap();
     let arrow = fixture_copy(dir.path());
     let arrows = dir.path().join("kmeans.arrows");

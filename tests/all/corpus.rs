@@ -22,8 +22,8 @@
 use crate::common;
 
 use crate::common::{Trace, corpus_dir, validate};
-use nsys_perfetto::model::Category;
-use nsys_perfetto::summary::Summary;
+use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::summary::Summary;
 use rusqlite::{Connection, OpenFlags, types::ValueRef};
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -689,7 +689,7 @@ fn check_api(p: &mut Problems, src: &Src, trace: &Trace) {
             gtid.is_some_and(|g| pid_of(g) == th.pid as i64 && tid_of(g) == th.tid as i64)
                 && src.string(*name).is_none_or(|n| {
                     // nsys' name: without the runtime's version suffix; the symbol as an arg.
-                    match nsys_perfetto::nsys::api::display_name(&n) {
+                    match nsys_perfetto_read::api::display_name(&n) {
                         Some(shown) => *s.name == *shown && s.arg_str("symbol") == Some(n.as_str()),
                         None => *s.name == *n && s.arg("symbol").is_none(),
                     }

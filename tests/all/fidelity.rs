@@ -5,9 +5,9 @@ use crate::common;
 
 use crate::common::{Trace, corpus_dir, corpus_file, validate_file};
 use nsys_perfetto::convert::Options;
-use nsys_perfetto::proto::{self, trace_packet};
-use nsys_perfetto::select::Selection;
-use nsys_perfetto::summary::Summary;
+use nsys_perfetto_model::select::Selection;
+use nsys_perfetto_model::summary::Summary;
+use nsys_perfetto_write::proto::{self, trace_packet};
 use prost::Message;
 use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
@@ -123,7 +123,10 @@ fn sync_waits_follow_their_context() {
     };
     let (summary, t1, _, _d1) = run(&input, sel);
     assert_eq!(t1.of_category("cuda.sync").count(), 188);
-    assert_eq!(summary.events_of(nsys_perfetto::model::Category::Sync), 188);
+    assert_eq!(
+        summary.events_of(nsys_perfetto_model::model::Category::Sync),
+        188
+    );
 }
 
 #[test]
@@ -382,7 +385,7 @@ fn deep_nesting_loads_finished() {
     assert_eq!(summary.skipped_total(), 0);
     let max_depth = t.slices.iter().map(|s| s.depth).max().unwrap();
     assert!(
-        (max_depth as usize) < nsys_perfetto::layout::MAX_DEPTH,
+        (max_depth as usize) < nsys_perfetto_write::layout::MAX_DEPTH,
         "depth {max_depth}"
     );
     if let Some(r) = common::tpcheck(&out) {
@@ -397,7 +400,7 @@ fn deep_nesting_loads_finished() {
 fn interning_starts_over_past_its_bound() {
     let dir = tempfile::tempdir().unwrap();
     let input = dir.path().join("names.sqlite");
-    let n = nsys_perfetto::output::pftrace::MAX_INTERNED as i64 + 5_000;
+    let n = nsys_perfetto_write::output::pftrace::MAX_INTERNED as i64 + 5_000;
     {
         let conn = Connection::open(&input).unwrap();
         conn.execute_batch(

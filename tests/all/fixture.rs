@@ -5,13 +5,17 @@
 use crate::common;
 
 use crate::common::{Slice, Trace, convert, fixture, validate_file};
-use nsys_perfetto::model::Category;
+use nsys_perfetto_model::model::Category;
 use std::collections::{BTreeMap, BTreeSet};
 
 const WORKERS: [&str; 3] = ["worker-0", "worker-1", "worker-2"];
 const STEPS: i64 = 50;
 
-fn converted() -> (nsys_perfetto::summary::Summary, Trace, tempfile::TempDir) {
+fn converted() -> (
+    nsys_perfetto_model::summary::Summary,
+    Trace,
+    tempfile::TempDir,
+) {
     let dir = tempfile::tempdir().unwrap();
     let (summary, out) = convert(&fixture("nvtx_workload.sqlite"), dir.path());
     let trace = validate_file(&out);
@@ -405,7 +409,7 @@ fn trace_processor_accepts_it() {
 /// The validator itself: each rule is caught when the fixture's output is broken on purpose.
 mod validator_catches {
     use super::common::{self, validate};
-    use nsys_perfetto::proto::{self, TracePacket, trace_packet, track_event};
+    use nsys_perfetto_write::proto::{self, TracePacket, trace_packet, track_event};
     use prost::Message;
 
     fn packets() -> Vec<TracePacket> {

@@ -6,7 +6,7 @@
 
 use crate::common::{self, convert_with, corpus_dir, skip, tp_query, tpcheck_with};
 use nsys_perfetto::convert::Options;
-use nsys_perfetto::select::{GpuModel, Selection};
+use nsys_perfetto_model::select::{GpuModel, Selection};
 use rusqlite::{Connection, OpenFlags};
 use std::path::{Path, PathBuf};
 

@@ -7,8 +7,8 @@
 //! for what the corpus lacks (NVTX marks, overlapping ranges, colours, odd strings) and gzip.
 
 use nsys_perfetto::convert::{Options, OutputFormat};
-use nsys_perfetto::model::Category;
-use nsys_perfetto::summary::Summary;
+use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::summary::Summary;
 use rusqlite::Connection;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};

@@ -7,7 +7,7 @@ use crate::common;
 use crate::common::{Slice, Trace, validate_file};
 use nsys_perfetto::convert::{self, Align, Options, OutputFormat};
 use nsys_perfetto::merge::{self, MergeOptions};
-use nsys_perfetto::select::Selection;
+use nsys_perfetto_model::select::Selection;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -312,8 +312,8 @@ fn selection_applies_to_every_report() {
     let dir = tempfile::tempdir().unwrap();
     let inputs: Vec<PathBuf> = (0..RANKS).map(mpi_fixture).collect();
     let sel = Selection {
-        types: nsys_perfetto::select::EventType::parse_list(&["nvtx".to_string()]).unwrap(),
-        nvtx_filter: Some(nsys_perfetto::select::NameFilter::parse("barrier").unwrap()),
+        types: nsys_perfetto_model::select::EventType::parse_list(&["nvtx".to_string()]).unwrap(),
+        nvtx_filter: Some(nsys_perfetto_model::select::NameFilter::parse("barrier").unwrap()),
         ..Default::default()
     };
     let out = dir.path().join("barriers.pftrace");
@@ -367,7 +367,7 @@ fn json_merge_keeps_sources_apart() {
         begins,
         merged
             .summary
-            .events_of(nsys_perfetto::model::Category::Nvtx)
+            .events_of(nsys_perfetto_model::model::Category::Nvtx)
     );
     let markers = events.iter().filter(|e| e["cat"] == "session").count();
     assert_eq!(markers as i64, RANKS);
@@ -442,7 +442,7 @@ fn corpus_mpi_reports_merge_exactly() {
         crate::common::skip("corpus", "../shared/corpus not found");
         return;
     };
-    if nsys_perfetto::report::find_nsys(None).is_err() {
+    if nsys_perfetto::report::finding::find_nsys(None).is_err() {
         crate::common::skip(
             "nsys",
             "nsys not found (needed to export the .qdrep reports)",
@@ -461,7 +461,7 @@ fn corpus_mpi_reports_merge_exactly() {
         .collect();
     let opts = MergeOptions {
         jobs: 2,
-        export: nsys_perfetto::report::ExportOptions {
+        export: nsys_perfetto::report::export::ExportOptions {
             cache_dir: Some(dir.path().join("cache")),
             ..Default::default()
         },

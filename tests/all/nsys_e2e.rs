@@ -5,9 +5,9 @@
 
 use crate::common::skip;
 use nsys_perfetto::convert::Options;
-use nsys_perfetto::model::Category;
-use nsys_perfetto::proto::{self, Trace, trace_packet, track_event};
-use nsys_perfetto::report::{self, Nsys, Version};
+use nsys_perfetto::report::{self, finding::Nsys, version::Version};
+use nsys_perfetto_model::model::Category;
+use nsys_perfetto_write::proto::{self, Trace, trace_packet, track_event};
 use prost::Message;
 use rusqlite::Connection;
 use std::collections::{BTreeMap, HashMap};
@@ -22,7 +22,7 @@ fn shared() -> PathBuf {
 }
 
 fn nsys() -> Option<Nsys> {
-    match report::find_nsys(None) {
+    match report::finding::find_nsys(None) {
         Ok(n) => Some(n),
         Err(e) => {
             skip("nsys", &format!("nsys not found ({e:#})"));
@@ -32,10 +32,10 @@ fn nsys() -> Option<Nsys> {
 }
 
 /// The newest version among every nsys found: reports go to the newest nsys that can read them
-/// (`report::nsys_for_report`), so with nsys 2022.4 and 2023.4.4 installed (as `.ci/run`
+/// (`report::finding::nsys_for_report`), so with nsys 2022.4 and 2023.4.4 installed (as `.ci/run`
 /// does) a report captured with 2023.2 converts.
 fn newest_version() -> Option<Version> {
-    report::nsys_candidates(None)
+    report::finding::nsys_candidates(None)
         .ok()?
         .into_iter()
         .filter_map(|(p, s)| Nsys::probe(&p, s).ok()?.version)
@@ -333,7 +333,7 @@ fn profile_nvtx_workload() {
         "the .qdstrm is left"
     );
     // The report names the nsys that captured it.
-    let captured = report::capture_version(&tmp.path().join("wl.nsys-rep"))
+    let captured = report::version::capture_version(&tmp.path().join("wl.nsys-rep"))
         .unwrap()
         .expect("capture version");
     assert_eq!(
@@ -375,7 +375,7 @@ fn copy_into(dir: &Path, src: &Path) -> PathBuf {
     dst
 }
 
-fn sum_skipped(s: &nsys_perfetto::summary::Summary, table: &str) -> u64 {
+fn sum_skipped(s: &nsys_perfetto_model::summary::Summary, table: &str) -> u64 {
     s.skipped
         .iter()
         .filter(|((t, _), _)| t == table)
@@ -440,7 +440,7 @@ fn corpus_reports_convert_with_manifest_counts() {
         };
         let pftrace = report.with_extension("pftrace");
         assert!(sqlite.exists(), "{}: no export beside the report", e.file);
-        let conn = nsys_perfetto::nsys::open_readonly(&sqlite).unwrap();
+        let conn = nsys_perfetto_read::open_readonly(&sqlite).unwrap();
         // MANIFEST has row counts of nsys 2022.4's SQLite exports (for the reports it read when
         // the manifest was made); an Arrow export is a newer nsys', which files some rows in
         // other tables (nsys 2023.4 puts a 2020.5 report's MPI calls in MPI_OTHER_EVENTS, not
@@ -622,7 +622,7 @@ fn newer_reports_say_what_to_do() {
 fn capture_versions_match_manifest() {
     let Some(dir) = corpus() else { return };
     for e in manifest(&dir) {
-        let v = report::capture_version(&dir.join(&e.file))
+        let v = report::version::capture_version(&dir.join(&e.file))
             .unwrap()
             .unwrap_or_else(|| panic!("{}: no capture version found", e.file));
         assert_eq!(

@@ -6,7 +6,7 @@
 //! - the command line: `--report`, `--base`/`--mangled`, CSV and JSON, bad report names.
 
 use crate::common::{corpus_dir, manifest_dir, skip};
-use nsys_perfetto::report::{self, Nsys};
+use nsys_perfetto::report::{self, finding::Nsys};
 use nsys_perfetto::workflow::Export;
 use nsys_perfetto::workflow::reports::{KernelNames, REPORTS, ReportName, report_name};
 use nsys_perfetto::workflow::stats::{ReportChoice, StatsOptions, stats_with};
@@ -259,7 +259,7 @@ fn nvtx_projection_reports_equal_nsys_stats_on_every_export() {
 
 /// nsys 2023.4 (the goldens' version), when installed.
 fn nsys_2023_4() -> Option<Nsys> {
-    let found = report::nsys_candidates(None)
+    let found = report::finding::nsys_candidates(None)
         .ok()
         .into_iter()
         .flatten()

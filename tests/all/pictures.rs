@@ -183,7 +183,7 @@ fn gpubootcamp_utilization_equals_the_recipe() {
         common::skip("corpus", "../shared/corpus not found");
         return;
     };
-    if nsys_perfetto::report::find_nsys(None).is_err() {
+    if nsys_perfetto::report::finding::find_nsys(None).is_err() {
         common::skip(
             "nsys",
             "nsys not found (needed to export the .qdrep reports)",
@@ -191,10 +191,10 @@ fn gpubootcamp_utilization_equals_the_recipe() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let opts = nsys_perfetto::report::ExportOptions {
+    let opts = nsys_perfetto::report::export::ExportOptions {
         cache_dir: Some(dir.path().join("cache")),
         quiet: true,
-        format: nsys_perfetto::report::ExportFormat::Sqlite,
+        format: nsys_perfetto::report::export::ExportFormat::Sqlite,
         ..Default::default()
     };
     let mut exports = Vec::new();
@@ -202,7 +202,7 @@ fn gpubootcamp_utilization_equals_the_recipe() {
         let name = format!("openhackathons-org__gpubootcamp__mpi_report{n}.qdrep");
         let copy = dir.path().join(&name);
         std::fs::copy(corpus.join(&name), &copy).unwrap();
-        let e = nsys_perfetto::report::export_report(&copy, &opts).unwrap();
+        let e = nsys_perfetto::report::export::export_report(&copy, &opts).unwrap();
         let sqlite = dir.path().join(format!("rank_{n}.sqlite"));
         std::fs::copy(e.path(), &sqlite).unwrap();
         exports.push(sqlite);

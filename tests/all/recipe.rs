@@ -21,7 +21,7 @@ fn goldens() -> PathBuf {
 
 /// nsys 2023.4 (the recipes' version), when installed.
 fn nsys_2023_4() -> Option<PathBuf> {
-    use nsys_perfetto::report::{Nsys, nsys_candidates};
+    use nsys_perfetto::report::finding::{Nsys, nsys_candidates};
     let found = nsys_candidates(None)
         .ok()
         .into_iter()

@@ -301,7 +301,7 @@ fn read_only_mount_gets_read_only_advice() {
 // The export cache (needs nsys)
 
 fn have_nsys() -> bool {
-    match nsys_perfetto::report::find_nsys(None) {
+    match nsys_perfetto::report::finding::find_nsys(None) {
         Ok(_) => true,
         Err(e) => {
             common::skip("nsys", &format!("nsys not found ({e:#})"));
@@ -726,7 +726,7 @@ fn mutated(dir: &Path, name: &str, sql: &str) -> PathBuf {
     p
 }
 
-fn convert(input: &Path) -> (nsys_perfetto::summary::Summary, common::Trace) {
+fn convert(input: &Path) -> (nsys_perfetto_model::summary::Summary, common::Trace) {
     let out = input.with_extension("pftrace");
     let s = common::convert_to(input, &out, &Options::default());
     let trace = common::validate_file(&out);
@@ -804,7 +804,7 @@ fn call_stacks_without_string_ids() {
     let p = mutated(t.path(), "nostr.sqlite", "DROP TABLE StringIds;");
     let (s, trace) = convert(&p);
     assert_eq!(
-        s.events_of(nsys_perfetto::model::Category::Osrt),
+        s.events_of(nsys_perfetto_model::model::Category::Osrt),
         rows(&p, "OSRT_API")
     );
     assert!(
@@ -834,11 +834,11 @@ fn wal_changes_are_read_and_no_shm_is_left() {
         std::fs::copy(&wal, dir.join("w.sqlite-wal")).unwrap();
     }
     let w = dir.join("w.sqlite");
-    assert!(nsys_perfetto::nsys::has_pending_wal(&w));
+    assert!(nsys_perfetto_read::has_pending_wal(&w));
     let (hw, hl) = (hash_file(&w), hash_file(&dir.join("w.sqlite-wal")));
     let (s, _) = convert(&w);
     assert_eq!(
-        s.events_of(nsys_perfetto::model::Category::Osrt),
+        s.events_of(nsys_perfetto_model::model::Category::Osrt),
         0,
         "stale read"
     );
@@ -1287,7 +1287,7 @@ fn a_damaged_report_is_not_blamed_on_a_newer_nsys() {
         *b ^= 0x5A;
     }
     std::fs::write(d.join("bad.nsys-rep"), &bytes).unwrap();
-    let cap = nsys_perfetto::report::capture_version(&d.join("bad.nsys-rep")).unwrap();
+    let cap = nsys_perfetto::report::version::capture_version(&d.join("bad.nsys-rep")).unwrap();
     let o = run_in(
         d,
         &[os("bad.nsys-rep"), os("-o"), os("x.pftrace")],

@@ -7,9 +7,9 @@
 use crate::common;
 
 use crate::common::{Trace, validate_file};
-use nsys_perfetto::model::Category;
-use nsys_perfetto::output::WellKnown;
-use nsys_perfetto::summary::Summary;
+use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::summary::Summary;
+use nsys_perfetto_write::output::WellKnown;
 use rusqlite::Connection;
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -252,7 +252,7 @@ fn gpu_metrics_are_exact_and_converted_once() {
         .skipped
         .get(&(
             "GENERIC_EVENTS".to_string(),
-            nsys_perfetto::nsys::metrics::DUPLICATE.to_string(),
+            nsys_perfetto_read::metrics::DUPLICATE.to_string(),
         ))
         .copied()
         .unwrap_or(0);
@@ -268,7 +268,7 @@ fn gpu_metrics_are_exact_and_converted_once() {
         .skipped
         .get(&(
             "GPU_METRICS".to_string(),
-            nsys_perfetto::nsys::metrics::WRAPPED.to_string(),
+            nsys_perfetto_read::metrics::WRAPPED.to_string(),
         ))
         .copied()
         .unwrap_or(0);
@@ -393,7 +393,7 @@ fn gpu_memory_counters_and_instants() {
 /// (clearing its incremental state) and every sample still resolves to its own stack.
 #[test]
 fn sample_interning_is_bounded_and_restarts_cleanly() {
-    use nsys_perfetto::proto::{TracePacket, trace_packet};
+    use nsys_perfetto_write::proto::{TracePacket, trace_packet};
     use prost::Message;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("many_frames.sqlite");

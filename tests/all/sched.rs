@@ -7,8 +7,8 @@
 
 use crate::common::{self, Trace, corpus_dir, tp_query, validate_file};
 use nsys_perfetto::convert::{Align, Options, merge_sqlite};
-use nsys_perfetto::model::Category;
-use nsys_perfetto::select::{Selection, TimeRange};
+use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::select::{Selection, TimeRange};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};

@@ -12,7 +12,7 @@
 use crate::common;
 
 use crate::common::{Trace, corpus_dir, validate_file};
-use nsys_perfetto::nsys::tables::{EXCLUDED, NameFrom, Place, SPECS, Spec, is_marker_name};
+use nsys_perfetto_read::tables::{EXCLUDED, NameFrom, Place, SPECS, Spec, is_marker_name};
 use rusqlite::{Connection, OpenFlags, types::ValueRef};
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -94,7 +94,7 @@ fn every_timed_table_with_rows_is_converted_or_excluded() {
             if n == 0 {
                 continue;
             }
-            let how = if nsys_perfetto::nsys::source::is_converted(&t) {
+            let how = if nsys_perfetto_read::source::is_converted(&t) {
                 "converted"
             } else if let Some(why) = excluded.get(t.as_str()) {
                 why
@@ -271,7 +271,7 @@ fn check(path: &Path, dir: &Path) -> (Vec<String>, Trace, BTreeMap<&'static str,
         if summary
             .events
             .iter()
-            .zip(nsys_perfetto::model::Category::ALL)
+            .zip(nsys_perfetto_model::model::Category::ALL)
             .any(|(n, c)| c.as_str() == *cat && *n != want.len() as u64)
         {
             p.push(format!(
@@ -547,7 +547,7 @@ fn documented_tables_convert_exactly_on_a_made_fixture() {
 
 #[test]
 fn new_types_select_what_they_name() {
-    use nsys_perfetto::select::{EventType, Selection};
+    use nsys_perfetto_model::select::{EventType, Selection};
     let dir = tempfile::tempdir().unwrap();
     let input = made_fixture(dir.path());
     let out = dir.path().join("um.pftrace");

@@ -108,19 +108,19 @@ fn impossible_times_are_skipped_rows() {
 /// recording the skip when nsys cannot run here.
 fn exported(name: &str, dir: &Path) -> Option<PathBuf> {
     let report = copy_into(&corpus_file(name)?, dir);
-    if nsys_perfetto::report::find_nsys(None).is_err() {
+    if nsys_perfetto::report::finding::find_nsys(None).is_err() {
         common::skip(
             "nsys",
             "nsys not found (needed to export the corpus's .qdrep reports)",
         );
         return None;
     }
-    let opts = nsys_perfetto::report::ExportOptions {
+    let opts = nsys_perfetto::report::export::ExportOptions {
         quiet: true,
         cache_dir: Some(dir.join("cache")),
         ..Default::default()
     };
-    let e = nsys_perfetto::report::export_report(&report, &opts)
+    let e = nsys_perfetto::report::export::export_report(&report, &opts)
         .unwrap_or_else(|e| panic!("exporting {name}: {e:#}"));
     let sqlite = e.path().to_path_buf();
     assert!(sqlite.starts_with(dir), "{}", sqlite.display());
@@ -211,7 +211,7 @@ fn gpu_metrics_are_a_group_below_the_streams() {
     let out = dir.path().join("metrics.pftrace");
     common::convert_to(&input, &out, &Options::default());
     let t = validate_file(&out);
-    let gpu = nsys_perfetto::output::WellKnown::Gpu(0).uuid();
+    let gpu = nsys_perfetto_write::output::WellKnown::Gpu(0).uuid();
     let mut children = t.children(gpu);
     children.sort_by_key(|c| c.sibling_order_rank.unwrap_or(0));
     let names: Vec<&str> = children.iter().filter_map(|c| c.name.as_deref()).collect();
@@ -232,7 +232,7 @@ fn gpu_metrics_are_a_group_below_the_streams() {
     let group = children.last().unwrap();
     assert_eq!(
         group.child_ordering,
-        Some(nsys_perfetto::proto::track_descriptor::ChildTracksOrdering::Explicit as i32)
+        Some(nsys_perfetto_write::proto::track_descriptor::ChildTracksOrdering::Explicit as i32)
     );
     let metrics = t.children(group.uuid);
     assert_eq!(metrics.len(), 18);

@@ -3,8 +3,7 @@
 //! independently of the implementation's (different joins, correlated per-item queries).
 
 use crate::common::{corpus_dir, corpus_file, skip};
-use nsys_perfetto::nsys;
-use nsys_perfetto::projection::{KERNEL_NVTX, NVTX_GPU, PROJ_DB, Projection};
+use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU, PROJ_DB, Projection};
 use rusqlite::Connection;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -28,7 +27,7 @@ fn scratch(path: &Path) -> Connection {
     let conn = Connection::open_in_memory().unwrap();
     conn.execute(
         "ATTACH DATABASE ?1 AS s",
-        [nsys::sqlite_uri(path, "mode=ro&immutable=1")],
+        [nsys_perfetto_read::sqlite_uri(path, "mode=ro&immutable=1")],
     )
     .unwrap();
     conn
@@ -107,7 +106,7 @@ type RangeRow = (i64, i64, i64, i64, i64, i64, Option<String>, Option<i64>);
 
 /// Check every row of the projection against per-range and per-GPU-row queries.
 fn check_projection(path: &Path) -> (u64, u64) {
-    let (_c, schema) = nsys::open_schema(path).unwrap();
+    let (_c, schema) = nsys_perfetto_read::open_schema(path).unwrap();
     let proj = Projection::build(&schema).unwrap().expect("projection");
     let conn = scratch(path);
     proj.attach(&conn).unwrap();
@@ -279,7 +278,7 @@ fn projection_matches_sql_on_corpus() {
         checked += 1;
     }
     for p in fixtures() {
-        let (_c, schema) = nsys::open_schema(&p).unwrap();
+        let (_c, schema) = nsys_perfetto_read::open_schema(&p).unwrap();
         if Projection::build(&schema).unwrap().is_some() {
             check_projection(&p);
             checked += 1;
@@ -294,9 +293,9 @@ fn projection_hand_checked_ranges() {
     let Some(p) = corpus_file("quasiben__nvtx-examples__cudf.sqlite") else {
         return;
     };
-    let (_c, schema) = nsys::open_schema(&p).unwrap();
+    let (_c, schema) = nsys_perfetto_read::open_schema(&p).unwrap();
     let proj = Projection::build(&schema).unwrap().unwrap();
-    let conn = nsys::open_readonly(&p).unwrap();
+    let conn = nsys_perfetto_read::open_readonly(&p).unwrap();
     proj.attach(&conn).unwrap();
     let rows: BTreeMap<i64, Vec<(i64, i64, i64, i64)>> = {
         let mut m: BTreeMap<i64, Vec<_>> = BTreeMap::new();
@@ -565,7 +564,7 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
         );
     }
     // NVTX on the GPU: per range, the GPU rows launched by the calls on its thread inside it.
-    let (_c, schema) = nsys::open_schema(path).unwrap();
+    let (_c, schema) = nsys_perfetto_read::open_schema(path).unwrap();
     if Projection::build(&schema).unwrap().is_some() {
         build_links(&conn);
         let text_id = if has_column(&conn, "NVTX_EVENTS", "textId") {
@@ -1504,7 +1503,7 @@ fn sweep_command_line() {
 fn sweep_with_nsys() {
     let nvtx_include =
         Path::new("/usr/lib/x86_64-linux-gnu/nsight-systems/target-linux-x64/nvtx/include");
-    let nsys = match nsys_perfetto::report::find_nsys(None) {
+    let nsys = match nsys_perfetto::report::finding::find_nsys(None) {
         Ok(n) => n,
         Err(e) => {
             skip("nsys", &format!("no nsys: {e:#}"));
@@ -1567,7 +1566,7 @@ int main(int argc, char** argv) {
         ],
         output: dir.path().join("run_$p").to_string_lossy().into_owned(),
         command: vec![bin.to_string_lossy().into_owned(), "$p".into()],
-        export: nsys_perfetto::report::ExportOptions {
+        export: nsys_perfetto::report::export::ExportOptions {
             nsys: Some(nsys.path.clone()),
             quiet: true,
             ..Default::default()
@@ -1575,7 +1574,7 @@ int main(int argc, char** argv) {
         traces: true,
     };
     let mut profile = |cmd: &[String], out: &Path| -> anyhow::Result<PathBuf> {
-        let popts = nsys_perfetto::report::ProfileOptions {
+        let popts = nsys_perfetto::report::profile::ProfileOptions {
             nsys: Some(nsys.path.clone()),
             output: Some(out.to_path_buf()),
             trace: "nvtx".into(),
@@ -1588,7 +1587,7 @@ int main(int argc, char** argv) {
         // ("GetLocalEndpoint"): that is not what this test is about, so try again.
         let mut tries = 0;
         loop {
-            match nsys_perfetto::report::profile(&popts, &cmd) {
+            match nsys_perfetto::report::profile::profile(&popts, &cmd) {
                 Err(e) if tries < 2 => {
                     eprintln!("nsys failed, trying again: {e:#}");
                     tries += 1;
@@ -1617,7 +1616,7 @@ int main(int argc, char** argv) {
         // Each range spins for 100 us.
         assert!(c.mean() >= 100_000.0, "{c:?}");
     }
-    check_sweep(&sw, &|p| nsys_perfetto::report::sibling_export(p));
+    check_sweep(&sw, &|p| nsys_perfetto::report::export::sibling_export(p));
     for r in &sw.runs {
         let trace = r.trace.as_ref().expect("a trace per run");
         let t = crate::common::validate_file(trace);

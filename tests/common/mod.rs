@@ -30,7 +30,7 @@
 
 pub mod guard;
 
-use nsys_perfetto::proto::{
+use nsys_perfetto_write::proto::{
     DebugAnnotation, TracePacket, TrackDescriptor, TrackEvent, debug_annotation, trace_packet,
     track_descriptor, track_event,
 };
@@ -1099,7 +1099,7 @@ fn replay_packet(
                         v.push(R_TRACK, format!("packet #{index}: COUNTER event on track {track} which has no CounterDescriptor"));
                     }
                     collected.counter_values += 1;
-                    use nsys_perfetto::proto::track_event::CounterValueField;
+                    use nsys_perfetto_write::proto::track_event::CounterValueField;
                     let (value, int) = match te.counter_value_field {
                         Some(CounterValueField::CounterValue(x)) => (x as f64, true),
                         Some(CounterValueField::DoubleCounterValue(x)) => (x, false),
@@ -1221,7 +1221,7 @@ fn replay_packet(
 fn collect_switches(
     index: usize,
     machine: u32,
-    bundle: &nsys_perfetto::proto::FtraceEventBundle,
+    bundle: &nsys_perfetto_write::proto::FtraceEventBundle,
     out: &mut Vec<Switch>,
     v: &mut Violations,
 ) {
@@ -1286,7 +1286,7 @@ fn collect_switches(
             });
         }
     }
-    use nsys_perfetto::proto::ftrace_event::Event;
+    use nsys_perfetto_write::proto::ftrace_event::Event;
     for e in &bundle.event {
         let Some(Event::SchedSwitch(s)) = &e.event else {
             continue;
@@ -1828,7 +1828,7 @@ pub fn corpus_file(name: &str) -> Option<PathBuf> {
 
 /// Convert with the library into `dir`, with the default options; returns the summary and the
 /// output path.
-pub fn convert(input: &Path, dir: &Path) -> (nsys_perfetto::summary::Summary, PathBuf) {
+pub fn convert(input: &Path, dir: &Path) -> (nsys_perfetto_model::summary::Summary, PathBuf) {
     convert_with(input, dir, &nsys_perfetto::convert::Options::default())
 }
 
@@ -1837,7 +1837,7 @@ pub fn convert_with(
     input: &Path,
     dir: &Path,
     opts: &nsys_perfetto::convert::Options,
-) -> (nsys_perfetto::summary::Summary, PathBuf) {
+) -> (nsys_perfetto_model::summary::Summary, PathBuf) {
     let out = dir.join(
         input
             .file_name()
@@ -1861,7 +1861,7 @@ pub fn convert_to(
     input: &Path,
     out: &Path,
     opts: &nsys_perfetto::convert::Options,
-) -> nsys_perfetto::summary::Summary {
+) -> nsys_perfetto_model::summary::Summary {
     nsys_perfetto::convert::convert_sqlite(input, out, opts)
         .unwrap_or_else(|e| panic!("converting {}: {e:#}", input.display()))
 }

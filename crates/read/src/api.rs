@@ -5,11 +5,11 @@ use super::reader::ReadContext;
 use super::scan::Scan;
 use super::{DRIVER, RUNTIME, Schema, int_at};
 use crate::flows::{SRC_DRIVER, SRC_RUNTIME};
-use crate::model::EventSink;
-use crate::model::{ArgList, Category, Event, FastHash, Flows, GroupKey, Name};
 use crate::runs::Lookup;
-use crate::select::{EventType, Selection};
 use anyhow::Result;
+use nsys_perfetto_model::model::EventSink;
+use nsys_perfetto_model::model::{ArgList, Category, Event, FastHash, Flows, GroupKey, Name};
+use nsys_perfetto_model::select::{EventType, Selection};
 use std::collections::HashMap;
 
 struct Row {
@@ -212,10 +212,10 @@ fn emit<S: EventSink>(
     if shown.is_some()
         && let Some(id) = row.name_id
     {
-        args.push("symbol", crate::model::ArgValue::StrId(id));
+        args.push("symbol", nsys_perfetto_model::model::ArgValue::StrId(id));
     }
     if let Some(cc) = &row.callchain {
-        args.push("callchain", crate::model::ArgValue::Str(cc));
+        args.push("callchain", nsys_perfetto_model::model::ArgValue::Str(cc));
     }
     let flows = Flows {
         out: row.flows.as_slice(),

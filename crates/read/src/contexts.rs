@@ -22,8 +22,8 @@
 use super::SYNC;
 use super::scan::Scan;
 use super::{KERNEL, MEMCPY, MEMSET, Schema, device_at, int_at};
-use crate::model::{FastHash, global_pid_of, pid_of};
 use anyhow::Result;
+use nsys_perfetto_model::model::{FastHash, global_pid_of, pid_of};
 use rusqlite::Connection;
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 
@@ -36,7 +36,7 @@ pub struct Contexts {
     /// (pid, contextId) -> CUDA device of that context's work.
     pub device_of: HashMap<(i64, i64), i64, FastHash>,
     /// CUDA device -> its contexts with GPU-side rows, as (globalPid, contextId), sorted
-    /// (moved into [`crate::model::Description::gpu_contexts`] once loaded).
+    /// (moved into [`nsys_perfetto_model::model::Description::gpu_contexts`] once loaded).
     pub by_device: BTreeMap<i64, Vec<(i64, i64)>>,
 }
 

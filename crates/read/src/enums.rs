@@ -2,7 +2,7 @@
 //! do not, so the values nsys has always used are built in. Unknown values show as numbers.
 
 use super::Schema;
-use crate::model::FastHash;
+use nsys_perfetto_model::model::FastHash;
 use rusqlite::Connection;
 use std::borrow::Cow;
 use std::collections::HashMap;

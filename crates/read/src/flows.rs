@@ -24,9 +24,9 @@
 
 use super::scan::Scan;
 use crate::runs::{Lookup, Sorted, Sorter, Spill};
-use crate::select::{EventType, Selection};
 use crate::{DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema, int_of};
 use anyhow::Result;
+use nsys_perfetto_model::select::{EventType, Selection};
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
 

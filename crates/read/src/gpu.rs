@@ -3,12 +3,14 @@
 use super::reader::ReadContext;
 use super::scan::{Rows, Scan};
 use super::{Fetch, KERNEL, MEMCPY, MEMSET, Schema, int_at};
-use crate::model::EventSink;
-use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name, TextNo};
 use crate::projection::KernelNames;
 use crate::runs::Lookup;
-use crate::select::EventType;
 use anyhow::Result;
+use nsys_perfetto_model::model::EventSink;
+use nsys_perfetto_model::model::{
+    ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name, TextNo,
+};
+use nsys_perfetto_model::select::EventType;
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -510,7 +512,7 @@ fn emit<S: EventSink>(
 #[cfg(test)]
 mod tests {
     use super::{Formatter, Shape, dims};
-    use crate::model::ArgValue;
+    use nsys_perfetto_model::model::ArgValue;
 
     #[test]
     fn dims_read_as_write_would_print_them() {

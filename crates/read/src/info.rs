@@ -6,8 +6,8 @@ use super::contexts::Contexts;
 use super::enums::Enums;
 use super::nvtx_type::{CATEGORY, DOMAIN_CREATE, THREAD_NAME};
 use super::{NVTX, Schema, int_at, text_at};
-use crate::model::{Description, StringTable, global_pid_of};
 use anyhow::Result;
+use nsys_perfetto_model::model::{Description, StringTable, global_pid_of};
 use rusqlite::Connection;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -150,13 +150,14 @@ impl ProfileInfo {
                                 .filter(|t| !t.is_empty())
                                 .map(|t| t.into_owned())
                         };
-                        let facts = crate::model::GpuFacts {
+                        let facts = nsys_perfetto_model::model::GpuFacts {
                             arch: int_at(r, 2)
                                 .zip(int_at(r, 3))
                                 .filter(|&(major, _)| major > 0)
                                 .map(|(major, minor)| format!("sm_{major}{minor}")),
                             chip: text(4),
-                            uuid: text(5).and_then(|u| crate::model::GpuFacts::parse_uuid(&u)),
+                            uuid: text(5)
+                                .and_then(|u| nsys_perfetto_model::model::GpuFacts::parse_uuid(&u)),
                             pci_bdf: text(6),
                         };
                         desc.gpu_facts.entry(id).or_insert(facts);
@@ -238,7 +239,7 @@ fn name_by_program(desc: &mut Description, nvtx_threads: &HashMap<i64, String>) 
         .keys()
         .filter_map(|&gtid| {
             let gp = global_pid_of(gtid);
-            let main = gp | crate::model::pid_of(gp);
+            let main = gp | nsys_perfetto_model::model::pid_of(gp);
             (gtid == main
                 && !desc.process_names.contains_key(&gp)
                 && desc.thread_names.get(&main) == nvtx_threads.get(&main))

@@ -5,9 +5,6 @@
 //! Every table is optional and every column is looked up by name: exports from nsys 2020.3 to
 //! 2026.2 (schemas 2.9 to 3.25) differ in both. Readers stream rows and never hold a whole table.
 
-// The model's modules under the names the whole code base uses (`crate::model::Event`).
-use nsys_perfetto_model::{cleanup, errors, model, progress, select, summary};
-
 pub mod api;
 pub mod arrow;
 pub mod column;
@@ -282,7 +279,7 @@ impl ShmGuard {
         let shm = PathBuf::from(shm);
         let created =
             (has_pending_wal(path) && std::fs::symlink_metadata(&shm).is_err()).then(|| {
-                crate::cleanup::register(&shm);
+                nsys_perfetto_model::cleanup::register(&shm);
                 shm
             });
         ShmGuard { created }
@@ -293,7 +290,7 @@ impl Drop for ShmGuard {
     fn drop(&mut self) {
         if let Some(shm) = &self.created {
             let _ = std::fs::remove_file(shm);
-            crate::cleanup::forget(shm);
+            nsys_perfetto_model::cleanup::forget(shm);
         }
     }
 }
@@ -647,11 +644,11 @@ pub fn utf8(b: &[u8]) -> std::borrow::Cow<'_, str> {
 pub fn scratch_dir(prefix: &str) -> Result<tempfile::TempDir> {
     let tmp = std::env::temp_dir();
     // What runs killed with SIGKILL left there.
-    crate::cleanup::remove_dead_scratch();
-    crate::cleanup::create(
+    nsys_perfetto_model::cleanup::remove_dead_scratch();
+    nsys_perfetto_model::cleanup::create(
         || {
             tempfile::Builder::new()
-                .prefix(&crate::cleanup::prefix(prefix))
+                .prefix(&nsys_perfetto_model::cleanup::prefix(prefix))
                 .tempdir_in(&tmp)
         },
         |d| d.path().to_path_buf(),
@@ -660,7 +657,7 @@ pub fn scratch_dir(prefix: &str) -> Result<tempfile::TempDir> {
         anyhow::anyhow!(
             "cannot create a scratch directory in the temporary folder {} (TMPDIR): {}",
             tmp.display(),
-            crate::errors::os_error(&e)
+            nsys_perfetto_model::errors::os_error(&e)
         )
     })
 }
@@ -705,7 +702,7 @@ pub fn scratch_db(
 /// reading of the table itself).
 pub struct Callchains<'c> {
     stmt: Option<rusqlite::Statement<'c>>,
-    cache: HashMap<i64, Option<std::rc::Rc<str>>, crate::model::FastHash>,
+    cache: HashMap<i64, Option<std::rc::Rc<str>>, nsys_perfetto_model::model::FastHash>,
 }
 
 impl<'c> Callchains<'c> {

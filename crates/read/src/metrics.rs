@@ -14,9 +14,11 @@
 
 use super::reader::{Notes, ReadContext};
 use super::{Schema, int_at, real_at, text_at};
-use crate::model::{Category, CounterKey, CounterOwner, CounterSample, CounterValue, EventSink};
-use crate::select::{EventType, Selection};
 use anyhow::Result;
+use nsys_perfetto_model::model::{
+    Category, CounterKey, CounterOwner, CounterSample, CounterValue, EventSink,
+};
+use nsys_perfetto_model::select::{EventType, Selection};
 use rusqlite::Connection;
 use std::collections::HashMap;
 
@@ -170,7 +172,7 @@ pub fn generic_note(
             r.get(0)
         })?;
     let total = total.max(0) as u64;
-    let g = crate::summary::grouped;
+    let g = nsys_perfetto_model::summary::grouped;
     let mut parts = Vec::new();
     if !selection.wants(EventType::GpuMetrics) {
         parts.push(format!(

@@ -6,10 +6,10 @@
 use super::reader::ReadContext;
 use super::scan::Scan;
 use super::{REORDER_WINDOW, Reorder, int_at};
-use crate::model::EventSink;
-use crate::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
-use crate::select::EventType;
 use anyhow::Result;
+use nsys_perfetto_model::model::EventSink;
+use nsys_perfetto_model::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
+use nsys_perfetto_model::select::EventType;
 use std::collections::HashSet;
 
 pub const OSRT: &str = "OSRT_API";
@@ -79,7 +79,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
 
 fn emit<S: EventSink>(
     row: &Row,
-    markers: &HashSet<i64, crate::model::FastHash>,
+    markers: &HashSet<i64, nsys_perfetto_model::model::FastHash>,
     sink: &mut S,
 ) -> Result<()> {
     if let Some(id) = row.name_id.filter(|id| markers.contains(id)) {

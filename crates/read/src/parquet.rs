@@ -34,7 +34,7 @@ pub fn to_arrow(
     tempfile::TempDir,
     Vec<(std::path::PathBuf, super::arrow::Stamp)>,
 )> {
-    let out = crate::cleanup::temp_dir("nsys-perfetto-parquet-")
+    let out = nsys_perfetto_model::cleanup::temp_dir("nsys-perfetto-parquet-")
         .context("cannot create a temporary directory")?;
     let mut files: Vec<_> = std::fs::read_dir(dir)
         .map_err(|e| anyhow!("cannot read the directory: {e}"))?
@@ -118,7 +118,9 @@ fn rewrite(file: &Path, target: &Path) -> Result<()> {
 /// [`rewrite`], in runs of row groups of at most `piece_bytes` of footer, or whole (`None`).
 fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Result<()> {
     let cannot_write = |e: ArrowError| match e {
-        ArrowError::IoError(_, e) if crate::errors::is_full(&e) => anyhow::Error::new(NoRoom(e)),
+        ArrowError::IoError(_, e) if nsys_perfetto_model::errors::is_full(&e) => {
+            anyhow::Error::new(NoRoom(e))
+        }
         e => anyhow!("cannot write {}: {e}", target.display()),
     };
     let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
@@ -162,8 +164,8 @@ fn rewrite_in_pieces(file: &Path, target: &Path, piece_bytes: Option<u64>) -> Re
             None => {
                 let schema = arrow_array::RecordBatchReader::schema(&reader);
                 let out = std::fs::File::create(target).map_err(|e| match e {
-                    e if crate::errors::is_full(&e) => anyhow::Error::new(NoRoom(e)),
-                    e => crate::errors::write_error(target, &e),
+                    e if nsys_perfetto_model::errors::is_full(&e) => anyhow::Error::new(NoRoom(e)),
+                    e => nsys_perfetto_model::errors::write_error(target, &e),
                 })?;
                 writer.insert(
                     arrow_ipc::writer::StreamWriter::try_new(std::io::BufWriter::new(out), &schema)
@@ -188,7 +190,7 @@ struct NoRoom(std::io::Error);
 
 impl std::fmt::Display for NoRoom {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&crate::errors::os_error(&self.0))
+        f.write_str(&nsys_perfetto_model::errors::os_error(&self.0))
     }
 }
 
@@ -204,7 +206,7 @@ impl NoRoom {
             .filter_map(|e| e.ok()?.metadata().ok())
             .map(|m| m.len())
             .sum();
-        crate::errors::temp_full(&format!(
+        nsys_perfetto_model::errors::temp_full(&format!(
             "{self} after {:.1} MB of the Parquet export rewritten as Arrow; the rewriting takes \
              about the size of nsys' Arrow export of the report",
             bytes as f64 / 1e6

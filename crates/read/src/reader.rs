@@ -8,9 +8,9 @@ use super::Schema;
 use super::flows::FlowDb;
 use super::info::ProfileInfo;
 use super::projection::{FeedRows, Projected};
-use crate::model::EventSink;
-use crate::select::Selection;
 use anyhow::Result;
+use nsys_perfetto_model::model::EventSink;
+use nsys_perfetto_model::select::Selection;
 use rusqlite::Connection;
 use std::cell::RefCell;
 use std::time::Instant;
@@ -92,7 +92,7 @@ impl<S: EventSink> Reader<S> {
             Read::Events(read) => read(cx, sink).map(|()| Notes::new()),
             Read::Noting(read) => read(cx, sink),
         }?;
-        crate::progress::timing(self.name, t);
+        nsys_perfetto_model::progress::timing(self.name, t);
         Ok(notes)
     }
 }

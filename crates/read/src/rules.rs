@@ -1099,7 +1099,7 @@ pub const CSV_COLUMNS: [(&str, &str); 15] = [
 pub struct TraceFindings {
     items: Vec<(Rule, Finding, Option<u64>)>,
     /// (thread, start) of each blamed call -> the flow ids it starts.
-    blamed: std::collections::HashMap<(i64, i64), Vec<u64>, crate::model::FastHash>,
+    blamed: std::collections::HashMap<(i64, i64), Vec<u64>, nsys_perfetto_model::model::FastHash>,
     /// The flow ids whose call was written (a selection may leave the call out).
     written: std::sync::Mutex<std::collections::HashSet<u64>>,
 }
@@ -1158,16 +1158,18 @@ pub struct Blamed<'a> {
     pub scratch: Vec<u64>,
 }
 
-impl<S: crate::model::EventSink> crate::model::SinkFilter<S> for Blamed<'_> {
+impl<S: nsys_perfetto_model::model::EventSink> nsys_perfetto_model::model::SinkFilter<S>
+    for Blamed<'_>
+{
     fn event(
         &mut self,
         sink: &mut S,
-        key: crate::model::GroupKey,
-        ev: &crate::model::Event<'_>,
+        key: nsys_perfetto_model::model::GroupKey,
+        ev: &nsys_perfetto_model::model::Event<'_>,
     ) -> Result<()> {
         if !self.findings.blamed.is_empty()
-            && ev.category == crate::model::Category::CudaApi
-            && let crate::model::GroupKey::ThreadApi { global_tid } = key
+            && ev.category == nsys_perfetto_model::model::Category::CudaApi
+            && let nsys_perfetto_model::model::GroupKey::ThreadApi { global_tid } = key
             && let Some(ids) = self.findings.blamed.get(&(global_tid, ev.start))
         {
             let mut scratch = std::mem::take(&mut self.scratch);
@@ -1177,8 +1179,8 @@ impl<S: crate::model::EventSink> crate::model::SinkFilter<S> for Blamed<'_> {
             if let Ok(mut w) = self.findings.written.lock() {
                 w.extend(ids.iter().copied());
             }
-            let linked = crate::model::Event {
-                flows: crate::model::Flows {
+            let linked = nsys_perfetto_model::model::Event {
+                flows: nsys_perfetto_model::model::Flows {
                     out: &scratch,
                     terminating: ev.flows.terminating,
                 },
@@ -1197,12 +1199,12 @@ impl<S: crate::model::EventSink> crate::model::SinkFilter<S> for Blamed<'_> {
 /// rule's explanation, nsys' advice and the finding's columns as args, and an arrow from the
 /// call it blames when that call was written. A selection keeps the findings that overlap its
 /// time window and belong to its processes and devices.
-pub fn write_findings<S: crate::model::EventSink>(
+pub fn write_findings<S: nsys_perfetto_model::model::EventSink>(
     findings: &TraceFindings,
-    selection: &crate::select::Selection,
+    selection: &nsys_perfetto_model::select::Selection,
     mut sink: S,
-) -> Result<crate::summary::Summary> {
-    use crate::model::{Arg, ArgValue, Category, Event, Flows, GroupKey, Name};
+) -> Result<nsys_perfetto_model::summary::Summary> {
+    use nsys_perfetto_model::model::{Arg, ArgValue, Category, Event, Flows, GroupKey, Name};
     let written = findings
         .written
         .lock()
@@ -1261,7 +1263,7 @@ pub fn write_findings<S: crate::model::EventSink>(
         if let Some(b) = &f.blame {
             args.push(Arg::int(
                 "blamed_call_tid",
-                crate::model::tid_of(b.global_tid),
+                nsys_perfetto_model::model::tid_of(b.global_tid),
             ));
             args.push(Arg::int("blamed_call_start_ns", b.start));
             if let Some(c) = b.correlation_id {

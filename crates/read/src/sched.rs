@@ -7,9 +7,9 @@ use super::enums::read_enum;
 use super::reader::ReadContext;
 use super::scan::Scan;
 use super::{REORDER_WINDOW, Reorder, Schema, int_at};
-use crate::model::{CpuSlice, EventSink, FastHash, OffCpu};
-use crate::select::EventType;
 use anyhow::Result;
+use nsys_perfetto_model::model::{CpuSlice, EventSink, FastHash, OffCpu};
+use nsys_perfetto_model::select::EventType;
 use rusqlite::Connection;
 use std::collections::HashMap;
 

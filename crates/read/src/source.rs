@@ -9,11 +9,11 @@ use super::reader::{Notes, ReadContext, Reader};
 use super::scan::Scan;
 use super::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
 use super::{Schema, open_readonly, open_schema};
-use crate::model::{Description, EventSink};
-use crate::progress::timing;
-use crate::select::{EventType, Selection};
-use crate::summary::Summary;
 use anyhow::{Result, anyhow};
+use nsys_perfetto_model::model::{Description, EventSink};
+use nsys_perfetto_model::progress::timing;
+use nsys_perfetto_model::select::{EventType, Selection};
+use nsys_perfetto_model::summary::Summary;
 use std::cell::RefCell;
 use std::path::Path;
 use std::sync::Arc;
@@ -177,7 +177,7 @@ impl Export {
                 selection,
                 selection.wants(EventType::NvtxGpu),
             )
-            .map_err(crate::errors::scratch_error)?;
+            .map_err(nsys_perfetto_model::errors::scratch_error)?;
             let flow_db: Arc<Option<FlowDb>> = Arc::new(flow_db);
             timing("flow links", t);
             let with_flows: Vec<_> = readers
@@ -212,15 +212,14 @@ impl Export {
                     Some(f) => f
                         .into_inner()
                         .finish()
-                        .map_err(crate::errors::scratch_error)?,
+                        .map_err(nsys_perfetto_model::errors::scratch_error)?,
                     None => None,
                 };
                 // Not fed (NVTX not converted) or not suited to the feed: on its own.
                 let projected = match (projected, &launches) {
                     (Some(p), _) => Some(p),
-                    (None, Some(l)) => {
-                        Projected::build(&conn, schema, l).map_err(crate::errors::scratch_error)?
-                    }
+                    (None, Some(l)) => Projected::build(&conn, schema, l)
+                        .map_err(nsys_perfetto_model::errors::scratch_error)?,
                     (None, None) => None,
                 };
                 timing("nvtx-gpu projection", t);

@@ -5,10 +5,12 @@ use super::info::ProfileInfo;
 use super::reader::ReadContext;
 use super::scan::Scan;
 use super::{REORDER_WINDOW, Reorder, SYNC, int_at};
-use crate::model::EventSink;
-use crate::model::{ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name};
-use crate::select::{EventType, Selection};
 use anyhow::Result;
+use nsys_perfetto_model::model::EventSink;
+use nsys_perfetto_model::model::{
+    ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name,
+};
+use nsys_perfetto_model::select::{EventType, Selection};
 use std::collections::HashMap;
 
 const COLS: [&str; 9] = [

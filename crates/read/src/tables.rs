@@ -6,7 +6,7 @@
 //! Each table is described by a [`Spec`]: nsys' facts (the table, the column that places its
 //! rows on a thread, process or GPU, or none for a track of the whole machine, and where their
 //! names come from) and which kind of event its rows are, in the model's vocabulary
-//! (`crate::model::category`: the category and the track kind, which say the `--types` name
+//! (`nsys_perfetto_model::model::category`: the category and the track kind, which say the `--types` name
 //! that selects them). Every other column of a row becomes an arg,
 //! named in snake_case after the column: string ids (`nameId`, `srcFile`, `module`...) are
 //! resolved to their text, enum columns to nsys' label, other values are kept as they are.
@@ -16,12 +16,12 @@
 //! `nsys.marker` on the table's track, not calls.
 
 use super::Schema;
-use crate::model::{
+use anyhow::Result;
+use nsys_perfetto_model::model::{
     Arg, ArgValue, Category, Event, EventSink, FastHash, Flows, GroupKey, Name, TrackKind,
     global_pid_of, pid_of,
 };
-use crate::select::Selection;
-use anyhow::Result;
+use nsys_perfetto_model::select::Selection;
 use rusqlite::Connection;
 use rusqlite::types::Value;
 use std::collections::{HashMap, HashSet};
@@ -58,7 +58,7 @@ pub enum NameFrom {
 #[derive(Debug, Clone, Copy)]
 pub struct Spec {
     pub table: &'static str,
-    /// The kind of event its rows are: the vocabulary (`crate::model::category`) says which
+    /// The kind of event its rows are: the vocabulary (`nsys_perfetto_model::model::category`) says which
     /// `--types` entry selects it.
     pub category: Category,
     pub place: Place,

@@ -6,13 +6,13 @@
 mod counters;
 mod sched;
 
-use crate::model::{
+use crate::output::{CHUNK_BYTES, Chunk, CustomTrack, EventWriter, GpuQueue, Ids, WellKnown};
+use anyhow::Result;
+use nsys_perfetto_model::model::{
     Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CpuSample, Description,
     Event, EventSink, FastHash, Flows, GroupKey, Name, TextNo, pid_of, with_source,
 };
-use crate::output::{CHUNK_BYTES, Chunk, CustomTrack, EventWriter, GpuQueue, Ids, WellKnown};
-use crate::summary::Summary;
-use anyhow::Result;
+use nsys_perfetto_model::summary::Summary;
 use std::cmp::Reverse;
 use std::collections::{BTreeSet, BinaryHeap, HashMap};
 use std::sync::mpsc::SyncSender;
@@ -83,7 +83,7 @@ struct Sched {
 /// its flow ids, so that arrows never join two reports) and what its times are shifted by.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Placement {
-    /// Below [`crate::model::MAX_SOURCES`]: a merge of more reports writes each on a machine of
+    /// Below [`nsys_perfetto_model::model::MAX_SOURCES`]: a merge of more reports writes each on a machine of
     /// its own, where ids need not differ from another machine's, and reuses indexes.
     pub source: usize,
     /// The report's place in the merge (equal to `source` up to `MAX_SOURCES` reports).
@@ -112,7 +112,7 @@ pub struct Router<'a, W: EventWriter> {
     late: Vec<LateRow>,
     /// (device, stream) -> (process, context) of the first GPU stream group of that id directly
     /// under its GPU, to name apart a stream id that another process or context also uses there.
-    streams: HashMap<(i64, i64), (i64, i64), crate::model::FastHash>,
+    streams: HashMap<(i64, i64), (i64, i64), nsys_perfetto_model::model::FastHash>,
     /// The sequence of each stream's GPU work, where the writer has a GPU model of its own.
     gpu_queues: HashMap<GroupKey, u32, FastHash>,
     /// The "CPUs" group track, once a CPU track exists.
@@ -134,7 +134,7 @@ pub struct Router<'a, W: EventWriter> {
     /// Threads on CPUs, where the format shows scheduling natively.
     sched: Sched,
     pub summary: Summary,
-    progress: Option<&'a crate::progress::Progress>,
+    progress: Option<&'a nsys_perfetto_model::progress::Progress>,
     /// Rows handled since progress was last reported (reported in batches: less contention).
     unreported: u64,
 }
@@ -175,7 +175,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
         }
     }
 
-    pub fn with_progress(mut self, progress: &'a crate::progress::Progress) -> Self {
+    pub fn with_progress(mut self, progress: &'a nsys_perfetto_model::progress::Progress) -> Self {
         self.progress = Some(progress);
         self
     }
@@ -334,11 +334,15 @@ impl<'a, W: EventWriter> Router<'a, W> {
             }
             // Thread id 0 means the source did not know the thread: keep those calls on the process
             // rather than inventing a "Thread 0".
-            GroupKey::ThreadOsrt { global_tid } if crate::model::tid_of(global_tid) == 0 => (
-                Some(self.process_track(global_tid)),
-                "OS runtime (thread unknown)".to_string(),
-                None,
-            ),
+            GroupKey::ThreadOsrt { global_tid }
+                if nsys_perfetto_model::model::tid_of(global_tid) == 0 =>
+            {
+                (
+                    Some(self.process_track(global_tid)),
+                    "OS runtime (thread unknown)".to_string(),
+                    None,
+                )
+            }
             GroupKey::ThreadOsrt { global_tid } => (
                 Some(self.thread_track(global_tid)),
                 "OS runtime".to_string(),
@@ -362,7 +366,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 (Some(parent), name, Some(rank))
             }
             GroupKey::Cpu { cpu } => {
-                let cpu = crate::model::without_source(cpu);
+                let cpu = nsys_perfetto_model::model::without_source(cpu);
                 (Some(self.cpu_group()), format!("CPU {cpu}"), Some(cpu))
             }
             // Above the streams: NVTX explains what the kernels below belong to.
@@ -415,7 +419,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
         let (lane0, parent, under_lane0) = match (key, parent) {
             (GroupKey::ThreadApi { .. }, Some(thread)) => (thread, None, true),
             (GroupKey::GpuNvtx { global_tid, .. }, _) => {
-                let number = Some(crate::model::tid_of(global_tid));
+                let number = Some(nsys_perfetto_model::model::tid_of(global_tid));
                 (
                     self.custom_numbered(parent, &name, rank, number),
                     parent,
@@ -524,7 +528,7 @@ impl<'a, W: EventWriter> Router<'a, W> {
                     None => self.stream_name(device, global_pid, context, stream),
                 };
                 let queue = GpuQueue {
-                    device: crate::model::without_source(device),
+                    device: nsys_perfetto_model::model::without_source(device),
                     global_pid,
                     context,
                     name,
@@ -668,7 +672,10 @@ impl<W: EventWriter> EventSink for Router<'_, W> {
         } = self.placement;
         if ev.start + offset < 0 {
             // Earlier than the first rows of its table told (a table out of time order).
-            self.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
+            self.skip(
+                nsys_perfetto_model::model::EARLY_ROWS.0,
+                nsys_perfetto_model::model::EARLY_ROWS.1,
+            );
             return Ok(());
         }
         if source == 0 && position == 0 && offset == 0 {
@@ -721,7 +728,7 @@ impl<W: EventWriter> EventSink for Router<'_, W> {
         self.place_cpu_sample(sample)
     }
 
-    fn cpu_slice(&mut self, slice: &crate::model::CpuSlice) -> Result<()> {
+    fn cpu_slice(&mut self, slice: &nsys_perfetto_model::model::CpuSlice) -> Result<()> {
         self.place_cpu_slice(slice)
     }
 

@@ -6,6 +6,3 @@
 pub mod layout;
 pub mod output;
 pub mod proto;
-
-// The model's modules under the names the whole code base uses (`crate::model::Event`).
-use nsys_perfetto_model::{model, progress, select, summary};

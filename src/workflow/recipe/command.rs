@@ -9,7 +9,7 @@ impl RecipeArgs {
         match self.run_recipe() {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                crate::say!("error: {e:#}");
+                nsys_perfetto_model::say!("error: {e:#}");
                 std::process::ExitCode::FAILURE
             }
         }
@@ -29,9 +29,9 @@ impl RecipeArgs {
             bail!("{arg}: {e}");
         }
         if expanded.files.is_empty() {
-            bail!("no inputs ({})", crate::nsys::inputs::INPUTS);
+            bail!("no inputs ({})", nsys_perfetto_read::inputs::INPUTS);
         }
-        let jobs = crate::parallel::default_jobs(self.jobs);
+        let jobs = nsys_perfetto_model::parallel::default_jobs(self.jobs);
         let Some(outcome) = run(
             recipe,
             &expanded.files,
@@ -42,7 +42,7 @@ impl RecipeArgs {
             },
         )?
         else {
-            crate::say!(
+            nsys_perfetto_model::say!(
                 "{}: no data in the {} inputs; nothing written",
                 recipe.name(),
                 expanded.files.len()
@@ -73,7 +73,7 @@ impl RecipeArgs {
                     crate::workflow::write_file(&dir.join(format!("{}.csv", t.name)), &csv(t))?;
                 }
             }
-            crate::say!(
+            nsys_perfetto_model::say!(
                 "{}: {} ranks; wrote {} in {}",
                 recipe.name(),
                 outcome.files.len(),

@@ -66,7 +66,11 @@ impl StatsArgs {
         let top = self.top.unwrap_or(if table { 10 } else { 0 });
         let one = |path: &Path, top: usize, choice: &ReportChoice| -> Result<Stats> {
             let ex = Export::open_with(path, &self.out.export_options()).map_err(|e| {
-                anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e))
+                anyhow::anyhow!(
+                    "{}: {}",
+                    path.display(),
+                    nsys_perfetto_model::errors::error_line(&e)
+                )
             })?;
             ex.schema
                 .read_through(stats_with(
@@ -79,7 +83,11 @@ impl StatsArgs {
                     choice,
                 ))
                 .map_err(|e| {
-                    anyhow::anyhow!("{}: {}", path.display(), crate::errors::error_line(&e))
+                    anyhow::anyhow!(
+                        "{}: {}",
+                        path.display(),
+                        nsys_perfetto_model::errors::error_line(&e)
+                    )
                 })
         };
         let result = (|| -> Result<()> {
@@ -99,7 +107,7 @@ impl StatsArgs {
         match result {
             Ok(()) => std::process::ExitCode::SUCCESS,
             Err(e) => {
-                crate::say!("error: {e:#}");
+                nsys_perfetto_model::say!("error: {e:#}");
                 std::process::ExitCode::FAILURE
             }
         }

@@ -60,10 +60,10 @@ fn sampled_functions(ex: &Export, top: usize) -> Result<Vec<SampledFunction>> {
 /// once, wrapped values restored and named as in the trace), aggregated as it streams.
 fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
     let mut sink = MetricStats::default();
-    crate::nsys::metrics::read(
+    nsys_perfetto_read::metrics::read(
         &ex.conn,
         &ex.schema,
-        &crate::select::Selection::default(),
+        &nsys_perfetto_model::select::Selection::default(),
         &mut sink,
     )?;
     let mut out: Vec<MetricSummary> = sink
@@ -97,8 +97,12 @@ struct MetricStats {
     per_metric: std::collections::HashMap<(i64, String), Aggregate>,
 }
 
-impl crate::model::EventSink for MetricStats {
-    fn event(&mut self, _: crate::model::GroupKey, _: &crate::model::Event<'_>) -> Result<()> {
+impl nsys_perfetto_model::model::EventSink for MetricStats {
+    fn event(
+        &mut self,
+        _: nsys_perfetto_model::model::GroupKey,
+        _: &nsys_perfetto_model::model::Event<'_>,
+    ) -> Result<()> {
         Ok(())
     }
     fn skip(&mut self, _: &'static str, _: &'static str) {}
@@ -107,15 +111,15 @@ impl crate::model::EventSink for MetricStats {
     fn extra_row(&mut self) {}
     fn counter(
         &mut self,
-        key: &crate::model::CounterKey<'_>,
-        sample: crate::model::CounterSample,
+        key: &nsys_perfetto_model::model::CounterKey<'_>,
+        sample: nsys_perfetto_model::model::CounterSample,
     ) -> Result<()> {
-        let crate::model::CounterOwner::Gpu { device } = key.owner else {
+        let nsys_perfetto_model::model::CounterOwner::Gpu { device } = key.owner else {
             return Ok(());
         };
         let v = match sample.value {
-            crate::model::CounterValue::Int(i) => i as f64,
-            crate::model::CounterValue::Double(d) => d,
+            nsys_perfetto_model::model::CounterValue::Int(i) => i as f64,
+            nsys_perfetto_model::model::CounterValue::Double(d) => d,
         };
         let a = match self.per_metric.get_mut(&(device, key.name.to_string())) {
             Some(a) => a,
@@ -135,14 +139,14 @@ impl crate::model::EventSink for MetricStats {
         a.max = a.max.max(v);
         Ok(())
     }
-    fn cpu_sample(&mut self, _: &crate::model::CpuSample<'_>) -> Result<()> {
+    fn cpu_sample(&mut self, _: &nsys_perfetto_model::model::CpuSample<'_>) -> Result<()> {
         Ok(())
     }
-    fn cpu_slice(&mut self, _: &crate::model::CpuSlice) -> Result<()> {
+    fn cpu_slice(&mut self, _: &nsys_perfetto_model::model::CpuSlice) -> Result<()> {
         Ok(())
     }
-    fn finish(self) -> Result<crate::summary::Summary> {
-        Ok(crate::summary::Summary::default())
+    fn finish(self) -> Result<nsys_perfetto_model::summary::Summary> {
+        Ok(nsys_perfetto_model::summary::Summary::default())
     }
 }
 

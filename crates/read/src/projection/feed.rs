@@ -6,10 +6,10 @@ use super::sweep::{Range, Sweep};
 use super::{Abort, Projected, RangeCols, Stop, nvtx_usable};
 use crate::Schema;
 use crate::flows::Launches;
-use crate::model::TextNo;
 use crate::nvtx_type::{PUSH_POP, START_END};
 use crate::runs::Sorted;
 use anyhow::Result;
+use nsys_perfetto_model::model::TextNo;
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
 use std::collections::HashMap;
@@ -26,7 +26,7 @@ pub(super) fn sweep_all(
         let t0 = std::time::Instant::now();
         match sweep(conn, &cols, launches, nvtx_sorted) {
             Ok(p) => {
-                crate::progress::timing("projection: sweep", t0);
+                nsys_perfetto_model::progress::timing("projection: sweep", t0);
                 return Ok(Some(p));
             }
             Err(Stop::Fail(e)) => return Err(e),
@@ -84,7 +84,7 @@ pub struct RangeColumns {
 /// [`Registered::CACHED`] of them.
 pub(super) struct Registered<'c> {
     stmt: rusqlite::Statement<'c>,
-    cache: HashMap<i64, Option<Text>, crate::model::FastHash>,
+    cache: HashMap<i64, Option<Text>, nsys_perfetto_model::model::FastHash>,
 }
 
 impl<'c> Registered<'c> {

@@ -83,10 +83,10 @@ pub use tables::Projection;
 
 use self::names::{Names, Strings, Text, carried_text, carry, lossy};
 use super::nvtx_type::{PUSH_POP, START_END};
-use crate::model::TextNo;
 use crate::runs::{Lookup, Named, NearlySorted, Sorted, Sorter, Spill};
 use crate::{NVTX, Schema};
 use anyhow::Result;
+use nsys_perfetto_model::model::TextNo;
 use std::borrow::Cow;
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! Interning: strings by number, so sorted records carry a number rather than the string.
 
-use crate::model::TextNo;
+use nsys_perfetto_model::model::TextNo;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -130,7 +130,7 @@ impl Names {
     pub(super) fn text(&mut self, t: &[u8]) -> Text {
         let hash = {
             use std::hash::{Hash, Hasher};
-            let mut h = crate::model::FxHasher::default();
+            let mut h = nsys_perfetto_model::model::FxHasher::default();
             t.hash(&mut h);
             h.finish()
         };

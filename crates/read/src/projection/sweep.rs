@@ -193,7 +193,7 @@ pub(super) struct Out {
     /// The number of each list of names by the numbers of the list without its last name and
     /// of that name (see [`path_key`]), when both have one: a range's path is found from its
     /// parent's without building and hashing the string. At most [`Names::KEPT`].
-    paths: HashMap<u64, u32, crate::model::FastHash>,
+    paths: HashMap<u64, u32, nsys_perfetto_model::model::FastHash>,
     /// Boxes of closed ranges, for the ranges still to come: most ranges launch little, and an
     /// allocation and a free each cost more than the rest of their handling.
     #[allow(clippy::vec_box)]
@@ -516,4 +516,4 @@ impl<'l> Sweep<'l> {
     }
 }
 
-pub(super) type Threads = HashMap<i64, Thread, crate::model::FastHash>;
+pub(super) type Threads = HashMap<i64, Thread, nsys_perfetto_model::model::FastHash>;

@@ -47,7 +47,7 @@ impl Projection {
             return Ok(None);
         }
         let conn = crate::open_readonly(&schema.path)?;
-        let nothing = crate::select::Selection {
+        let nothing = nsys_perfetto_model::select::Selection {
             types: Default::default(),
             ..Default::default()
         };

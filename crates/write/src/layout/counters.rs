@@ -11,11 +11,11 @@
 //! samples of one reader share one sequence that interns their frames.
 
 use super::{Counter, Placement, Router};
-use crate::model::{
-    Category, CounterKey, CounterOwner, CounterSample, CpuSample, EventSink, with_source,
-};
 use crate::output::{CounterTrack, CustomTrack, EventWriter, WellKnown};
 use anyhow::Result;
+use nsys_perfetto_model::model::{
+    Category, CounterKey, CounterOwner, CounterSample, CpuSample, EventSink, with_source,
+};
 
 impl<W: EventWriter> Router<'_, W> {
     pub(super) fn place_counter(&mut self, key: &CounterKey<'_>, s: CounterSample) -> Result<()> {
@@ -31,7 +31,10 @@ impl<W: EventWriter> Router<'_, W> {
         };
         let ts = s.ts + offset;
         if ts < 0 {
-            self.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
+            self.skip(
+                nsys_perfetto_model::model::EARLY_ROWS.0,
+                nsys_perfetto_model::model::EARLY_ROWS.1,
+            );
             return Ok(());
         }
         let tracks = self.counters.entry(owner).or_default();
@@ -122,7 +125,10 @@ impl<W: EventWriter> Router<'_, W> {
         let Placement { source, offset, .. } = self.placement;
         let ts = s.ts + offset;
         if ts < 0 {
-            self.skip(crate::model::EARLY_ROWS.0, crate::model::EARLY_ROWS.1);
+            self.skip(
+                nsys_perfetto_model::model::EARLY_ROWS.0,
+                nsys_perfetto_model::model::EARLY_ROWS.1,
+            );
             return Ok(());
         }
         let global_tid = with_source(s.global_tid, source);
@@ -148,7 +154,8 @@ impl<W: EventWriter> Router<'_, W> {
         };
         self.writer.cpu_sample(seq, &placed);
         self.summary.trace_events += 1;
-        self.summary.count(crate::model::Category::CpuSample);
+        self.summary
+            .count(nsys_perfetto_model::model::Category::CpuSample);
         self.tick();
         self.maybe_send(false)
     }

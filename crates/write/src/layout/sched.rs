@@ -14,12 +14,12 @@
 //!   each other in time.
 
 use super::{Placement, Router};
-use crate::model::{
+use crate::output::{EventWriter, MAX_CPUS, WellKnown};
+use anyhow::Result;
+use nsys_perfetto_model::model::{
     ArgList, Category, CpuSlice, Event, EventSink, Flows, GroupKey, Name, pid_of, tid_of,
     with_source,
 };
-use crate::output::{EventWriter, MAX_CPUS, WellKnown};
-use anyhow::Result;
 
 impl<W: EventWriter> Router<'_, W> {
     pub(super) fn place_cpu_slice(&mut self, s: &CpuSlice) -> Result<()> {

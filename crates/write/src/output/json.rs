@@ -26,7 +26,7 @@ pub const RECORD_KEY: &str = "nsys-perfetto-provenance";
 use super::{
     Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
 };
-use crate::model::{
+use nsys_perfetto_model::model::{
     ArgValue, Category, CounterValue, CpuSample, Description, Event, FastHash, Name, source_of,
     tid_of, trace_pid_of, without_source,
 };
@@ -603,7 +603,7 @@ fn natural_gpu_pid(device: i64, info: &Description) -> Option<u32> {
         .process_names
         .keys()
         .chain(info.thread_names.keys())
-        .any(|&g| crate::model::pid_of(g) == device);
+        .any(|&g| nsys_perfetto_model::model::pid_of(g) == device);
     (!taken).then_some(device as u32)
 }
 

@@ -10,7 +10,7 @@
 pub mod json;
 pub mod pftrace;
 
-use crate::model::{
+use nsys_perfetto_model::model::{
     CounterValue, CpuSample, CpuSlice, Description, Event, global_pid_of, source_of, trace_pid_of,
     trace_tid_of,
 };
@@ -37,7 +37,7 @@ pub enum WellKnown {
 /// Bit 55 of a GPU uuid's id marks a context group; a device id (with its source bits) never
 /// sets it (device ids are below 2^32).
 const GPU_CONTEXT_BIT: u64 = 1 << 55;
-const SOURCE_BITS: u64 = 0x3F << crate::model::SOURCE_SHIFT;
+const SOURCE_BITS: u64 = 0x3F << nsys_perfetto_model::model::SOURCE_SHIFT;
 
 impl WellKnown {
     /// Stable uuids: the kind in the top two bits, apart from the small counter-allocated ones
@@ -144,7 +144,7 @@ pub struct CounterTrack {
     /// "%", "Hz", "bytes", or "" when unknown.
     pub unit: String,
     /// The category of its values (JSON writes it on each).
-    pub category: crate::model::Category,
+    pub category: nsys_perfetto_model::model::Category,
     /// Order among siblings when the parent asks for explicit ordering.
     pub rank: Option<i64>,
 }
@@ -358,7 +358,7 @@ pub trait Format: Sync {
 #[cfg(test)]
 mod tests {
     use super::WellKnown;
-    use crate::model::with_source;
+    use nsys_perfetto_model::model::with_source;
 
     #[test]
     fn well_known_uuids_round_trip_and_never_collide() {

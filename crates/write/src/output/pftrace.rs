@@ -26,9 +26,11 @@ pub use file::{
 pub use wire::TRACE_PACKET_BYTE;
 
 use super::{Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, WellKnown};
-use crate::model::{CounterValue, CpuSample, CpuSlice, Description, Event, FastHash, Frame};
 use crate::proto::{TracePacket, TrackDescriptor, trace_packet, track_descriptor, track_event};
 use interning::{Interning, Sequences};
+use nsys_perfetto_model::model::{
+    CounterValue, CpuSample, CpuSlice, Description, Event, FastHash, Frame,
+};
 use prost::Message;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -80,7 +82,7 @@ struct GpuState {
     contexts: HashMap<(i64, i64), u64, FastHash>,
     /// (sequence, name's string id, demangled name's string id) -> its kernel's iid there.
     kernels: HashMap<(u32, i64, i64), u64, FastHash>,
-    /// Launch shapes the reader numbered, parsed once: by [`crate::model::TextNo::key`].
+    /// Launch shapes the reader numbered, parsed once: by [`nsys_perfetto_model::model::TextNo::key`].
     shapes: HashMap<u64, Option<[u64; 3]>, FastHash>,
     /// Event ids given to GPU rows without an arrow so far.
     unlinked: u64,

@@ -8,8 +8,8 @@
 //!   as the `stack` arg, and the CPU and thread state where recorded.
 
 use super::{JsonCounter, JsonWriter, gpu_pid, push_int, push_pid_tid, push_str, push_us};
-use crate::model::{Category, CounterValue, CpuSample, tid_of, trace_pid_of};
 use crate::output::{CounterTrack, WellKnown};
+use nsys_perfetto_model::model::{Category, CounterValue, CpuSample, tid_of, trace_pid_of};
 use std::io::Write as _;
 
 impl JsonWriter {

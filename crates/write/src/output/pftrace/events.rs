@@ -9,8 +9,8 @@ use super::wire::{
 use super::{
     BOOTTIME, INCREMENTAL_CLOCK, MAX_INTERNED, ProtoWriter, SEQ_INCREMENTAL_STATE_CLEARED,
 };
-use crate::model::{ArgValue, Description, Event, Flows, Name};
 use crate::proto::track_event;
+use nsys_perfetto_model::model::{ArgValue, Description, Event, Flows, Name};
 
 /// The packet that clears a sequence's incremental state: a snapshot that starts its
 /// incremental clock at `ts`, and its defaults (that clock, its first track). Written by hand
@@ -445,10 +445,10 @@ mod tests {
     use super::super::interning::SMALL;
     use super::super::{Protobuf, frame};
     use super::*;
-    use crate::model::{Category, Description, TextNo};
     use crate::output::{EventWriter, Format};
     use crate::proto::{ClockSnapshot, TracePacket, clock_snapshot, trace_packet};
     use crate::proto::{TracePacketDefaults, TrackEventDefaults};
+    use nsys_perfetto_model::model::{Category, Description, TextNo};
     use prost::Message;
     use std::collections::HashMap;
     use std::sync::Arc;
@@ -504,8 +504,8 @@ mod tests {
     /// resolves to its own name and values, and no iid is interned twice.
     #[test]
     fn short_lists_then_maps_resolve_every_event() {
-        use crate::model::{Arg, Flows};
         use crate::proto::{Trace, debug_annotation};
+        use nsys_perfetto_model::model::{Arg, Flows};
         const TEXTS: [&str; 11] = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j", "k"];
         // Two dictionaries numbering other texts with the same numbers: a number stands for
         // its text only within its set (set A's numbers are dense, set B's names far apart).
@@ -606,8 +606,8 @@ mod tests {
     #[test]
     #[allow(deprecated)] // `flow_ids_old`, the field written
     fn long_events_decode() {
-        use crate::model::{Arg, Flows};
         use crate::proto::{Trace, debug_annotation};
+        use nsys_perfetto_model::model::{Arg, Flows};
         let long_value = "v".repeat(300);
         let long_name = "n".repeat(200);
         let mut w = Protobuf::default().writer(0, Arc::new(Description::default()));

@@ -9,13 +9,13 @@ use super::{
     BOOTTIME, DESCRIPTOR_SEQUENCE, ProtoWriter, REALTIME, SEQ_INCREMENTAL_STATE_CLEARED,
     SESSION_SEQUENCE, SESSION_TRACK_UUID, descriptor_packet, frame, kernel,
 };
-use crate::model::{Description, pid_of, source_of, tid_of, without_source};
 use crate::output::{ChunkBuffer, Format, Placed, WellKnown};
 use crate::proto::{
     ClockSnapshot, ProcessDescriptor, SystemInfo, ThreadDescriptor, TracePacket, TrackDescriptor,
     TrackEvent, Utsname, clock_snapshot, trace_packet, track_descriptor, track_event,
 };
-use crate::select::GpuModel;
+use nsys_perfetto_model::model::{Description, pid_of, source_of, tid_of, without_source};
+use nsys_perfetto_model::select::GpuModel;
 use prost::Message;
 use std::collections::HashMap;
 use std::sync::Arc;

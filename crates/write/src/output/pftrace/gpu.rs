@@ -14,8 +14,8 @@ use super::interning::Key;
 use super::wire::tag::{self, gpu};
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint};
 use super::{BOOTTIME, GpuQueueState, MAX_INTERNED, ProtoWriter};
-use crate::model::{ArgValue, Category, Event, Name, source_of};
 use crate::output::GpuQueue;
+use nsys_perfetto_model::model::{ArgValue, Category, Event, Name, source_of};
 
 /// Stage iids on every queue's sequence (its hardware queue is iid 1, in the same namespace).
 const QUEUE_IID: u64 = 1;
@@ -62,7 +62,7 @@ impl ProtoWriter {
             GpuQueueState {
                 source,
                 device: queue.device,
-                pid: crate::model::pid_of(queue.global_pid),
+                pid: nsys_perfetto_model::model::pid_of(queue.global_pid),
                 context_iid,
                 name: queue.name.clone(),
                 kernels: 0,

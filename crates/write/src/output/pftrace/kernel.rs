@@ -1,7 +1,7 @@
 //! How trace_processor reads a context switch's `prev_state`: by the kernel release the trace
 //! names.
 
-use crate::model::OffCpu;
+use nsys_perfetto_model::model::OffCpu;
 
 /// How trace_processor reads `prev_state`: by the kernel release the trace names, with 4.4's
 /// layout when it names none. Only the preemption flag moved between releases among the

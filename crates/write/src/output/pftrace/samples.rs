@@ -14,12 +14,12 @@
 
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_field, tag, with_room};
 use super::{IdMap, ProtoWriter, SampleSeq, frame};
-use crate::model::{CounterValue, CpuSample, Description, Frame, pid_of, tid_of};
 use crate::output::CounterTrack;
 use crate::proto::{
     Callstack, CounterDescriptor, InternedData, InternedString, Mapping, PerfSample, TracePacket,
     TrackDescriptor, TrackEvent, counter_descriptor, trace_packet, track_descriptor, track_event,
 };
+use nsys_perfetto_model::model::{CounterValue, CpuSample, Description, Frame, pid_of, tid_of};
 use prost::Message;
 
 const SEQ_INCREMENTAL_STATE_CLEARED: u32 = 1;
@@ -380,9 +380,9 @@ mod tests {
     /// resolve alike: each sample's callstack is its own frames, and no iid is given twice.
     #[test]
     fn packed_and_unpacked_stacks_resolve() {
-        use crate::model::Frame;
         use crate::output::{EventWriter, Format};
         use crate::proto::Trace;
+        use nsys_perfetto_model::model::Frame;
         use std::collections::HashMap;
         use std::sync::Arc;
         let far = 1i64 << 40;

@@ -5,7 +5,7 @@
 //! Each CPU's slices become context switches: to the thread at its start; at its end to the
 //! next thread when it starts then, else to the idle task (pid 0, "swapper") until it does.
 //! `prev_state`, how the switched-out thread left, comes from the slice
-//! ([`OffCpu`](crate::model::OffCpu)).
+//! ([`OffCpu`](nsys_perfetto_model::model::OffCpu)).
 //!
 //! - Switches go in `FtraceEventBundle.compact_sched` (one bundle per CPU holds up to
 //!   [`BUNDLE_SWITCHES`]: arrays of delta timestamps, prev_state, next pid, prio and comm, with
@@ -26,10 +26,10 @@
 
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint, tag};
 use super::{Cpu, ProtoWriter, frame};
-use crate::model::{CpuSlice, tid_of};
 use crate::proto::{
     FtraceEvent, FtraceEventBundle, SchedSwitchFtraceEvent, TracePacket, ftrace_event, trace_packet,
 };
+use nsys_perfetto_model::model::{CpuSlice, tid_of};
 
 /// Switches one CPU's bundle holds before it is written.
 pub const BUNDLE_SWITCHES: usize = 512;
