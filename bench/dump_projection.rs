@@ -5,7 +5,8 @@
 //! `cargo run --release --example dump_projection -- DIR a.sqlite b.sqlite...` writes
 //! `DIR/a.sqlite.dump`...: the three counts, the schema, then `nvtx_gpu` in rowid order and
 //! `kernel_nvtx` in key order, a row a line. `--time` only times the builds.
-use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU, Projection};
+use nsys_perfetto_read::projection::tables::Projection;
+use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU};
 use rusqlite::Connection;
 use rusqlite::types::Value;
 use std::io::Write;

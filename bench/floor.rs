@@ -8,7 +8,7 @@
 //! left out. `FLOOR_READER=query` reads through the converter's own `nsys::Query` (one SQLite
 //! call per value) instead of rusqlite's `Row::get_ref` (three): the tighter floor.
 
-use nsys_perfetto_read::{Fetch, Query};
+use nsys_perfetto_read::query::{Fetch, Query};
 use rusqlite::types::ValueRef;
 use rusqlite::{Connection, OpenFlags};
 

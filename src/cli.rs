@@ -82,7 +82,7 @@ pub fn main() -> ExitCode {
     if asks_types_help(&args[1..]) {
         nsys_perfetto_model::term::out(format_args!(
             "{}",
-            nsys_perfetto_model::select::EventType::help()
+            nsys_perfetto_model::category::EventType::help()
         ));
         return ExitCode::SUCCESS;
     }

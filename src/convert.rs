@@ -4,18 +4,19 @@
 //! after the other, into the same file.
 
 use anyhow::{Context, Result, anyhow, bail};
+use nsys_perfetto_model::category::EventType;
 use nsys_perfetto_model::errors::{error_line, os_error, write_error};
 use nsys_perfetto_model::model::{
     CounterKey, CounterSample, CpuSample, CpuSlice, Description, Event, EventSink, Filtered,
     GroupKey, SinkFilter,
 };
 use nsys_perfetto_model::progress::Progress;
-use nsys_perfetto_model::select::{EventType, NameFilter, Selection};
+use nsys_perfetto_model::select::{NameFilter, Selection};
 use nsys_perfetto_model::summary::Summary;
 use nsys_perfetto_read::source::Export;
 use nsys_perfetto_write::layout::{Placement, Router};
 use nsys_perfetto_write::output::json::Json;
-use nsys_perfetto_write::output::pftrace::Protobuf;
+use nsys_perfetto_write::output::pftrace::file::Protobuf;
 use nsys_perfetto_write::output::{Chunk, Format, Ids, Placed, WellKnown};
 use std::collections::HashSet;
 use std::fmt::Write as _;
@@ -779,10 +780,12 @@ pub fn write_part(
     };
     {
         let mut out = std::io::BufWriter::with_capacity(1 << 20, target.writer()?);
-        out.write_all(&nsys_perfetto_write::output::pftrace::metadata_packet(
-            nsys_perfetto_write::output::pftrace::PART_KEY,
-            &header.to_text(),
-        ))
+        out.write_all(
+            &nsys_perfetto_write::output::pftrace::file::metadata_packet(
+                nsys_perfetto_write::output::pftrace::file::PART_KEY,
+                &header.to_text(),
+            ),
+        )
         .and_then(|()| std::io::copy(&mut body, &mut out).map(|_| ()))
         .and_then(|()| out.flush())
         .map_err(|e| write_error(output, &e))?;
@@ -808,7 +811,8 @@ pub fn read_part_header(path: &Path) -> Result<Option<(PartHeader, u64)>> {
         }
     }
     let head = &head[..n];
-    let Some((&nsys_perfetto_write::output::pftrace::TRACE_PACKET_BYTE, rest)) = head.split_first()
+    let Some((&nsys_perfetto_write::output::pftrace::wire::TRACE_PACKET_BYTE, rest)) =
+        head.split_first()
     else {
         return Ok(None);
     };
@@ -816,8 +820,8 @@ pub fn read_part_header(path: &Path) -> Result<Option<(PartHeader, u64)>> {
     let Some(packet) = rest.get(used..used + len as usize) else {
         return Ok(None);
     };
-    let prefix = nsys_perfetto_write::output::pftrace::metadata_text_prefix(
-        nsys_perfetto_write::output::pftrace::PART_KEY,
+    let prefix = nsys_perfetto_write::output::pftrace::file::metadata_text_prefix(
+        nsys_perfetto_write::output::pftrace::file::PART_KEY,
     );
     let Some(at) = packet.windows(prefix.len()).position(|w| w == prefix) else {
         return Ok(None);
@@ -1501,7 +1505,7 @@ fn write_chunks<F: Format, W: Write>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nsys_perfetto_model::select::EventType;
+    use nsys_perfetto_model::category::EventType;
 
     #[test]
     fn options_text_is_canonical() {

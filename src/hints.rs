@@ -1,7 +1,8 @@
 //! Messages that say what went wrong and what to do next, where the plain error would not: a
 //! trace given as input, a damaged or truncated export, a selection that matches nothing.
 
-use nsys_perfetto_model::select::{EventType, NameFilter, Selection};
+use nsys_perfetto_model::category::EventType;
+use nsys_perfetto_model::select::{NameFilter, Selection};
 use nsys_perfetto_read::inputs::{Input, classify_name};
 use std::path::Path;
 
@@ -91,7 +92,7 @@ pub fn capture_span(path: &Path) -> Option<(i64, i64)> {
         };
         let sql = format!(
             "SELECT min(\"{col}\"), max({end}) FROM {} WHERE {cond}",
-            nsys_perfetto_read::quote_ident(table)
+            nsys_perfetto_read::query::quote_ident(table)
         );
         let Ok((Some(a), Some(b))) = conn.query_row(&sql, [], |r| {
             Ok((

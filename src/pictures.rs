@@ -13,9 +13,10 @@
 //! computed first, from small queries, and each rank's share is written after its events.
 
 use anyhow::Result;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::model::{
-    Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CounterValue, Event,
-    EventSink, Flows, GroupKey, Name,
+    Arg, ArgValue, CounterKey, CounterOwner, CounterSample, CounterValue, Event, EventSink, Flows,
+    GroupKey, Name,
 };
 
 /// What to draw (`merge --util-map [--bins N] --stragglers`).

@@ -283,7 +283,7 @@ fn find_last(hay: &[u8], needle: &[u8]) -> Vec<usize> {
 
 /// The record text at the end of a `.pftrace`: the trailer that ends the file exactly.
 fn pftrace_record(tail: &[u8]) -> Option<String> {
-    let needle = nsys_perfetto_write::output::pftrace::record_text_prefix();
+    let needle = nsys_perfetto_write::output::pftrace::file::record_text_prefix();
     for at in find_last(tail, &needle) {
         let text = &tail[at + needle.len()..];
         // Skip the length varint; the text runs to the end of the file.
@@ -293,7 +293,9 @@ fn pftrace_record(tail: &[u8]) -> Option<String> {
         let Ok(text) = std::str::from_utf8(&text[n + 1..]) else {
             continue;
         };
-        if tail.ends_with(&nsys_perfetto_write::output::pftrace::record_packet(text)) {
+        if tail.ends_with(&nsys_perfetto_write::output::pftrace::file::record_packet(
+            text,
+        )) {
             return Some(text.to_string());
         }
     }
@@ -449,13 +451,15 @@ pub fn owns_export(export: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nsys_perfetto_write::output::pftrace::TRACE_PACKET_BYTE;
+    use nsys_perfetto_write::output::pftrace::wire::TRACE_PACKET_BYTE;
 
     #[test]
     fn trailer_round_trips_and_needs_the_end_of_the_file() {
         let rec = r#"{"a":"b \u00e9"}"#.repeat(20);
         let mut file = vec![TRACE_PACKET_BYTE, 3, 1, 2, 3];
-        file.extend(nsys_perfetto_write::output::pftrace::record_packet(&rec));
+        file.extend(nsys_perfetto_write::output::pftrace::file::record_packet(
+            &rec,
+        ));
         assert_eq!(pftrace_record(&file).as_deref(), Some(rec.as_str()));
         // Anything after it (another packet) and it is not the record of this file.
         file.extend([TRACE_PACKET_BYTE, 1, 0]);

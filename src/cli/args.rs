@@ -74,11 +74,11 @@ impl SelectArgs {
         use nsys_perfetto_model::select::{NameFilter, Selection};
         let mut sel = Selection::default();
         if !self.types.is_empty() {
-            sel.types = nsys_perfetto_model::select::EventType::parse_list(&self.types)?;
+            sel.types = nsys_perfetto_model::category::EventType::parse_list(&self.types)?;
         }
         if self.nvtx_gpu {
             sel.types
-                .insert(nsys_perfetto_model::select::EventType::NvtxGpu);
+                .insert(nsys_perfetto_model::category::EventType::NvtxGpu);
         }
         sel.nvtx_filter = self
             .nvtx_filter

@@ -19,7 +19,7 @@ use crate::cli::args::{SelectArgs, ServeArgs};
 use crate::convert::{self, OutputFormat};
 use anyhow::{Context, Result};
 use http::{Request, Response, bind, loopback_host};
-use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::summary::Summary;
 use nsys_perfetto_read::inputs::{Input, classify, classify_name};
 use serde_json::{Value, json};
@@ -325,8 +325,8 @@ fn info(state: &State) -> Value {
         "max_upload": state.max_upload,
         "perfetto_url": state.perfetto_url,
         // Every type, so that the page's checkboxes convert what the command line does.
-        "types": nsys_perfetto_model::select::EventType::ALL.iter().map(|t| t.name()).collect::<Vec<_>>(),
-        "default_types": nsys_perfetto_model::select::EventType::defaults()
+        "types": nsys_perfetto_model::category::EventType::ALL.iter().map(|t| t.name()).collect::<Vec<_>>(),
+        "default_types": nsys_perfetto_model::category::EventType::defaults()
             .iter()
             .map(|t| t.name())
             .collect::<Vec<_>>(),

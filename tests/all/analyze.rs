@@ -668,7 +668,7 @@ fn convert_analyzed(
 /// arrow from the CUDA call it blames; the trace imports into Perfetto without an error.
 #[test]
 fn findings_on_the_timeline() {
-    use nsys_perfetto_model::model::Category;
+    use nsys_perfetto_model::category::Category;
     let Some(corpus) = corpus_dir() else {
         skip("corpus", "../shared/corpus is absent");
         return;
@@ -812,7 +812,7 @@ fn findings_on_the_timeline() {
 /// arrow from a call that is not there; JSON carries them too.
 #[test]
 fn findings_with_a_selection_and_in_json() {
-    use nsys_perfetto_model::model::Category;
+    use nsys_perfetto_model::category::Category;
     let Some(corpus) = corpus_dir() else {
         skip("corpus", "../shared/corpus is absent");
         return;
@@ -825,7 +825,7 @@ fn findings_with_a_selection_and_in_json() {
         .sum();
     let dir = tempfile::tempdir().unwrap();
     let selection = nsys_perfetto_model::select::Selection {
-        types: nsys_perfetto_model::select::EventType::parse_list(&["kernel", "memcpy"]).unwrap(),
+        types: nsys_perfetto_model::category::EventType::parse_list(&["kernel", "memcpy"]).unwrap(),
         ..Default::default()
     };
     let (summary, out) = convert_analyzed(

@@ -8,7 +8,7 @@ use crate::common::{self, skip};
 
 use nsys_perfetto::workflow::Pattern;
 use nsys_perfetto::workflow::sweep::{self, SweepOptions};
-use nsys_perfetto_model::select::EventType;
+use nsys_perfetto_model::category::EventType;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -423,7 +423,7 @@ fn generic_events_say_what_their_rows_became() {
         .unwrap();
     drop(c);
     let (summary, _) = common::convert(&input, &mkdir(d.join("lib")));
-    let values = summary.events_of(nsys_perfetto_model::model::Category::GpuMetric);
+    let values = summary.events_of(nsys_perfetto_model::category::Category::GpuMetric);
     assert!(values > rows as u64);
     let note = format!(
         "GENERIC_EVENTS: {} rows -> {} GPU metric values",
@@ -570,7 +570,7 @@ fn generic_events_of_a_real_export_are_accounted_for() {
     let (generic, metrics) = (count("GENERIC_EVENTS").unwrap(), count("GPU_METRICS"));
     drop(c);
     let (summary, _) = common::convert(&export, &mkdir(d.join("lib")));
-    let values = summary.events_of(nsys_perfetto_model::model::Category::GpuMetric);
+    let values = summary.events_of(nsys_perfetto_model::category::Category::GpuMetric);
     assert!(values > 0);
     match metrics {
         // nsys 2022: every row became values.

@@ -12,7 +12,8 @@
 
 use crate::common::{self, Trace, corpus_dir, validate_file};
 use nsys_perfetto::convert::Options;
-use nsys_perfetto_model::select::{EventType, Selection};
+use nsys_perfetto_model::category::EventType;
+use nsys_perfetto_model::select::Selection;
 use rusqlite::{Connection, OpenFlags};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};

@@ -22,7 +22,7 @@
 use crate::common;
 
 use crate::common::{Trace, corpus_dir, validate};
-use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::summary::Summary;
 use rusqlite::{Connection, OpenFlags, types::ValueRef};
 use std::collections::{BTreeMap, HashMap, HashSet};

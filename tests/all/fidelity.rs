@@ -124,7 +124,7 @@ fn sync_waits_follow_their_context() {
     let (summary, t1, _, _d1) = run(&input, sel);
     assert_eq!(t1.of_category("cuda.sync").count(), 188);
     assert_eq!(
-        summary.events_of(nsys_perfetto_model::model::Category::Sync),
+        summary.events_of(nsys_perfetto_model::category::Category::Sync),
         188
     );
 }

@@ -5,7 +5,7 @@
 use crate::common;
 
 use crate::common::{Slice, Trace, convert, fixture, validate_file};
-use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::category::Category;
 use std::collections::{BTreeMap, BTreeSet};
 
 const WORKERS: [&str; 3] = ["worker-0", "worker-1", "worker-2"];

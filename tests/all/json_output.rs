@@ -7,7 +7,7 @@
 //! for what the corpus lacks (NVTX marks, overlapping ranges, colours, odd strings) and gzip.
 
 use nsys_perfetto::convert::{Options, OutputFormat};
-use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::summary::Summary;
 use rusqlite::Connection;
 use serde_json::Value;

@@ -28,7 +28,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "base",
         &["errors", "term", "progress", "cleanup", "proto", "parallel"],
     ),
-    ("model", &["model", "select", "summary"]),
+    ("model", &["category", "model", "select", "summary"]),
     ("sources", &["nsys"]),
     // The writers below layout: layout's router drives a writer through `output::Writer`, and
     // no writer knows of tracks' placement.

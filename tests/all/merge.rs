@@ -312,7 +312,7 @@ fn selection_applies_to_every_report() {
     let dir = tempfile::tempdir().unwrap();
     let inputs: Vec<PathBuf> = (0..RANKS).map(mpi_fixture).collect();
     let sel = Selection {
-        types: nsys_perfetto_model::select::EventType::parse_list(&["nvtx".to_string()]).unwrap(),
+        types: nsys_perfetto_model::category::EventType::parse_list(&["nvtx".to_string()]).unwrap(),
         nvtx_filter: Some(nsys_perfetto_model::select::NameFilter::parse("barrier").unwrap()),
         ..Default::default()
     };
@@ -367,7 +367,7 @@ fn json_merge_keeps_sources_apart() {
         begins,
         merged
             .summary
-            .events_of(nsys_perfetto_model::model::Category::Nvtx)
+            .events_of(nsys_perfetto_model::category::Category::Nvtx)
     );
     let markers = events.iter().filter(|e| e["cat"] == "session").count();
     assert_eq!(markers as i64, RANKS);

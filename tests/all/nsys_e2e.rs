@@ -6,7 +6,7 @@
 use crate::common::skip;
 use nsys_perfetto::convert::Options;
 use nsys_perfetto::report::{self, finding::Nsys, version::Version};
-use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_write::proto::{self, Trace, trace_packet, track_event};
 use prost::Message;
 use rusqlite::Connection;

@@ -1395,12 +1395,12 @@ fn serve_page_in_a_real_browser() {
     wait_until(Duration::from_secs(20), "the page's options", || {
         d.js("return document.querySelectorAll('#types input').length")
             .as_u64()
-            .filter(|&n| n == nsys_perfetto_model::select::EventType::ALL.len() as u64)
+            .filter(|&n| n == nsys_perfetto_model::category::EventType::ALL.len() as u64)
     });
     // Every type is offered, checked as the command line's defaults (all). Keep only NVTX and OS
     // runtime (one reader thread: a deterministic output to compare byte for byte with the
     // CLI's); JSON output.
-    for t in nsys_perfetto_model::select::EventType::ALL {
+    for t in nsys_perfetto_model::category::EventType::ALL {
         if !matches!(t.name(), "nvtx" | "osrt") {
             d.click(&format!("#type-{}", t.name()));
         }

@@ -8,7 +8,8 @@
 //! tables of two builds by hand, `bench/dump_projection.rs` dumps them.
 
 use nsys_perfetto_read::Schema;
-use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU, Projection};
+use nsys_perfetto_read::projection::tables::Projection;
+use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU};
 use rusqlite::types::Value;
 use rusqlite::{Connection, params};
 use std::path::Path;

@@ -213,7 +213,7 @@ fn only_the_tools_own_traces_are_reused() {
     // A trace from elsewhere (here: the same events without a record), newer than the input.
     let bytes = std::fs::read(&theirs).unwrap();
     let cut = bytes.len()
-        - nsys_perfetto_write::output::pftrace::record_packet(
+        - nsys_perfetto_write::output::pftrace::file::record_packet(
             &nsys_perfetto::provenance::read(&theirs).unwrap().to_text(),
         )
         .len();

@@ -804,7 +804,7 @@ fn call_stacks_without_string_ids() {
     let p = mutated(t.path(), "nostr.sqlite", "DROP TABLE StringIds;");
     let (s, trace) = convert(&p);
     assert_eq!(
-        s.events_of(nsys_perfetto_model::model::Category::Osrt),
+        s.events_of(nsys_perfetto_model::category::Category::Osrt),
         rows(&p, "OSRT_API")
     );
     assert!(
@@ -838,7 +838,7 @@ fn wal_changes_are_read_and_no_shm_is_left() {
     let (hw, hl) = (hash_file(&w), hash_file(&dir.join("w.sqlite-wal")));
     let (s, _) = convert(&w);
     assert_eq!(
-        s.events_of(nsys_perfetto_model::model::Category::Osrt),
+        s.events_of(nsys_perfetto_model::category::Category::Osrt),
         0,
         "stale read"
     );

@@ -7,7 +7,7 @@
 use crate::common;
 
 use crate::common::{Trace, validate_file};
-use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::summary::Summary;
 use nsys_perfetto_write::output::WellKnown;
 use rusqlite::Connection;

@@ -7,7 +7,7 @@
 
 use crate::common::{self, Trace, corpus_dir, tp_query, validate_file};
 use nsys_perfetto::convert::{Align, Options, merge_sqlite};
-use nsys_perfetto_model::model::Category;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::select::{Selection, TimeRange};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::{BTreeMap, HashMap};

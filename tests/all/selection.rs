@@ -6,7 +6,8 @@ use crate::common;
 
 use crate::common::{Trace, corpus_dir, fixture, validate_file};
 use nsys_perfetto::convert::Options;
-use nsys_perfetto_model::select::{EventType, NameFilter, Selection, parse_color_scheme};
+use nsys_perfetto_model::category::EventType;
+use nsys_perfetto_model::select::{NameFilter, Selection, parse_color_scheme};
 use rusqlite::{Connection, OpenFlags};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -253,7 +254,7 @@ fn nvtx_ranges_projected_onto_the_gpu_nest_and_kernels_list_their_ranges() {
     assert!(!projected.is_empty());
     assert_eq!(
         projected.len() as u64,
-        summary.events_of(nsys_perfetto_model::model::Category::NvtxGpu)
+        summary.events_of(nsys_perfetto_model::category::Category::NvtxGpu)
     );
     // Each projected slice spans exactly the GPU work launched inside its CPU range: its start
     // is some kernel's/memcpy's start and its end some GPU row's end on that device.

@@ -271,7 +271,7 @@ fn check(path: &Path, dir: &Path) -> (Vec<String>, Trace, BTreeMap<&'static str,
         if summary
             .events
             .iter()
-            .zip(nsys_perfetto_model::model::Category::ALL)
+            .zip(nsys_perfetto_model::category::Category::ALL)
             .any(|(n, c)| c.as_str() == *cat && *n != want.len() as u64)
         {
             p.push(format!(
@@ -547,7 +547,8 @@ fn documented_tables_convert_exactly_on_a_made_fixture() {
 
 #[test]
 fn new_types_select_what_they_name() {
-    use nsys_perfetto_model::select::{EventType, Selection};
+    use nsys_perfetto_model::category::EventType;
+    use nsys_perfetto_model::select::Selection;
     let dir = tempfile::tempdir().unwrap();
     let input = made_fixture(dir.path());
     let out = dir.path().join("um.pftrace");

@@ -3,7 +3,8 @@
 //! independently of the implementation's (different joins, correlated per-item queries).
 
 use crate::common::{corpus_dir, corpus_file, skip};
-use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU, PROJ_DB, Projection};
+use nsys_perfetto_read::projection::tables::Projection;
+use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU, PROJ_DB};
 use rusqlite::Connection;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -11,6 +11,7 @@
 
 #[macro_use]
 pub mod term;
+pub mod category;
 pub mod cleanup;
 pub mod errors;
 pub mod model;

@@ -10,10 +10,8 @@
 //! and hands the result to a writer (an output format). Readers know nothing of layout or formats;
 //! writers know nothing of nsys.
 
-pub mod category;
-
+use crate::category::{Category, TrackKind};
 use anyhow::Result;
-pub use category::{Category, TrackKind};
 use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 use std::mem::MaybeUninit;

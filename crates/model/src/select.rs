@@ -10,8 +10,7 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
-use crate::model::category::Category;
-pub use crate::model::category::EventType;
+use crate::category::{Category, EventType};
 
 impl EventType {
     /// The `--types help` text: one line per type, then how to write a list.

@@ -1,7 +1,7 @@
 //! What a conversion did: events per category, tracks, flows and every skipped row with its
 //! reason. Printed at the end of a run and returned to library users.
 
-use crate::model::category::Category;
+use crate::category::Category;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 

@@ -7,9 +7,10 @@ use super::{DRIVER, RUNTIME, Schema, int_at};
 use crate::flows::{SRC_DRIVER, SRC_RUNTIME};
 use crate::runs::Lookup;
 use anyhow::Result;
+use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::EventSink;
-use nsys_perfetto_model::model::{ArgList, Category, Event, FastHash, Flows, GroupKey, Name};
-use nsys_perfetto_model::select::{EventType, Selection};
+use nsys_perfetto_model::model::{ArgList, Event, FastHash, Flows, GroupKey, Name};
+use nsys_perfetto_model::select::Selection;
 use std::collections::HashMap;
 
 struct Row {
@@ -164,7 +165,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
             last: schema.rowid(t).map(|_| None),
         });
     }
-    super::merge_by_start(
+    super::order::merge_by_start(
         cursors.len(),
         |i| cursors[i].next(),
         |row| row.start.unwrap_or(i64::MIN),

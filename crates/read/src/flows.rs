@@ -26,7 +26,8 @@ use super::scan::Scan;
 use crate::runs::{Lookup, Sorted, Sorter, Spill};
 use crate::{DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema, int_of};
 use anyhow::Result;
-use nsys_perfetto_model::select::{EventType, Selection};
+use nsys_perfetto_model::category::EventType;
+use nsys_perfetto_model::select::Selection;
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
 

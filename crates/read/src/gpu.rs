@@ -6,11 +6,11 @@ use super::{Fetch, KERNEL, MEMCPY, MEMSET, Schema, int_at};
 use crate::projection::KernelNames;
 use crate::runs::Lookup;
 use anyhow::Result;
+use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::EventSink;
 use nsys_perfetto_model::model::{
-    ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name, TextNo,
+    ArgList, ArgValue, Event, FastHash, Flows, GroupKey, Name, TextNo,
 };
-use nsys_perfetto_model::select::EventType;
 use std::collections::HashMap;
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -210,7 +210,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
         .iter()
         .map(|k| schema.rowid(k.table()).map(|_| None))
         .collect();
-    super::merge_by_start(
+    super::order::merge_by_start(
         cursors.len(),
         |i| {
             let row = cursors[i].next()?;

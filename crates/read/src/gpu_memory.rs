@@ -12,11 +12,11 @@
 use super::reader::ReadContext;
 use super::{int_at, text_at};
 use anyhow::Result;
+use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::{
-    ArgList, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CounterValue, Event,
-    EventSink, Flows, GroupKey, Name,
+    ArgList, ArgValue, CounterKey, CounterOwner, CounterSample, CounterValue, Event, EventSink,
+    Flows, GroupKey, Name,
 };
-use nsys_perfetto_model::select::EventType;
 use std::collections::HashMap;
 
 pub const GPU_MEMORY: &str = "CUDA_GPU_MEMORY_USAGE_EVENTS";

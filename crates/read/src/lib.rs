@@ -36,8 +36,7 @@ pub mod tables;
 
 use anyhow::{Context, Result, anyhow, bail};
 use inputs::Input;
-pub use order::{REORDER_WINDOW, Reorder, merge_by_start};
-pub use query::{Fetch, Query, quote_ident};
+use query::Fetch;
 use rusqlite::{Connection, OpenFlags};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -547,7 +546,7 @@ pub fn int_at(row: &(impl Fetch + ?Sized), idx: usize) -> Option<i64> {
     row.int(idx)
 }
 
-pub use query::int_of;
+use query::int_of;
 
 /// [`time_at`] of a value already fetched.
 #[inline]

@@ -15,10 +15,11 @@
 use super::reader::{Notes, ReadContext};
 use super::{Schema, int_at, real_at, text_at};
 use anyhow::Result;
+use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::{
-    Category, CounterKey, CounterOwner, CounterSample, CounterValue, EventSink,
+    CounterKey, CounterOwner, CounterSample, CounterValue, EventSink,
 };
-use nsys_perfetto_model::select::{EventType, Selection};
+use nsys_perfetto_model::select::Selection;
 use rusqlite::Connection;
 use std::collections::HashMap;
 

@@ -5,14 +5,13 @@ use super::info::ProfileInfo;
 use super::reader::ReadContext;
 use super::scan::Scan;
 use super::{Fetch, NVTX, int_at, text_at};
-use crate::projection::{RangeColumns, RangeValues};
+use crate::projection::feed::{RangeColumns, RangeValues};
 use anyhow::Result;
+use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::EventSink;
 use nsys_perfetto_model::model::{
-    ArgList, ArgValue, Category, Event, Flows, GroupKey, Name, TextNo, global_pid_of, pid_of,
-    tid_of,
+    ArgList, ArgValue, Event, Flows, GroupKey, Name, TextNo, global_pid_of, pid_of, tid_of,
 };
-use nsys_perfetto_model::select::EventType;
 use rusqlite::types::ValueRef;
 use std::collections::HashMap;
 

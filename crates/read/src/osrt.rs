@@ -3,13 +3,14 @@
 //! that table ("OS runtime libraries profiling started/finished") are instants in category
 //! `nsys.marker` on the same track, not calls.
 
+use super::int_at;
+use super::order::{REORDER_WINDOW, Reorder};
 use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{REORDER_WINDOW, Reorder, int_at};
 use anyhow::Result;
+use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::EventSink;
-use nsys_perfetto_model::model::{ArgList, ArgValue, Category, Event, Flows, GroupKey, Name};
-use nsys_perfetto_model::select::EventType;
+use nsys_perfetto_model::model::{ArgList, ArgValue, Event, Flows, GroupKey, Name};
 use std::collections::HashSet;
 
 pub const OSRT: &str = "OSRT_API";

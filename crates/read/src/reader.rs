@@ -7,7 +7,8 @@
 use super::Schema;
 use super::flows::FlowDb;
 use super::info::ProfileInfo;
-use super::projection::{FeedRows, Projected};
+use super::projection::Projected;
+use super::projection::feed::FeedRows;
 use anyhow::Result;
 use nsys_perfetto_model::model::EventSink;
 use nsys_perfetto_model::select::Selection;

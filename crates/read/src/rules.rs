@@ -1168,7 +1168,7 @@ impl<S: nsys_perfetto_model::model::EventSink> nsys_perfetto_model::model::SinkF
         ev: &nsys_perfetto_model::model::Event<'_>,
     ) -> Result<()> {
         if !self.findings.blamed.is_empty()
-            && ev.category == nsys_perfetto_model::model::Category::CudaApi
+            && ev.category == nsys_perfetto_model::category::Category::CudaApi
             && let nsys_perfetto_model::model::GroupKey::ThreadApi { global_tid } = key
             && let Some(ids) = self.findings.blamed.get(&(global_tid, ev.start))
         {
@@ -1204,7 +1204,8 @@ pub fn write_findings<S: nsys_perfetto_model::model::EventSink>(
     selection: &nsys_perfetto_model::select::Selection,
     mut sink: S,
 ) -> Result<nsys_perfetto_model::summary::Summary> {
-    use nsys_perfetto_model::model::{Arg, ArgValue, Category, Event, Flows, GroupKey, Name};
+    use nsys_perfetto_model::category::Category;
+    use nsys_perfetto_model::model::{Arg, ArgValue, Event, Flows, GroupKey, Name};
     let written = findings
         .written
         .lock()

@@ -10,8 +10,8 @@ use super::int_at;
 use super::reader::ReadContext;
 use super::scan::{Rows, Scan};
 use anyhow::Result;
+use nsys_perfetto_model::category::EventType;
 use nsys_perfetto_model::model::{CpuSample, EventSink, Frame};
-use nsys_perfetto_model::select::EventType;
 
 pub const COMPOSITE: &str = "COMPOSITE_EVENTS";
 pub const CALLCHAINS: &str = "SAMPLING_CALLCHAINS";

@@ -5,7 +5,7 @@
 //! conversion without a selection), and otherwise runs the same statement over its virtual
 //! tables ([`super::arrow`]). Either way the reader sees rows through [`Fetch`].
 
-pub use super::column::Col;
+use super::column::Col;
 use super::query::{Fetch, Query, Values};
 use super::{Schema, arrow};
 use anyhow::Result;
@@ -117,13 +117,13 @@ impl Scan {
     /// The statement this scan is in SQL.
     pub fn sql(&self) -> String {
         let render = |c: &Col| match c {
-            Col::Column(n) => format!("t.{}", super::quote_ident(n)),
+            Col::Column(n) => format!("t.{}", super::query::quote_ident(n)),
             Col::Rowid => format!("t.{}", self.rowid.unwrap_or("rowid")),
             Col::Null => "NULL".to_string(),
             Col::Coalesce(ns) => format!(
                 "coalesce({})",
                 ns.iter()
-                    .map(|n| format!("t.{}", super::quote_ident(n)))
+                    .map(|n| format!("t.{}", super::query::quote_ident(n)))
                     .collect::<Vec<_>>()
                     .join(", ")
             ),
@@ -138,7 +138,7 @@ impl Scan {
             } else {
                 cols.join(", ")
             },
-            super::quote_ident(&self.table)
+            super::query::quote_ident(&self.table)
         );
         if let Some(f) = &self.filter {
             sql.push_str(&format!(" WHERE {f}"));

@@ -4,12 +4,13 @@
 //! decides how a format shows them.
 
 use super::enums::read_enum;
+use super::order::{REORDER_WINDOW, Reorder};
 use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{REORDER_WINDOW, Reorder, Schema, int_at};
+use super::{Schema, int_at};
 use anyhow::Result;
+use nsys_perfetto_model::category::EventType;
 use nsys_perfetto_model::model::{CpuSlice, EventSink, FastHash, OffCpu};
-use nsys_perfetto_model::select::EventType;
 use rusqlite::Connection;
 use std::collections::HashMap;
 

@@ -4,15 +4,17 @@
 
 use super::flows::{self, FlowDb};
 use super::info::ProfileInfo;
-use super::projection::{FeedRows, Projected};
+use super::projection::Projected;
+use super::projection::feed::FeedRows;
 use super::reader::{Notes, ReadContext, Reader};
 use super::scan::Scan;
 use super::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
 use super::{Schema, open_readonly, open_schema};
 use anyhow::{Result, anyhow};
+use nsys_perfetto_model::category::EventType;
 use nsys_perfetto_model::model::{Description, EventSink};
 use nsys_perfetto_model::progress::timing;
-use nsys_perfetto_model::select::{EventType, Selection};
+use nsys_perfetto_model::select::Selection;
 use nsys_perfetto_model::summary::Summary;
 use std::cell::RefCell;
 use std::path::Path;
@@ -116,7 +118,7 @@ impl Export {
                 }
                 let rowid = self.schema.rowid(t)?;
                 conn.query_row(
-                    &format!("SELECT max({rowid}) FROM {}", super::quote_ident(t)),
+                    &format!("SELECT max({rowid}) FROM {}", super::query::quote_ident(t)),
                     [],
                     |r| r.get::<_, Option<i64>>(0),
                 )
@@ -199,7 +201,9 @@ impl Export {
                 let conn = open_readonly(&schema.path)?;
                 let mut sink = make_sink();
                 let feed = match &launches {
-                    Some(l) => super::projection::Feed::new(&conn, schema, l)?.map(RefCell::new),
+                    Some(l) => {
+                        super::projection::feed::Feed::new(&conn, schema, l)?.map(RefCell::new)
+                    }
                     None => None,
                 };
                 let mut notes = {
@@ -378,7 +382,7 @@ fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<
             .filter(cond)
             .open(conn, schema)
             .map_err(damaged)?;
-        for _ in 0..super::REORDER_WINDOW * 2 {
+        for _ in 0..super::order::REORDER_WINDOW * 2 {
             let Some(r) = rows.next().map_err(damaged)? else {
                 break;
             };
@@ -417,7 +421,7 @@ fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
     let mut notes = Vec::new();
     for t in tables {
         let n: i64 = conn.query_row(
-            &format!("SELECT count(*) FROM {}", super::quote_ident(t)),
+            &format!("SELECT count(*) FROM {}", super::query::quote_ident(t)),
             [],
             |r| r.get(0),
         )?;
@@ -470,7 +474,7 @@ fn incomplete_tables(schema: &Schema, sel: &Selection) -> Result<Vec<((String, S
             conn = Some(open_readonly(&schema.path)?);
         }
         let n: i64 = conn.as_ref().expect("opened").query_row(
-            &format!("SELECT count(*) FROM {}", super::quote_ident(table)),
+            &format!("SELECT count(*) FROM {}", super::query::quote_ident(table)),
             [],
             |r| r.get(0),
         )?;

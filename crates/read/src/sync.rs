@@ -2,15 +2,15 @@
 //! context synchronization waited, on a "sync" track beside its stream.
 
 use super::info::ProfileInfo;
+use super::order::{REORDER_WINDOW, Reorder};
 use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{REORDER_WINDOW, Reorder, SYNC, int_at};
+use super::{SYNC, int_at};
 use anyhow::Result;
+use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::EventSink;
-use nsys_perfetto_model::model::{
-    ArgList, ArgValue, Category, Event, FastHash, Flows, GroupKey, Name,
-};
-use nsys_perfetto_model::select::{EventType, Selection};
+use nsys_perfetto_model::model::{ArgList, ArgValue, Event, FastHash, Flows, GroupKey, Name};
+use nsys_perfetto_model::select::Selection;
 use std::collections::HashMap;
 
 const COLS: [&str; 9] = [

@@ -17,9 +17,9 @@
 
 use super::Schema;
 use anyhow::Result;
+use nsys_perfetto_model::category::{Category, TrackKind};
 use nsys_perfetto_model::model::{
-    Arg, ArgValue, Category, Event, EventSink, FastHash, Flows, GroupKey, Name, TrackKind,
-    global_pid_of, pid_of,
+    Arg, ArgValue, Event, EventSink, FastHash, Flows, GroupKey, Name, global_pid_of, pid_of,
 };
 use nsys_perfetto_model::select::Selection;
 use rusqlite::Connection;
@@ -1016,13 +1016,13 @@ pub fn read<S: EventSink>(
     let mut cursors = Vec::new();
     for (spec, time) in tables {
         let (plan, columns) = plan(conn, schema, spec, time);
-        cursors.push(super::Query::new(
+        cursors.push(super::query::Query::new(
             conn,
             &query(schema, selection, &plan, &columns, time),
         )?);
         plans.push((plan, columns.len()));
     }
-    super::merge_by_start(
+    super::order::merge_by_start(
         cursors.len(),
         |i| next_row(&mut cursors[i], i, plans[i].1),
         |row| row.start.unwrap_or(i64::MIN),
@@ -1062,7 +1062,7 @@ fn query(
     )
 }
 
-fn next_row(rows: &mut super::Query<'_>, plan: usize, n: usize) -> Result<Option<Row>> {
+fn next_row(rows: &mut super::query::Query<'_>, plan: usize, n: usize) -> Result<Option<Row>> {
     let Some(r) = rows.next()? else {
         return Ok(None);
     };

@@ -8,9 +8,10 @@ mod sched;
 
 use crate::output::{CHUNK_BYTES, Chunk, CustomTrack, EventWriter, GpuQueue, Ids, WellKnown};
 use anyhow::Result;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::model::{
-    Arg, ArgValue, Category, CounterKey, CounterOwner, CounterSample, CpuSample, Description,
-    Event, EventSink, FastHash, Flows, GroupKey, Name, TextNo, pid_of, with_source,
+    Arg, ArgValue, CounterKey, CounterOwner, CounterSample, CpuSample, Description, Event,
+    EventSink, FastHash, Flows, GroupKey, Name, TextNo, pid_of, with_source,
 };
 use nsys_perfetto_model::summary::Summary;
 use std::cmp::Reverse;

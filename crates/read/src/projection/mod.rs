@@ -17,7 +17,7 @@
 //!   `" > "`. The GPU reader merges it with its own rowid-ordered scan.
 //!
 //! The workflows (`stats`, `extract`) and the tests read the same result as SQLite tables
-//! ([`Projection`], attached under the schema [`PROJ_DB`]):
+//! ([`Projection`](tables::Projection), attached under the schema [`PROJ_DB`]):
 //!
 //! `proj.nvtx_gpu`: one row per (NVTX range, GPU device) for ranges that launched GPU work there.
 //!
@@ -72,14 +72,11 @@
 //! the definition in SQL joins (exact too, but each launch is visited once per enclosing range,
 //! then grouped), whose tables are then read into the same streams.
 
-mod feed;
+pub mod feed;
 mod names;
 mod sql;
 mod sweep;
-mod tables;
-
-pub use feed::{Feed, FeedRows, RangeColumns, RangeValues};
-pub use tables::Projection;
+pub mod tables;
 
 use self::names::{Names, Strings, Text, carried_text, carry, lossy};
 use super::nvtx_type::{PUSH_POP, START_END};
@@ -90,7 +87,7 @@ use nsys_perfetto_model::model::TextNo;
 use std::borrow::Cow;
 use std::sync::Arc;
 
-/// The schema name [`Projection::attach`] attaches the scratch database under.
+/// The schema name [`Projection::attach`](tables::Projection::attach) attaches the scratch database under.
 pub const PROJ_DB: &str = "proj";
 /// Table: one row per (NVTX range, device) with the span of the GPU work it launched.
 pub const NVTX_GPU: &str = "nvtx_gpu";

@@ -13,8 +13,9 @@
 use super::{Counter, Placement, Router};
 use crate::output::{CounterTrack, CustomTrack, EventWriter, WellKnown};
 use anyhow::Result;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::model::{
-    Category, CounterKey, CounterOwner, CounterSample, CpuSample, EventSink, with_source,
+    CounterKey, CounterOwner, CounterSample, CpuSample, EventSink, with_source,
 };
 
 impl<W: EventWriter> Router<'_, W> {
@@ -155,7 +156,7 @@ impl<W: EventWriter> Router<'_, W> {
         self.writer.cpu_sample(seq, &placed);
         self.summary.trace_events += 1;
         self.summary
-            .count(nsys_perfetto_model::model::Category::CpuSample);
+            .count(nsys_perfetto_model::category::Category::CpuSample);
         self.tick();
         self.maybe_send(false)
     }

@@ -16,9 +16,9 @@
 use super::{Placement, Router};
 use crate::output::{EventWriter, MAX_CPUS, WellKnown};
 use anyhow::Result;
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::model::{
-    ArgList, Category, CpuSlice, Event, EventSink, Flows, GroupKey, Name, pid_of, tid_of,
-    with_source,
+    ArgList, CpuSlice, Event, EventSink, Flows, GroupKey, Name, pid_of, tid_of, with_source,
 };
 
 impl<W: EventWriter> Router<'_, W> {

@@ -26,9 +26,10 @@ pub const RECORD_KEY: &str = "nsys-perfetto-provenance";
 use super::{
     Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
 };
+use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::model::{
-    ArgValue, Category, CounterValue, CpuSample, Description, Event, FastHash, Name, source_of,
-    tid_of, trace_pid_of, without_source,
+    ArgValue, CounterValue, CpuSample, Description, Event, FastHash, Name, source_of, tid_of,
+    trace_pid_of, without_source,
 };
 use std::collections::HashMap;
 use std::io::Write as _;

@@ -144,7 +144,7 @@ pub struct CounterTrack {
     /// "%", "Hz", "bytes", or "" when unknown.
     pub unit: String,
     /// The category of its values (JSON writes it on each).
-    pub category: nsys_perfetto_model::model::Category,
+    pub category: nsys_perfetto_model::category::Category,
     /// Order among siblings when the parent asks for explicit ordering.
     pub rank: Option<i64>,
 }

@@ -11,19 +11,13 @@
 //! the wire format.
 
 mod events;
-mod file;
+pub mod file;
 mod gpu;
 mod interning;
 mod kernel;
 mod samples;
 mod sched;
-mod wire;
-
-pub use file::{
-    PART_KEY, Protobuf, RECORD_KEY, metadata_packet, metadata_text_prefix, record_packet,
-    record_text_prefix,
-};
-pub use wire::TRACE_PACKET_BYTE;
+pub mod wire;
 
 use super::{Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, WellKnown};
 use crate::proto::{TracePacket, TrackDescriptor, trace_packet, track_descriptor, track_event};
@@ -34,6 +28,7 @@ use nsys_perfetto_model::model::{
 use prost::Message;
 use std::collections::HashMap;
 use std::sync::Arc;
+use wire::TRACE_PACKET_BYTE;
 use wire::tag::{self};
 use wire::{field_len, put_field, put_varint, read_varint};
 

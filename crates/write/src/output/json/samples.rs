@@ -9,7 +9,8 @@
 
 use super::{JsonCounter, JsonWriter, gpu_pid, push_int, push_pid_tid, push_str, push_us};
 use crate::output::{CounterTrack, WellKnown};
-use nsys_perfetto_model::model::{Category, CounterValue, CpuSample, tid_of, trace_pid_of};
+use nsys_perfetto_model::category::Category;
+use nsys_perfetto_model::model::{CounterValue, CpuSample, tid_of, trace_pid_of};
 use std::io::Write as _;
 
 impl JsonWriter {

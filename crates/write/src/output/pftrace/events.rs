@@ -442,13 +442,15 @@ pub(super) fn put_interned(
 
 #[cfg(test)]
 mod tests {
+    use super::super::file::Protobuf;
+    use super::super::frame;
     use super::super::interning::SMALL;
-    use super::super::{Protobuf, frame};
     use super::*;
     use crate::output::{EventWriter, Format};
     use crate::proto::{ClockSnapshot, TracePacket, clock_snapshot, trace_packet};
     use crate::proto::{TracePacketDefaults, TrackEventDefaults};
-    use nsys_perfetto_model::model::{Category, Description, TextNo};
+    use nsys_perfetto_model::category::Category;
+    use nsys_perfetto_model::model::{Description, TextNo};
     use prost::Message;
     use std::collections::HashMap;
     use std::sync::Arc;

@@ -15,7 +15,8 @@ use super::wire::tag::{self, gpu};
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint};
 use super::{BOOTTIME, GpuQueueState, MAX_INTERNED, ProtoWriter};
 use crate::output::GpuQueue;
-use nsys_perfetto_model::model::{ArgValue, Category, Event, Name, source_of};
+use nsys_perfetto_model::category::Category;
+use nsys_perfetto_model::model::{ArgValue, Event, Name, source_of};
 
 /// Stage iids on every queue's sequence (its hardware queue is iid 1, in the same namespace).
 const QUEUE_IID: u64 = 1;

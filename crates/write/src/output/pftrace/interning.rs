@@ -1,7 +1,8 @@
 //! Interning per sequence: names, values and arg keys get iids on first use, in short lists
 //! first and in maps once a sequence has many.
 
-use nsys_perfetto_model::model::{Category, FastHash, TextNo};
+use nsys_perfetto_model::category::Category;
+use nsys_perfetto_model::model::{FastHash, TextNo};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 

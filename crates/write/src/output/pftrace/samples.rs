@@ -393,7 +393,8 @@ mod tests {
             &[(far, 2), (3, 2)],
             &[],
         ];
-        let mut w = super::super::Protobuf::default().writer(0, Arc::new(Description::default()));
+        let mut w =
+            super::super::file::Protobuf::default().writer(0, Arc::new(Description::default()));
         let mut want = Vec::new();
         for i in 0..20usize {
             let frames: Vec<Frame> = stacks[i % 5]
