@@ -73,7 +73,7 @@ pub fn classify(path: &Path) -> Input {
     match std::fs::metadata(path) {
         Ok(m) if m.is_file() => return named,
         Ok(m) if m.is_dir() => {
-            if holds_nsys_table(path, arrow::EXTENSION) {
+            if holds_nsys_table(path, arrow::files::EXTENSION) {
                 return Input::ArrowDir;
             }
             if holds_nsys_table(path, parquet::EXTENSION) {
@@ -97,7 +97,7 @@ pub fn classify_name(path: &Path) -> Input {
         Input::Report
     } else if extension("sqlite") {
         Input::Sqlite
-    } else if arrow::is_streams_name(path) {
+    } else if arrow::files::is_streams_name(path) {
         Input::ArrowStreams
     } else if is_trace_name(path) {
         Input::Trace

@@ -114,7 +114,7 @@ pub struct Schema {
     /// The files of an SQLite or Parquet export as they were opened (an Arrow export's are in
     /// `loaded`): each reader of an SQLite export opens its own connection, which would read
     /// another file where it was replaced meanwhile; a Parquet export was read into `path`.
-    opened: Vec<(PathBuf, arrow::Stamp)>,
+    opened: Vec<(PathBuf, arrow::files::Stamp)>,
 }
 
 impl Schema {
@@ -369,14 +369,14 @@ pub fn tune(conn: &mut Connection) -> Result<()> {
 /// export (a file, or a file in its folder) changed meanwhile, the change is the problem (a
 /// file truncated while it is read reads as damaged, one removed as missing).
 pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
-    let files = |path: &Path| -> Vec<(PathBuf, arrow::Stamp)> {
+    let files = |path: &Path| -> Vec<(PathBuf, arrow::files::Stamp)> {
         let listed = match std::fs::read_dir(path) {
             Ok(dir) => dir.filter_map(|e| Some(e.ok()?.path())).collect(),
             Err(_) => vec![path.to_path_buf()],
         };
         listed
             .into_iter()
-            .filter_map(|f| Some((arrow::stamp_of(&f)?, f)))
+            .filter_map(|f| Some((arrow::files::stamp_of(&f)?, f)))
             .map(|(s, f)| (f, s))
             .collect()
     };
@@ -387,15 +387,15 @@ pub fn open_schema(path: &Path) -> Result<(Connection, Schema)> {
 /// The error of the first of `files` (the export `export`, or files in it, with their stamps as
 /// they were opened) that changed since: the export is named by the caller, a file in it by
 /// its name.
-fn first_change(files: &[(PathBuf, arrow::Stamp)], export: &Path) -> Option<anyhow::Error> {
+fn first_change(files: &[(PathBuf, arrow::files::Stamp)], export: &Path) -> Option<anyhow::Error> {
     files.iter().find_map(|(f, s)| {
-        let how = arrow::change_since(f, *s)?;
+        let how = arrow::files::change_since(f, *s)?;
         Some(match f == export {
-            true => arrow::changed(how),
+            true => arrow::files::changed(how),
             false => anyhow::anyhow!(
                 "{}: {:#}",
                 Path::new(f.file_name().unwrap_or_default()).display(),
-                arrow::changed(how)
+                arrow::files::changed(how)
             ),
         })
     })
@@ -478,7 +478,7 @@ fn open_schema_as_it_is(path: &Path) -> Result<(Connection, Schema)> {
             without_rowid,
             _rewritten: None,
             opened: (!arrow && meta.is_file())
-                .then(|| (path.to_path_buf(), arrow::stamp(&meta)))
+                .then(|| (path.to_path_buf(), arrow::files::stamp(&meta)))
                 .into_iter()
                 .collect(),
             loaded,

@@ -32,7 +32,7 @@ pub fn to_arrow(
     dir: &Path,
 ) -> Result<(
     tempfile::TempDir,
-    Vec<(std::path::PathBuf, super::arrow::Stamp)>,
+    Vec<(std::path::PathBuf, super::arrow::files::Stamp)>,
 )> {
     let out = nsys_perfetto_model::cleanup::temp_dir("nsys-perfetto-parquet-")
         .context("cannot create a temporary directory")?;
@@ -49,7 +49,7 @@ pub fn to_arrow(
         };
         let target = out
             .path()
-            .join(format!("{table}.{}", super::arrow::EXTENSION));
+            .join(format!("{table}.{}", super::arrow::files::EXTENSION));
         let stamp =
             rewrite_caught(&file, &target).map_err(|e| match e.downcast_ref::<NoRoom>() {
                 Some(full) => full.explain(out.path()),
@@ -75,8 +75,9 @@ pub fn to_arrow(
 /// what a well-formed file holds, and some damage (a dictionary page where the footer says
 /// data starts) trips them. The panic's own message is not printed.
 /// Returns the file's stamp as it was read.
-fn rewrite_caught(file: &Path, target: &Path) -> Result<super::arrow::Stamp> {
-    use super::arrow::{change_since, changed, stamp_of};
+fn rewrite_caught(file: &Path, target: &Path) -> Result<super::arrow::files::Stamp> {
+    use super::arrow::files::changed;
+    use super::arrow::files::{change_since, stamp_of};
     let before = stamp_of(file).ok_or_else(|| anyhow!("cannot read: the file is gone"))?;
     thread_local!(static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
     static HOOK: std::sync::Once = std::sync::Once::new();
@@ -104,7 +105,7 @@ fn rewrite_caught(file: &Path, target: &Path) -> Result<super::arrow::Stamp> {
 fn damaged(e: &dyn std::fmt::Display) -> anyhow::Error {
     anyhow!(
         "not a readable Parquet file ({}): a damaged or truncated file; export the report again",
-        super::arrow::one_line(&e.to_string())
+        super::arrow::files::one_line(&e.to_string())
     )
 }
 

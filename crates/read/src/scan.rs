@@ -155,7 +155,7 @@ impl Scan {
         if schema.is_arrow()
             && self.filter.is_none()
             && let Some(direct) =
-                arrow::TableScan::open(&schema.path, &self.table, &self.cols, &self.order)?
+                arrow::scan::TableScan::open(&schema.path, &self.table, &self.cols, &self.order)?
         {
             return Ok(Rows::Arrow(Box::new(direct)));
         }
@@ -166,7 +166,7 @@ impl Scan {
 /// The rows of a [`Scan`] being read.
 pub enum Rows<'c> {
     Sql(Query<'c>),
-    Arrow(Box<arrow::TableScan>),
+    Arrow(Box<arrow::scan::TableScan>),
 }
 
 impl Rows<'_> {
@@ -190,7 +190,7 @@ impl Rows<'_> {
 /// The current row of [`Rows`].
 pub enum Row<'r> {
     Sql(Values<'r>),
-    Arrow(arrow::RowRef<'r>),
+    Arrow(arrow::scan::RowRef<'r>),
 }
 
 impl Fetch for Row<'_> {
@@ -202,7 +202,7 @@ impl Fetch for Row<'_> {
         }
     }
 
-    /// Inlined into the readers: from Arrow, an integer is a load (see `arrow::TableScan`).
+    /// Inlined into the readers: from Arrow, an integer is a load (see `arrow::scan::TableScan`).
     #[inline(always)]
     fn int(&self, i: usize) -> Option<i64> {
         match self {

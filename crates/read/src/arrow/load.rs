@@ -1,0 +1,736 @@
+//! One table decoded in place from its mapped file, shared by every user of the same file while
+//! it is in use, and checked for changes.
+
+use super::check::{check_layout, sql_columns, stream};
+use super::column::{Column, Data, ascending};
+use super::files::{
+    EXTENSION, Place, Stamp, change, change_since, changed, one_line, stamp, walked_streams,
+};
+
+use anyhow::{Result, anyhow, bail};
+use arrow_array::{Array, RecordBatch};
+use arrow_schema::DataType;
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::c_int;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+/// Memory pages, for releasing mapped columns behind a scan.
+pub(super) const PAGE: usize = 4096;
+
+/// Drop this process's copy of the whole pages of `[start, end)` that lie inside `mapped` (the
+/// page cache keeps them; a later read maps them again).
+///
+/// # Safety
+/// `mapped` must be a live read-only file mapping: on heap memory MADV_DONTNEED would zero it.
+pub(super) unsafe fn drop_pages(mapped: &std::ops::Range<usize>, start: usize, end: usize) {
+    // The mapping's last page is mapped whole.
+    let start = start.max(mapped.start).next_multiple_of(PAGE);
+    let end = end.min(mapped.end.next_multiple_of(PAGE)) / PAGE * PAGE;
+    if end > start {
+        // SAFETY: a page range inside the mapping, as the caller promises.
+        unsafe { libc::madvise(start as *mut libc::c_void, end - start, libc::MADV_DONTNEED) };
+    }
+}
+
+/// How many rows a reader reads between looks at what it can give back.
+pub(super) const RELEASE_EVERY: usize = 1 << 12;
+
+/// The least a reader gives back of a buffer at once (but at a batch's end): few calls to the
+/// kernel, each for a run of pages, while the pages a reader maps stay a window of this size a
+/// column. Each call also flushes the other threads' address translations, which costs more
+/// than the pages it keeps mapped: half a megabyte, not less.
+pub(super) const RELEASE_BYTES: usize = 1 << 19;
+
+/// The least size of a column's values in a batch (nsys writes a table as one batch) whose
+/// pages a binary search gives back (see [`Table::forget_probes`]): smaller columns (a string
+/// table's ids) are looked up often, and what their probes map is small.
+pub(super) const PROBED_BYTES: usize = 4 << 20;
+
+/// Every buffer of a column, for [`Table::give_back`].
+pub(super) const ALL: u8 = 0b111;
+
+/// What a reader of a table has given back of the batch it reads: for each column, for each
+/// of its buffers (see [`Column::behind`]), the address below which its pages are given back.
+#[derive(Default)]
+pub(super) struct Behind {
+    pub(super) batch: usize,
+    pub(super) marks: Vec<[usize; 3]>,
+}
+
+/// Where `table` of the Arrow export `export` lies (see [`places`]).
+pub(super) fn place(export: &Path, table: &str) -> Result<Place> {
+    if let Ok(m) = std::fs::metadata(export)
+        && m.is_file()
+    {
+        return walked_streams(export, &m)
+            .map_err(|e| changed_in_use(export, table).unwrap_or(e))?
+            .into_iter()
+            .find(|p| p.table == table)
+            .ok_or_else(|| anyhow!("{}: no table {table}", export.display()));
+    }
+    Ok(Place {
+        file: export.join(format!("{table}.{EXTENSION}")),
+        bytes: None,
+        table: table.to_string(),
+        walked: None,
+    })
+}
+
+/// One table: its record batches, decoded in place from the mapped file.
+pub(super) struct Table {
+    /// Column names and declared SQLite types.
+    pub(super) columns: Vec<(String, &'static str)>,
+    pub(super) batches: Vec<Vec<Column>>,
+    /// Rows of each batch.
+    pub(super) lengths: Vec<usize>,
+    pub(super) rows: usize,
+    /// The column SQLite's rowid is an alias of: an integer `id` whose values rise strictly
+    /// (as `StringIds.id` and `COMPOSITE_EVENTS.id`, each the table's `INTEGER PRIMARY KEY`).
+    /// Without one, the rowid is the row's number from 1, as in the SQLite export.
+    pub(super) key: Option<usize>,
+    /// Whether the rows are in the order of these columns (ascending), found once per list.
+    pub(super) sorted: Mutex<HashMap<Vec<c_int>, bool>>,
+    /// The addresses of the file's mapping: only its pages are given back (a buffer the
+    /// decoder copied to align it, or a validity bitmap Arrow made, is heap memory). Empty
+    /// where the bytes were read into memory.
+    pub(super) mapped: std::ops::Range<usize>,
+    /// The file read, to tell whether it changed while it was read.
+    pub(super) source: Source,
+}
+
+/// The file a [`Table`] was read from, as it was when it was read.
+/// (No file is kept open: an export has tens of tables, and `merge` opens many exports.)
+pub(super) struct Source {
+    pub(super) place: Place,
+    pub(super) stamp: Stamp,
+    /// The watched mapping (`None` where the bytes were read into memory).
+    pub(super) mapping: Option<Arc<crate::mapped::Mapping>>,
+}
+
+/// A [`crate::mapped::Mapping`] shared by a table and the buffers decoded from it.
+pub(super) struct SharedMapping(Arc<crate::mapped::Mapping>);
+
+impl AsRef<[u8]> for SharedMapping {
+    fn as_ref(&self) -> &[u8] {
+        &self.0
+    }
+}
+
+/// The error of a table of `file` in use (loaded, not yet dropped) whose file changed since it
+/// was loaded, `table` first: what went wrong where `file` no longer reads as an export.
+pub(super) fn changed_in_use(file: &Path, table: &str) -> Option<anyhow::Error> {
+    let loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+    let mut in_use: Vec<_> = loaded.iter().filter(|(p, _, _)| p.file == file).collect();
+    in_use.sort_by_key(|(p, _, _)| p.table != table);
+    in_use
+        .into_iter()
+        .find_map(|(p, _, t)| Some(p.changed(t.upgrade()?.change()?)))
+}
+
+/// Tables loaded by this process and still in use, by place: the readers' connections and
+/// scans of one conversion share one decoding of each table (and what was learnt of its
+/// order). A table is loaded again when its file's size, time or inode differ.
+pub(super) static LOADED: Mutex<Vec<(Place, Stamp, std::sync::Weak<Table>)>> =
+    Mutex::new(Vec::new());
+
+impl Table {
+    /// The table at `place`, shared with any other user of the same table.
+    pub(super) fn shared(place: &Place) -> Result<Arc<Table>> {
+        let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
+        loaded.retain(|(_, _, t)| t.strong_count() > 0);
+        let m = match std::fs::metadata(&place.file) {
+            Ok(m) => m,
+            // Gone while a reader of this process reads it.
+            Err(_) if loaded.iter().any(|(p, _, _)| p == place) => {
+                return Err(changed("removed"));
+            }
+            Err(e) => bail!("cannot read: {e}"),
+        };
+        let stamp = stamp(&m);
+        // The stamp first: comparing paths compares their components.
+        if let Some(t) = loaded
+            .iter()
+            .find(|(p, s, _)| *s == stamp && p == place)
+            .and_then(|(_, _, t)| t.upgrade())
+        {
+            return Ok(t);
+        }
+        let t = match Table::load(place) {
+            Ok(t) => Arc::new(t),
+            // A table of this file in use, whose file changed since it was loaded: what went
+            // wrong is the change, not damage. (One that loads is read anew; the conversion's
+            // check at its end tells the change.)
+            Err(e) => {
+                let mut in_use = loaded.iter().filter(|(p, _, _)| p == place);
+                return Err(in_use
+                    .find_map(|(_, _, t)| t.upgrade()?.change())
+                    .map_or(e, changed));
+            }
+        };
+        loaded.push((place.clone(), stamp, Arc::downgrade(&t)));
+        Ok(t)
+    }
+
+    /// Give back the pages of the buffers of batch `b` marked in `cols` (for each column, a bit
+    /// for each buffer [`Column::behind`] names: [`ALL`] for a column read) that lie wholly
+    /// before row `i` and that `behind` has not given back yet, in runs of at least `min` bytes a
+    /// buffer: a reader reads each column front to back, so the memory it maps stays a window,
+    /// not the table. (The pages stay in the page cache; a later read maps them again.) Each
+    /// call to the kernel costs a flush of the other threads' address translations: a run is
+    /// given back at once, not page by page.
+    pub(super) fn give_back(
+        &self,
+        b: usize,
+        i: usize,
+        cols: &[Cell<u8>],
+        behind: &mut Behind,
+        min: usize,
+    ) {
+        let Some(batch) = self.batches.get(b) else {
+            return;
+        };
+        if behind.batch != b || behind.marks.len() != batch.len() {
+            behind.batch = b;
+            behind.marks.clear();
+            behind.marks.resize(batch.len(), [0; 3]);
+        }
+        let i = i.min(self.lengths[b]);
+        if i == self.lengths[b] && self.lengths.len() > 1 {
+            // A batch of many read to its end: one call gives back the span of all its
+            // buffers, partly used pages and the columns not read included, which the kernel
+            // maps around a page that is read (fault-around): small batches would otherwise
+            // each keep tens of kilobytes. The span starts at the batch before, whose last
+            // pages the first reads of this one mapped again the same way. A neighbour still
+            // being read maps its page again. (A table of one batch, as nsys writes them, is
+            // given back column by column.)
+            let span = |b: usize| {
+                let (mut lo, mut hi) = (usize::MAX, 0);
+                for c in &self.batches[b] {
+                    c.behind(self.lengths[b], |_, buffer, _| {
+                        let ptr = buffer.as_ptr() as usize;
+                        if self.mapped.contains(&ptr) {
+                            lo = lo.min(ptr);
+                            hi = hi.max(ptr + buffer.len());
+                        }
+                    });
+                }
+                (lo, hi)
+            };
+            let (mut lo, hi) = span(b);
+            if let Some(before) = b.checked_sub(1) {
+                lo = lo.min(span(before).0);
+            }
+            // SAFETY: `mapped` is this table's file mapping, alive as long as the table.
+            unsafe { drop_pages(&self.mapped, lo / PAGE * PAGE, hi.next_multiple_of(PAGE)) };
+            return;
+        }
+        for ((c, on), marks) in batch
+            .iter()
+            .zip(cols)
+            .zip(&mut behind.marks)
+            .filter(|((_, on), _)| on.get() != 0)
+        {
+            let on = on.get();
+            c.behind(i, |k, buffer, bytes| {
+                if on & (1 << k) == 0 {
+                    return;
+                }
+                let ptr = buffer.as_ptr() as usize;
+                if !self.mapped.contains(&ptr) {
+                    return;
+                }
+                let start = marks[k].max(ptr.next_multiple_of(PAGE));
+                let end = ((ptr + bytes.min(buffer.len())).min(self.mapped.end)) / PAGE * PAGE;
+                if end > start && end - start >= min {
+                    // SAFETY: `mapped` is this table's file mapping, alive as long as the table.
+                    unsafe { drop_pages(&self.mapped, start, end) };
+                    marks[k] = end;
+                }
+            });
+        }
+    }
+
+    /// Load the table at `place`. A file truncated while it is read is told as such, not as
+    /// damage (what was read of it may be zeros).
+    pub(super) fn load(place: &Place) -> Result<Table> {
+        use std::os::unix::fs::FileExt;
+        let file = std::fs::File::open(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
+        let stamp = stamp(&file.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
+        if let Some(how) = place.walked.and_then(|w| change(w, stamp)) {
+            return Err(changed(how));
+        }
+        let (offset, end) = match &place.bytes {
+            Some(bytes) => (bytes.start, bytes.end),
+            None => (0, stamp.0),
+        };
+        let len = usize::try_from(end - offset).map_err(|_| anyhow!("a stream too long to map"))?;
+        let mapping =
+            crate::mapped::Mapping::new(&file, place.bytes.as_ref().map(|_| (offset, len)))
+                .map_err(|e| anyhow!("cannot map: {e}"))?
+                .map(Arc::new);
+        let (whole, mapped) = match &mapping {
+            Some(map) => {
+                // The page cache holds a large file in folios of up to 2 MB, which the kernel
+                // would map whole where they are aligned: the pages a reader touches would be 2
+                // MB a column, not the window it keeps (see `Table::give_back`). Only an advice:
+                // without it the conversion is the same.
+                #[cfg(target_os = "linux")]
+                let _ = map.advise(memmap2::Advice::NoHugePage);
+                let mapped = map.as_ptr() as usize..map.as_ptr() as usize + map.len();
+                let owner = SharedMapping(map.clone());
+                (
+                    arrow_buffer::Buffer::from(bytes::Bytes::from_owner(owner)),
+                    mapped,
+                )
+            }
+            // Every watch slot taken (many exports open at once): read into memory.
+            None => {
+                let mut bytes = vec![0u8; len];
+                file.read_exact_at(&mut bytes, offset)
+                    .map_err(|e| anyhow!("cannot read: {e}"))?;
+                (arrow_buffer::Buffer::from_vec(bytes), 0..0)
+            }
+        };
+        let source = Source {
+            place: place.clone(),
+            stamp,
+            mapping,
+        };
+        let loaded = Table::decode(whole, mapped, source);
+        match loaded {
+            Ok(t) => match t.change() {
+                Some(how) => Err(changed(how)),
+                None => Ok(t),
+            },
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Decode and check the table whose stream is `whole` (mapped at `mapped`).
+    pub(super) fn decode(
+        whole: arrow_buffer::Buffer,
+        mapped: std::ops::Range<usize>,
+        source: Source,
+    ) -> Result<Table> {
+        let watch = source.mapping.clone();
+        let lost = |e: anyhow::Error| match &watch {
+            Some(m) if m.lost_pages() => changed("truncated"),
+            _ => e,
+        };
+        let damaged = |e: &dyn std::fmt::Display| {
+            anyhow!(
+                "not a readable Arrow IPC stream ({}): a damaged or truncated file; export the report again",
+                one_line(&e.to_string())
+            )
+        };
+        // Walking the messages maps the pages around each header read (the kernel's
+        // fault-around): a table of many batches would have most of its file mapped at once.
+        // Both walks (the check, then the decoding) give back what they have read as they go,
+        // a megabyte at a time.
+        let walker = || {
+            let mut released = mapped.start;
+            let mapped = mapped.clone();
+            move |pos: usize| {
+                let end = (mapped.start + pos) / PAGE * PAGE;
+                if end >= released + (1 << 20) {
+                    // SAFETY: `mapped` is the file's mapping, alive for the whole load (it
+                    // moves into the table's buffer, not away).
+                    unsafe { drop_pages(&mapped, released, end) };
+                    released = end;
+                }
+            }
+        };
+        let layout = check_layout(&whole, walker()).map_err(|e| lost(damaged(&e)))?;
+        let checked = layout.is_some();
+        let (schema, batches) = match layout {
+            Some(layout) => {
+                // The stream decoder's checks read every value of a text column at once,
+                // mapping the whole column: the batches are decoded without them, and their
+                // values checked by `validate` below, a slice of rows at a time, giving back
+                // what it read.
+                let schema = Arc::new(layout.schema);
+                // SAFETY: `check_layout` checked what building the arrays relies on (each
+                // column's rows and its buffers' lengths, for the types `Column::new` takes);
+                // no value is read before `validate` has checked it.
+                let decoder = unsafe {
+                    arrow_ipc::reader::FileDecoder::new(schema.clone(), layout.version)
+                        .with_skip_validation(true)
+                };
+                let mut batches = Vec::with_capacity(layout.batches.len());
+                let mut walked = walker();
+                for (start, meta) in layout.batches {
+                    walked(start);
+                    let meta = i32::try_from(meta).map_err(|_| damaged(&"a message too long"))?;
+                    let block = arrow_ipc::Block::new(0, meta, 0);
+                    let batch = decoder
+                        .read_record_batch(&block, &whole.slice(start))
+                        .map_err(|e| lost(damaged(&e)))?;
+                    batches.extend(batch);
+                }
+                (schema, batches)
+            }
+            None => stream(whole).map_err(|e| lost(damaged(&e)))?,
+        };
+        let columns = sql_columns(&schema)?;
+        let mut decoded = Vec::with_capacity(batches.len());
+        let mut lengths = Vec::with_capacity(batches.len());
+        for batch in &batches {
+            if batch.schema().fields() != schema.fields() {
+                bail!("record batches of different schemas");
+            }
+            let cols = batch
+                .columns()
+                .iter()
+                .map(|a| Column::new(a.as_ref()).expect("types checked above"))
+                .collect();
+            decoded.push(cols);
+            lengths.push(batch.num_rows());
+        }
+        let mut table = Table {
+            rows: lengths.iter().sum(),
+            columns,
+            batches: decoded,
+            lengths,
+            key: None,
+            sorted: Mutex::default(),
+            mapped,
+            source,
+        };
+        if checked {
+            table.validate(&batches).map_err(|e| lost(damaged(&e)))?;
+        }
+        table.key = table
+            .columns
+            .iter()
+            .position(|(n, t)| n == "id" && *t == "INTEGER")
+            .filter(|&c| table.rises_strictly(c));
+        Ok(table)
+    }
+
+    /// Whether a page of the table's mapping was lost (its file truncated): what was read of
+    /// it since may be zeros. A reader looks before it trusts what it read.
+    #[inline]
+    pub(super) fn lost(&self) -> bool {
+        self.source.mapping.as_ref().is_some_and(|m| m.lost_pages())
+    }
+
+    /// How the table's file changed since it was loaded (truncated, rewritten, replaced or
+    /// removed), if it did. A file cut inside a page loses no page (the rest of the page reads
+    /// as zeros): its size tells.
+    pub(super) fn change(&self) -> Option<&'static str> {
+        if self.lost() {
+            return Some("truncated");
+        }
+        change_since(&self.source.place.file, self.source.stamp)
+    }
+
+    /// An error naming the table's file where it changed since it was loaded.
+    pub(super) fn unchanged(&self) -> Result<()> {
+        match self.change() {
+            Some(how) => Err(self.source.place.changed(how)),
+            None => Ok(()),
+        }
+    }
+
+    /// Check the values of the decoded `batches` (this table's) as the decoder would have:
+    /// offsets within their bytes and rising, text in UTF-8, null counts as declared. A slice
+    /// of rows at a time, giving back the pages read behind it.
+    pub(super) fn validate(&self, batches: &[RecordBatch]) -> std::result::Result<(), String> {
+        const SLICE: usize = 1 << 16;
+        let mut behind = Behind::default();
+        for (b, batch) in batches.iter().enumerate() {
+            let rows = batch.num_rows();
+            for (c, a) in batch.columns().iter().enumerate() {
+                let data = a.to_data();
+                // Only validity bits and variable-width values are read.
+                let only = vec![Cell::new(0); batch.num_columns()];
+                only[c].set(match a.data_type() {
+                    DataType::Utf8 | DataType::LargeUtf8 | DataType::Binary => ALL,
+                    _ => 1,
+                });
+                let mut nulls = 0;
+                for start in (0..rows).step_by(SLICE) {
+                    let end = rows.min(start + SLICE);
+                    let slice = data.slice(start, end - start);
+                    slice.validate_full().map_err(|e| e.to_string())?;
+                    nulls += slice.null_count();
+                    let min = if end == rows { 0 } else { RELEASE_BYTES };
+                    self.give_back(b, end, &only, &mut behind, min);
+                }
+                if nulls != data.null_count() {
+                    return Err("a column's null count is not its nulls'".into());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Give back what a walk that may have stopped early (at the first row out of order) read
+    /// of the batch it stopped in.
+    pub(super) fn give_back_stopped(&self, cols: &[Cell<u8>], behind: &mut Behind) {
+        let b = behind.batch;
+        if let Some(&n) = self.lengths.get(b) {
+            self.give_back(b, n, cols, behind, 0);
+        }
+    }
+
+    /// `ALL` for the columns in `cols` (a rowid, `-1`, reads the key), for [`Table::give_back`].
+    pub(super) fn reading(&self, cols: impl IntoIterator<Item = c_int>) -> Vec<Cell<u8>> {
+        let mask = vec![Cell::new(0); self.columns.len()];
+        for c in cols {
+            if let Some(m) = usize::try_from(c)
+                .ok()
+                .or(self.key)
+                .and_then(|c| mask.get(c))
+            {
+                m.set(ALL);
+            }
+        }
+        mask
+    }
+
+    pub(super) fn rises_strictly(&self, col: usize) -> bool {
+        let mask = self.reading([col as c_int]);
+        let mut behind = Behind::default();
+        let mut last = None;
+        let rising = 'rows: {
+            for (b, n) in self.lengths.iter().enumerate() {
+                let c = &self.batches[b][col];
+                if let (Data::I64(v), None) = (&c.data, &c.nulls) {
+                    for (k, part) in v.chunks(RELEASE_EVERY).enumerate() {
+                        if last.zip(part.first()).is_some_and(|(l, f)| l >= *f)
+                            || part.windows(2).any(|w| w[0] >= w[1])
+                        {
+                            break 'rows false;
+                        }
+                        last = part.last().copied();
+                        self.give_back(
+                            b,
+                            (k + 1) * RELEASE_EVERY,
+                            &mask,
+                            &mut behind,
+                            RELEASE_BYTES,
+                        );
+                    }
+                } else {
+                    for i in 0..*n {
+                        if i.is_multiple_of(RELEASE_EVERY) {
+                            self.give_back(b, i, &mask, &mut behind, RELEASE_BYTES);
+                        }
+                        let Some(v) = c.int(i) else {
+                            break 'rows false;
+                        };
+                        if last.is_some_and(|l| v <= l) {
+                            break 'rows false;
+                        }
+                        last = Some(v);
+                    }
+                }
+                self.give_back(b, *n, &mask, &mut behind, 0);
+            }
+            true
+        };
+        self.give_back_stopped(&mask, &mut behind);
+        rising
+    }
+
+    /// Whether the rows come in ascending order of these columns (SQLite's order: NULL first;
+    /// integer columns only).
+    pub(super) fn sorted_by(&self, cols: &[c_int]) -> bool {
+        let mut memo = self.sorted.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(&s) = memo.get(cols) {
+            return s;
+        }
+        let integer = |c: c_int| {
+            c < 0
+                || self
+                    .columns
+                    .get(c as usize)
+                    .is_some_and(|t| t.1 == "INTEGER")
+        };
+        let sorted = cols.iter().all(|&c| integer(c)) && self.rows_sorted(cols);
+        memo.insert(cols.to_vec(), sorted);
+        sorted
+    }
+
+    pub(super) fn rows_sorted(&self, cols: &[c_int]) -> bool {
+        // Read a chunk of rows' keys at a time, column by column (each a typed loop), and
+        // compare each row's key with the one before (NULL sorts first): as plain integers
+        // where no key column of the batch has a NULL (nsys' tables), else as options.
+        let mask = self.reading(cols.iter().copied());
+        let mut behind = Behind::default();
+        let mut plain: Vec<Vec<i64>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
+        let mut keys: Vec<Vec<Option<i64>>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
+        // The key of the last row compared (empty before the first).
+        let mut last: Vec<Option<i64>> = Vec::with_capacity(cols.len());
+        let mut row = 0;
+        let sorted = 'rows: {
+            for (b, &n) in self.lengths.iter().enumerate() {
+                let batch = &self.batches[b];
+                let column = |c: c_int| match (c, self.key) {
+                    (c, _) if c >= 0 => Some(&batch[c as usize]),
+                    (_, Some(key)) => Some(&batch[key]),
+                    // Row numbers.
+                    (_, None) => None,
+                };
+                for start in (0..n).step_by(RELEASE_EVERY) {
+                    self.give_back(b, start, &mask, &mut behind, RELEASE_BYTES);
+                    let rows = start..(start + RELEASE_EVERY).min(n);
+                    let numbers = || (row + rows.start..row + rows.end).map(|r| r as i64 + 1);
+                    let is_plain = cols.iter().zip(&mut plain).all(|(&c, out)| {
+                        out.clear();
+                        match column(c) {
+                            Some(col) => col.plain_ints(rows.clone(), out),
+                            None => {
+                                out.extend(numbers());
+                                true
+                            }
+                        }
+                    });
+                    let first: Vec<Option<i64>>;
+                    if is_plain {
+                        first = plain.iter().map(|k| k.first().copied()).collect();
+                        if !ascending(&plain) {
+                            break 'rows false;
+                        }
+                    } else {
+                        for (&c, out) in cols.iter().zip(&mut keys) {
+                            out.clear();
+                            match column(c) {
+                                Some(col) => col.ints(rows.clone(), out),
+                                None => out.extend(numbers().map(Some)),
+                            }
+                        }
+                        first = keys.iter().map(|k| k.first().copied().flatten()).collect();
+                        for j in 1..keys.first().map_or(0, Vec::len) {
+                            let before = keys.iter().map(|k| k[j - 1]);
+                            if before.gt(keys.iter().map(|k| k[j])) {
+                                break 'rows false;
+                            }
+                        }
+                    }
+                    // The chunk's first row against the last row before it.
+                    if !last.is_empty() && last > first {
+                        break 'rows false;
+                    }
+                    last.clear();
+                    if is_plain {
+                        last.extend(plain.iter().map(|k| k.last().copied()));
+                    } else {
+                        last.extend(keys.iter().map(|k| k.last().copied().flatten()));
+                    }
+                }
+                row += n;
+                self.give_back(b, n, &mask, &mut behind, 0);
+            }
+            true
+        };
+        self.give_back_stopped(&mask, &mut behind);
+        sorted
+    }
+
+    /// SQLite's rowid of row `i` of batch `b`, row `row` of the table.
+    #[inline]
+    pub(super) fn rowid(&self, b: usize, i: usize, row: usize) -> i64 {
+        match self.key {
+            Some(k) => self.batches[b][k].int(i).unwrap_or_default(),
+            None => row as i64 + 1,
+        }
+    }
+
+    /// Column `col` of row `row` of the table, as an integer (NULL sorts first: `i64::MIN`).
+    pub(super) fn int_at(&self, col: usize, row: usize) -> i64 {
+        match self.locate(row) {
+            (b, i) if b < self.lengths.len() => self.batches[b][col].int(i).unwrap_or(i64::MIN),
+            _ => i64::MAX,
+        }
+    }
+
+    /// Row `row` of the table as (batch, row in it); past the end, (number of batches, 0).
+    pub(super) fn locate(&self, mut row: usize) -> (usize, usize) {
+        for (b, n) in self.lengths.iter().enumerate() {
+            if row < *n {
+                return (b, row);
+            }
+            row -= n;
+        }
+        (self.lengths.len(), 0)
+    }
+
+    /// Move a scan at (`batch`, `in_batch`) past the batches it has read to their end, and
+    /// with `release`, give back the pages behind it of the columns it reads (see
+    /// [`Table::give_back`]).
+    #[inline]
+    pub(super) fn step(
+        &self,
+        batch: &mut usize,
+        in_batch: &mut usize,
+        release: Option<(&[Cell<u8>], &mut Behind)>,
+    ) {
+        let mut release = release;
+        while *batch < self.lengths.len() && *in_batch >= self.lengths[*batch] {
+            // A batch read to its end is all behind the scan.
+            if let Some((cols, behind)) = release.as_mut() {
+                self.give_back(*batch, self.lengths[*batch], cols, behind, 0);
+            }
+            *in_batch = 0;
+            *batch += 1;
+        }
+        if let Some((cols, behind)) = release
+            && *in_batch > 0
+            && in_batch.is_multiple_of(RELEASE_EVERY)
+        {
+            self.give_back(*batch, *in_batch, cols, behind, RELEASE_BYTES);
+        }
+    }
+
+    /// The rows `[first, end)` whose column `col`, which the rows are sorted by, equals `v`.
+    pub(super) fn equal_range(&self, col: usize, v: i64) -> (usize, usize) {
+        let bound = |strict: bool| {
+            let (mut lo, mut hi) = (0, self.rows);
+            while lo < hi {
+                let mid = (lo + hi) / 2;
+                let x = self.int_at(col, mid);
+                if x < v || (strict && x == v) {
+                    lo = mid + 1;
+                } else {
+                    hi = mid;
+                }
+            }
+            lo
+        };
+        let range = (bound(false), bound(true));
+        self.forget_probes(col);
+        range
+    }
+
+    /// Give back the pages a binary search over column `col` mapped, where the column is large:
+    /// each probe maps the page-cache folio it lands in (up to 2 MB on recent kernels), which
+    /// no scan would give back until it passed them. (The rows found are mapped again when read.)
+    pub(super) fn forget_probes(&self, col: usize) {
+        for batch in &self.batches {
+            batch[col].behind(0, |k, buffer, _| {
+                let ptr = buffer.as_ptr() as usize;
+                if k == 1 && buffer.len() >= PROBED_BYTES && self.mapped.contains(&ptr) {
+                    // SAFETY: `mapped` is this table's file mapping, alive as long as the table.
+                    unsafe { drop_pages(&self.mapped, ptr, ptr + buffer.len()) };
+                }
+            });
+        }
+    }
+
+    /// The row whose rowid is `rowid`, if any.
+    pub(super) fn find(&self, rowid: i64) -> Option<usize> {
+        let Some(k) = self.key else {
+            return usize::try_from(rowid)
+                .ok()
+                .filter(|r| (1..=self.rows).contains(r))
+                .map(|r| r - 1);
+        };
+        // The key rises strictly: at most one row holds it.
+        let (first, end) = self.equal_range(k, rowid);
+        (end > first).then_some(first)
+    }
+}

@@ -1,0 +1,228 @@
+//! A direct scan of a table's typed columns ([`TableScan`]), for readers whose scan needs no
+//! SQL, giving back the pages it has read.
+
+use super::column::{CHUNK, Column, Data, Lane};
+use super::load::{Behind, Table, place};
+use anyhow::{Result, anyhow};
+use rusqlite::types::ValueRef;
+use std::cell::Cell;
+use std::ffi::c_int;
+use std::path::Path;
+use std::sync::Arc;
+
+/// A column of a direct scan, resolved to the table's columns.
+pub(super) enum Pick {
+    Column(usize),
+    Rowid,
+    Null,
+    Coalesce(Vec<usize>),
+    Int(i64),
+}
+
+/// A scan (see `nsys::scan`) read straight from a table's columns, without SQLite.
+pub struct TableScan {
+    pub(super) table: Arc<Table>,
+    pub(super) picks: Vec<Pick>,
+    /// The picks resolved against batch `batch` (see [`TableScan::resolve`]): a row's values
+    /// are read from them without looking the column up again for each value.
+    pub(super) slots: Vec<Column>,
+    /// Each pick's values as integers ([`Column::number`]) for the rows of the chunk being
+    /// read. Most values are read as integers: a typed loop over each column per chunk, then
+    /// a load per value, costs less than finding each value's type.
+    pub(super) lanes: Vec<Lane>,
+    /// Whether each pick's values are integers (or NULL): then fetched from `lanes`.
+    pub(super) integral: Vec<bool>,
+    /// The columns the picks read, and what of them is given back (see [`Table::give_back`]).
+    pub(super) reads: Vec<Cell<u8>>,
+    pub(super) behind: Behind,
+    /// The batch being read, and the table's row number of its first row.
+    pub(super) batch: usize,
+    pub(super) first: usize,
+    /// The chunk being read: the batch's row it starts at, its rows, and the current row in
+    /// it (`usize::MAX` before the first).
+    pub(super) chunk: usize,
+    pub(super) rows: usize,
+    pub(super) at: usize,
+}
+
+impl TableScan {
+    /// The direct reading of `cols` of `table` in the export `dir`, in `order`: `None` when the
+    /// scan needs SQL (an expression, or an order the rows do not have).
+    pub fn open(
+        dir: &Path,
+        table: &str,
+        cols: &[crate::column::Col],
+        order: &[crate::column::Col],
+    ) -> Result<Option<TableScan>> {
+        use crate::column::Col;
+        let place = place(dir, table)?;
+        let t = Table::shared(&place).map_err(|e| anyhow!("{place}: {e:#}"))?;
+        let index = |n: &str| t.columns.iter().position(|(c, _)| c == n);
+        let mut picks = Vec::with_capacity(cols.len());
+        for c in cols {
+            picks.push(match c {
+                Col::Column(n) => index(n).map_or(Pick::Null, Pick::Column),
+                Col::Rowid => Pick::Rowid,
+                Col::Null => Pick::Null,
+                Col::Int(n) => Pick::Int(*n),
+                Col::Coalesce(ns) => Pick::Coalesce(ns.iter().filter_map(|n| index(n)).collect()),
+                Col::Sql(_) => return Ok(None),
+            });
+        }
+        let mut keys = Vec::with_capacity(order.len());
+        for o in order {
+            keys.push(match o {
+                Col::Rowid => -1,
+                Col::Column(n) => match index(n) {
+                    Some(i) => i as c_int,
+                    None => return Ok(None),
+                },
+                _ => return Ok(None),
+            });
+        }
+        let is_key = |c: c_int| c < 0 || t.key.is_some_and(|k| k as c_int == c);
+        if !keys.is_empty() && !keys.iter().all(|&c| is_key(c)) && !t.sorted_by(&keys) {
+            return Ok(None);
+        }
+        let reads = t.reading(picks.iter().flat_map(|p| match p {
+            Pick::Column(c) => vec![*c as c_int],
+            Pick::Coalesce(cs) => cs.iter().map(|&c| c as c_int).collect(),
+            Pick::Rowid => vec![-1],
+            Pick::Null | Pick::Int(_) => Vec::new(),
+        }));
+        Ok(Some(TableScan {
+            table: t,
+            picks,
+            slots: Vec::new(),
+            lanes: Vec::new(),
+            integral: Vec::new(),
+            reads,
+            behind: Behind::default(),
+            batch: 0,
+            first: 0,
+            chunk: 0,
+            rows: 0,
+            at: usize::MAX,
+        }))
+    }
+
+    /// The next row, `None` after the last (or where the file changed: see
+    /// [`TableScan::unchanged`]).
+    #[allow(clippy::should_implement_trait)]
+    #[inline]
+    pub fn next(&mut self) -> Option<RowRef<'_>> {
+        self.step().then_some(RowRef { scan: self })
+    }
+
+    /// Move to the next row: false after the last, or where the table's file lost a page (see
+    /// `Table::lost`), looked at as each chunk is read: a reader is given no integer a lost
+    /// page read as (a text is read as it is fetched: at most a chunk of them).
+    #[inline]
+    pub fn step(&mut self) -> bool {
+        let at = self.at.wrapping_add(1);
+        if at < self.rows {
+            self.at = at;
+            true
+        } else {
+            self.advance()
+        }
+    }
+
+    /// The current row (after [`TableScan::step`] said there is one).
+    #[inline]
+    pub fn row(&self) -> RowRef<'_> {
+        RowRef { scan: self }
+    }
+
+    /// After the last row: an error naming the table's file where it changed while it was read
+    /// (what the scan gave may not be the file's).
+    pub fn unchanged(&self) -> Result<()> {
+        self.table.unchanged()
+    }
+
+    /// Move to the next chunk: past the batches read to their end, giving back what is behind
+    /// the scan (see [`Table::step`]); false after the last row, or where the table lost a
+    /// page.
+    #[inline(never)]
+    pub(super) fn advance(&mut self) -> bool {
+        let (from, mut i) = (self.batch, self.chunk + self.rows);
+        let release = Some((&self.reads[..], &mut self.behind));
+        self.table.step(&mut self.batch, &mut i, release);
+        let Some(&n) = self.table.lengths.get(self.batch) else {
+            (self.chunk, self.rows, self.at) = (0, 0, usize::MAX);
+            return false;
+        };
+        if self.batch != from || self.slots.len() != self.picks.len() {
+            self.first += self.table.lengths[from..self.batch].iter().sum::<usize>();
+            self.resolve();
+        }
+        let rows = i..n.min(i + CHUNK);
+        if self.lanes.len() != self.slots.len() {
+            let empty = Lane {
+                some: [false; CHUNK],
+                values: [0; CHUNK],
+            };
+            self.lanes = vec![empty; self.slots.len()];
+        }
+        for (c, lane) in self.slots.iter().zip(&mut self.lanes) {
+            c.numbers(rows.clone(), lane);
+        }
+        // The chunk's integers are read: none of them is given where a page was lost.
+        if self.table.lost() {
+            (self.chunk, self.rows, self.at) = (0, 0, usize::MAX);
+            return false;
+        }
+        (self.chunk, self.rows, self.at) = (i, rows.len(), 0);
+        true
+    }
+
+    /// Resolve the picks against batch `batch`.
+    pub(super) fn resolve(&mut self) {
+        let t = &self.table;
+        let cols = &t.batches[self.batch];
+        let computed = |data| Column { nulls: None, data };
+        self.slots = self
+            .picks
+            .iter()
+            .map(|p| match p {
+                Pick::Column(c) => cols[*c].clone(),
+                // A key has no NULL (see `Table::rises_strictly`).
+                Pick::Rowid => match t.key {
+                    Some(k) => computed(cols[k].data.clone()),
+                    None => computed(Data::Count(self.first as i64 + 1)),
+                },
+                Pick::Null => computed(Data::Null),
+                Pick::Coalesce(cs) => computed(Data::Coalesce(
+                    cs.iter().map(|&c| cols[c].clone()).collect(),
+                )),
+                Pick::Int(n) => computed(Data::Const(*n)),
+            })
+            .collect();
+        self.integral = self.slots.iter().map(Column::integral).collect();
+    }
+}
+
+/// The current row of a [`TableScan`].
+pub struct RowRef<'s> {
+    pub(super) scan: &'s TableScan,
+}
+
+impl crate::query::Fetch for RowRef<'_> {
+    #[inline(always)]
+    fn fetch(&self, k: usize) -> ValueRef<'_> {
+        let s = self.scan;
+        match s.integral.get(k) {
+            Some(true) => s.lanes[k]
+                .get(s.at)
+                .map_or(ValueRef::Null, ValueRef::Integer),
+            Some(false) => s.slots[k].value(s.chunk + s.at),
+            None => ValueRef::Null,
+        }
+    }
+
+    #[inline(always)]
+    fn int(&self, k: usize) -> Option<i64> {
+        let s = self.scan;
+        s.lanes.get(k).and_then(|l| l.get(s.at))
+    }
+}

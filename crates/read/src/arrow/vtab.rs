@@ -1,0 +1,242 @@
+//! The SQLite virtual table of one table: its plans (`rowid = ?`, sorted equality, ordered
+//! scans) and its cursor.
+
+use super::files::Place;
+use super::load::{ALL, Behind, Table};
+use rusqlite::ffi;
+use rusqlite::types::ValueRef;
+use rusqlite::vtab::{
+    Context, Filters, IndexConstraintOp, IndexFlags, IndexInfo, VTab, VTabConnection, VTabCursor,
+};
+use std::borrow::Cow;
+use std::cell::Cell;
+use std::ffi::{CStr, CString, c_int};
+use std::sync::Arc;
+
+/// The virtual table: one `.arrow` file of the export.
+#[repr(C)]
+pub(super) struct ArrowTable {
+    /// SQLite's part; must come first.
+    pub(super) base: ffi::sqlite3_vtab,
+    pub(super) table: Arc<Table>,
+}
+
+/// `xFilter`'s plans: a scan, the row of a rowid, or (`SORTED_EQ + c`) the rows whose column `c`,
+/// which the rows are sorted by, equals a value.
+pub(super) const SCAN: c_int = 0;
+pub(super) const BY_ROWID: c_int = 1;
+pub(super) const SORTED_EQ: c_int = 2;
+
+unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
+    /// Where the table lies.
+    type Aux = Place;
+    type Cursor = Cursor<'vtab>;
+
+    fn connect(
+        _db: &mut VTabConnection,
+        place: Option<&Place>,
+        _module: &[u8],
+        _database: &[u8],
+        _table: &[u8],
+        _args: &[&[u8]],
+    ) -> rusqlite::Result<(Cow<'static, CStr>, ArrowTable)> {
+        let module_error = |m: String| rusqlite::Error::ModuleError(m);
+        let place = place.ok_or_else(|| module_error("an Arrow table without its file".into()))?;
+        let table = Table::shared(place).map_err(|e| module_error(format!("{place}: {e:#}")))?;
+        // The key is declared as the SQLite export declares it (readers check for it).
+        let columns: Vec<String> = table
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, (n, t))| {
+                let key = if table.key == Some(i) {
+                    " PRIMARY KEY"
+                } else {
+                    ""
+                };
+                format!("{} {t}{key}", crate::query::quote_ident(n))
+            })
+            .collect();
+        let sql = CString::new(format!("CREATE TABLE x({})", columns.join(", ")))
+            .map_err(|_| module_error("a column name holds a NUL character".into()))?;
+        Ok((
+            Cow::Owned(sql),
+            ArrowTable {
+                base: ffi::sqlite3_vtab::default(),
+                table,
+            },
+        ))
+    }
+
+    fn best_index(&self, info: &mut IndexInfo) -> rusqlite::Result<bool> {
+        let t = &self.table;
+        let is_key = |c: c_int| c < 0 || t.key.is_some_and(|k| k as c_int == c);
+        let mut by_rowid = None;
+        let mut sorted_eq = None;
+        for (i, c) in info.constraints().enumerate() {
+            if !c.is_usable() || c.operator() != IndexConstraintOp::SQLITE_INDEX_CONSTRAINT_EQ {
+                continue;
+            }
+            if is_key(c.column()) {
+                by_rowid = Some(i);
+                break;
+            }
+            if sorted_eq.is_none() && c.column() >= 0 && t.sorted_by(&[c.column()]) {
+                sorted_eq = Some((i, c.column()));
+            }
+        }
+        let order: Vec<(c_int, bool)> = info
+            .order_bys()
+            .map(|o| (o.column(), o.is_order_by_desc()))
+            .collect();
+        let cols: Vec<c_int> = order.iter().map(|o| o.0).collect();
+        let ascending = order.iter().all(|o| !o.1);
+        if let Some((i, c)) = sorted_eq.filter(|_| by_rowid.is_none()) {
+            let mut usage = info.constraint_usage(i);
+            usage.set_argv_index(1);
+            usage.set_omit(true);
+            info.set_idx_num(SORTED_EQ + c);
+            info.set_estimated_cost(((t.rows + 2) as f64).log2() + 10.0);
+            info.set_estimated_rows(10);
+            // Rows of one value of `c` keep the table's order.
+            let mut rest = cols.clone();
+            rest.retain(|&o| o != c);
+            if !order.is_empty()
+                && ascending
+                && (rest.is_empty() || t.sorted_by(&[&[c][..], &rest[..]].concat()))
+            {
+                info.set_order_by_consumed(true);
+            }
+        } else if let Some(i) = by_rowid {
+            let mut usage = info.constraint_usage(i);
+            usage.set_argv_index(1);
+            usage.set_omit(true);
+            info.set_idx_num(BY_ROWID);
+            info.set_estimated_cost(1.0);
+            info.set_estimated_rows(1);
+            info.set_idx_flags(IndexFlags::SQLITE_INDEX_SCAN_UNIQUE);
+            info.set_order_by_consumed(true);
+        } else {
+            info.set_idx_num(SCAN);
+            info.set_estimated_cost(t.rows as f64 + 1.0);
+            info.set_estimated_rows(t.rows as i64);
+            if !order.is_empty()
+                && ascending
+                && (cols.iter().all(|&c| is_key(c)) || t.sorted_by(&cols))
+            {
+                info.set_order_by_consumed(true);
+            }
+        }
+        Ok(true)
+    }
+
+    fn open(&'vtab mut self) -> rusqlite::Result<Cursor<'vtab>> {
+        Ok(Cursor {
+            base: ffi::sqlite3_vtab_cursor::default(),
+            table: &self.table,
+            row: 0,
+            end: 0,
+            batch: 0,
+            in_batch: 0,
+            reads: vec![Cell::new(0); self.table.columns.len()],
+            behind: Behind::default(),
+        })
+    }
+}
+
+/// A scan of a table, or the one row a rowid names.
+#[repr(C)]
+pub(super) struct Cursor<'vtab> {
+    /// SQLite's part; must come first.
+    pub(super) base: ffi::sqlite3_vtab_cursor,
+    pub(super) table: &'vtab Table,
+    /// The current row of the table, and the row to stop at.
+    pub(super) row: usize,
+    pub(super) end: usize,
+    /// The current row as a batch and a row in it.
+    pub(super) batch: usize,
+    pub(super) in_batch: usize,
+    /// The columns SQLite has read, and what of them is given back (see [`Table::give_back`]).
+    pub(super) reads: Vec<Cell<u8>>,
+    pub(super) behind: Behind,
+}
+
+impl Cursor<'_> {
+    /// Move to row `row` of the table.
+    pub(super) fn seek(&mut self, row: usize) {
+        self.row = row;
+        (self.batch, self.in_batch) = self.table.locate(row);
+    }
+}
+
+unsafe impl VTabCursor for Cursor<'_> {
+    fn filter(&mut self, plan: c_int, _: Option<&str>, args: &Filters<'_>) -> rusqlite::Result<()> {
+        if plan >= SORTED_EQ {
+            let col = (plan - SORTED_EQ) as usize;
+            let value = match args.iter().next() {
+                Some(ValueRef::Integer(v)) => Some(v),
+                Some(ValueRef::Real(f)) if f.fract() == 0.0 => Some(f as i64),
+                _ => None,
+            };
+            let (first, end) = value.map_or((0, 0), |v| self.table.equal_range(col, v));
+            self.seek(first);
+            self.end = end;
+        } else if plan == BY_ROWID {
+            let row = match args.iter().next() {
+                Some(ValueRef::Integer(id)) => self.table.find(id),
+                Some(ValueRef::Real(f)) if f.fract() == 0.0 => self.table.find(f as i64),
+                _ => None,
+            };
+            match row {
+                Some(r) => {
+                    self.seek(r);
+                    self.end = r + 1;
+                }
+                None => {
+                    self.seek(0);
+                    self.end = 0;
+                }
+            }
+        } else {
+            self.seek(0);
+            self.end = self.table.rows;
+        }
+        Ok(())
+    }
+
+    fn next(&mut self) -> rusqlite::Result<()> {
+        if self.table.lost() {
+            let e = self.table.source.place.changed("truncated");
+            return Err(rusqlite::Error::ModuleError(format!("{e:#}")));
+        }
+        self.row += 1;
+        self.in_batch += 1;
+        // Only a scan of the whole table leaves pages behind it for good.
+        let whole = self.end == self.table.rows;
+        let release = whole.then_some((&self.reads[..], &mut self.behind));
+        self.table
+            .step(&mut self.batch, &mut self.in_batch, release);
+        Ok(())
+    }
+
+    fn eof(&self) -> bool {
+        self.row >= self.end
+    }
+
+    fn column(&self, ctx: &mut Context, i: c_int) -> rusqlite::Result<()> {
+        if let Some(r) = self.reads.get(i as usize) {
+            r.set(ALL);
+        }
+        let value = self.table.batches[self.batch]
+            .get(i as usize)
+            .map_or(ValueRef::Null, |c| c.value(self.in_batch));
+        ctx.set_result(rusqlite::types::ToSqlOutput::Borrowed(value))
+    }
+
+    fn rowid(&self) -> rusqlite::Result<i64> {
+        if let Some(r) = self.table.key.and_then(|k| self.reads.get(k)) {
+            r.set(ALL);
+        }
+        Ok(self.table.rowid(self.batch, self.in_batch, self.row))
+    }
+}
