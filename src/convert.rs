@@ -1220,7 +1220,7 @@ fn read_into<F: Format>(
                 })
             };
             let findings = if opts.analyze {
-                match nsys_perfetto_read::rules::for_trace(&export.schema) {
+                match nsys_perfetto_read::rules::trace::for_trace(&export.schema) {
                     Ok(f) => f,
                     Err(e) => {
                         failure = Some(anyhow!("analysis: {}", error_line(&e)));
@@ -1242,14 +1242,14 @@ fn read_into<F: Format>(
                     .with_progress(&progress),
                     filter: Floor(floors.get(i).copied().unwrap_or(i64::MIN)),
                 },
-                filter: nsys_perfetto_read::rules::Blamed {
+                filter: nsys_perfetto_read::rules::trace::Blamed {
                     findings: &findings,
                     scratch: Vec::new(),
                 },
             };
             let part = export.read(&opts.selection, &make_sink).and_then(|mut p| {
                 if opts.analyze {
-                    p.merge(nsys_perfetto_read::rules::write_findings(
+                    p.merge(nsys_perfetto_read::rules::trace::write_findings(
                         &findings,
                         &opts.selection,
                         make_sink(),

@@ -4,8 +4,9 @@
 use crate::cli::args::AnalyzeArgs;
 use anyhow::{Result, bail};
 use nsys_perfetto_read::inputs::{Input, classify};
+use nsys_perfetto_read::rules::analyze::analyze_sqlite;
 use nsys_perfetto_read::rules::{
-    CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_sqlite,
+    CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value,
 };
 use std::path::Path;
 

@@ -813,7 +813,7 @@ fn time_util_findings(ex: &Export) -> Result<Option<Vec<nsys_perfetto_read::rule
         rules: vec![Rule::GpuTimeUtil],
         ..Default::default()
     };
-    let reports = rules::analyze(&ex.conn, &ex.schema, &opts)?;
+    let reports = rules::analyze::analyze(&ex.conn, &ex.schema, &opts)?;
     Ok(reports.into_iter().find_map(|r| match r.outcome {
         Outcome::Findings(f) if !f.is_empty() => Some(f),
         _ => None,
