@@ -385,7 +385,7 @@ fn deep_nesting_loads_finished() {
     assert_eq!(summary.skipped_total(), 0);
     let max_depth = t.slices.iter().map(|s| s.depth).max().unwrap();
     assert!(
-        (max_depth as usize) < nsys_perfetto_write::layout::MAX_DEPTH,
+        (max_depth as usize) < nsys_perfetto_write::layout::lanes::MAX_DEPTH,
         "depth {max_depth}"
     );
     if let Some(r) = common::tpcheck(&out) {
