@@ -9,8 +9,8 @@
 //! ENUM_CUDA_DEV_MEM_EVENT_OPER where the export has it), name, correlationId. A free whose `bytes` is 0 frees what was
 //! allocated at its address.
 
+use super::cells::{int_at, text_at};
 use super::reader::ReadContext;
-use super::{int_at, text_at};
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::{

@@ -26,7 +26,7 @@ const BATCH_ROWS: usize = 1 << 14;
 
 /// Rewrite the Parquet export `dir` as an Arrow export in a new temporary directory (removed
 /// when dropped, or on an interrupt), with each table's file as it was read (see
-/// [`crate::Schema::unchanged`]). Errors name the table's file and the problem in one line.
+/// [`crate::schema::Schema::unchanged`]). Errors name the table's file and the problem in one line.
 #[allow(clippy::type_complexity)]
 pub fn to_arrow(
     dir: &Path,

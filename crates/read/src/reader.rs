@@ -4,11 +4,11 @@
 //! the selection) and what an earlier stage computed for the readers that wait for it (the
 //! flow links, the NVTX projection and its feed); a reader takes what it needs from it.
 
-use super::Schema;
 use super::flows::FlowDb;
 use super::info::ProfileInfo;
 use super::projection::Projected;
 use super::projection::feed::FeedRows;
+use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::EventSink;
 use nsys_perfetto_model::select::Selection;

@@ -6,7 +6,7 @@
 //! one sample's frames at a time however large the tables are. Each sample goes to its thread
 //! with every frame SAMPLING_CALLCHAINS holds for it, and its thread state's label.
 
-use super::int_at;
+use super::cells::int_at;
 use super::reader::ReadContext;
 use super::scan::{Rows, Scan};
 use anyhow::Result;

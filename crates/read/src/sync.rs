@@ -1,11 +1,12 @@
 //! CUDA synchronization (`CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`): how long a stream, event or
 //! context synchronization waited, on a "sync" track beside its stream.
 
+use super::cells::int_at;
 use super::info::ProfileInfo;
+use super::names::SYNC;
 use super::order::{REORDER_WINDOW, Reorder};
 use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{SYNC, int_at};
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::EventSink;
@@ -54,8 +55,8 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     while let Some(r) = rows.next()? {
         let r = &r;
         let row: [Option<i64>; 9] = std::array::from_fn(|i| match i {
-            0 | 1 => super::time_at(r, i),
-            2 => super::device_at(r, i),
+            0 | 1 => super::cells::time_at(r, i),
+            2 => super::cells::device_at(r, i),
             _ => int_at(r, i),
         });
         if let Some((_, row)) = window.push((row[0].unwrap_or(i64::MIN), 0), row) {

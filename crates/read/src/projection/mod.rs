@@ -79,9 +79,10 @@ mod sweep;
 pub mod tables;
 
 use self::names::{Names, Strings, Text, carried_text, carry, lossy};
-use super::nvtx_type::{PUSH_POP, START_END};
+use super::names::nvtx_type::{PUSH_POP, START_END};
+use crate::names::NVTX;
 use crate::runs::{Lookup, Named, NearlySorted, Sorted, Sorter, Spill};
-use crate::{NVTX, Schema};
+use crate::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::TextNo;
 use std::borrow::Cow;

@@ -198,7 +198,7 @@ pub struct Spill {
 impl Spill {
     fn file(&mut self) -> Result<(PathBuf, File)> {
         if self.dir.is_none() {
-            self.dir = Some(crate::scratch_dir("nsys-perfetto-")?);
+            self.dir = Some(crate::scratch::scratch_dir("nsys-perfetto-")?);
         }
         let dir = self.dir.as_ref().expect("created above");
         self.next += 1;
