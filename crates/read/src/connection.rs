@@ -103,7 +103,7 @@ impl Drop for ShmGuard {
 }
 
 /// Open the export read-only (see [`read_params`]). An Arrow export is read through an
-/// in-memory database where its tables are virtual tables (see [`arrow::register`]).
+/// in-memory database where its tables are virtual tables (see [`crate::arrow::register`]).
 pub fn open_readonly(path: &Path) -> Result<Connection> {
     if crate::inputs::classify(path).is_arrow() {
         let mut conn = Connection::open_in_memory_with_flags(

@@ -4,38 +4,53 @@
 //!
 //! Every table is optional and every column is looked up by name: exports from nsys 2020.3 to
 //! 2026.2 (schemas 2.9 to 3.25) differ in both. Readers stream rows and never hold a whole table.
+//!
+//! # The public API
+//! The public modules are what the app and the tests use; each item has one path. The readers
+//! of each kind of event (`gpu`, `nvtx`, `osrt`, `sched`, ...) and their machinery (`order`,
+//! `runs`, `flows`, `reader`, `scratch`) are private: a conversion reaches them through
+//! [`source`].
+//! - Opening: [`inputs`] (what a path is), [`schema`] ([`open_schema`](schema::open_schema),
+//!   the export's tables and columns), [`connection`] (read-only connections, SQLite URIs, WAL
+//!   files), [`arrow`] and [`parquet`] (those exports' folder names).
+//! - Converting: [`source`] (an export as a source of the model's events), [`tables`] (the
+//!   table of nsys tables), [`projection`] (NVTX projected onto the GPU), [`metrics`],
+//!   [`enums`].
+//! - Analysing: [`rules`] (`analyze`'s rules), [`recipes`] (the SQL of nsys' recipes).
+//! - Reading rows: [`names`] (nsys' table names), [`cells`] (one cell, checked), [`query`]
+//!   and [`scan`] (rows with few calls into SQLite), [`api::display_name`].
 
 pub mod api;
 pub mod arrow;
-pub mod callchains;
+mod callchains;
 pub mod cells;
-pub mod column;
+mod column;
 pub mod connection;
-pub mod contexts;
+mod contexts;
 pub mod enums;
-pub mod flows;
-pub mod gpu;
-pub mod gpu_memory;
-pub mod info;
+mod flows;
+mod gpu;
+mod gpu_memory;
+mod info;
 pub mod inputs;
 mod mapped;
 pub mod metrics;
 pub mod names;
-pub mod nvtx;
-pub mod order;
-pub mod osrt;
+mod nvtx;
+mod order;
+mod osrt;
 pub mod parquet;
 pub mod projection;
 pub mod query;
-pub mod reader;
+mod reader;
 pub mod recipes;
 pub mod rules;
-pub mod runs;
-pub mod samples;
+mod runs;
+mod samples;
 pub mod scan;
-pub mod sched;
+mod sched;
 pub mod schema;
-pub mod scratch;
+mod scratch;
 pub mod source;
-pub mod sync;
+mod sync;
 pub mod tables;

@@ -28,7 +28,7 @@ pub struct Schema {
 }
 
 impl Schema {
-    /// Whether the export is nsys' Arrow export (see [`arrow`]).
+    /// Whether the export is nsys' Arrow export (see [`crate::arrow`]).
     pub fn is_arrow(&self) -> bool {
         self.loaded.is_some()
     }

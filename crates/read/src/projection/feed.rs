@@ -1,5 +1,5 @@
 //! How NVTX rows reach the sweep: fed by the NVTX reader as it reads the table ([`Feed`]),
-//! or read on their own ([`sweep_all`]).
+//! or read on their own (`sweep_all`).
 
 use super::names::{Names, Text};
 use super::sweep::{Range, Sweep};

@@ -19,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 impl Projected {
-    /// Compute the projection from the launches [`crate::flows::prepare`] found, or
+    /// Compute the projection from the launches `crate::flows::prepare` found, or
     /// `None` when the export lacks NVTX ranges (or there are no launches).
     pub fn build(
         conn: &Connection,

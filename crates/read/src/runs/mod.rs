@@ -269,11 +269,6 @@ impl<R: Record> Sorter<R> {
         Ok(())
     }
 
-    /// Records pushed so far that are still in memory or in runs.
-    pub fn is_empty(&self) -> bool {
-        self.chunk.is_empty() && self.runs.is_empty()
-    }
-
     /// The order of the late records: `None` when sorted in place, else their places.
     fn sort_late(&mut self) -> Option<Vec<u32>> {
         // Large records are not moved to sort them: their (first field, place) pairs are, and
