@@ -25,15 +25,10 @@ struct Row {
 }
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
-    let &ReadContext {
-        conn,
-        schema,
-        selection,
-        ..
-    } = cx;
-    if !schema.has_columns(OSRT, &["start", "end"]) || !selection.wants(EventType::Osrt) {
+    if !cx.wants(EventType::Osrt, OSRT, &["start", "end"]) {
         return Ok(());
     }
+    let (conn, schema, selection) = (cx.conn, cx.schema, cx.selection);
     let has_stacks =
         super::callchains::Callchains::column(schema, OSRT, "OSRT_CALLCHAINS") != "NULL";
     let scan = Scan::new(schema, OSRT).cols(

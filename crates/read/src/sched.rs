@@ -141,17 +141,14 @@ fn off_table(
 }
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
-    let &ReadContext {
-        conn,
-        schema,
-        selection,
-        ..
-    } = cx;
-    if !schema.has_columns(SCHED, &["start", "cpu", "isSchedIn", "globalTid"])
-        || !selection.wants(EventType::Sched)
-    {
+    if !cx.wants(
+        EventType::Sched,
+        SCHED,
+        &["start", "cpu", "isSchedIn", "globalTid"],
+    ) {
         return Ok(());
     }
+    let (conn, schema, selection) = (cx.conn, cx.schema, cx.selection);
     // A point event: the time window keeps switches inside it.
     let filter = selection.sql("t", false, Some("globalTid"), None);
     // Why threads left their CPUs, where the export records it (read only then: two columns

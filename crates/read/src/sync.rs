@@ -27,16 +27,10 @@ const COLS: [&str; 9] = [
 ];
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
-    let &ReadContext {
-        conn,
-        schema,
-        selection,
-        info,
-        ..
-    } = cx;
-    if !schema.has_columns(SYNC, &["start", "end"]) || !selection.wants(EventType::Sync) {
+    if !cx.wants(EventType::Sync, SYNC, &["start", "end"]) {
         return Ok(());
     }
+    let (conn, schema, selection, info) = (cx.conn, cx.schema, cx.selection, cx.info);
     // The device comes from the context (the rows' own deviceId is 0 in real multi-GPU
     // exports), so `--device` applies after the mapping, not in SQL.
     let filter = selection.sql(
