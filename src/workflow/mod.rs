@@ -31,12 +31,12 @@ pub mod stats;
 pub mod sweep;
 
 use crate::cli::args::OutputArgs;
-use crate::report::{self, export::ExportOptions};
+use crate::report::export::ExportOptions;
 use anyhow::Result;
 use nsys_perfetto_read::enums::Enums;
-use nsys_perfetto_read::inputs::{Input, classify};
 use nsys_perfetto_read::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
 use nsys_perfetto_read::projection::{NVTX_GPU, PROJ_DB, Projection};
+use nsys_perfetto_read::reports::{api_name_sql, memcpy_label};
 use nsys_perfetto_read::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
 use regex::Regex;
 use rusqlite::Connection;
@@ -314,15 +314,13 @@ pub struct Export {
     pub schema: Schema,
     pub enums: Enums,
     pub projection: Option<Projection>,
-    /// The SQLite export read (the report's export for a report).
-    pub sqlite: std::path::PathBuf,
-    /// Keeps a temporary export (made from a report) alive.
-    _exported: Option<report::export::Exported>,
+    /// The export read (the report's export for a report), kept alive while this is.
+    pub profile: crate::input::Profile,
 }
 
 impl Export {
-    /// Open an nsys SQLite export, or a report (`.nsys-rep`, `.qdrep`) through its SQLite
-    /// export (made by nsys, or reused, see [`crate::report::export::export_report`]).
+    /// Open an nsys export, or a report (`.nsys-rep`, `.qdrep`) through its export (made by
+    /// nsys, or reused, see [`crate::input::open`]).
     pub fn open(path: &Path) -> Result<Export> {
         Export::open_with(
             path,
@@ -340,14 +338,7 @@ impl Export {
     /// [`Export::open_with`], computing the NVTX-to-GPU projection only when `project` (it
     /// reads every NVTX range and GPU row: work a caller that never reads it should not pay).
     pub fn open_projecting(path: &Path, opts: &ExportOptions, project: bool) -> Result<Export> {
-        let (exported, conn, schema) = if classify(path) == Input::Report {
-            let (exported, conn, schema) = report::export::export_and_open(path, opts)?;
-            (Some(exported), conn, schema)
-        } else {
-            let (conn, schema) = nsys_perfetto_read::open_schema(path)?;
-            (None, conn, schema)
-        };
-        let sqlite = exported.as_ref().map_or(path, |e| e.path());
+        let (profile, conn, schema) = crate::input::open(path, opts)?;
         let enums = Enums::load(&conn, &schema);
         let projection = if project {
             schema.read_through(Projection::build(&schema))?
@@ -362,8 +353,7 @@ impl Export {
             schema,
             enums,
             projection,
-            sqlite: sqlite.to_path_buf(),
-            _exported: exported,
+            profile,
         })
     }
 
@@ -619,35 +609,4 @@ impl OutputArgs {
             }
         }
     }
-}
-
-/// The label nsys gives a CUDA memcpy kind (`ENUM_CUDA_MEMCPY_OPER.label`), for exports without
-/// that table.
-pub fn memcpy_label(kind: i64) -> &'static str {
-    match kind {
-        1 => "Host-to-Device",
-        2 => "Device-to-Host",
-        3 => "Host-to-Array",
-        4 => "Array-to-Host",
-        5 => "Array-to-Array",
-        6 => "Array-to-Device",
-        7 => "Device-to-Array",
-        8 => "Device-to-Device",
-        9 => "Host-to-Host",
-        10 => "Peer-to-Peer",
-        11 => "Unified Host-to-Device",
-        12 => "Unified Device-to-Host",
-        13 => "Unified Device-to-Device",
-        _ => "Unknown",
-    }
-}
-
-/// The SQL expression of an API name as `cuda_api_sum` shows it: a `_vNNNN` suffix of exactly
-/// six characters dropped (so `cudaLaunchKernel_v7000` becomes `cudaLaunchKernel`, while
-/// `cudaStreamIsCapturing_v10000` stays).
-pub fn api_name_sql(value: &str) -> String {
-    format!(
-        "CASE substr({value}, -6, 2) WHEN '_v' THEN substr({value}, 1, length({value}) - 6) \
-         ELSE {value} END"
-    )
 }

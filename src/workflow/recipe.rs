@@ -28,10 +28,11 @@ mod command;
 mod render;
 
 use super::Export;
-use super::reports::{self, Cell, ReportOptions};
 use crate::report::export::ExportOptions;
 use anyhow::{Result, anyhow};
 use nsys_perfetto_read::recipes;
+use nsys_perfetto_read::reports::functions::register_functions;
+use nsys_perfetto_read::reports::{self, Cell, ReportOptions};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -312,12 +313,12 @@ fn report_of(recipe: Recipe) -> (&'static str, &'static str, &'static str) {
 fn report_rows(ex: &Export, recipe: Recipe) -> Result<Option<Vec<ReportRow>>> {
     let (name, count, key) = report_of(recipe);
     let r = reports::report_name(name).expect("a known report");
-    reports::register_functions(&ex.conn)?;
+    register_functions(&ex.conn)?;
     let opts = ReportOptions {
         quartiles: true,
         ..Default::default()
     };
-    let Some(t) = reports::report(ex, r, &opts)? else {
+    let Some(t) = reports::report(&ex.conn, &ex.schema, r, &opts)? else {
         return Ok(None);
     };
     if t.rows.is_empty() {

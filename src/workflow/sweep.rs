@@ -195,8 +195,8 @@ pub fn sweep(
                     progress: false,
                     ..Default::default()
                 };
-                crate::convert::convert_sqlite(&ex.sqlite, &trace, &copts)
-                    .with_context(|| format!("converting {}", ex.sqlite.display()))?;
+                crate::convert::convert_sqlite(ex.profile.export(), &trace, &copts)
+                    .with_context(|| format!("converting {}", ex.profile.export().display()))?;
                 Some(trace)
             } else {
                 None

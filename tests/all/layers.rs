@@ -40,6 +40,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "convert",
             "provenance",
             "report",
+            "input",
             "hints",
             "about",
             "pictures",

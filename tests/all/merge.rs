@@ -475,7 +475,10 @@ fn corpus_mpi_reports_merge_exactly() {
     let merged = merge::merge(&sources, &out, &opts, &Options::default()).unwrap();
     let t = validate_file(&out);
     tpcheck_ok(&out);
-    let exports: Vec<PathBuf> = sources.iter().map(|s| s.sqlite.clone()).collect();
+    let exports: Vec<PathBuf> = sources
+        .iter()
+        .map(|s| s.profile.export().to_path_buf())
+        .collect();
     let (cats, flows) = sum_of_singles(&exports, dir.path(), &Selection::default());
     assert_eq!(t.count_by_category(), cats);
     assert_eq!(t.flows.len(), flows);

@@ -8,8 +8,9 @@
 use crate::common::{corpus_dir, manifest_dir, skip};
 use nsys_perfetto::report::{self, finding::Nsys};
 use nsys_perfetto::workflow::Export;
-use nsys_perfetto::workflow::reports::{KernelNames, REPORTS, ReportName, report_name};
+use nsys_perfetto::workflow::reports::csv;
 use nsys_perfetto::workflow::stats::{ReportChoice, StatsOptions, stats_with};
+use nsys_perfetto_read::reports::{KernelNames, REPORTS, ReportName, report_name};
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -74,7 +75,7 @@ fn ours(path: &Path, names: KernelNames, reports: &[ReportName]) -> BTreeMap<Str
     .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
     st.reports
         .iter()
-        .map(|r| (r.name.to_string(), r.csv()))
+        .map(|r| (r.name.to_string(), csv(r)))
         .collect()
 }
 

@@ -1637,7 +1637,7 @@ const TORCH_B: &str = "GindaChen__nsys-ai__mfu_2gpu_before.sqlite";
 
 #[test]
 fn group_name_drops_counters_only() {
-    use nsys_perfetto::workflow::reports::group_name;
+    use nsys_perfetto_read::reports::functions::group_name;
     for (raw, grouped) in [
         ("aten::mul, seq = 45328, op_id = 990726", "aten::mul"),
         ("aten::to, op_id = 314428", "aten::to"),

@@ -25,6 +25,7 @@ pub mod projection;
 pub mod query;
 pub mod reader;
 pub mod recipes;
+pub mod reports;
 pub mod rules;
 pub mod runs;
 pub mod samples;

@@ -3,9 +3,9 @@
 use super::{ReportChoice, Stats, StatsOptions};
 use super::{compare, stats_with};
 use crate::cli::args::StatsArgs;
-use crate::workflow::reports::KernelNames;
 use crate::workflow::{Export, Kind, Output};
 use anyhow::Result;
+use nsys_perfetto_read::reports::{self, KernelNames};
 use std::path::Path;
 
 impl StatsArgs {
@@ -24,19 +24,14 @@ impl StatsArgs {
                 Some((n, o)) => (n, Some(o)),
                 None => (r.trim(), None),
             };
-            let Some(rep) = crate::workflow::reports::report_name(name) else {
-                let known: Vec<&str> = crate::workflow::reports::REPORTS
-                    .iter()
-                    .map(|r| r.name)
-                    .collect();
+            let Some(rep) = reports::report_name(name) else {
+                let known: Vec<&str> = reports::REPORTS.iter().map(|r| r.name).collect();
                 anyhow::bail!("unknown report {name:?} (known: {})", known.join(", "));
             };
             match option {
                 None => {}
-                Some("base") if crate::workflow::reports::names_kernels(name) => {
-                    kernel_names = KernelNames::Base
-                }
-                Some("mangled") if crate::workflow::reports::names_kernels(name) => {
+                Some("base") if reports::names_kernels(name) => kernel_names = KernelNames::Base,
+                Some("mangled") if reports::names_kernels(name) => {
                     kernel_names = KernelNames::Mangled
                 }
                 Some(o) => anyhow::bail!("report {name}: unknown option {o:?}"),

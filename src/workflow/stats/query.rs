@@ -4,9 +4,12 @@ use super::{
     MetricSummary, PageFaults, ReportChoice, SampledFunction, Section, StatRow, Stats,
     StatsOptions, metric_unit,
 };
-use crate::workflow::reports::{GROUP_NAME_FN, ReportName, ReportOptions, register_group_name};
 use crate::workflow::{Export, Kind};
 use anyhow::Result;
+use nsys_perfetto_read::reports::functions::{
+    GROUP_NAME_FN, register_functions, register_group_name,
+};
+use nsys_perfetto_read::reports::{self, ReportName, ReportOptions};
 use std::path::Path;
 
 /// Leaf frames of `SAMPLING_CALLCHAINS` (`stackDepth` 0) by function, most first.
@@ -290,14 +293,14 @@ pub fn stats_with(
         gpu_time,
         sections,
         reports: {
-            crate::workflow::reports::register_functions(&ex.conn)?;
+            register_functions(&ex.conn)?;
             let ropts = ReportOptions {
                 kernel_names: choice.kernel_names,
                 group_nvtx: group,
                 quartiles: false,
             };
             let names: Vec<ReportName> = if choice.reports.is_empty() {
-                crate::workflow::reports::REPORTS
+                reports::REPORTS
                     .iter()
                     .copied()
                     .filter(|r| r.default)
@@ -307,7 +310,7 @@ pub fn stats_with(
             };
             let mut out = Vec::new();
             for r in names {
-                if let Some(t) = crate::workflow::reports::report(ex, r, &ropts)? {
+                if let Some(t) = reports::report(&ex.conn, &ex.schema, r, &ropts)? {
                     out.push(t);
                 }
             }
