@@ -6,7 +6,10 @@
 use crate::report::export::{ExportOptions, Exported, export_and_open, export_report};
 use anyhow::Result;
 use nsys_perfetto_read::Schema;
+use nsys_perfetto_read::enums::Enums;
 use nsys_perfetto_read::inputs::{Input, classify};
+use nsys_perfetto_read::projection::Projection;
+use nsys_perfetto_read::reports::totals::Events;
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 
@@ -48,14 +51,54 @@ pub fn prepare(input: &Path, opts: &ExportOptions) -> Result<Profile> {
     Ok(Profile::of(input, exported))
 }
 
-/// [`prepare`], and the export opened for queries (see [`nsys_perfetto_read::open_schema`]): a
-/// reused export as the check that it may be reused opened it.
-pub fn open(input: &Path, opts: &ExportOptions) -> Result<(Profile, Connection, Schema)> {
-    if classify(input) == Input::Report {
+/// A profile opened for the workflows' queries: its export's connection, schema and enum labels
+/// and, when asked for and the export has NVTX ranges and GPU work, the NVTX-to-GPU projection
+/// attached as [`nsys_perfetto_read::projection::PROJ_DB`].
+pub struct Opened {
+    pub conn: Connection,
+    pub schema: Schema,
+    pub enums: Enums,
+    pub projection: Option<Projection>,
+    /// The export read, kept alive while this is.
+    pub profile: Profile,
+}
+
+impl Opened {
+    /// The events the workflows total, for their queries.
+    pub fn events(&self) -> Events<'_> {
+        Events {
+            schema: &self.schema,
+            enums: &self.enums,
+            projected: self.projection.is_some(),
+        }
+    }
+}
+
+/// [`prepare`], and the export opened (see [`nsys_perfetto_read::open_schema`]; a reused export
+/// as the check that it may be reused opened it), with the NVTX-to-GPU projection when `project`
+/// (it reads every NVTX range and GPU row: work a caller that never reads it should not pay).
+pub fn open(input: &Path, opts: &ExportOptions, project: bool) -> Result<Opened> {
+    let (profile, conn, schema) = if classify(input) == Input::Report {
         let (exported, conn, schema) = export_and_open(input, opts)?;
-        Ok((Profile::of(input, Some(exported)), conn, schema))
+        (Profile::of(input, Some(exported)), conn, schema)
     } else {
         let (conn, schema) = nsys_perfetto_read::open_schema(input)?;
-        Ok((Profile::of(input, None), conn, schema))
+        (Profile::of(input, None), conn, schema)
+    };
+    let enums = Enums::load(&conn, &schema);
+    let projection = if project {
+        schema.read_through(Projection::build(&schema))?
+    } else {
+        None
+    };
+    if let Some(p) = &projection {
+        p.attach(&conn)?;
     }
+    Ok(Opened {
+        conn,
+        schema,
+        enums,
+        projection,
+        profile,
+    })
 }

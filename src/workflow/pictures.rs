@@ -2,9 +2,9 @@
 //! them): every rank's utilization bins, by the `cuda_gpu_time_util_map` recipe's own code, and
 //! its ranges' starts, before any rank is written.
 
+use crate::input;
 use crate::pictures::{PictureOptions, Pictures, RankPictures, Straggler, Utilization};
 use crate::report::export::ExportOptions;
-use crate::workflow::Export;
 use crate::workflow::recipe::{self, Recipe, RecipeOptions, Value};
 use anyhow::{Result, anyhow};
 use nsys_perfetto_read::recipes;
@@ -18,7 +18,7 @@ struct RankTimes {
 }
 
 fn rank_times(path: &Path, export: &ExportOptions, stragglers: bool) -> Result<RankTimes> {
-    let ex = Export::open_projecting(path, export, false)?;
+    let ex = input::open(path, export, false)?;
     let session = match recipes::session(&ex.schema) {
         Some(sql) => {
             let (d, u): (Option<i64>, Option<i64>) = ex

@@ -27,7 +27,7 @@
 mod command;
 mod render;
 
-use super::Export;
+use crate::input::{self, Opened};
 use crate::report::export::ExportOptions;
 use anyhow::{Result, anyhow};
 use nsys_perfetto_read::recipes;
@@ -245,7 +245,7 @@ enum RankData {
 
 fn rank_data(recipe: Recipe, path: &Path, export: &ExportOptions) -> Result<Option<RankData>> {
     // No recipe reads this tool's NVTX projection (nvtx_gpu_proj_sum has its own).
-    let ex = Export::open_projecting(path, export, false)?;
+    let ex = input::open(path, export, false)?;
     Ok(match recipe {
         Recipe::CudaGpuKernSum | Recipe::CudaApiSum | Recipe::CudaGpuMemTimeSum => {
             report_rows(&ex, recipe)?.map(RankData::Report)
@@ -310,7 +310,7 @@ fn report_of(recipe: Recipe) -> (&'static str, &'static str, &'static str) {
     }
 }
 
-fn report_rows(ex: &Export, recipe: Recipe) -> Result<Option<Vec<ReportRow>>> {
+fn report_rows(ex: &Opened, recipe: Recipe) -> Result<Option<Vec<ReportRow>>> {
     let (name, count, key) = report_of(recipe);
     let r = reports::report_name(name).expect("a known report");
     register_functions(&ex.conn)?;
@@ -533,7 +533,7 @@ fn quantile(sorted: &[i64], q: f64) -> f64 {
 
 /// The per-name statistics of the `(name, duration)` rows of `sql`, names in order; `None`
 /// without rows.
-fn describe(ex: &Export, sql: &Option<String>) -> Result<Option<Vec<Described>>> {
+fn describe(ex: &Opened, sql: &Option<String>) -> Result<Option<Vec<Described>>> {
     let Some(sql) = sql else { return Ok(None) };
     let mut by_name: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     let mut stmt = ex.conn.prepare(sql)?;
@@ -591,7 +591,7 @@ fn described(by_name: BTreeMap<String, Vec<i64>>) -> Option<Vec<Described>> {
 /// is: per thread, over range starts, range ends and calls in time order, a call gets the
 /// ranges open at its start that have not ended by its end, and a range is closed for good once
 /// a call reaches past its end.
-fn nvtx_gpu_projection(ex: &Export) -> Result<Option<Vec<Described>>> {
+fn nvtx_gpu_projection(ex: &Opened) -> Result<Option<Vec<Described>>> {
     let Some((ranges_sql, calls_sql)) = recipes::nvtx_projection(&ex.schema) else {
         return Ok(None);
     };
@@ -808,7 +808,7 @@ fn describe_recipe(recipe: Recipe, mut ranks: Vec<(String, Vec<Described>)>) -> 
 
 /// nsys' `gpu_time_util` rule on one rank, with its defaults; `None` when nsys would not run it
 /// or it finds nothing.
-fn time_util_findings(ex: &Export) -> Result<Option<Vec<nsys_perfetto_read::rules::Finding>>> {
+fn time_util_findings(ex: &Opened) -> Result<Option<Vec<nsys_perfetto_read::rules::Finding>>> {
     use nsys_perfetto_read::rules::{self, Outcome, Rule};
     let opts = rules::Options {
         rules: vec![Rule::GpuTimeUtil],
@@ -886,7 +886,7 @@ struct RankKernels {
 }
 
 /// `None` when the export lacks what the recipe reads (it skips such a rank).
-fn rank_kernels(ex: &Export) -> Result<Option<RankKernels>> {
+fn rank_kernels(ex: &Opened) -> Result<Option<RankKernels>> {
     let Some(session) = recipes::session(&ex.schema) else {
         return Ok(None);
     };

@@ -27,7 +27,7 @@ pub use comparison::{CompareRow, CompareSection, Comparison, compare};
 pub use query::{stats, stats_of, stats_with};
 pub use render::report_table;
 
-use super::Kind;
+use nsys_perfetto_read::reports::totals::Kind;
 use nsys_perfetto_read::reports::{KernelNames, ReportName, ReportTable};
 use std::path::PathBuf;
 

@@ -8,6 +8,7 @@
 //! A report whose tables the export lacks is left out, as nsys skips it.
 
 pub mod functions;
+pub mod totals;
 
 use crate::nvtx_type::{DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END};
 use crate::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};

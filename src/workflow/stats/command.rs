@@ -3,8 +3,10 @@
 use super::{ReportChoice, Stats, StatsOptions};
 use super::{compare, stats_with};
 use crate::cli::args::StatsArgs;
-use crate::workflow::{Export, Kind, Output};
+use crate::input;
+use crate::workflow::Output;
 use anyhow::Result;
+use nsys_perfetto_read::reports::totals::Kind;
 use nsys_perfetto_read::reports::{self, KernelNames};
 use std::path::Path;
 
@@ -60,7 +62,7 @@ impl StatsArgs {
         let table = self.out.format() == Output::Table;
         let top = self.top.unwrap_or(if table { 10 } else { 0 });
         let one = |path: &Path, top: usize, choice: &ReportChoice| -> Result<Stats> {
-            let ex = Export::open_with(path, &self.out.export_options()).map_err(|e| {
+            let ex = input::open(path, &self.out.export_options(), true).map_err(|e| {
                 anyhow::anyhow!(
                     "{}: {}",
                     path.display(),

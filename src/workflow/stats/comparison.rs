@@ -1,7 +1,8 @@
 //! `stats A B`: two profiles compared name by name (count and total of each, the change).
 
 use super::{Section, Stats};
-use crate::workflow::{Kind, Output, Table, Unit, csv_line, json_f64, plain_f64};
+use crate::workflow::{Output, Table, Unit, csv_line, json_f64, plain_f64};
+use nsys_perfetto_read::reports::totals::Kind;
 use serde_json::json;
 use std::path::PathBuf;
 

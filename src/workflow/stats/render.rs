@@ -2,8 +2,9 @@
 
 use super::{Section, Stats};
 use crate::workflow::reports;
-use crate::workflow::{Kind, Output, Table, Unit, json_f64};
+use crate::workflow::{Output, Table, Unit, json_f64};
 use nsys_perfetto_read::reports::ReportTable;
+use nsys_perfetto_read::reports::totals::Kind;
 use serde_json::json;
 
 /// One nsys report in our table look: its title, its columns with units, `top` rows (0: all).
