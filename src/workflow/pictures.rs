@@ -70,7 +70,7 @@ pub fn compute(
             .enumerate()
             .map(|(i, (p, _))| (p.clone(), i.to_string()))
             .collect();
-        let outcome = recipe::run_named(
+        let outcome = recipe::ranks::run_named(
             Recipe::CudaGpuTimeUtilMap,
             &named,
             export,
