@@ -422,7 +422,7 @@ fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options)
             output.display()
         );
     }
-    let summary = convert::convert_sqlite_from(profile.export(), input, output, conv)?;
+    let summary = convert::convert_export_from(profile.export(), input, output, conv)?;
     if let Some(line) = profile.describe() {
         text.push_str(&format!("  {line}\n"));
     }

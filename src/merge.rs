@@ -10,7 +10,7 @@
 //!   GPUs "host-a · GPU 0 · A100".
 //! * Time: each report at its own wall-clock session start, or with `--align start` every
 //!   session start at zero.
-//! * The merge itself ([`crate::convert::merge_sqlite`]) converts each report as a part, `-j`
+//! * The merge itself ([`crate::convert::merge_exports`]) converts each report as a part, `-j`
 //!   at a time, into one writer's file in rank order: memory follows a few reports, not their
 //!   number. `--part` makes one report's part where the report is, and a merge of parts
 //!   ([`crate::convert::assemble_parts`]) copies them into one trace without the reports.

@@ -253,7 +253,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
     if let Some(line) = profile.describe() {
         eprintln!("  {line}");
     }
-    let summary = crate::convert::convert_sqlite_from(profile.export(), input, &output, &opts)
+    let summary = crate::convert::convert_export_from(profile.export(), input, &output, &opts)
         .map_err(named)?;
     eprintln!("{} -> {}", input.display(), output.display());
     eprint!("{}", summary.render());

@@ -605,7 +605,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         }
     };
     let export_line = profile.describe();
-    let sqlite = profile.export().to_path_buf();
+    let export = profile.export().to_path_buf();
     job.set_phase("converting");
     let opts = convert::Options {
         format,
@@ -616,7 +616,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         analyze,
         pictures: None,
     };
-    let summary = match convert::convert_sqlite(&sqlite, &output, &opts) {
+    let summary = match convert::convert_export(&export, &output, &opts) {
         Ok(s) => s,
         Err(e) => {
             return fail(
@@ -627,7 +627,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     };
     job.set_phase("stats");
     let stats = match crate::workflow::stats::stats(
-        &sqlite,
+        &export,
         &crate::workflow::stats::StatsOptions {
             top: 10,
             raw_names: false,
@@ -642,8 +642,8 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     };
     // The upload and its export are no longer needed: only the trace stays.
     let _ = fs::remove_file(&input);
-    if sqlite != input {
-        let _ = fs::remove_file(&sqlite);
+    if export != input {
+        let _ = fs::remove_file(&export);
     }
     let ctype = match format {
         OutputFormat::Protobuf => "application/octet-stream",

@@ -4,7 +4,7 @@
 use crate::cli::args::AnalyzeArgs;
 use anyhow::{Result, bail};
 use nsys_perfetto_read::rules::{
-    CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_sqlite,
+    CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value, analyze_export,
 };
 use std::path::Path;
 
@@ -219,5 +219,5 @@ pub fn analyze_profile(
     opts: &Options,
 ) -> Result<Vec<RuleReport>> {
     let profile = crate::input::prepare(path, export)?;
-    analyze_sqlite(profile.export(), opts)
+    analyze_export(profile.export(), opts)
 }

@@ -197,7 +197,7 @@ pub fn sweep(
                     progress: false,
                     ..Default::default()
                 };
-                crate::convert::convert_sqlite(ex.profile.export(), &trace, &copts)
+                crate::convert::convert_export(ex.profile.export(), &trace, &copts)
                     .with_context(|| format!("converting {}", ex.profile.export().display()))?;
                 Some(trace)
             } else {

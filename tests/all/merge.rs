@@ -91,7 +91,7 @@ fn sum_of_singles(
             selection: sel.clone(),
             ..Default::default()
         };
-        convert::convert_sqlite(input, &out, &opts).unwrap();
+        convert::convert_export(input, &out, &opts).unwrap();
         let t = validate_file(&out);
         for (k, v) in t.count_by_category() {
             *cats.entry(k).or_default() += v;
@@ -676,7 +676,7 @@ fn more_reports_than_json_holds_merge_exactly() {
         .collect();
     let singles: Vec<_> = (0..RANKS)
         .map(|r| {
-            convert::convert_sqlite(
+            convert::convert_export(
                 &mpi_fixture(r),
                 &dir.path().join(format!("single{r}.pftrace")),
                 &Options::default(),
