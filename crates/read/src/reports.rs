@@ -312,6 +312,19 @@ fn dur_columns(opts: &ReportOptions, count: &str) -> String {
     )
 }
 
+/// One `SELECT` (`rows` of the table's name) over every table whose name is `prefix` and more,
+/// as one `UNION ALL`; `None` when the export has no such table.
+fn union_of_tables(s: &Schema, prefix: &str, rows: impl Fn(&str) -> String) -> Option<String> {
+    let tables = s.tables_named(prefix);
+    (!tables.is_empty()).then(|| {
+        tables
+            .into_iter()
+            .map(rows)
+            .collect::<Vec<_>>()
+            .join(" UNION ALL ")
+    })
+}
+
 const TOTALS: &str = "totals AS (SELECT sum(total) AS total FROM summary)";
 
 /// `CUPTI_ACTIVITY_KIND_KERNEL` rows with their name: `SELECT k.*, name`.
@@ -678,21 +691,20 @@ pub fn report(
             )
         }
         "openacc_sum" => {
-            let tables = s.tables_named("CUPTI_ACTIVITY_KIND_OPENACC_");
-            if !strings || tables.is_empty() {
+            if !strings {
                 return Ok(None);
             }
-            let parts: Vec<String> = tables
-                .iter()
-                .map(|t| {
-                    format!(
-                        "SELECT start, \"end\", {}, {}, {} FROM main.\"{t}\"",
-                        s.col(t, "nameId"),
-                        s.col(t, "lineNo"),
-                        s.col(t, "srcFile")
-                    )
-                })
-                .collect();
+            let rows = |t: &str| {
+                format!(
+                    "SELECT start, \"end\", {}, {}, {} FROM main.\"{t}\"",
+                    s.col(t, "nameId"),
+                    s.col(t, "lineNo"),
+                    s.col(t, "srcFile")
+                )
+            };
+            let Some(openacc) = union_of_tables(s, "CUPTI_ACTIVITY_KIND_OPENACC_", rows) else {
+                return Ok(None);
+            };
             format!(
                 "WITH openacc(start, \"end\", nameId, lineNo, srcFile) AS ({}), \
                  summary AS (SELECT CASE WHEN srcFile NOT NULL \
@@ -701,30 +713,28 @@ pub fn report(
                    LEFT JOIN main.StringIds srcFileIds ON srcFileIds.id = srcFile \
                    LEFT JOIN main.StringIds nameIds ON nameIds.id = nameId GROUP BY 1), \
                  {TOTALS} SELECT {}, name AS \"Name\" FROM summary ORDER BY 2 DESC",
-                parts.join(" UNION ALL "),
+                openacc,
                 dur_aggregates(opts, "\"end\" - start"),
                 dur_columns(opts, "Num Calls"),
             )
         }
         "openmp_sum" => {
-            let tables = s.tables_named("OPENMP_EVENT_KIND_");
-            if !strings || tables.is_empty() {
+            if !strings {
                 return Ok(None);
             }
-            let parts: Vec<String> = tables
-                .iter()
-                .map(|t| {
-                    format!(
-                        "SELECT {} AS nameId, {} FROM main.\"{t}\" GROUP BY 1",
-                        s.col(t, "nameId"),
-                        dur_aggregates(opts, "\"end\" - start")
-                    )
-                })
-                .collect();
+            let rows = |t: &str| {
+                format!(
+                    "SELECT {} AS nameId, {} FROM main.\"{t}\" GROUP BY 1",
+                    s.col(t, "nameId"),
+                    dur_aggregates(opts, "\"end\" - start")
+                )
+            };
+            let Some(summary) = union_of_tables(s, "OPENMP_EVENT_KIND_", rows) else {
+                return Ok(None);
+            };
             format!(
-                "WITH summary AS ({}), {TOTALS} SELECT {}, ids.value AS \"Name\" FROM summary \
+                "WITH summary AS ({summary}), {TOTALS} SELECT {}, ids.value AS \"Name\" FROM summary \
                  LEFT JOIN main.StringIds ids ON ids.id = summary.nameId ORDER BY 2 DESC",
-                parts.join(" UNION ALL "),
                 dur_columns(opts, "Count"),
             )
         }

@@ -56,49 +56,46 @@ pub fn run_named(
     }
     Ok(Some(match recipe {
         Recipe::CudaGpuKernSum | Recipe::CudaApiSum | Recipe::CudaGpuMemTimeSum => {
-            let found = found
-                .into_iter()
-                .filter_map(|(f, d)| match d {
-                    RankData::Report(rows) => Some((f, rows)),
-                    _ => None,
-                })
-                .collect();
+            let found = each(found, |d| match d {
+                RankData::Report(rows) => Some(rows),
+                _ => None,
+            });
             report_recipe(recipe, found)
         }
         Recipe::NvtxSum | Recipe::NvtxGpuProjSum | Recipe::MpiSum => {
-            let found = found
-                .into_iter()
-                .filter_map(|(f, d)| match d {
-                    RankData::Describe(rows) => Some((f, rows)),
-                    _ => None,
-                })
-                .collect();
+            let found = each(found, |d| match d {
+                RankData::Describe(rows) => Some(rows),
+                _ => None,
+            });
             describe_recipe(recipe, found)
         }
-        Recipe::GpuTimeUtil => {
-            let found = found
-                .into_iter()
-                .filter_map(|(f, d)| match d {
-                    RankData::Findings(rows) => Some((f, rows)),
-                    _ => None,
-                })
-                .collect();
-            gpu_time_util(found)
-        }
+        Recipe::GpuTimeUtil => gpu_time_util(each(found, |d| match d {
+            RankData::Findings(rows) => Some(rows),
+            _ => None,
+        })),
         Recipe::CudaGpuTimeUtilMap => {
-            let found: Vec<(String, RankKernels)> = found
-                .into_iter()
-                .filter_map(|(f, d)| match d {
-                    RankData::Kernels(k) => Some((f, k)),
-                    _ => None,
-                })
-                .collect();
+            let found = each(found, |d| match d {
+                RankData::Kernels(k) => Some(k),
+                _ => None,
+            });
             match gpu_time_util_map(found, opts.bins) {
                 Some(o) => o,
                 None => return Ok(None),
             }
         }
     }))
+}
+
+/// The ranks' results of the recipe's family (`family` takes them out of [`RankData`]), with
+/// their names.
+fn each<T>(
+    found: Vec<(String, RankData)>,
+    family: impl Fn(RankData) -> Option<T>,
+) -> Vec<(String, T)> {
+    found
+        .into_iter()
+        .filter_map(|(name, d)| Some((name, family(d)?)))
+        .collect()
 }
 
 /// One rank's result, before the reduction.

@@ -22,8 +22,10 @@ use crate::enums::Enums;
 use crate::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
 use crate::projection::{NVTX_GPU, PROJ_DB};
 use crate::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
+use nsys_perfetto_model::select::EventType;
 
-/// The kinds of events the workflows report on.
+/// The kinds of events the workflows total, each the events of one or two types of the events'
+/// vocabulary ([`Kind::event_types`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Kind {
     Kernel,
@@ -42,14 +44,24 @@ impl Kind {
         Kind::NvtxGpu,
     ];
 
-    /// Short name used in CSV/JSON and tables.
+    /// The types of the events' vocabulary whose events the kind totals.
+    pub fn event_types(self) -> &'static [EventType] {
+        match self {
+            Kind::Kernel => &[EventType::Kernel],
+            Kind::Memory => &[EventType::Memcpy, EventType::Memset],
+            Kind::Api => &[EventType::CudaApi],
+            Kind::Nvtx => &[EventType::Nvtx],
+            Kind::NvtxGpu => &[EventType::NvtxGpu],
+        }
+    }
+
+    /// Short name used in CSV/JSON and tables: its type's `--types` name, but `memory` for
+    /// copies and sets together and `api` for the CUDA API calls.
     pub fn as_str(self) -> &'static str {
         match self {
-            Kind::Kernel => "kernel",
             Kind::Memory => "memory",
             Kind::Api => "api",
-            Kind::Nvtx => "nvtx",
-            Kind::NvtxGpu => "nvtx-gpu",
+            Kind::Kernel | Kind::Nvtx | Kind::NvtxGpu => self.event_types()[0].name(),
         }
     }
 
