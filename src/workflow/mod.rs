@@ -73,6 +73,22 @@ pub enum Output {
     Json,
 }
 
+impl Output {
+    /// A result as this output prints it: its `table`, its `csv`, or its `json` pretty-printed.
+    pub fn print(
+        self,
+        table: impl FnOnce() -> String,
+        csv: impl FnOnce() -> String,
+        json: impl FnOnce() -> serde_json::Value,
+    ) -> String {
+        match self {
+            Output::Table => table(),
+            Output::Csv => csv(),
+            Output::Json => serde_json::to_string_pretty(&json()).expect("JSON") + "\n",
+        }
+    }
+}
+
 /// `1234567` -> `1,234,567` (a sign and decimals are kept).
 pub fn group_digits(s: &str) -> String {
     let (sign, rest) = match s.strip_prefix('-') {

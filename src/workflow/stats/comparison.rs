@@ -126,11 +126,7 @@ fn fmt_change_percent(a: i64, b: i64) -> String {
 
 impl Comparison {
     pub fn render(&self, output: Output, unit: Unit) -> String {
-        match output {
-            Output::Table => self.table(unit),
-            Output::Csv => self.csv(),
-            Output::Json => serde_json::to_string_pretty(&self.json()).expect("JSON") + "\n",
-        }
+        output.print(|| self.table(unit), || self.csv(), || self.json())
     }
 
     fn table(&self, unit: Unit) -> String {

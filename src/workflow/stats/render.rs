@@ -55,11 +55,7 @@ pub fn report_table(r: &ReportTable, unit: Unit, top: usize) -> String {
 
 impl Stats {
     pub fn render(&self, output: Output, unit: Unit) -> String {
-        match output {
-            Output::Table => self.table(unit),
-            Output::Csv => self.csv(),
-            Output::Json => serde_json::to_string_pretty(&self.json()).expect("JSON") + "\n",
-        }
+        output.print(|| self.table(unit), || self.csv(), || self.json())
     }
 
     fn table(&self, unit: Unit) -> String {
