@@ -33,6 +33,7 @@ mod render;
 mod reports;
 mod utilization;
 
+use nsys_perfetto_read::reports::Cell;
 use std::path::Path;
 
 pub use render::{csv, table_text, write_parquet};
@@ -89,26 +90,6 @@ impl Recipe {
     }
 }
 
-/// One value of a recipe's table.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Value {
-    /// pandas' NaN (a standard deviation of one value).
-    Null,
-    Int(i64),
-    Float(f64),
-    Text(String),
-}
-
-impl Value {
-    pub fn as_f64(&self) -> Option<f64> {
-        match self {
-            Value::Int(i) => Some(*i as f64),
-            Value::Float(f) => Some(*f),
-            _ => None,
-        }
-    }
-}
-
 /// What a column holds (its Parquet type).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColumnType {
@@ -123,7 +104,7 @@ pub struct Table {
     /// The recipe's file name for it, without `.parquet` (`rank_stats`).
     pub name: &'static str,
     pub columns: Vec<(String, ColumnType)>,
-    pub rows: Vec<Vec<Value>>,
+    pub rows: Vec<Vec<Cell>>,
 }
 
 /// The tables of one recipe run, in the order the recipe writes them.

@@ -1,10 +1,11 @@
 //! The `describe` family (`nvtx_sum`, `nvtx_gpu_proj_sum`, `mpi_sum`): pandas' `describe` of
 //! the durations per name, then `rank_stats` and `all_stats`.
 
-use super::{ColumnType, Outcome, Recipe, Table, Value, median, round1};
+use super::{ColumnType, Outcome, Recipe, Table, median, round1};
 use crate::input::Opened;
 use anyhow::Result;
 use nsys_perfetto_read::recipes;
+use nsys_perfetto_read::reports::Cell;
 use std::collections::BTreeMap;
 
 /// pandas' `describe` of one name's durations, with their sum (`summary.describe_duration`).
@@ -188,14 +189,14 @@ pub(super) fn describe_recipe(recipe: Recipe, mut ranks: Vec<(String, Vec<Descri
         ColumnType::Int
     };
     let whole_value = |v: i64| match whole {
-        ColumnType::Float => Value::Float(v as f64),
-        _ => Value::Int(v),
+        ColumnType::Float => Cell::Real(v as f64),
+        _ => Cell::Int(v),
     };
     let float = |v: f64| {
         if v.is_nan() {
-            Value::Null
+            Cell::Null
         } else {
-            Value::Float(v)
+            Cell::Real(v)
         }
     };
     let columns = |names: [&str; 9], extra: &[(&str, ColumnType)]| {
@@ -221,8 +222,8 @@ pub(super) fn describe_recipe(recipe: Recipe, mut ranks: Vec<(String, Vec<Descri
         .flat_map(|(rank, (file, rows))| {
             rows.iter().map(move |d| {
                 vec![
-                    Value::Text(d.name.clone()),
-                    Value::Int(d.count),
+                    Cell::Text(d.name.clone()),
+                    Cell::Int(d.count),
                     float(d.mean),
                     float(d.std),
                     whole_value(d.min),
@@ -231,8 +232,8 @@ pub(super) fn describe_recipe(recipe: Recipe, mut ranks: Vec<(String, Vec<Descri
                     float(d.q3),
                     whole_value(d.max),
                     whole_value(d.sum),
-                    Value::Int(rank as i64),
-                    Value::Text(file.clone()),
+                    Cell::Int(rank as i64),
+                    Cell::Text(file.clone()),
                 ]
             })
         })
@@ -270,8 +271,8 @@ pub(super) fn describe_recipe(recipe: Recipe, mut ranks: Vec<(String, Vec<Descri
             let q3 = g.iter().map(|d| d.q3).fold(f64::NEG_INFINITY, f64::max);
             let median = median(&mut g.iter().map(|d| d.median).collect::<Vec<_>>());
             vec![
-                Value::Text(name.to_string()),
-                Value::Int(count),
+                Cell::Text(name.to_string()),
+                Cell::Int(count),
                 float(round1(sum as f64 / count as f64)),
                 float(round1(std)),
                 whole_value(min),

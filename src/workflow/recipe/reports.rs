@@ -2,7 +2,7 @@
 //! `cuda_gpu_mem_time_sum`): nsys' report of the same name per rank, then `rank_stats` and
 //! `all_stats`.
 
-use super::{ColumnType, Outcome, Recipe, Table, Value, median, round1};
+use super::{ColumnType, Outcome, Recipe, Table, median, round1};
 use crate::input::Opened;
 use anyhow::{Result, anyhow};
 use nsys_perfetto_read::reports::functions::register_functions;
@@ -117,17 +117,17 @@ pub(super) fn report_recipe(recipe: Recipe, ranks: Vec<(String, Vec<ReportRow>)>
     };
     let stat_values = |r: &ReportRow| {
         vec![
-            Value::Text(r.name.clone()),
-            Value::Float(r.time),
-            Value::Int(r.total),
-            Value::Int(r.count),
-            Value::Float(r.avg),
-            Value::Float(r.q1),
-            Value::Float(r.med),
-            Value::Float(r.q3),
-            Value::Int(r.min),
-            Value::Int(r.max),
-            Value::Float(r.stddev),
+            Cell::Text(r.name.clone()),
+            Cell::Real(r.time),
+            Cell::Int(r.total),
+            Cell::Int(r.count),
+            Cell::Real(r.avg),
+            Cell::Real(r.q1),
+            Cell::Real(r.med),
+            Cell::Real(r.q3),
+            Cell::Int(r.min),
+            Cell::Int(r.max),
+            Cell::Real(r.stddev),
         ]
     };
     // rank_stats: every rank's rows, by file, then total time, longest first (a stable sort:
@@ -145,7 +145,7 @@ pub(super) fn report_recipe(recipe: Recipe, ranks: Vec<(String, Vec<ReportRow>)>
             .iter()
             .map(|(f, r)| {
                 let mut v = stat_values(r);
-                v.push(Value::Text(f.to_string()));
+                v.push(Cell::Text(f.to_string()));
                 v
             })
             .collect(),
@@ -159,7 +159,7 @@ pub(super) fn report_recipe(recipe: Recipe, ranks: Vec<(String, Vec<ReportRow>)>
         .values()
         .flat_map(|g| g.iter().map(|(_, r)| r.total))
         .sum();
-    let mut rows: Vec<(i64, Vec<Value>)> = groups
+    let mut rows: Vec<(i64, Vec<Cell>)> = groups
         .iter()
         .map(|(name, g)| {
             let total: i64 = g.iter().map(|(_, r)| r.total).sum();
@@ -196,19 +196,19 @@ pub(super) fn report_recipe(recipe: Recipe, ranks: Vec<(String, Vec<ReportRow>)>
                     .join(", ")
             };
             let row = vec![
-                Value::Text(name.to_string()),
-                Value::Float(round1(total as f64 / grand_total as f64 * 100.0)),
-                Value::Int(total),
-                Value::Int(n),
-                Value::Float(round1(avg)),
-                Value::Float(round1(q1)),
-                Value::Float(round1(med)),
-                Value::Float(round1(q3)),
-                Value::Int(min),
-                Value::Int(max),
-                Value::Float(round1(stddev)),
-                Value::Text(files_at(&|r| r.min == min)),
-                Value::Text(files_at(&|r| r.max == max)),
+                Cell::Text(name.to_string()),
+                Cell::Real(round1(total as f64 / grand_total as f64 * 100.0)),
+                Cell::Int(total),
+                Cell::Int(n),
+                Cell::Real(round1(avg)),
+                Cell::Real(round1(q1)),
+                Cell::Real(round1(med)),
+                Cell::Real(round1(q3)),
+                Cell::Int(min),
+                Cell::Int(max),
+                Cell::Real(round1(stddev)),
+                Cell::Text(files_at(&|r| r.min == min)),
+                Cell::Text(files_at(&|r| r.max == max)),
             ];
             (total, row)
         })

@@ -1,10 +1,11 @@
 //! GPU time utilization: `gpu_time_util` (nsys' rule per rank) and `cuda_gpu_time_util_map`
 //! (per rank, process and GPU, the share of each time bin covered by kernels).
 
-use super::{ColumnType, Outcome, Recipe, Table, Value, round1};
+use super::{ColumnType, Outcome, Recipe, Table, round1};
 use crate::input::Opened;
 use anyhow::Result;
 use nsys_perfetto_read::recipes;
+use nsys_perfetto_read::reports::Cell;
 
 /// nsys' `gpu_time_util` rule on one rank, with its defaults; `None` when nsys would not run it
 /// or it finds nothing.
@@ -31,27 +32,27 @@ pub(super) fn gpu_time_util(
     use nsys_perfetto_read::rules::{Rule, Value as V};
     let rule = Rule::GpuTimeUtil;
     let num = |v: Option<&V>| match v {
-        Some(V::Int(i)) => Value::Int(*i),
-        Some(V::Real(f)) => Value::Float(*f),
-        _ => Value::Null,
+        Some(V::Int(i)) => Cell::Int(*i),
+        Some(V::Real(f)) => Cell::Real(*f),
+        _ => Cell::Null,
     };
     let mut rows = Vec::new();
     for (file, findings) in &ranks {
         for (i, f) in findings.iter().enumerate() {
             let in_use = match num(f.value(rule, "In-Use (%)")) {
-                Value::Int(i) => Value::Float(i as f64),
+                Cell::Int(i) => Cell::Real(i as f64),
                 v => v,
             };
             rows.push(vec![
-                Value::Int(i as i64),
-                Value::Int(i as i64 + 1),
+                Cell::Int(i as i64),
+                Cell::Int(i as i64 + 1),
                 in_use,
-                Value::Int(f.duration),
-                Value::Int(f.start),
+                Cell::Int(f.duration),
+                Cell::Int(f.start),
                 num(f.value(rule, "PID")),
                 num(f.value(rule, "Device ID")),
                 num(f.value(rule, "Context ID")),
-                Value::Text(file.clone()),
+                Cell::Text(file.clone()),
             ]);
         }
     }
@@ -203,16 +204,16 @@ pub(super) fn gpu_time_util_map(ranks: Vec<(String, RankKernels)>, bins: usize) 
             }
             for (i, p) in pct.iter().enumerate() {
                 rows.push(vec![
-                    Value::Int(index),
-                    Value::Int(bin * i as i64),
+                    Cell::Int(index),
+                    Cell::Int(bin * i as i64),
                     if p.is_nan() {
-                        Value::Null
+                        Cell::Null
                     } else {
-                        Value::Float(round1(p * 100.0))
+                        Cell::Real(round1(p * 100.0))
                     },
-                    Value::Int(*pid),
-                    Value::Int(*device),
-                    Value::Text(file.clone()),
+                    Cell::Int(*pid),
+                    Cell::Int(*device),
+                    Cell::Text(file.clone()),
                 ]);
                 index += 1;
             }
