@@ -15,9 +15,10 @@
 //!   carries, see [`crate::provenance`]) is not converted again; `force` converts it anyway. An
 //!   output without such a record, or made otherwise, is converted again and a line says why. A
 //!   single file named on the command line is always converted.
-//! * Reports go through [`crate::report::export::export_report`] first.
+//! * Reports go through [`crate::input::prepare`] first.
 
 use crate::convert::{self, Options};
+use crate::input;
 use crate::report::{self, export::ExportOptions};
 use anyhow::{Result, anyhow, bail};
 use nsys_perfetto_read::inputs::{Input, classify};
@@ -404,7 +405,7 @@ fn output_for(input: &Path, opts: &BatchOptions, conv: &Options, many: bool) -> 
 /// Convert one input (exporting it first when it is a report); the lines to print on success.
 fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options) -> Result<String> {
     let mut text = String::new();
-    let summary = if classify(input) == Input::Report {
+    if classify(input) == Input::Report {
         let sibling = report::export::sibling_export(input);
         if output == sibling || convert::same_file(output, &sibling) {
             bail!(
@@ -412,20 +413,19 @@ fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options)
                 output.display()
             );
         }
-        let exported = report::export::export_report(input, &opts.export)?;
-        if convert::same_file(output, exported.path()) {
-            bail!(
-                "-o {} is the SQLite export this report is converted from: choose another \
-                 output name",
-                output.display()
-            );
-        }
-        let s = convert::convert_sqlite_from(exported.path(), input, output, conv)?;
-        text.push_str(&format!("  {}\n", exported.describe()));
-        s
-    } else {
-        convert::convert_sqlite(input, output, conv)?
-    };
+    }
+    let profile = input::prepare(input, &opts.export)?;
+    if profile.exported.is_some() && convert::same_file(output, profile.export()) {
+        bail!(
+            "-o {} is the SQLite export this report is converted from: choose another \
+             output name",
+            output.display()
+        );
+    }
+    let summary = convert::convert_export_from(profile.export(), input, output, conv)?;
+    if let Some(line) = profile.describe() {
+        text.push_str(&format!("  {line}\n"));
+    }
     Ok(format!("{}{text}", summary.render()))
 }
 

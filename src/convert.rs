@@ -173,16 +173,17 @@ pub fn default_output(input: &Path, format: OutputFormat) -> PathBuf {
     input.with_extension(format.extension())
 }
 
-/// Convert an nsys SQLite export. Errors name the problem in one line; the caller adds the file.
+/// Convert an nsys export (SQLite, Arrow or Parquet). Errors name the problem in one line; the
+/// caller adds the file.
 /// The output records the export's identity and the options (see [`crate::provenance`]).
-pub fn convert_sqlite(input: &Path, output: &Path, opts: &Options) -> Result<Summary> {
-    convert_sqlite_from(input, input, output, opts)
+pub fn convert_export(input: &Path, output: &Path, opts: &Options) -> Result<Summary> {
+    convert_export_from(input, input, output, opts)
 }
 
-/// Convert the SQLite export `input` of `origin` (the file the user named: a report, or the
+/// Convert the export `input` of `origin` (the file the user named: a report, or the
 /// export itself), recording `origin`'s identity in the output, so that a later run can tell
 /// whether the output still stands for it.
-pub fn convert_sqlite_from(
+pub fn convert_export_from(
     input: &Path,
     origin: &Path,
     output: &Path,
@@ -252,7 +253,7 @@ impl Clock {
 /// of reports, read `jobs` at a time (`merge_parts`); JSON, which has no machines, up to
 /// [`nsys_perfetto_model::model::MAX_SOURCES`], read one after the other. Returns the summary (with each
 /// source's own in `per_source`) and where each source went, in input order.
-pub fn merge_sqlite(
+pub fn merge_exports(
     inputs: &[(PathBuf, String)],
     output: &Path,
     align: Align,
@@ -270,7 +271,7 @@ pub fn merge_sqlite(
     merge_clocked(inputs, &clocks, output, align, opts, jobs)
 }
 
-/// [`merge_sqlite`] of reports whose clocks are known (`known[i]` is `inputs[i]`'s).
+/// [`merge_exports`] of reports whose clocks are known (`known[i]` is `inputs[i]`'s).
 pub fn merge_clocked(
     inputs: &[(PathBuf, String)],
     known: &[Clock],

@@ -15,6 +15,7 @@ pub mod batch;
 pub mod cli;
 pub mod convert;
 pub mod hints;
+pub mod input;
 pub mod merge;
 pub mod open;
 pub mod pictures;

@@ -2,7 +2,7 @@
 //! workers) or of separate runs in one trace.
 //!
 //! * Inputs are expanded as batch conversion expands them ([`crate::batch::expand`]); reports are
-//!   exported first ([`crate::report::export::export_report`]), several at a time (`-j`).
+//!   exported first ([`crate::input::prepare`]), several at a time (`-j`).
 //! * Each report is named by a label, "rank 3 · host-a": the rank the report records (the MPI or
 //!   launcher environment nsys kept, a thread nsys or the program named "MPI Rank N"), else the
 //!   one its file name tells (`rank_%q{OMPI_COMM_WORLD_RANK}`, a trailing number), or a capture
@@ -10,7 +10,7 @@
 //!   GPUs "host-a · GPU 0 · A100".
 //! * Time: each report at its own wall-clock session start, or with `--align start` every
 //!   session start at zero.
-//! * The merge itself ([`crate::convert::merge_sqlite`]) converts each report as a part, `-j`
+//! * The merge itself ([`crate::convert::merge_exports`]) converts each report as a part, `-j`
 //!   at a time, into one writer's file in rank order: memory follows a few reports, not their
 //!   number. `--part` makes one report's part where the report is, and a merge of parts
 //!   ([`crate::convert::assemble_parts`]) copies them into one trace without the reports.
@@ -18,14 +18,11 @@
 use crate::batch;
 use crate::cli::args::{AlignArg, FormatArg, MergeArgs};
 use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
-use crate::report::{
-    self,
-    export::{ExportOptions, Exported},
-};
+use crate::input::{self, Profile};
+use crate::report::export::ExportOptions;
 use anyhow::{Result, anyhow, bail};
 use nsys_perfetto_model::parallel::{default_jobs, parallel_map};
 use nsys_perfetto_model::summary::{Summary, human_ns};
-use nsys_perfetto_read::inputs::{Input, classify};
 use nsys_perfetto_read::source::Export;
 use regex::Regex;
 use std::path::{Path, PathBuf};
@@ -197,8 +194,7 @@ fn unique_labels(labels: &mut [String], paths: &[PathBuf]) {
 /// One input of a merge, ready: its export (kept alive while the merge runs) and its name.
 pub struct Source {
     pub input: PathBuf,
-    pub sqlite: PathBuf,
-    pub exported: Option<Exported>,
+    pub profile: Profile,
     pub identity: Identity,
     pub label: String,
     /// Where it goes on the timeline, read with its identity (the merge opens it once more, to
@@ -230,13 +226,8 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
         })
         .transpose()?;
     let prepared = parallel_map(files, opts.jobs, |_, input| -> Result<Source> {
-        let (sqlite, exported) = if classify(input) == Input::Report {
-            let e = report::export::export_report(input, &opts.export)?;
-            (e.path().to_path_buf(), Some(e))
-        } else {
-            (input.clone(), None)
-        };
-        let export = Export::open(&sqlite, false)?;
+        let profile = input::prepare(input, &opts.export)?;
+        let export = Export::open(profile.export(), false)?;
         let identity = identity_of(&export, input);
         let forced = match &label_re {
             Some(re) => {
@@ -254,8 +245,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
         let label = label_of(&identity, input, forced.as_deref());
         Ok(Source {
             input: input.clone(),
-            sqlite,
-            exported,
+            profile,
             identity,
             label,
             clock: convert::Clock::of(&export),
@@ -326,7 +316,7 @@ pub fn merge(
 ) -> Result<Merged> {
     let inputs: Vec<(PathBuf, String)> = sources
         .iter()
-        .map(|s| (s.sqlite.clone(), s.label.clone()))
+        .map(|s| (s.profile.export().to_path_buf(), s.label.clone()))
         .collect();
     let clocks: Vec<convert::Clock> = sources.iter().map(|s| s.clock.clone()).collect();
     let (summary, placed) =
@@ -356,7 +346,7 @@ impl Row {
             input: src.input.display().to_string(),
             rank: src.identity.rank,
             rank_from: src.identity.rank_from.map(str::to_string),
-            exported: src.exported.as_ref().map(Exported::describe),
+            exported: src.profile.describe(),
         }
     }
 }
@@ -521,7 +511,7 @@ impl MergeArgs {
         if self.pictures().any() {
             let inputs: Vec<(PathBuf, String)> = sources
                 .iter()
-                .map(|s| (s.sqlite.clone(), s.label.clone()))
+                .map(|s| (s.profile.export().to_path_buf(), s.label.clone()))
                 .collect();
             conv.pictures = Some(std::sync::Arc::new(crate::workflow::pictures::compute(
                 &inputs,
@@ -645,14 +635,21 @@ fn write_part(
         rank_from: src.identity.rank_from,
         origin: &src.input,
     };
-    let summary = convert::write_part(&src.sqlite, &who, &src.clock, output, opts.align, conv)
-        .map_err(|e| {
-            anyhow!(
-                "{}: {}",
-                src.input.display(),
-                nsys_perfetto_model::errors::error_line(&e)
-            )
-        })?;
+    let summary = convert::write_part(
+        src.profile.export(),
+        &who,
+        &src.clock,
+        output,
+        opts.align,
+        conv,
+    )
+    .map_err(|e| {
+        anyhow!(
+            "{}: {}",
+            src.input.display(),
+            nsys_perfetto_model::errors::error_line(&e)
+        )
+    })?;
     Ok(format!(
         "part {} ({}) -> {}\n{}",
         src.label,

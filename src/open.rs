@@ -242,29 +242,19 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
             crate::provenance::Reuse::Missing => {}
         }
     }
-    let summary = if classify(input) == Input::Report {
-        let exported =
-            crate::report::export::export_report(input, &args.nsys.export_options(false)).map_err(
-                |e| {
-                    anyhow!(
-                        "{}: {}",
-                        input.display(),
-                        nsys_perfetto_model::errors::error_line(&e)
-                    )
-                },
-            )?;
-        eprintln!("  {}", exported.describe());
-        crate::convert::convert_sqlite_from(exported.path(), input, &output, &opts)
-    } else {
-        crate::convert::convert_sqlite(input, &output, &opts)
-    }
-    .map_err(|e| {
+    let named = |e: anyhow::Error| {
         anyhow!(
             "{}: {}",
             input.display(),
             nsys_perfetto_model::errors::error_line(&e)
         )
-    })?;
+    };
+    let profile = crate::input::prepare(input, &args.nsys.export_options(false)).map_err(named)?;
+    if let Some(line) = profile.describe() {
+        eprintln!("  {line}");
+    }
+    let summary = crate::convert::convert_export_from(profile.export(), input, &output, &opts)
+        .map_err(named)?;
     eprintln!("{} -> {}", input.display(), output.display());
     eprint!("{}", summary.render());
     Ok((output, temp))

@@ -30,7 +30,7 @@
 //! let exported = report::export::export_report(&rep, &report::export::ExportOptions::default())?;
 //! let opts = convert::Options::default();
 //! let out = convert::default_output(&rep, opts.format);
-//! convert::convert_sqlite(exported.path(), &out, &opts)?;
+//! convert::convert_export(exported.path(), &out, &opts)?;
 //! # Ok(()) }
 //! ```
 //!

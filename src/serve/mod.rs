@@ -408,10 +408,11 @@ pub fn safe_name(name: &str) -> Option<String> {
         })
         .collect();
     let clean = clean.trim_start_matches('.').to_string();
-    let lower = clean.to_ascii_lowercase();
-    let ok = [".nsys-rep", ".qdrep", ".sqlite", ".arrows"]
-        .iter()
-        .any(|e| lower.ends_with(e) && lower.len() > e.len());
+    // The uploads the page takes: a report, an SQLite export or an Arrow export's one file.
+    let ok = matches!(
+        classify_name(Path::new(&clean)),
+        Input::Report | Input::Sqlite | Input::ArrowStreams
+    );
     (ok && clean.len() <= 200).then_some(clean)
 }
 
@@ -582,35 +583,29 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         .unwrap_or_else(|| "trace".into());
     let out_name = format!("{stem}.{ext}");
     let output = dir.join(&out_name);
-    let mut export_line = None;
-    let exported;
-    let sqlite = if classify(&input) == Input::Report {
+    if classify(&input) == Input::Report {
         job.set_phase("exporting");
-        let opts = crate::report::export::ExportOptions {
-            nsys: state.nsys.clone(),
-            no_cache: false,
-            keep_sqlite: false,
-            cache_dir: Some(dir.clone()),
-            quiet: true,
-            timeout: None,
-            format: crate::report::export::ExportFormat::Auto,
-        };
-        match crate::report::export::export_report(&input, &opts) {
-            Ok(e) => {
-                export_line = Some(e.describe());
-                exported = e;
-                exported.path().to_path_buf()
-            }
-            Err(e) => {
-                return fail(
-                    422,
-                    format!("{name}: {}", nsys_perfetto_model::errors::error_line(&e)),
-                );
-            }
-        }
-    } else {
-        input.clone()
+    }
+    let opts = crate::report::export::ExportOptions {
+        nsys: state.nsys.clone(),
+        no_cache: false,
+        keep_sqlite: false,
+        cache_dir: Some(dir.clone()),
+        quiet: true,
+        timeout: None,
+        format: crate::report::export::ExportFormat::Auto,
     };
+    let profile = match crate::input::prepare(&input, &opts) {
+        Ok(p) => p,
+        Err(e) => {
+            return fail(
+                422,
+                format!("{name}: {}", nsys_perfetto_model::errors::error_line(&e)),
+            );
+        }
+    };
+    let export_line = profile.describe();
+    let export = profile.export().to_path_buf();
     job.set_phase("converting");
     let opts = convert::Options {
         format,
@@ -621,7 +616,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         analyze,
         pictures: None,
     };
-    let summary = match convert::convert_sqlite(&sqlite, &output, &opts) {
+    let summary = match convert::convert_export(&export, &output, &opts) {
         Ok(s) => s,
         Err(e) => {
             return fail(
@@ -632,7 +627,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     };
     job.set_phase("stats");
     let stats = match crate::workflow::stats::stats(
-        &sqlite,
+        &export,
         &crate::workflow::stats::StatsOptions {
             top: 10,
             raw_names: false,
@@ -647,8 +642,8 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     };
     // The upload and its export are no longer needed: only the trace stays.
     let _ = fs::remove_file(&input);
-    if sqlite != input {
-        let _ = fs::remove_file(&sqlite);
+    if export != input {
+        let _ = fs::remove_file(&export);
     }
     let ctype = match format {
         OutputFormat::Protobuf => "application/octet-stream",

@@ -3,8 +3,7 @@
 
 use crate::cli::args::AnalyzeArgs;
 use anyhow::{Result, bail};
-use nsys_perfetto_read::inputs::{Input, classify};
-use nsys_perfetto_read::rules::analyze::analyze_sqlite;
+use nsys_perfetto_read::rules::analyze::analyze_export;
 use nsys_perfetto_read::rules::{
     CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value,
 };
@@ -220,10 +219,6 @@ pub fn analyze_profile(
     export: &crate::report::export::ExportOptions,
     opts: &Options,
 ) -> Result<Vec<RuleReport>> {
-    if classify(path) == Input::Report {
-        let exported = crate::report::export::export_report(path, export)?;
-        analyze_sqlite(exported.path(), opts)
-    } else {
-        analyze_sqlite(path, opts)
-    }
+    let profile = crate::input::prepare(path, export)?;
+    analyze_export(profile.export(), opts)
 }

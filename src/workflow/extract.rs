@@ -13,9 +13,11 @@
 //! GPU work it launched in the outer range's span). [`ExtractRow::nested`] says how many
 //! matches were left out that way.
 
-use super::{Export, Kind, Output, Pattern, Table, Unit, csv_line, json_f64, plain_f64};
+use super::{Output, Pattern, Table, Unit, csv_line, json_f64, matches_event, name_at, plain_f64};
 use crate::cli::args::ExtractArgs;
+use crate::input::{self, Opened};
 use anyhow::Result;
+use nsys_perfetto_read::reports::totals::Kind;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -53,16 +55,20 @@ pub struct Extract {
 
 /// Extract the times of the events matching `patterns` from one profile.
 pub fn extract(path: &Path, patterns: &[Pattern]) -> Result<Extract> {
-    let ex = Export::open(path)?;
+    let quiet = crate::report::export::ExportOptions {
+        quiet: true,
+        ..Default::default()
+    };
+    let ex = input::open(path, &quiet, true)?;
     extract_of(&ex, path, patterns)
 }
 
-pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extract> {
+pub fn extract_of(ex: &Opened, path: &Path, patterns: &[Pattern]) -> Result<Extract> {
     // acc[pattern][kind] = (count, total, nested)
     let mut acc = vec![[(0u64, 0i64, 0u64); Kind::ALL.len()]; patterns.len()];
     for (ki, kind) in Kind::ALL.into_iter().enumerate() {
         if matches!(kind, Kind::Nvtx | Kind::NvtxGpu) {
-            if let Some(sql) = ex.nvtx_ranges(kind) {
+            if let Some(sql) = ex.events().nvtx_ranges(kind) {
                 outermost(ex, &sql, patterns, &mut |pi, dur, nested| {
                     let slot = &mut acc[pi][ki];
                     if nested {
@@ -75,24 +81,20 @@ pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extr
             }
             continue;
         }
-        let Some(d) = ex.durations(kind) else {
+        let Some(d) = ex.events().durations(kind) else {
             continue;
         };
-        let (join, name, alt) = ex.key_names(kind);
         // One row per distinct (name, alternative name), streamed: the names are matched here.
-        let sql = format!(
-            "SELECT {name}, {alt}, a.cnt, a.total FROM \
-             (SELECT key, alt, count(*) AS cnt, sum(dur) AS total FROM ({d}) GROUP BY key, alt) a{join}"
-        );
+        let sql = ex.events().by_names(kind, &d);
         let mut stmt = ex.conn.prepare(&sql)?;
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
-            let name = ex.name_at(kind, r, 0);
+            let name = name_at(r, 0);
             let alt = nsys_perfetto_read::cells::text_at(r, 1);
             let count: i64 = r.get(2)?;
             let total: i64 = r.get(3)?;
             for (pi, p) in patterns.iter().enumerate() {
-                if ex.matches(kind, p, &name, alt.as_deref()) {
+                if matches_event(kind, p, &name, alt.as_deref()) {
                     let slot = &mut acc[pi][ki];
                     slot.0 += count as u64;
                     slot.1 += total;
@@ -131,14 +133,14 @@ pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extr
     })
 }
 
-/// Stream the NVTX ranges of `sql` ([`Export::nvtx_ranges`]: thread, start, longest first) and
+/// Stream the NVTX ranges of `sql` ([`nsys_perfetto_read::reports::totals::Events::nvtx_ranges`]: thread, start, longest first) and
 /// call `hit(pattern, duration, nested)` for each range matching each pattern; `nested` when an
 /// earlier range of the same thread matching the same pattern contains it (in this order, an
 /// earlier range of the thread starts no later, so it contains the range when it ends no
 /// earlier: the running maximum end of the pattern's matches tells). Ranges without a thread
 /// are never nested.
 fn outermost(
-    ex: &Export,
+    ex: &Opened,
     sql: &str,
     patterns: &[Pattern],
     hit: &mut dyn FnMut(usize, i64, bool),
@@ -149,12 +151,12 @@ fn outermost(
     let mut stmt = ex.conn.prepare(sql)?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        let name = ex.name_at(Kind::Nvtx, r, 0);
+        let name = name_at(r, 0);
         let pats = matched.entry(name).or_insert_with_key(|name| {
             // The bare name (without `Domain:`) is the second name.
             let alt = nsys_perfetto_read::cells::text_at(r, 5);
             (0..patterns.len())
-                .filter(|&pi| ex.matches(Kind::Nvtx, &patterns[pi], name, alt.as_deref()))
+                .filter(|&pi| matches_event(Kind::Nvtx, &patterns[pi], name, alt.as_deref()))
                 .collect()
         });
         if pats.is_empty() {
@@ -287,7 +289,7 @@ impl ExtractArgs {
         let mut results = Vec::new();
         let mut failed = false;
         for p in &self.profiles {
-            match Export::open_with(p, &self.out.export_options())
+            match input::open(p, &self.out.export_options(), true)
                 .and_then(|ex| ex.schema.read_through(extract_of(&ex, p, &patterns)))
             {
                 Ok(r) => results.push(r),

@@ -2,12 +2,13 @@
 //! them): every rank's utilization bins, by the `cuda_gpu_time_util_map` recipe's own code, and
 //! its ranges' starts, before any rank is written.
 
+use crate::input;
 use crate::pictures::{PictureOptions, Pictures, RankPictures, Straggler, Utilization};
 use crate::report::export::ExportOptions;
-use crate::workflow::Export;
-use crate::workflow::recipe::{self, Recipe, RecipeOptions, Value};
+use crate::workflow::recipe::{self, Recipe, RecipeOptions};
 use anyhow::{Result, anyhow};
 use nsys_perfetto_read::recipes;
+use nsys_perfetto_read::reports::Cell;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
@@ -18,7 +19,7 @@ struct RankTimes {
 }
 
 fn rank_times(path: &Path, export: &ExportOptions, stragglers: bool) -> Result<RankTimes> {
-    let ex = Export::open_projecting(path, export, false)?;
+    let ex = input::open(path, export, false)?;
     let session = match recipes::session(&ex.schema) {
         Some(sql) => {
             let (d, u): (Option<i64>, Option<i64>) = ex
@@ -70,7 +71,7 @@ pub fn compute(
             .enumerate()
             .map(|(i, (p, _))| (p.clone(), i.to_string()))
             .collect();
-        let outcome = recipe::run_named(
+        let outcome = recipe::ranks::run_named(
             Recipe::CudaGpuTimeUtilMap,
             &named,
             export,
@@ -97,13 +98,13 @@ fn util_of(
 ) {
     let bin = match table.rows.as_slice() {
         [a, b, ..] => match (&a[1], &b[1]) {
-            (Value::Int(x), Value::Int(y)) => y - x,
+            (Cell::Int(x), Cell::Int(y)) => y - x,
             _ => return,
         },
         _ => return,
     };
     for row in &table.rows {
-        let (Value::Int(at), Value::Int(pid), Value::Int(device), Value::Text(file)) =
+        let (Cell::Int(at), Cell::Int(pid), Cell::Int(device), Cell::Text(file)) =
             (&row[1], &row[3], &row[4], &row[5])
         else {
             continue;
@@ -127,7 +128,7 @@ fn util_of(
             });
         }
         let u = util.last_mut().expect("pushed");
-        if let Value::Float(pct) = row[2] {
+        if let Cell::Real(pct) = row[2] {
             // A bin the session covers in part starts, on this rank, where the session does.
             let local = at - (start - min_session);
             u.bins.push((local.max(0), pct));

@@ -7,7 +7,7 @@
 //! - API calls, NVTX ranges and NVTX GPU projections: of their own kind's total (ranges nest, so
 //!   NVTX totals count nested time once per level).
 //!
-//! NVTX names that differ only in counters are grouped by default ([`super::reports::group_name`]): PyTorch
+//! NVTX names that differ only in counters are grouped by default ([`nsys_perfetto_read::reports::functions::group_name`]): PyTorch
 //! names every range `aten::mul, seq = 45328, op_id = 990726`, so a profile of 19 k ranges had
 //! 18 k distinct names and the top of the table taught nothing. `--raw-names` keeps them apart.
 //!
@@ -27,8 +27,8 @@ pub use comparison::{CompareRow, CompareSection, Comparison, compare};
 pub use query::{stats, stats_of, stats_with};
 pub use render::report_table;
 
-use super::Kind;
-use super::reports::{KernelNames, ReportName, ReportTable};
+use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_read::reports::{KernelNames, ReportName, ReportTable};
 use std::path::PathBuf;
 
 /// One name's durations.
@@ -81,7 +81,7 @@ pub struct Stats {
     pub gpu_time: i64,
     /// One section per kind the export has (kinds with no table are left out).
     pub sections: Vec<Section>,
-    /// nsys' summary reports, as `nsys stats` computes them ([`super::reports`]): those asked
+    /// nsys' summary reports, as `nsys stats` computes them ([`nsys_perfetto_read::reports`]): those asked
     /// for, or nsys' default ones; reports whose tables the export lacks are left out.
     pub reports: Vec<ReportTable>,
     /// Rows shown per report in a table (0: all); CSV and JSON hold every row.
@@ -144,7 +144,7 @@ pub struct PageFaults {
 pub struct StatsOptions {
     /// Rows per section; 0 = all.
     pub top: usize,
-    /// Keep NVTX names that differ only in counters apart (no [`super::reports::group_name`]).
+    /// Keep NVTX names that differ only in counters apart (no [`nsys_perfetto_read::reports::functions::group_name`]).
     pub raw_names: bool,
 }
 

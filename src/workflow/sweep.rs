@@ -13,9 +13,11 @@
 
 use super::extract::{Extract, extract_of};
 use super::stats::{StatsOptions, stats_of};
-use super::{Export, Kind, Pattern, Table, Unit, csv_line, plain_f64};
+use super::{Pattern, Table, Unit, csv_line, plain_f64};
 use crate::cli::args::{Metric, SweepArgs};
+use crate::input::{self, Opened};
 use anyhow::{Context, Result, bail};
+use nsys_perfetto_read::reports::totals::Kind;
 use std::path::{Path, PathBuf};
 
 /// The placeholder replaced by each parameter value.
@@ -170,7 +172,7 @@ pub fn sweep(
             ));
             let prof = profile(&command, &output)
                 .with_context(|| format!("profiling p={value} ({})", command.join(" ")))?;
-            let ex = Export::open_with(&prof, &opts.export)
+            let ex = input::open(&prof, &opts.export, true)
                 .with_context(|| format!("{}", prof.display()))?;
             if patterns.is_empty() {
                 let (top, what) = default_patterns(&ex, &prof)?;
@@ -195,8 +197,8 @@ pub fn sweep(
                     progress: false,
                     ..Default::default()
                 };
-                crate::convert::convert_sqlite(&ex.sqlite, &trace, &copts)
-                    .with_context(|| format!("converting {}", ex.sqlite.display()))?;
+                crate::convert::convert_export(ex.profile.export(), &trace, &copts)
+                    .with_context(|| format!("converting {}", ex.profile.export().display()))?;
                 Some(trace)
             } else {
                 None
@@ -229,7 +231,7 @@ pub fn trace_name(output: &Path) -> PathBuf {
 
 /// The top 10 kernels and NVTX ranges of a profile, as exact-name patterns; without either, its
 /// top 10 memory operations and CUDA API calls. With what they are, for the note that says so.
-fn default_patterns(ex: &Export, path: &Path) -> Result<(Vec<Pattern>, &'static str)> {
+fn default_patterns(ex: &Opened, path: &Path) -> Result<(Vec<Pattern>, &'static str)> {
     let st = stats_of(
         ex,
         path,

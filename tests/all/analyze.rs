@@ -228,7 +228,7 @@ fn every_corpus_export_equals_nsys_analyze() {
         for file in files {
             let stem = file.file_stem().unwrap().to_string_lossy().into_owned();
             let (rule, opts) = options_of(&stem);
-            let reports = rules::analyze::analyze_sqlite(export, &opts)
+            let reports = rules::analyze::analyze_export(export, &opts)
                 .unwrap_or_else(|e| panic!("{name} {stem}: {e:#}"));
             let nsys = (file.extension().unwrap() == "csv")
                 .then(|| std::fs::read_to_string(&file).unwrap());
@@ -464,7 +464,7 @@ fn options_equal_nsys_analyze_live() {
         let rule = Rule::parse(spec.split(':').next().unwrap()).unwrap();
         opts.rules = vec![rule];
         let theirs = nsys_analyze(&nsys, export, &spec);
-        let reports = rules::analyze::analyze_sqlite(export, &opts)
+        let reports = rules::analyze::analyze_export(export, &opts)
             .unwrap_or_else(|e| panic!("{spec}: {e:#}"));
         total += check(&spec, &reports[0], theirs.as_deref());
     }
@@ -484,7 +484,7 @@ fn cli_output_forms() {
     };
     let export = corpus.join("NVIDIA__Fuser__report1@8fa9ec2.sqlite");
     let e = export.to_str().unwrap();
-    let all = rules::analyze::analyze_sqlite(
+    let all = rules::analyze::analyze_export(
         &export,
         &Options {
             gap_ms: 0,
@@ -632,7 +632,7 @@ fn the_library_refuses_chunks_out_of_range_in_its_own_words() {
             chunks,
             ..Options::default()
         };
-        let e = rules::analyze::analyze_sqlite(&export, &opts).unwrap_err();
+        let e = rules::analyze::analyze_export(&export, &opts).unwrap_err();
         assert_eq!(
             format!("{e:#}"),
             format!(
@@ -686,7 +686,7 @@ fn findings_on_the_timeline() {
         "NVIDIA__Fuser__report1@8fa9ec2.sqlite",
     ] {
         let input = corpus.join(name);
-        let findings = rules::analyze::analyze_sqlite(&input, &Options::default()).unwrap();
+        let findings = rules::analyze::analyze_export(&input, &Options::default()).unwrap();
         let (summary, out) = convert_analyzed(
             &input,
             dir.path(),
@@ -818,7 +818,7 @@ fn findings_with_a_selection_and_in_json() {
         return;
     };
     let input = corpus.join("quasiben__nvtx-examples__cudf.sqlite");
-    let n: usize = rules::analyze::analyze_sqlite(&input, &Options::default())
+    let n: usize = rules::analyze::analyze_export(&input, &Options::default())
         .unwrap()
         .iter()
         .map(|r| r.findings().len())
@@ -935,7 +935,7 @@ fn serve_checkbox_adds_the_findings() {
         return;
     };
     let input = corpus.join("NVIDIA__Fuser__report1@8fa9ec2.sqlite");
-    let n: usize = rules::analyze::analyze_sqlite(&input, &Options::default())
+    let n: usize = rules::analyze::analyze_export(&input, &Options::default())
         .unwrap()
         .iter()
         .map(|r| r.findings().len())

@@ -407,7 +407,7 @@ fn counts(input: &Path, dir: &Path) -> BTreeMap<String, u64> {
         "{}.pftrace",
         input.file_name().unwrap().to_str().unwrap()
     ));
-    let summary = nsys_perfetto::convert::convert_sqlite(
+    let summary = nsys_perfetto::convert::convert_export(
         input,
         &out,
         &nsys_perfetto::convert::Options::default(),

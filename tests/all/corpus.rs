@@ -252,7 +252,7 @@ fn check_file(path: &Path, out_dir: &Path) -> (Problems, Stats) {
     };
     let mut stats = Stats::default();
     let out = out_dir.join(format!("{name}.pftrace"));
-    let summary = match nsys_perfetto::convert::convert_sqlite(
+    let summary = match nsys_perfetto::convert::convert_export(
         path,
         &out,
         &nsys_perfetto::convert::Options::default(),

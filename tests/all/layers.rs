@@ -62,6 +62,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "nsys_perfetto::convert",
             "nsys_perfetto::provenance",
             "nsys_perfetto::report",
+            "nsys_perfetto::input",
             "nsys_perfetto::hints",
             "nsys_perfetto::about",
             "nsys_perfetto::pictures",

@@ -91,7 +91,7 @@ fn sum_of_singles(
             selection: sel.clone(),
             ..Default::default()
         };
-        convert::convert_sqlite(input, &out, &opts).unwrap();
+        convert::convert_export(input, &out, &opts).unwrap();
         let t = validate_file(&out);
         for (k, v) in t.count_by_category() {
             *cats.entry(k).or_default() += v;
@@ -475,7 +475,10 @@ fn corpus_mpi_reports_merge_exactly() {
     let merged = merge::merge(&sources, &out, &opts, &Options::default()).unwrap();
     let t = validate_file(&out);
     tpcheck_ok(&out);
-    let exports: Vec<PathBuf> = sources.iter().map(|s| s.sqlite.clone()).collect();
+    let exports: Vec<PathBuf> = sources
+        .iter()
+        .map(|s| s.profile.export().to_path_buf())
+        .collect();
     let (cats, flows) = sum_of_singles(&exports, dir.path(), &Selection::default());
     assert_eq!(t.count_by_category(), cats);
     assert_eq!(t.flows.len(), flows);
@@ -673,7 +676,7 @@ fn more_reports_than_json_holds_merge_exactly() {
         .collect();
     let singles: Vec<_> = (0..RANKS)
         .map(|r| {
-            convert::convert_sqlite(
+            convert::convert_export(
                 &mpi_fixture(r),
                 &dir.path().join(format!("single{r}.pftrace")),
                 &Options::default(),

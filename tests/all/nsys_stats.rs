@@ -7,9 +7,9 @@
 
 use crate::common::{corpus_dir, manifest_dir, skip};
 use nsys_perfetto::report::{self, finding::Nsys};
-use nsys_perfetto::workflow::Export;
-use nsys_perfetto::workflow::reports::{KernelNames, REPORTS, ReportName, report_name};
+use nsys_perfetto::workflow::reports::csv;
 use nsys_perfetto::workflow::stats::{ReportChoice, StatsOptions, stats_with};
+use nsys_perfetto_read::reports::{KernelNames, REPORTS, ReportName, report_name};
 use std::collections::BTreeMap;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
@@ -57,7 +57,11 @@ fn golden_files(dir: &Path) -> Vec<PathBuf> {
 }
 
 fn ours(path: &Path, names: KernelNames, reports: &[ReportName]) -> BTreeMap<String, String> {
-    let ex = Export::open(path).unwrap();
+    let quiet = nsys_perfetto::report::export::ExportOptions {
+        quiet: true,
+        ..Default::default()
+    };
+    let ex = nsys_perfetto::input::open(path, &quiet, true).unwrap();
     let st = stats_with(
         &ex,
         path,
@@ -74,7 +78,7 @@ fn ours(path: &Path, names: KernelNames, reports: &[ReportName]) -> BTreeMap<Str
     .unwrap_or_else(|e| panic!("{}: {e:#}", path.display()));
     st.reports
         .iter()
-        .map(|r| (r.name.to_string(), r.csv()))
+        .map(|r| (r.name.to_string(), csv(r)))
         .collect()
 }
 
@@ -558,7 +562,7 @@ fn every_name_form_finds_the_same_events() {
     };
     // MPI traced as the NVTX domain "MPI"; a kernel `saxpy`; HtoD and DtoH copies.
     let input = corpus.join("hpcgroup__pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite");
-    use nsys_perfetto::workflow::Kind;
+    use nsys_perfetto_read::reports::totals::Kind;
     let of_kind = |p: &str, kind: Kind| -> (u64, i64) {
         let x = extract(&input, &[Pattern::exact(p)]).unwrap();
         x.rows

@@ -6,7 +6,7 @@
 //! merge keeps each report's CPUs and threads apart; `--pid` and `--time-range` still select.
 
 use crate::common::{self, Trace, corpus_dir, tp_query, validate_file};
-use nsys_perfetto::convert::{Align, Options, merge_sqlite};
+use nsys_perfetto::convert::{Align, Options, merge_exports};
 use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::select::{Selection, TimeRange};
 use rusqlite::{Connection, OpenFlags};
@@ -366,7 +366,7 @@ fn merged_reports_keep_cpus_and_threads_apart() {
         (input.clone(), "one".to_string()),
         (input.clone(), "two".to_string()),
     ];
-    let (summary, _) = merge_sqlite(&inputs, &out, Align::Start, &Options::default(), 2).unwrap();
+    let (summary, _) = merge_exports(&inputs, &out, Align::Start, &Options::default(), 2).unwrap();
     assert_eq!(summary.events_of(Category::Sched), 2 * pairs.len() as u64);
     let t = validate_file(&out);
     let rows: Vec<_> = t.sched_rows().collect();

@@ -352,7 +352,7 @@ fn merged_ranks_sort_in_rank_order() {
         .enumerate()
         .map(|(i, s)| {
             let single = dir.path().join(format!("single{i}.pftrace"));
-            common::convert_to(&s.sqlite, &single, &Options::default());
+            common::convert_to(s.profile.export(), &single, &Options::default());
             let t = common::validate_file(&single);
             let jacobi: Vec<i32> = t
                 .process_tracks()

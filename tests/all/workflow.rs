@@ -347,7 +347,8 @@ fn projection_hand_checked_ranges() {
 
 use nsys_perfetto::workflow::extract::{self, Extract};
 use nsys_perfetto::workflow::stats::{self, Stats, StatsOptions};
-use nsys_perfetto::workflow::{Kind, Output, Pattern, Unit};
+use nsys_perfetto::workflow::{Output, Pattern, Unit};
+use nsys_perfetto_read::reports::totals::Kind;
 
 /// Every `.sqlite` export of the corpus, then the repo fixtures.
 fn all_exports() -> Vec<PathBuf> {
@@ -1641,7 +1642,7 @@ const TORCH_B: &str = "GindaChen__nsys-ai__mfu_2gpu_before.sqlite";
 
 #[test]
 fn group_name_drops_counters_only() {
-    use nsys_perfetto::workflow::reports::group_name;
+    use nsys_perfetto_read::reports::functions::group_name;
     for (raw, grouped) in [
         ("aten::mul, seq = 45328, op_id = 990726", "aten::mul"),
         ("aten::to, op_id = 314428", "aten::to"),

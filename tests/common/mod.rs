@@ -1862,7 +1862,7 @@ pub fn convert_to(
     out: &Path,
     opts: &nsys_perfetto::convert::Options,
 ) -> nsys_perfetto_model::summary::Summary {
-    nsys_perfetto::convert::convert_sqlite(input, out, opts)
+    nsys_perfetto::convert::convert_export(input, out, opts)
         .unwrap_or_else(|e| panic!("converting {}: {e:#}", input.display()))
 }
 

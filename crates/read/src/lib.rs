@@ -44,6 +44,7 @@ pub mod projection;
 pub mod query;
 mod reader;
 pub mod recipes;
+pub mod reports;
 pub mod rules;
 mod runs;
 mod samples;

@@ -1,6 +1,7 @@
 //! `nsys-perfetto recipe`: the command, over `cli::args::RecipeArgs`.
 
-use super::{RECIPES, Recipe, RecipeOptions, csv, run, table_text, write_parquet};
+use super::ranks::run;
+use super::{RECIPES, Recipe, RecipeOptions, csv, table_text, write_parquet};
 use crate::cli::args::RecipeArgs;
 use anyhow::{Result, bail};
 

@@ -1,9 +1,10 @@
 //! A recipe's tables as text, as CSV (pandas' `to_csv`: the index first, floats as Python
 //! prints them, NaN empty) and as Parquet (one file per table, as the recipe writes them).
 
-use super::{ColumnType, Table, Value};
+use super::{ColumnType, Table};
 use crate::workflow::{csv_line, fmt_decimals, group_digits};
 use anyhow::{Context, Result};
+use nsys_perfetto_read::reports::Cell;
 use std::path::Path;
 
 /// A float as Python's `repr` writes it, which pandas' `to_csv` uses: a whole number keeps its
@@ -18,12 +19,12 @@ fn python_float(v: f64) -> String {
     }
 }
 
-fn csv_value(v: &Value) -> String {
+fn csv_value(v: &Cell) -> String {
     match v {
-        Value::Null => String::new(),
-        Value::Int(i) => i.to_string(),
-        Value::Float(f) => python_float(*f),
-        Value::Text(t) => t.clone(),
+        Cell::Null => String::new(),
+        Cell::Int(i) => i.to_string(),
+        Cell::Real(f) => python_float(*f),
+        Cell::Text(t) => t.clone(),
     }
 }
 
@@ -49,10 +50,10 @@ pub fn table_text(t: &Table) -> String {
         out.rows.push(
             r.iter()
                 .map(|v| match v {
-                    Value::Null => "-".into(),
-                    Value::Int(i) => group_digits(&i.to_string()),
-                    Value::Float(f) => fmt_decimals(*f, 1),
-                    Value::Text(s) => s.clone(),
+                    Cell::Null => "-".into(),
+                    Cell::Int(i) => group_digits(&i.to_string()),
+                    Cell::Real(f) => fmt_decimals(*f, 1),
+                    Cell::Text(s) => s.clone(),
                 })
                 .collect(),
         );
@@ -116,15 +117,15 @@ pub fn write_parquet(t: &Table, path: &Path) -> Result<()> {
             let cells = t.rows.iter().map(|r| &r[i]);
             match t.columns[i].1 {
                 ColumnType::Int => Arc::new(Int64Array::from_iter(cells.map(|v| match v {
-                    Value::Int(i) => Some(*i),
+                    Cell::Int(i) => Some(*i),
                     _ => None,
                 }))),
                 ColumnType::Float => Arc::new(Float64Array::from_iter(cells.map(|v| match v {
-                    Value::Null => None,
+                    Cell::Null => None,
                     v => v.as_f64().filter(|f| !f.is_nan()),
                 }))),
                 ColumnType::Text => Arc::new(StringArray::from_iter(cells.map(|v| match v {
-                    Value::Text(s) => Some(s.clone()),
+                    Cell::Text(s) => Some(s.clone()),
                     _ => None,
                 }))),
             }

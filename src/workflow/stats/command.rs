@@ -3,9 +3,11 @@
 use super::{ReportChoice, Stats, StatsOptions};
 use super::{compare, stats_with};
 use crate::cli::args::StatsArgs;
-use crate::workflow::reports::KernelNames;
-use crate::workflow::{Export, Kind, Output};
+use crate::input;
+use crate::workflow::Output;
 use anyhow::Result;
+use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_read::reports::{self, KernelNames};
 use std::path::Path;
 
 impl StatsArgs {
@@ -24,19 +26,14 @@ impl StatsArgs {
                 Some((n, o)) => (n, Some(o)),
                 None => (r.trim(), None),
             };
-            let Some(rep) = crate::workflow::reports::report_name(name) else {
-                let known: Vec<&str> = crate::workflow::reports::REPORTS
-                    .iter()
-                    .map(|r| r.name)
-                    .collect();
+            let Some(rep) = reports::report_name(name) else {
+                let known: Vec<&str> = reports::REPORTS.iter().map(|r| r.name).collect();
                 anyhow::bail!("unknown report {name:?} (known: {})", known.join(", "));
             };
             match option {
                 None => {}
-                Some("base") if crate::workflow::reports::names_kernels(name) => {
-                    kernel_names = KernelNames::Base
-                }
-                Some("mangled") if crate::workflow::reports::names_kernels(name) => {
+                Some("base") if reports::names_kernels(name) => kernel_names = KernelNames::Base,
+                Some("mangled") if reports::names_kernels(name) => {
                     kernel_names = KernelNames::Mangled
                 }
                 Some(o) => anyhow::bail!("report {name}: unknown option {o:?}"),
@@ -65,7 +62,7 @@ impl StatsArgs {
         let table = self.out.format() == Output::Table;
         let top = self.top.unwrap_or(if table { 10 } else { 0 });
         let one = |path: &Path, top: usize, choice: &ReportChoice| -> Result<Stats> {
-            let ex = Export::open_with(path, &self.out.export_options()).map_err(|e| {
+            let ex = input::open(path, &self.out.export_options(), true).map_err(|e| {
                 anyhow::anyhow!(
                     "{}: {}",
                     path.display(),

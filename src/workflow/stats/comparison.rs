@@ -1,7 +1,8 @@
 //! `stats A B`: two profiles compared name by name (count and total of each, the change).
 
 use super::{Section, Stats};
-use crate::workflow::{Kind, Output, Table, Unit, csv_line, json_f64, plain_f64};
+use crate::workflow::{Output, Table, Unit, csv_line, json_f64, plain_f64};
+use nsys_perfetto_read::reports::totals::Kind;
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -125,11 +126,7 @@ fn fmt_change_percent(a: i64, b: i64) -> String {
 
 impl Comparison {
     pub fn render(&self, output: Output, unit: Unit) -> String {
-        match output {
-            Output::Table => self.table(unit),
-            Output::Csv => self.csv(),
-            Output::Json => serde_json::to_string_pretty(&self.json()).expect("JSON") + "\n",
-        }
+        output.print(|| self.table(unit), || self.csv(), || self.json())
     }
 
     fn table(&self, unit: Unit) -> String {

@@ -4,43 +4,21 @@ use super::{
     MetricSummary, PageFaults, ReportChoice, SampledFunction, Section, StatRow, Stats,
     StatsOptions, metric_unit,
 };
-use crate::workflow::reports::{GROUP_NAME_FN, ReportName, ReportOptions, register_group_name};
-use crate::workflow::{Export, Kind};
+use crate::input::{self, Opened};
+use crate::workflow::name_at;
 use anyhow::Result;
+use nsys_perfetto_read::reports::functions::{register_functions, register_group_name};
+use nsys_perfetto_read::reports::totals::{self, Kind};
+use nsys_perfetto_read::reports::{self, ReportName, ReportOptions};
 use std::path::Path;
 
 /// Leaf frames of `SAMPLING_CALLCHAINS` (`stackDepth` 0) by function, most first.
-fn sampled_functions(ex: &Export, top: usize) -> Result<Vec<SampledFunction>> {
-    const T: &str = "SAMPLING_CALLCHAINS";
-    if !ex.schema.has_columns(T, &["id", "symbol", "stackDepth"]) {
+fn sampled_functions(ex: &Opened, top: usize) -> Result<Vec<SampledFunction>> {
+    let Some((count, by_function)) = totals::sampled_functions(&ex.schema, top) else {
         return Ok(Vec::new());
-    }
-    let total: i64 = ex.conn.query_row(
-        &format!("SELECT count(*) FROM {T} WHERE stackDepth = 0"),
-        [],
-        |r| r.get(0),
-    )?;
-    let strings = ex.schema.has_columns("StringIds", &["id", "value"]);
-    let (name, module) = if strings {
-        (
-            "coalesce((SELECT value FROM StringIds WHERE id = f.symbol), '(unknown)')",
-            "(SELECT value FROM StringIds WHERE id = f.module)",
-        )
-    } else {
-        ("'(unknown)'", "NULL")
     };
-    let module_col = if ex.schema.has_column(T, "module") {
-        "module"
-    } else {
-        "NULL"
-    };
-    let limit = if top == 0 { -1 } else { top as i64 };
-    let sql = format!(
-        "SELECT {name}, {module}, f.n FROM (SELECT symbol, {module_col} AS module, count(*) AS n \
-         FROM {T} WHERE stackDepth = 0 GROUP BY symbol, module) f \
-         ORDER BY f.n DESC, f.symbol LIMIT {limit}"
-    );
-    let mut stmt = ex.conn.prepare(&sql)?;
+    let total: i64 = ex.conn.query_row(&count, [], |r| r.get(0))?;
+    let mut stmt = ex.conn.prepare(&by_function)?;
     let mut rows = stmt.query([])?;
     let mut out = Vec::new();
     while let Some(r) = rows.next()? {
@@ -58,7 +36,7 @@ fn sampled_functions(ex: &Export, top: usize) -> Result<Vec<SampledFunction>> {
 /// Each GPU metric per GPU, read by the converter's own metrics reader (so `GPU_METRICS` of
 /// nsys 2023+ and the "GpuMetrics" `GENERIC_EVENTS` of nsys 2022 both count, the same samples
 /// once, wrapped values restored and named as in the trace), aggregated as it streams.
-fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
+fn gpu_metrics(ex: &Opened) -> Result<Vec<MetricSummary>> {
     let mut sink = MetricStats::default();
     nsys_perfetto_read::metrics::read(
         &ex.conn,
@@ -151,22 +129,10 @@ impl nsys_perfetto_model::model::EventSink for MetricStats {
 }
 
 /// Faults per process, most first (ties by pid).
-fn page_faults(ex: &Export) -> Result<Vec<PageFaults>> {
-    const T: &str = "CUDA_UM_CPU_PAGE_FAULT_EVENTS";
-    if !ex.schema.has_columns(T, &["globalPid", "address"]) {
+fn page_faults(ex: &Opened) -> Result<Vec<PageFaults>> {
+    let Some(sql) = totals::page_faults(&ex.schema) else {
         return Ok(Vec::new());
-    }
-    let name = if ex.schema.has_columns("PROCESSES", &["globalPid", "name"]) {
-        "(SELECT name FROM PROCESSES p WHERE (p.globalPid >> 24) & 16777215 = f.pid \
-         AND p.name <> 'nsys-launcher' LIMIT 1)"
-    } else {
-        "NULL"
     };
-    let sql = format!(
-        "SELECT f.pid, {name}, f.n, f.a FROM (SELECT (globalPid >> 24) & 16777215 AS pid, \
-         count(*) AS n, count(DISTINCT address) AS a FROM {T} GROUP BY pid) f \
-         ORDER BY f.n DESC, f.pid"
-    );
     let mut stmt = ex.conn.prepare(&sql)?;
     let mut rows = stmt.query([])?;
     let mut out = Vec::new();
@@ -183,17 +149,21 @@ fn page_faults(ex: &Export) -> Result<Vec<PageFaults>> {
 
 /// Compute the statistics of one profile.
 pub fn stats(path: &Path, opts: &StatsOptions) -> Result<Stats> {
-    let ex = Export::open(path)?;
+    let quiet = crate::report::export::ExportOptions {
+        quiet: true,
+        ..Default::default()
+    };
+    let ex = input::open(path, &quiet, true)?;
     stats_of(&ex, path, opts)
 }
 
-pub fn stats_of(ex: &Export, path: &Path, opts: &StatsOptions) -> Result<Stats> {
+pub fn stats_of(ex: &Opened, path: &Path, opts: &StatsOptions) -> Result<Stats> {
     stats_with(ex, path, opts, &ReportChoice::default())
 }
 
 /// [`stats_of`] with a choice of nsys reports.
 pub fn stats_with(
-    ex: &Export,
+    ex: &Opened,
     path: &Path,
     opts: &StatsOptions,
     choice: &ReportChoice,
@@ -205,23 +175,19 @@ pub fn stats_with(
     }
     let wanted = |k: &Kind| choice.kinds.as_ref().is_none_or(|v| v.contains(k));
     for kind in Kind::ALL.into_iter().filter(wanted) {
-        if let Some(mut d) = ex.durations(kind) {
+        if let Some(mut d) = ex.events().durations(kind) {
             let grouped = group && matches!(kind, Kind::Nvtx | Kind::NvtxGpu);
             let raw_d = d.clone();
             if grouped {
-                d = format!("SELECT {GROUP_NAME_FN}(key) AS key, alt, dur FROM ({d})");
+                d = totals::grouped(&d);
             }
-            let (count, total, names): (i64, i64, i64) = ex.conn.query_row(
-                &format!("SELECT count(*), coalesce(sum(dur), 0), count(DISTINCT key) FROM ({d})"),
-                [],
-                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
-            )?;
+            let (count, total, names): (i64, i64, i64) =
+                ex.conn.query_row(&totals::count_total_names(&d), [], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })?;
             let raw_names: i64 = if grouped {
-                ex.conn.query_row(
-                    &format!("SELECT count(DISTINCT key) FROM ({raw_d})"),
-                    [],
-                    |r| r.get(0),
-                )?
+                ex.conn
+                    .query_row(&totals::names(&raw_d), [], |r| r.get(0))?
             } else {
                 names
             };
@@ -233,12 +199,8 @@ pub fn stats_with(
         // The sections that sum it were not asked for: sum it alone.
         gpu_time = 0;
         for kind in [Kind::Kernel, Kind::Memory] {
-            if let Some(d) = ex.durations(kind) {
-                let t: i64 = ex.conn.query_row(
-                    &format!("SELECT coalesce(sum(dur), 0) FROM ({d})"),
-                    [],
-                    |r| r.get(0),
-                )?;
+            if let Some(d) = ex.events().durations(kind) {
+                let t: i64 = ex.conn.query_row(&totals::total(&d), [], |r| r.get(0))?;
                 gpu_time += t;
             }
         }
@@ -246,18 +208,8 @@ pub fn stats_with(
     let mut sections = Vec::new();
     for (kind, d, count, total, names, raw_names) in totals {
         let basis = if kind.is_gpu() { gpu_time } else { total };
-        let (join, name, _) = ex.key_names(kind);
         let limit = if opts.top == 0 { -1 } else { opts.top as i64 };
-        // Median: number the durations of each name in order; average the middle one or two.
-        let sql = format!(
-            "WITH r AS (SELECT key, dur, row_number() OVER (PARTITION BY key ORDER BY dur) AS rn, \
-               count(*) OVER (PARTITION BY key) AS n FROM ({d})), \
-             g AS (SELECT key, NULL AS alt, count(*) AS cnt, sum(dur) AS total, min(dur) AS mn, max(dur) AS mx, \
-               avg(CASE WHEN rn IN ((n + 1) / 2, (n + 2) / 2) THEN dur END) AS med \
-               FROM r GROUP BY key) \
-             SELECT {name}, a.cnt, a.total, a.mn, a.mx, a.med FROM g a{join} \
-             ORDER BY a.total DESC, a.cnt DESC, a.key LIMIT ?1"
-        );
+        let sql = ex.events().by_name(kind, &d);
         let mut stmt = ex.conn.prepare(&sql)?;
         let mut rows = stmt.query([limit])?;
         let mut out = Vec::new();
@@ -265,7 +217,7 @@ pub fn stats_with(
             let count: i64 = r.get(1)?;
             let total: i64 = r.get(2)?;
             out.push(StatRow {
-                name: ex.name_at(kind, r, 0),
+                name: name_at(r, 0),
                 count: count as u64,
                 total,
                 mean: total as f64 / count as f64,
@@ -290,14 +242,14 @@ pub fn stats_with(
         gpu_time,
         sections,
         reports: {
-            crate::workflow::reports::register_functions(&ex.conn)?;
+            register_functions(&ex.conn)?;
             let ropts = ReportOptions {
                 kernel_names: choice.kernel_names,
                 group_nvtx: group,
                 quartiles: false,
             };
             let names: Vec<ReportName> = if choice.reports.is_empty() {
-                crate::workflow::reports::REPORTS
+                reports::REPORTS
                     .iter()
                     .copied()
                     .filter(|r| r.default)
@@ -307,7 +259,7 @@ pub fn stats_with(
             };
             let mut out = Vec::new();
             for r in names {
-                if let Some(t) = crate::workflow::reports::report(ex, r, &ropts)? {
+                if let Some(t) = reports::report(&ex.conn, &ex.schema, r, &ropts)? {
                     out.push(t);
                 }
             }

@@ -1,8 +1,10 @@
 //! The statistics as a table, CSV or JSON.
 
 use super::{Section, Stats};
-use crate::workflow::reports::ReportTable;
-use crate::workflow::{Kind, Output, Table, Unit, json_f64};
+use crate::workflow::reports;
+use crate::workflow::{Output, Table, Unit, json_f64};
+use nsys_perfetto_read::reports::ReportTable;
+use nsys_perfetto_read::reports::totals::Kind;
 use serde_json::json;
 
 /// One nsys report in our table look: its title, its columns with units, `top` rows (0: all).
@@ -20,7 +22,7 @@ pub fn report_table(r: &ReportTable, unit: Unit, top: usize) -> String {
     let headers: Vec<(String, bool)> = r
         .columns
         .iter()
-        .map(|c| (c.header(unit), c.numeric()))
+        .map(|c| (reports::header(c, unit), reports::numeric(c)))
         .collect();
     let mut t = Table::new(
         &headers
@@ -37,7 +39,7 @@ pub fn report_table(r: &ReportTable, unit: Unit, top: usize) -> String {
         t.rows.push(
             row.iter()
                 .zip(&r.columns)
-                .map(|(v, c)| v.table(c.unit, unit))
+                .map(|(v, c)| reports::cell_table(v, c.unit, unit))
                 .collect(),
         );
     }
@@ -53,11 +55,7 @@ pub fn report_table(r: &ReportTable, unit: Unit, top: usize) -> String {
 
 impl Stats {
     pub fn render(&self, output: Output, unit: Unit) -> String {
-        match output {
-            Output::Table => self.table(unit),
-            Output::Csv => self.csv(),
-            Output::Json => serde_json::to_string_pretty(&self.json()).expect("JSON") + "\n",
-        }
+        output.print(|| self.table(unit), || self.csv(), || self.json())
     }
 
     fn table(&self, unit: Unit) -> String {
@@ -212,12 +210,12 @@ impl Stats {
     /// a line `### NAME`.
     fn csv(&self) -> String {
         if self.single_report {
-            return self.reports.iter().map(ReportTable::csv).collect();
+            return self.reports.iter().map(reports::csv).collect();
         }
         let mut s = String::new();
         for r in &self.reports {
             s.push_str(&format!("### {}\n", r.name));
-            s.push_str(&r.csv());
+            s.push_str(&reports::csv(r));
         }
         s
     }
@@ -248,8 +246,8 @@ impl Stats {
             "reports": self.reports.iter().map(|r| json!({
                 "report": r.name,
                 "title": r.title,
-                "columns": r.columns.iter().map(|c| c.csv_header()).collect::<Vec<_>>(),
-                "rows": r.rows.iter().map(|row| row.iter().map(|c| c.json()).collect::<Vec<_>>()).collect::<Vec<_>>(),
+                "columns": r.columns.iter().map(reports::csv_header).collect::<Vec<_>>(),
+                "rows": r.rows.iter().map(|row| row.iter().map(reports::cell_json).collect::<Vec<_>>()).collect::<Vec<_>>(),
             })).collect::<Vec<_>>(),
             "um_cpu_page_faults": self.page_faults.iter().map(|p| json!({
                 "pid": p.pid,

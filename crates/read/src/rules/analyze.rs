@@ -16,8 +16,8 @@ use rusqlite::Connection;
 use rusqlite::types::ValueRef;
 use std::path::Path;
 
-/// Run the rules of `opts` on an nsys SQLite export.
-pub fn analyze_sqlite(path: &Path, opts: &Options) -> Result<Vec<RuleReport>> {
+/// Run the rules of `opts` on an nsys export (SQLite, Arrow or Parquet).
+pub fn analyze_export(path: &Path, opts: &Options) -> Result<Vec<RuleReport>> {
     let (conn, schema) = crate::schema::open_schema(path)?;
     schema.read_through(analyze(&conn, &schema, opts))
 }
