@@ -16,20 +16,19 @@
 //!   ([`crate::convert::assemble_parts`]) copies them into one trace without the reports.
 
 use crate::batch;
-use crate::cli::args::{AlignArg, FormatArg, MergeArgs};
+use crate::cli::args::{FormatArg, MergeArgs};
 use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
 use crate::report::{
     self,
     export::{ExportOptions, Exported},
 };
 use anyhow::{Result, anyhow, bail};
-use nsys_perfetto_model::parallel::{default_jobs, parallel_map};
+use nsys_perfetto_model::parallel::parallel_map;
 use nsys_perfetto_model::summary::{Summary, human_ns};
 use nsys_perfetto_read::inputs::{Input, classify};
 use nsys_perfetto_read::source::Export;
 use regex::Regex;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// What a report says about who it is, for its label.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -429,7 +428,7 @@ pub fn render(merged: &Merged, sources: &[Row], align: Align) -> String {
 }
 
 impl MergeArgs {
-    fn output_format(&self) -> OutputFormat {
+    pub fn output_format(&self) -> OutputFormat {
         match self.format {
             Some(FormatArg::Protobuf) => OutputFormat::Protobuf,
             Some(FormatArg::Json) => OutputFormat::Json,
@@ -444,47 +443,8 @@ impl MergeArgs {
         }
     }
 
-    pub fn run(&self) -> ExitCode {
-        let selection = match self.select.selection() {
-            Ok(s) => s,
-            Err(e) => {
-                nsys_perfetto_model::say!("error: {e:#}");
-                return ExitCode::from(2);
-            }
-        };
-        let conv = Options {
-            format: self.output_format(),
-            json_colors: self.json_colors || self.select.nvtx_color_scheme.is_some(),
-            progress: !self.quiet,
-            selection,
-            check: false,
-            analyze: false,
-            pictures: None,
-        };
-        let opts = MergeOptions {
-            align: match self.align {
-                AlignArg::WallClock => Align::WallClock,
-                AlignArg::Start => Align::Start,
-            },
-            label: self.label.clone(),
-            jobs: default_jobs(self.jobs),
-            export: self.nsys.export_options(self.quiet),
-        };
-        match self.merge(&opts, &conv) {
-            Ok(text) => {
-                if !self.quiet {
-                    nsys_perfetto_model::say_part!("{text}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                nsys_perfetto_model::say!("error: {}", nsys_perfetto_model::errors::error_line(&e));
-                ExitCode::FAILURE
-            }
-        }
-    }
-
-    fn merge(&self, opts: &MergeOptions, conv: &Options) -> Result<String> {
+    /// Merge (or make a part of) the inputs; the text says what was written.
+    pub fn merge(&self, opts: &MergeOptions, conv: &Options) -> Result<String> {
         if !self.part
             && let Some(parts) = self.parts()?
         {

@@ -28,7 +28,6 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -195,51 +194,6 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
-    }
-}
-
-impl ServeArgs {
-    pub fn run(&self) -> ExitCode {
-        if !self.bind.is_loopback() {
-            eprintln!(
-                "warning: listening on {}: anyone who can reach this machine can upload files \
-                 and download the traces. Use the default 127.0.0.1 (with `ssh -L` from another \
-                 machine) unless this network is trusted.",
-                self.bind
-            );
-        }
-        let mut server = match Server::start(self) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                return ExitCode::FAILURE;
-            }
-        };
-        // Ctrl-C stops the server; then the conversions' children and temporaries go too.
-        let interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&server.stop_flag());
-        let shown = if server.addr.ip().is_unspecified() {
-            format!("http://127.0.0.1:{}", server.addr.port())
-        } else {
-            server.url()
-        };
-        eprintln!("nsys-perfetto serve: open {shown}/ in a browser (Ctrl-C to stop)");
-        eprintln!("  temporary files: {}", server.temp_dir().display());
-        eprintln!(
-            "  API: curl -T report.nsys-rep '{shown}/api/convert?name=report.nsys-rep' (see docs/serve.md)"
-        );
-        let stop = server.stop_flag();
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        server.stop();
-        drop(interrupts);
-        let dir = server.temp_dir().to_path_buf();
-        drop(server);
-        // A conversion still under way holds the state, and with it the folder's owner.
-        let _ = std::fs::remove_dir_all(&dir);
-        nsys_perfetto_model::cleanup::forget(&dir);
-        eprintln!("stopped; removed {}", dir.display());
-        ExitCode::SUCCESS
     }
 }
 

@@ -24,7 +24,6 @@
 //! ([`nsys_perfetto_read::recipes`]); the tables are computed here; `recipe/render.rs` prints and writes
 //! them.
 
-mod command;
 mod render;
 
 use super::Export;

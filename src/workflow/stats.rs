@@ -18,7 +18,6 @@
 //! prints it (table, CSV, JSON), `stats/comparison.rs` compares two profiles, `stats/command.rs`
 //! runs the command (its arguments are `cli::args::StatsArgs`).
 
-mod command;
 mod comparison;
 mod query;
 mod render;

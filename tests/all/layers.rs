@@ -47,13 +47,22 @@ const LAYERS: &[(&str, &[&str])] = &[
     ),
     (
         "workflows and CLI",
-        &["workflow", "batch", "merge", "open", "serve", "cli", "main"],
+        &[
+            "workflow", "batch", "merge", "open", "serve", "commands", "cli", "main",
+        ],
     ),
 ];
 
 /// Imports forbidden beyond the layer order: (from, to) by top-level module. The crates make
-/// these impossible to compile; the check still names them should files move between crates.
-const FORBIDDEN: &[(&str, &str)] = &[("output", "nsys"), ("nsys", "layout"), ("nsys", "output")];
+/// the first three impossible to compile; the check still names them should files move between
+/// crates. The workflows take option structs: the command line converts to them in `commands`.
+const FORBIDDEN: &[(&str, &str)] = &[
+    ("output", "nsys"),
+    ("nsys", "layout"),
+    ("nsys", "output"),
+    ("workflow", "cli"),
+    ("workflow", "commands"),
+];
 
 #[derive(Debug, Clone, PartialEq)]
 enum Tok {
@@ -917,6 +926,27 @@ fn src_has_no_import_circle_and_no_upward_import() {
         p.len(),
         p.join("\n")
     );
+}
+
+/// The workflows know nothing of the command line's parser: `commands` converts clap's types to
+/// the workflows' options.
+#[test]
+fn workflows_do_not_name_clap() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/workflow"),
+        "src/workflow",
+        &mut files,
+    );
+    assert!(!files.is_empty(), "no files under src/workflow");
+    for (file, text) in &files {
+        for (t, line) in lex(text) {
+            assert!(
+                t != Tok::Ident("clap".into()),
+                "{file}:{line}: a workflow names clap; take an option struct instead"
+            );
+        }
+    }
 }
 
 #[test]
