@@ -10,14 +10,19 @@
 //!   GPUs "host-a · GPU 0 · A100".
 //! * Time: each report at its own wall-clock session start, or with `--align start` every
 //!   session start at zero.
-//! * The merge itself ([`crate::convert::merge_sqlite`]) converts each report as a part, `-j`
+//! * The merge itself ([`crate::convert::merge::merge_sqlite`]) converts each report as a part, `-j`
 //!   at a time, into one writer's file in rank order: memory follows a few reports, not their
 //!   number. `--part` makes one report's part where the report is, and a merge of parts
-//!   ([`crate::convert::assemble_parts`]) copies them into one trace without the reports.
+//!   ([`crate::convert::merge::assemble_parts`]) copies them into one trace without the reports.
 
 use crate::batch;
-use crate::cli::args::{FormatArg, MergeArgs};
-use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
+use crate::cli::args::MergeArgs;
+use crate::convert::Options;
+use crate::convert::format::OutputFormat;
+use crate::convert::merge::{
+    Align, Clock, MergedSource, PartHeader, PartIdentity, assemble_parts, merge_clocked,
+    read_part_header,
+};
 use crate::report::{
     self,
     export::{ExportOptions, Exported},
@@ -202,7 +207,7 @@ pub struct Source {
     pub label: String,
     /// Where it goes on the timeline, read with its identity (the merge opens it once more, to
     /// convert it).
-    pub clock: convert::Clock,
+    pub clock: Clock,
 }
 
 /// How [`prepare`] and `run` work.
@@ -257,7 +262,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
             exported,
             identity,
             label,
-            clock: convert::Clock::of(&export),
+            clock: Clock::of(&export),
         })
     });
     let mut sources = Vec::new();
@@ -327,9 +332,8 @@ pub fn merge(
         .iter()
         .map(|s| (s.sqlite.clone(), s.label.clone()))
         .collect();
-    let clocks: Vec<convert::Clock> = sources.iter().map(|s| s.clock.clone()).collect();
-    let (summary, placed) =
-        convert::merge_clocked(&inputs, &clocks, output, opts.align, conv, opts.jobs)?;
+    let clocks: Vec<Clock> = sources.iter().map(|s| s.clock.clone()).collect();
+    let (summary, placed) = merge_clocked(&inputs, &clocks, output, opts.align, conv, opts.jobs)?;
     Ok(Merged {
         summary,
         sources: placed,
@@ -428,19 +432,9 @@ pub fn render(merged: &Merged, sources: &[Row], align: Align) -> String {
 }
 
 impl MergeArgs {
-    pub fn output_format(&self) -> OutputFormat {
-        match self.format {
-            Some(FormatArg::Protobuf) => OutputFormat::Protobuf,
-            Some(FormatArg::Json) => OutputFormat::Json,
-            None => {
-                let n = self.output.to_string_lossy().to_lowercase();
-                if n.ends_with(".json") || n.ends_with(".json.gz") {
-                    OutputFormat::Json
-                } else {
-                    OutputFormat::Protobuf
-                }
-            }
-        }
+    /// The format asked for, else the one the output name implies (as a conversion chooses).
+    pub fn output_format(&self) -> Result<OutputFormat> {
+        OutputFormat::chosen(self.format, Some(&self.output))
     }
 
     /// Merge (or make a part of) the inputs; the text says what was written.
@@ -516,7 +510,7 @@ impl MergeArgs {
         let mut parts = Vec::new();
         let mut other = None;
         for input in &self.inputs {
-            if input.is_file() && convert::read_part_header(input)?.is_some() {
+            if input.is_file() && read_part_header(input)?.is_some() {
                 parts.push(input.clone());
             } else {
                 other.get_or_insert(input);
@@ -535,7 +529,7 @@ impl MergeArgs {
     }
 
     fn assemble(&self, parts: &[PathBuf], conv: &Options) -> Result<String> {
-        if self.output_format() != OutputFormat::Protobuf {
+        if self.output_format()? != OutputFormat::Protobuf {
             bail!("parts merge into a .pftrace only (JSON has no machines)");
         }
         if self.pictures().any() {
@@ -552,10 +546,9 @@ impl MergeArgs {
         }
         check_output(&self.output, parts)?;
         let ranks = self.ranks.as_deref().map(parse_ranks).transpose()?;
-        let (summary, placed, headers) =
-            convert::assemble_parts(parts, &self.output, |h: &convert::PartHeader| {
-                ranks.as_ref().is_none_or(|r| keeps_rank(r, h.rank))
-            })?;
+        let (summary, placed, headers) = assemble_parts(parts, &self.output, |h: &PartHeader| {
+            ranks.as_ref().is_none_or(|r| keeps_rank(r, h.rank))
+        })?;
         let align = headers.first().map_or(Align::WallClock, |h| h.align);
         let rows: Vec<Row> = headers
             .iter()
@@ -599,20 +592,21 @@ fn write_part(
     if conv.format != OutputFormat::Protobuf {
         bail!("a part is a .pftrace (JSON has no machines)");
     }
-    let who = convert::PartIdentity {
+    let who = PartIdentity {
         label: &src.label,
         rank: src.identity.rank,
         rank_from: src.identity.rank_from,
         origin: &src.input,
     };
-    let summary = convert::write_part(&src.sqlite, &who, &src.clock, output, opts.align, conv)
-        .map_err(|e| {
-            anyhow!(
-                "{}: {}",
-                src.input.display(),
-                nsys_perfetto_model::errors::error_line(&e)
-            )
-        })?;
+    let summary =
+        crate::convert::merge::write_part(&src.sqlite, &who, &src.clock, output, opts.align, conv)
+            .map_err(|e| {
+                anyhow!(
+                    "{}: {}",
+                    src.input.display(),
+                    nsys_perfetto_model::errors::error_line(&e)
+                )
+            })?;
     Ok(format!(
         "part {} ({}) -> {}\n{}",
         src.label,

@@ -3,6 +3,7 @@
 //! read them whole. Every other command's arguments are in its file under `commands`. Below the
 //! commands' modules, so that none imports `cli`.
 
+use crate::convert::format::{FORMATS, OutputFormat};
 use crate::report::export::ExportOptions;
 use crate::workflow::{Output, Unit};
 use anyhow::Result;
@@ -10,12 +11,15 @@ use clap::{Args, ValueEnum};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FormatArg {
-    /// Perfetto protobuf (.pftrace)
-    Protobuf,
-    /// Chrome JSON trace (.json), for tools that read only that
-    Json,
+/// `--format`'s values: each output format's name, with its help.
+pub fn format_parser() -> impl clap::builder::TypedValueParser<Value = OutputFormat> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        FORMATS
+            .iter()
+            .map(|s| PossibleValue::new(s.name).help(s.help)),
+    )
+    .map(|name| OutputFormat::named(&name).expect("a format's name"))
 }
 
 /// What to convert; shared by every command that writes a trace.
@@ -250,8 +254,8 @@ pub struct MergeArgs {
     #[arg(short, long, value_name = "OUT", required = true)]
     pub output: PathBuf,
     /// Output format (default: json when OUT ends in .json or .json.gz, else protobuf).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<FormatArg>,
+    #[arg(long, value_name = "FORMAT", value_parser = format_parser())]
+    pub format: Option<OutputFormat>,
     /// JSON output: colour NVTX ranges with the nearest Chrome colour names.
     #[arg(long)]
     pub json_colors: bool,

@@ -2,8 +2,9 @@
 //! ([`crate::batch`] expands the inputs and runs the conversions).
 
 use super::outcome::{Outcome, usage};
-use crate::cli::args::{FormatArg, NsysArgs, SelectArgs};
-use crate::convert::{Options, OutputFormat};
+use crate::cli::args::{NsysArgs, SelectArgs, format_parser};
+use crate::convert::Options;
+use crate::convert::format::OutputFormat;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;
@@ -20,8 +21,8 @@ pub struct ConvertArgs {
     #[arg(short, long, value_name = "OUT")]
     pub output: Option<PathBuf>,
     /// Output format (default: json when OUT ends in .json or .json.gz, else protobuf).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<FormatArg>,
+    #[arg(long, value_name = "FORMAT", value_parser = format_parser())]
+    pub format: Option<OutputFormat>,
     /// JSON output: colour NVTX ranges with the nearest Chrome colour names.
     #[arg(long)]
     pub json_colors: bool,
@@ -55,35 +56,7 @@ impl ConvertArgs {
     /// The format asked for, else the one the output name implies. Contradictory choices
     /// (`-o x.json --format protobuf`) are an error.
     pub fn output_format(&self) -> anyhow::Result<OutputFormat> {
-        let name = self
-            .output
-            .as_ref()
-            .map(|o| o.to_string_lossy().to_lowercase());
-        let named = match name.as_deref() {
-            Some(n) if n.ends_with(".json") || n.ends_with(".json.gz") => Some(OutputFormat::Json),
-            Some(n) if n.ends_with(".pftrace") || n.ends_with(".pftrace.gz") => {
-                Some(OutputFormat::Protobuf)
-            }
-            _ => None,
-        };
-        let asked = self.format.map(|f| match f {
-            FormatArg::Protobuf => OutputFormat::Protobuf,
-            FormatArg::Json => OutputFormat::Json,
-        });
-        match (asked, named) {
-            (Some(a), Some(n)) if a != n => anyhow::bail!(
-                "--format {} contradicts the output name {} (a .{} file): change one",
-                match a {
-                    OutputFormat::Protobuf => "protobuf",
-                    OutputFormat::Json => "json",
-                },
-                self.output.as_ref().expect("named").display(),
-                n.extension()
-            ),
-            (Some(a), _) => Ok(a),
-            (None, Some(n)) => Ok(n),
-            (None, None) => Ok(OutputFormat::Protobuf),
-        }
+        OutputFormat::chosen(self.format, self.output.as_deref())
     }
 }
 

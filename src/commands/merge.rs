@@ -3,15 +3,17 @@
 
 use super::outcome::{Outcome, on_one_line, usage};
 use crate::cli::args::{AlignArg, MergeArgs};
-use crate::convert::{Align, Options};
+use crate::convert::Options;
+use crate::convert::merge::Align;
 use crate::merge::MergeOptions;
 use anyhow::Result;
 use nsys_perfetto_model::parallel::default_jobs;
 
 pub fn run(args: &MergeArgs) -> Result<Outcome> {
+    let format = args.output_format().map_err(usage)?;
     let selection = args.select.selection().map_err(usage)?;
     let conv = Options {
-        format: args.output_format(),
+        format,
         json_colors: args.json_colors || args.select.nvtx_color_scheme.is_some(),
         progress: !args.quiet,
         selection,

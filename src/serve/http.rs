@@ -624,6 +624,20 @@ fn linger_close(stream: &TcpStream, reader: &mut BufReader<TcpStream>) {
     }
 }
 
+/// [`run`] on a thread of its own, which says `error: SERVER: ...` if it fails.
+pub fn run_in_background(
+    listener: TcpListener,
+    handler: Arc<Handler>,
+    stop: Arc<AtomicBool>,
+    server: &'static str,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        if let Err(e) = run(&listener, handler, stop, 64) {
+            eprintln!("error: {server}: {e}");
+        }
+    })
+}
+
 /// Accept connections until `stop` is set: a thread per connection, at most `max_connections`
 /// at once (others get a 503).
 pub fn run(

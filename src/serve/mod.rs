@@ -16,7 +16,8 @@ pub mod http;
 pub mod ui_dir;
 
 use crate::cli::args::{SelectArgs, ServeArgs};
-use crate::convert::{self, OutputFormat};
+use crate::convert::format::{FORMATS, OutputFormat};
+use crate::convert::{self};
 use anyhow::{Context, Result};
 use http::{Request, Response, bind, loopback_host};
 use nsys_perfetto_model::model::Category;
@@ -152,14 +153,7 @@ impl Server {
             let state = state.clone();
             Arc::new(move |req: &mut Request| handle(&state, req))
         };
-        let thread = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                if let Err(e) = http::run(&listener, handler, stop, 64) {
-                    eprintln!("error: server: {e}");
-                }
-            })
-        };
+        let thread = http::run_in_background(listener, handler, stop.clone(), "server");
         Ok(Server {
             addr,
             stop,
@@ -194,6 +188,16 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.stop();
+    }
+}
+
+/// The extension of a trace `serve` hands out: the format's, `.gz` where it is served gzipped.
+fn served_extension(format: OutputFormat) -> String {
+    let spec = format.spec();
+    if spec.served_gzipped {
+        format!("{}.gz", spec.extension)
+    } else {
+        spec.extension.to_string()
     }
 }
 
@@ -284,7 +288,10 @@ fn info(state: &State) -> Value {
             .iter()
             .map(|t| t.name())
             .collect::<Vec<_>>(),
-        "formats": {"protobuf": ".pftrace", "json": ".json.gz"},
+        "formats": FORMATS
+            .iter()
+            .map(|s| (s.name.to_string(), json!(format!(".{}", served_extension(s.format)))))
+            .collect::<serde_json::Map<_, _>>(),
         "inputs": [".nsys-rep", ".qdrep", ".sqlite", ".arrows"],
     })
 }
@@ -451,9 +458,17 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         );
     };
     let format = match req.param("format").as_deref() {
-        None | Some("") | Some("protobuf") | Some("pftrace") => OutputFormat::Protobuf,
-        Some("json") => OutputFormat::Json,
-        Some(other) => return error(400, format!("unknown format '{other}' (protobuf or json)")),
+        None | Some("") => OutputFormat::default(),
+        Some(name) => match OutputFormat::named(name) {
+            Some(f) => f,
+            None => {
+                let names: Vec<&str> = FORMATS.iter().map(|s| s.name).collect();
+                return error(
+                    400,
+                    format!("unknown format '{name}' ({})", names.join(" or ")),
+                );
+            }
+        },
     };
     let select = SelectArgs {
         types: req
@@ -526,10 +541,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     // 2. Export (reports) and convert, a few at a time.
     job.set_phase("queued");
     let _slot = state.slots.acquire();
-    let ext = match format {
-        OutputFormat::Protobuf => "pftrace",
-        OutputFormat::Json => "json.gz",
-    };
+    let ext = served_extension(format);
     let stem = Path::new(&name)
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
@@ -604,9 +616,10 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     if sqlite != input {
         let _ = fs::remove_file(&sqlite);
     }
-    let ctype = match format {
-        OutputFormat::Protobuf => "application/octet-stream",
-        OutputFormat::Json => "application/gzip",
+    let ctype = if format.spec().served_gzipped {
+        "application/gzip"
+    } else {
+        "application/octet-stream"
     };
     *job.trace.lock().unwrap() = Some((output, out_name.clone(), ctype));
     job.set_phase("done");
@@ -626,7 +639,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
             "name": name,
             "upload_bytes": received,
             "file_name": out_name,
-            "format": match format { OutputFormat::Protobuf => "protobuf", OutputFormat::Json => "json" },
+            "format": format.name(),
             "trace_path": trace_path,
             "trace_url": format!("http://{host}{trace_path}"),
             "trace_bytes": summary.output_bytes,
