@@ -128,9 +128,12 @@ pub fn merge_clocked(
         })
         .collect();
     let floors: Vec<i64> = clocks.iter().map(|c| c.1).collect();
-    let summary = match opts.format {
-        OutputFormat::Protobuf => merge_parts(inputs, placed_all, &floors, output, opts, jobs)?,
-        OutputFormat::Json => run_format(Run {
+    // A protobuf trace takes the reports as parts, several converted at once, each on sequences
+    // of its own; another format reads them one after the other into one writer.
+    let summary = if opts.format == OutputFormat::Protobuf {
+        merge_parts(inputs, placed_all, &floors, output, opts, jobs)?
+    } else {
+        run_format(Run {
             opened: Vec::new(),
             paths: inputs,
             placed: placed_all,
@@ -138,7 +141,7 @@ pub fn merge_clocked(
             output,
             opts,
             record: None,
-        })?,
+        })?
     };
     let sources = clocks
         .iter()
