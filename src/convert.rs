@@ -1,8 +1,8 @@
 //! One conversion, end to end: sources (nsys exports, read by `nsys::source`) stream events
 //! through layout into one format's writers; the file writer puts their chunks into a temporary
 //! file, renamed into place only when everything succeeded. A merge is several sources, one
-//! after the other, into the same file: [`merge`]. [`file`] is the output file and the thread
-//! that writes it, [`format`] the output formats.
+//! after the other, into the same file: [`merge`]. [`file`](mod@file) is the output file and
+//! the thread that writes it, [`format`](mod@format) the output formats.
 
 pub mod file;
 pub mod format;
