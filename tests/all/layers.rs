@@ -1016,3 +1016,24 @@ fn a_planted_circle_and_upward_import_are_reported() {
     }
     assert_eq!(p.matches("upward").count(), 2, "{p}");
 }
+
+#[test]
+fn a_workflow_importing_the_command_line_is_reported() {
+    let files: Vec<(String, String)> = [
+        ("src/lib.rs", "pub mod cli; pub mod workflow;"),
+        ("src/cli.rs", "pub mod args;"),
+        ("src/cli/args.rs", "pub struct StatsArgs;"),
+        (
+            "src/workflow/mod.rs",
+            "use crate::cli::args::StatsArgs;\npub fn run(_: &StatsArgs) {}",
+        ),
+    ]
+    .iter()
+    .map(|(f, t)| (f.to_string(), t.to_string()))
+    .collect();
+    let p = problems(&graph(&files)).join("\n");
+    assert!(
+        p.contains("forbidden import: workflow imports cli::args at src/workflow/mod.rs:1"),
+        "{p}"
+    );
+}
