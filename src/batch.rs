@@ -154,7 +154,8 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
     }
     let mut groups: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
     for (i, f) in files.iter().enumerate() {
-        let output = crate::convert::default_output(f, crate::convert::OutputFormat::Protobuf);
+        let output =
+            crate::convert::default_output(f, crate::convert::format::OutputFormat::Protobuf);
         groups.entry(output.with_extension("")).or_default().push(i);
     }
     let mut drop = HashSet::new();
@@ -390,10 +391,10 @@ fn output_for(input: &Path, opts: &BatchOptions, conv: &Options, many: bool) -> 
             }
             Ok(default)
         }
-        Some(o) if convert::is_stdout(o) && many => Err(anyhow!(
+        Some(o) if convert::file::is_stdout(o) && many => Err(anyhow!(
             "-o - (standard output) takes one input, there are several"
         )),
-        Some(o) if convert::is_stdout(o) => Ok(o.clone()),
+        Some(o) if convert::file::is_stdout(o) => Ok(o.clone()),
         Some(o) if o.is_dir() => Ok(o.join(default.file_name().unwrap_or_default())),
         Some(_) if many => Err(anyhow!(
             "-o names one file but there are several inputs: give an existing directory"
@@ -407,7 +408,7 @@ fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options)
     let mut text = String::new();
     if classify(input) == Input::Report {
         let sibling = report::export::sibling_export(input);
-        if output == sibling || convert::same_file(output, &sibling) {
+        if output == sibling || convert::file::same_file(output, &sibling) {
             bail!(
                 "-o {} is where this report's SQLite export goes: choose another output name",
                 output.display()
@@ -415,7 +416,7 @@ fn convert_one(input: &Path, output: &Path, opts: &BatchOptions, conv: &Options)
         }
     }
     let profile = input::prepare(input, &opts.export)?;
-    if profile.exported.is_some() && convert::same_file(output, profile.export()) {
+    if profile.exported.is_some() && convert::file::same_file(output, profile.export()) {
         bail!(
             "-o {} is the SQLite export this report is converted from: choose another \
              output name",
@@ -477,12 +478,16 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
                 continue;
             }
         };
-        if let Some(other) = ex.files.iter().find(|f| convert::same_file(f, &output)) {
+        if let Some(other) = ex
+            .files
+            .iter()
+            .find(|f| convert::file::same_file(f, &output))
+        {
             nsys_perfetto_model::say!(
                 "error: {tag}{}: -o {} is {}: choose another output name",
                 input.display(),
                 output.display(),
-                if convert::same_file(other, input) {
+                if convert::file::same_file(other, input) {
                     "the input itself".to_string()
                 } else {
                     format!("an input of this run ({})", other.display())
@@ -492,7 +497,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
             continue;
         }
         let mut why = String::new();
-        if batch && !opts.force && !convert::is_stdout(&output) {
+        if batch && !opts.force && !convert::file::is_stdout(&output) {
             match crate::provenance::check(&output, input, &conv.content_text()) {
                 crate::provenance::Reuse::Same => {
                     if !opts.quiet {
@@ -559,7 +564,7 @@ pub fn run(inputs: &[PathBuf], opts: &BatchOptions, conv: &Options) -> Totals {
                             format!(
                                 "{tag}{} -> {}\n{why}{text}",
                                 input.display(),
-                                if convert::is_stdout(output) {
+                                if convert::file::is_stdout(output) {
                                     "standard output".to_string()
                                 } else {
                                     output.display().to_string()

@@ -13,6 +13,7 @@
 pub mod about;
 pub mod batch;
 pub mod cli;
+pub mod commands;
 pub mod convert;
 pub mod hints;
 pub mod input;

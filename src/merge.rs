@@ -10,23 +10,27 @@
 //!   GPUs "host-a · GPU 0 · A100".
 //! * Time: each report at its own wall-clock session start, or with `--align start` every
 //!   session start at zero.
-//! * The merge itself ([`crate::convert::merge_exports`]) converts each report as a part, `-j`
+//! * The merge itself ([`crate::convert::merge::merge_exports`]) converts each report as a part, `-j`
 //!   at a time, into one writer's file in rank order: memory follows a few reports, not their
 //!   number. `--part` makes one report's part where the report is, and a merge of parts
-//!   ([`crate::convert::assemble_parts`]) copies them into one trace without the reports.
+//!   ([`crate::convert::merge::assemble_parts`]) copies them into one trace without the reports.
 
 use crate::batch;
-use crate::cli::args::{AlignArg, FormatArg, MergeArgs};
-use crate::convert::{self, Align, MergedSource, Options, OutputFormat};
+use crate::cli::args::MergeArgs;
+use crate::convert::Options;
+use crate::convert::format::OutputFormat;
+use crate::convert::merge::{
+    Align, Clock, MergedSource, PartHeader, PartIdentity, assemble_parts, merge_clocked,
+    read_part_header,
+};
 use crate::input::{self, Profile};
 use crate::report::export::ExportOptions;
 use anyhow::{Result, anyhow, bail};
-use nsys_perfetto_model::parallel::{default_jobs, parallel_map};
+use nsys_perfetto_model::parallel::parallel_map;
 use nsys_perfetto_model::summary::{Summary, human_ns};
 use nsys_perfetto_read::source::Export;
 use regex::Regex;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 /// What a report says about who it is, for its label.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -199,7 +203,7 @@ pub struct Source {
     pub label: String,
     /// Where it goes on the timeline, read with its identity (the merge opens it once more, to
     /// convert it).
-    pub clock: convert::Clock,
+    pub clock: Clock,
 }
 
 /// How [`prepare`] and `run` work.
@@ -248,7 +252,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
             profile,
             identity,
             label,
-            clock: convert::Clock::of(&export),
+            clock: Clock::of(&export),
         })
     });
     let mut sources = Vec::new();
@@ -318,9 +322,8 @@ pub fn merge(
         .iter()
         .map(|s| (s.profile.export().to_path_buf(), s.label.clone()))
         .collect();
-    let clocks: Vec<convert::Clock> = sources.iter().map(|s| s.clock.clone()).collect();
-    let (summary, placed) =
-        convert::merge_clocked(&inputs, &clocks, output, opts.align, conv, opts.jobs)?;
+    let clocks: Vec<Clock> = sources.iter().map(|s| s.clock.clone()).collect();
+    let (summary, placed) = merge_clocked(&inputs, &clocks, output, opts.align, conv, opts.jobs)?;
     Ok(Merged {
         summary,
         sources: placed,
@@ -419,62 +422,13 @@ pub fn render(merged: &Merged, sources: &[Row], align: Align) -> String {
 }
 
 impl MergeArgs {
-    fn output_format(&self) -> OutputFormat {
-        match self.format {
-            Some(FormatArg::Protobuf) => OutputFormat::Protobuf,
-            Some(FormatArg::Json) => OutputFormat::Json,
-            None => {
-                let n = self.output.to_string_lossy().to_lowercase();
-                if n.ends_with(".json") || n.ends_with(".json.gz") {
-                    OutputFormat::Json
-                } else {
-                    OutputFormat::Protobuf
-                }
-            }
-        }
+    /// The format asked for, else the one the output name implies (as a conversion chooses).
+    pub fn output_format(&self) -> Result<OutputFormat> {
+        OutputFormat::chosen(self.format, Some(&self.output))
     }
 
-    pub fn run(&self) -> ExitCode {
-        let selection = match self.select.selection() {
-            Ok(s) => s,
-            Err(e) => {
-                nsys_perfetto_model::say!("error: {e:#}");
-                return ExitCode::from(2);
-            }
-        };
-        let conv = Options {
-            format: self.output_format(),
-            json_colors: self.json_colors || self.select.nvtx_color_scheme.is_some(),
-            progress: !self.quiet,
-            selection,
-            check: false,
-            analyze: false,
-            pictures: None,
-        };
-        let opts = MergeOptions {
-            align: match self.align {
-                AlignArg::WallClock => Align::WallClock,
-                AlignArg::Start => Align::Start,
-            },
-            label: self.label.clone(),
-            jobs: default_jobs(self.jobs),
-            export: self.nsys.export_options(self.quiet),
-        };
-        match self.merge(&opts, &conv) {
-            Ok(text) => {
-                if !self.quiet {
-                    nsys_perfetto_model::say_part!("{text}");
-                }
-                ExitCode::SUCCESS
-            }
-            Err(e) => {
-                nsys_perfetto_model::say!("error: {}", nsys_perfetto_model::errors::error_line(&e));
-                ExitCode::FAILURE
-            }
-        }
-    }
-
-    fn merge(&self, opts: &MergeOptions, conv: &Options) -> Result<String> {
+    /// Merge (or make a part of) the inputs; the text says what was written.
+    pub fn merge(&self, opts: &MergeOptions, conv: &Options) -> Result<String> {
         if !self.part
             && let Some(parts) = self.parts()?
         {
@@ -546,7 +500,7 @@ impl MergeArgs {
         let mut parts = Vec::new();
         let mut other = None;
         for input in &self.inputs {
-            if input.is_file() && convert::read_part_header(input)?.is_some() {
+            if input.is_file() && read_part_header(input)?.is_some() {
                 parts.push(input.clone());
             } else {
                 other.get_or_insert(input);
@@ -565,7 +519,7 @@ impl MergeArgs {
     }
 
     fn assemble(&self, parts: &[PathBuf], conv: &Options) -> Result<String> {
-        if self.output_format() != OutputFormat::Protobuf {
+        if self.output_format()? != OutputFormat::Protobuf {
             bail!("parts merge into a .pftrace only (JSON has no machines)");
         }
         if self.pictures().any() {
@@ -582,10 +536,9 @@ impl MergeArgs {
         }
         check_output(&self.output, parts)?;
         let ranks = self.ranks.as_deref().map(parse_ranks).transpose()?;
-        let (summary, placed, headers) =
-            convert::assemble_parts(parts, &self.output, |h: &convert::PartHeader| {
-                ranks.as_ref().is_none_or(|r| keeps_rank(r, h.rank))
-            })?;
+        let (summary, placed, headers) = assemble_parts(parts, &self.output, |h: &PartHeader| {
+            ranks.as_ref().is_none_or(|r| keeps_rank(r, h.rank))
+        })?;
         let align = headers.first().map_or(Align::WallClock, |h| h.align);
         let rows: Vec<Row> = headers
             .iter()
@@ -629,13 +582,13 @@ fn write_part(
     if conv.format != OutputFormat::Protobuf {
         bail!("a part is a .pftrace (JSON has no machines)");
     }
-    let who = convert::PartIdentity {
+    let who = PartIdentity {
         label: &src.label,
         rank: src.identity.rank,
         rank_from: src.identity.rank_from,
         origin: &src.input,
     };
-    let summary = convert::write_part(
+    let summary = crate::convert::merge::write_part(
         src.profile.export(),
         &who,
         &src.clock,

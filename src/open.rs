@@ -9,6 +9,7 @@
 //! instead, for traces too large for a browser tab.
 
 use crate::cli::args::{LOCAL_UI_PORT, OpenArgs, PERFETTO_PORT};
+use crate::commands::outcome::Outcome;
 use crate::serve::http;
 use crate::serve::ui_dir::{TRACE_PREFIX, UiDir};
 use anyhow::{Context, Result, anyhow, bail};
@@ -16,7 +17,7 @@ use nsys_perfetto_read::inputs::{Input, classify};
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitCode, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -201,7 +202,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
         selection.gpu = nsys_perfetto_model::select::GpuModel::Perfetto;
     }
     let opts = crate::convert::Options {
-        format: crate::convert::OutputFormat::Protobuf,
+        format: crate::convert::format::OutputFormat::Protobuf,
         json_colors: false,
         progress: true,
         selection,
@@ -277,17 +278,8 @@ fn find_trace_processor(explicit: Option<&Path>) -> Option<PathBuf> {
 }
 
 impl OpenArgs {
-    pub fn run(&self) -> ExitCode {
-        match self.open() {
-            Ok(code) => code,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                ExitCode::FAILURE
-            }
-        }
-    }
-
-    fn open(&self) -> Result<ExitCode> {
+    /// Convert the input when it is a profile, then show the trace until the UI has it.
+    pub fn open(&self) -> Result<Outcome> {
         let mut link_params = deep_link_params(self.at.as_deref(), self.range.as_deref())?;
         if self.gpu_compute {
             link_params.push_str(GPU_COMPUTE_PLUGINS);
@@ -365,7 +357,7 @@ impl OpenArgs {
         }
     }
 
-    fn serve_once(&self, trace: &Path, size: u64, link_params: &str) -> Result<ExitCode> {
+    fn serve_once(&self, trace: &Path, size: u64, link_params: &str) -> Result<Outcome> {
         let name = trace
             .file_name()
             .map(|n| n.to_string_lossy().to_string())
@@ -453,17 +445,17 @@ impl OpenArgs {
         http::run(&listener, handler, stop, 16)?;
         if fetched.load(Ordering::SeqCst) {
             eprintln!("the trace was fetched; done");
-            Ok(ExitCode::SUCCESS)
+            Ok(Outcome::Done)
         } else if nsys_perfetto_model::cleanup::interrupted().is_some() {
             eprintln!("interrupted before the trace was fetched");
-            Ok(ExitCode::from(130))
+            Ok(Outcome::Interrupted)
         } else {
             eprintln!("timed out: the trace was not fetched");
-            Ok(ExitCode::FAILURE)
+            Ok(Outcome::SomeFailed)
         }
     }
 
-    fn open_native(&self, tp: &Path, trace: &Path, link_params: &str) -> Result<ExitCode> {
+    fn open_native(&self, tp: &Path, trace: &Path, link_params: &str) -> Result<Outcome> {
         // Fail early with the clear message when the port is taken.
         drop(bind_local(
             self.port,
@@ -525,17 +517,17 @@ impl OpenArgs {
                 nsys_perfetto_model::cleanup::wait_exit(&mut child, Duration::from_millis(100))?
             {
                 return Ok(if st.success() {
-                    ExitCode::SUCCESS
+                    Outcome::Done
                 } else {
                     eprintln!("error: {} exited with {st}", tp.display());
-                    ExitCode::FAILURE
+                    Outcome::SomeFailed
                 });
             }
             if stop.load(Ordering::SeqCst) || deadline.is_some_and(|d| Instant::now() >= d) {
                 let _ = child.kill();
                 let _ = child.wait();
                 eprintln!("stopped {}", tp.display());
-                return Ok(ExitCode::SUCCESS);
+                return Ok(Outcome::Done);
             }
         }
     }
@@ -550,7 +542,7 @@ fn open_with_local_ui(
     trace: &Path,
     size: u64,
     link_params: &str,
-) -> Result<ExitCode> {
+) -> Result<Outcome> {
     let port = if args.port == PERFETTO_PORT {
         LOCAL_UI_PORT
     } else {
@@ -629,16 +621,16 @@ fn open_with_local_ui(
     if nsys_perfetto_model::cleanup::interrupted().is_some() {
         eprintln!("stopped");
         Ok(if was_fetched {
-            ExitCode::SUCCESS
+            Outcome::Done
         } else {
-            ExitCode::from(130)
+            Outcome::Interrupted
         })
     } else if was_fetched {
         eprintln!("--timeout reached; stopped");
-        Ok(ExitCode::SUCCESS)
+        Ok(Outcome::Done)
     } else {
         eprintln!("timed out: the trace was not fetched");
-        Ok(ExitCode::FAILURE)
+        Ok(Outcome::SomeFailed)
     }
 }
 

@@ -8,7 +8,7 @@
 //! and says why. A file without a record (not written by this tool, or by a version that did
 //! not record one) is never reused.
 //!
-//! Where the record lives:
+//! Where the record lives (each format's entry in [`crate::convert::format::FORMATS`] reads it):
 //! * `.pftrace`: the last packet of the file, a `ChromeEventBundle` with one `ChromeMetadata`
 //!   entry named `nsys-perfetto` (trace_processor keeps it as metadata and draws nothing). It is
 //!   found by reading the file's last 64 KiB, not the whole trace.
@@ -24,6 +24,7 @@
 //! read and its CRC compared: a copy with the same bytes is still recognised, and a file
 //! changed in place with its old size and modification time is not mistaken for the original.
 //! The CRC reads the input at about memory speed; a conversion reads all of it anyway.
+use crate::convert::format::OutputFormat;
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;
@@ -31,8 +32,6 @@ use std::path::Path;
 
 /// The tool and version that wrote a record.
 pub const TOOL: &str = concat!("nsys-perfetto ", env!("CARGO_PKG_VERSION"));
-
-use nsys_perfetto_write::output::json::RECORD_KEY as JSON_KEY;
 
 /// How much of an output's end is read to find its record.
 const TAIL: u64 = 64 << 10;
@@ -270,74 +269,19 @@ fn read_tail(path: &Path) -> Option<Vec<u8>> {
     Some(tail)
 }
 
-fn find_last(hay: &[u8], needle: &[u8]) -> Vec<usize> {
-    let mut at: Vec<usize> = hay
-        .windows(needle.len())
-        .enumerate()
-        .filter(|(_, w)| *w == needle)
-        .map(|(i, _)| i)
-        .collect();
-    at.reverse();
-    at
-}
-
-/// The record text at the end of a `.pftrace`: the trailer that ends the file exactly.
-fn pftrace_record(tail: &[u8]) -> Option<String> {
-    let needle = nsys_perfetto_write::output::pftrace::file::record_text_prefix();
-    for at in find_last(tail, &needle) {
-        let text = &tail[at + needle.len()..];
-        // Skip the length varint; the text runs to the end of the file.
-        let Some(n) = text.iter().position(|b| b & 0x80 == 0) else {
-            continue;
-        };
-        let Ok(text) = std::str::from_utf8(&text[n + 1..]) else {
-            continue;
-        };
-        if tail.ends_with(&nsys_perfetto_write::output::pftrace::file::record_packet(
-            text,
-        )) {
-            return Some(text.to_string());
-        }
-    }
-    None
-}
-
-/// The record text at the end of a JSON trace: the last `otherData` key, then `}}`.
-fn json_record(tail: &[u8]) -> Option<String> {
-    let needle = format!("\"{JSON_KEY}\":");
-    for at in find_last(tail, needle.as_bytes()) {
-        let Ok(rest) = std::str::from_utf8(&tail[at + needle.len()..]) else {
-            continue;
-        };
-        let mut de = serde_json::Deserializer::from_str(rest).into_iter::<String>();
-        let Some(Ok(text)) = de.next() else { continue };
-        if rest[de.byte_offset()..].trim_end() == "}}" {
-            return Some(text);
-        }
-    }
-    None
-}
-
-/// Whether a record in `output` can be read back: a `.pftrace` or `.json` file (not a `.gz`,
-/// whose end is compressed, nor standard output). Only those carry one.
+/// Whether a record in `output` can be read back: an uncompressed trace of one of the formats
+/// (not a `.gz`, whose end is compressed, nor standard output). Only those carry one.
 pub fn readable(output: &Path) -> bool {
-    let name = output.to_string_lossy().to_ascii_lowercase();
-    name.ends_with(".pftrace") || name.ends_with(".json")
+    OutputFormat::of_file(output).is_some_and(|(_, gzipped)| !gzipped)
 }
 
 /// The record a trace carries, if it is a trace this tool wrote and can read back.
 pub fn read(output: &Path) -> Option<Record> {
-    if !readable(output) {
+    let (format, false) = OutputFormat::of_file(output)? else {
         return None;
-    }
-    let tail = read_tail(output)?;
-    let name = output.to_string_lossy().to_ascii_lowercase();
-    let text = if name.ends_with(".json") {
-        json_record(&tail)?
-    } else {
-        pftrace_record(&tail)?
     };
-    Record::parse(&text)
+    let tail = read_tail(output)?;
+    Record::parse(&(format.spec().read_record)(&tail)?)
 }
 
 /// Whether an existing output may stand for converting `origin` with `opts`.
@@ -451,33 +395,6 @@ pub fn owns_export(export: &Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use nsys_perfetto_write::output::pftrace::wire::TRACE_PACKET_BYTE;
-
-    #[test]
-    fn trailer_round_trips_and_needs_the_end_of_the_file() {
-        let rec = r#"{"a":"b \u00e9"}"#.repeat(20);
-        let mut file = vec![TRACE_PACKET_BYTE, 3, 1, 2, 3];
-        file.extend(nsys_perfetto_write::output::pftrace::file::record_packet(
-            &rec,
-        ));
-        assert_eq!(pftrace_record(&file).as_deref(), Some(rec.as_str()));
-        // Anything after it (another packet) and it is not the record of this file.
-        file.extend([TRACE_PACKET_BYTE, 1, 0]);
-        assert_eq!(pftrace_record(&file), None);
-    }
-
-    #[test]
-    fn json_record_is_the_last_key() {
-        let text = "{\"x\":\"a\\\"b\"}";
-        let mut out = b"{\"traceEvents\":[\n],\"otherData\":{\"converter\":\"c\",".to_vec();
-        nsys_perfetto_write::output::json::push_str(&mut out, JSON_KEY);
-        out.push(b':');
-        nsys_perfetto_write::output::json::push_str(&mut out, text);
-        out.extend_from_slice(b"}}\n");
-        assert_eq!(json_record(&out).as_deref(), Some(text));
-        out.extend_from_slice(b"{}");
-        assert_eq!(json_record(&out), None);
-    }
 
     #[test]
     fn file_id_sees_a_rewrite_with_the_old_size_and_time() {

@@ -1,20 +1,25 @@
-//! The command-line argument types: those several commands share (`convert`, `merge`, `open`,
-//! `serve`, `profile`) and each command's own (`convert`, `profile`, `stats`, `analyze`,
-//! `extract`, `sweep`, `merge`, `open`, `serve`, `completions`, `man`), with the choices and
-//! defaults they name. Below every command's module, so that none imports `cli`; the
-//! workflows add the methods that run them.
+//! The command-line argument types that several commands share (what to convert, how reports
+//! are exported, how a table prints) and those of `merge`, `open` and `serve`, whose modules
+//! read them whole. Every other command's arguments are in its file under `commands`. Below the
+//! commands' modules, so that none imports `cli`.
 
-use crate::convert::OutputFormat;
+use crate::convert::format::{FORMATS, OutputFormat};
+use crate::report::export::ExportOptions;
+use crate::workflow::{Output, Unit};
+use anyhow::Result;
 use clap::{Args, ValueEnum};
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FormatArg {
-    /// Perfetto protobuf (.pftrace)
-    Protobuf,
-    /// Chrome JSON trace (.json), for tools that read only that
-    Json,
+/// `--format`'s values: each output format's name, with its help.
+pub fn format_parser() -> impl clap::builder::TypedValueParser<Value = OutputFormat> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new(
+        FORMATS
+            .iter()
+            .map(|s| PossibleValue::new(s.name).help(s.help)),
+    )
+    .map(|name| OutputFormat::named(&name).expect("a format's name"))
 }
 
 /// What to convert; shared by every command that writes a trace.
@@ -157,57 +162,25 @@ impl NsysArgs {
     }
 }
 
-/// `nsys-perfetto stats PROFILE [PROFILE_B]`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct StatsArgs {
-    /// An nsys report (.nsys-rep, .qdrep) or export (.sqlite, .arrows, _arwdir, _pqtdir); with a
-    /// second one, the two are compared side by side (count, total and change per name, B
-    /// against A).
-    #[arg(value_name = "PROFILE", required = true, num_args = 1..=2)]
-    pub profiles: Vec<PathBuf>,
-    /// Rows per report in a table, names per kind of event in a comparison (0: all; default
-    /// 10). CSV and JSON hold every row unless --top is given.
-    #[arg(long, value_name = "N")]
-    pub top: Option<usize>,
-    /// nsys reports to print, by nsys' names (`nsys stats --report`), comma-separated:
-    /// cuda_gpu_kern_sum, cuda_api_sum, cuda_gpu_mem_time_sum, cuda_gpu_mem_size_sum,
-    /// nvtx_sum, osrt_sum, um_sum, um_total_sum, um_cpu_page_faults_sum, openacc_sum,
-    /// openmp_sum, cuda_gpu_kern_gb_sum, cuda_kern_exec_sum. A kernel report may end in
-    /// `:base` or `:mangled`, as in nsys. Default: the ones nsys prints by default.
-    #[arg(
-        long = "report",
-        short = 'r',
-        value_name = "NAME[,NAME]",
-        value_delimiter = ','
-    )]
-    pub reports: Vec<String>,
-    /// Kernels under their base name (`shortName`, as the trace names their slices) instead of
-    /// the demangled one, as nsys' `:base`.
-    #[arg(long, conflicts_with = "mangled")]
-    pub base: bool,
-    /// Kernels under their mangled name where the export has it, as nsys' `:mangled`.
-    #[arg(long)]
-    pub mangled: bool,
-    /// Also show the NVTX ranges projected onto the GPU (the span of the GPU work launched
-    /// inside each range; no nsys report has it) in the table. JSON always holds it.
-    #[arg(long)]
-    pub nvtx_gpu: bool,
-    /// Keep NVTX names that differ only in counters (', seq = N', ', op_id = N') apart; by
-    /// default they are grouped under the name without them.
-    #[arg(long)]
-    pub raw_names: bool,
-    #[command(flatten)]
-    pub out: OutputArgs,
-}
-
 /// Time unit for tables. CSV and JSON always carry nanoseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Unit {
+pub enum UnitArg {
     #[default]
     Ns,
     Us,
     Ms,
     S,
+}
+
+impl From<UnitArg> for Unit {
+    fn from(u: UnitArg) -> Unit {
+        match u {
+            UnitArg::Ns => Unit::Ns,
+            UnitArg::Us => Unit::Us,
+            UnitArg::Ms => Unit::Ms,
+            UnitArg::S => Unit::S,
+        }
+    }
 }
 
 /// How `stats` and `extract` print.
@@ -221,7 +194,7 @@ pub struct OutputArgs {
     pub json: bool,
     /// Time unit of the table (CSV and JSON are always in ns).
     #[arg(long, value_enum, default_value = "ns", value_name = "UNIT")]
-    pub unit: Unit,
+    pub unit: UnitArg,
     /// Write to FILE instead of standard output.
     #[arg(short, long, value_name = "FILE")]
     pub output: Option<std::path::PathBuf>,
@@ -231,127 +204,42 @@ pub struct OutputArgs {
     pub nsys: Option<std::path::PathBuf>,
 }
 
-/// `nsys-perfetto extract PROFILE... -e PATTERN [-e PATTERN...]`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct ExtractArgs {
-    /// nsys reports (.nsys-rep, .qdrep) or exports (.sqlite, .arrows, _arwdir, _pqtdir).
-    #[arg(required = true, value_name = "PROFILE")]
-    pub profiles: Vec<PathBuf>,
-    /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or a regex
-    /// as 're:REGEX'. Matched against kernel (short and demangled), memory operation, CUDA API
-    /// and NVTX range names.
-    #[arg(short, long = "events", required = true, value_name = "PATTERN")]
-    pub events: Vec<String>,
-    /// Read every pattern as a regex.
-    #[arg(long)]
-    pub regex: bool,
-    #[command(flatten)]
-    pub out: OutputArgs,
-}
+impl OutputArgs {
+    pub fn unit(&self) -> Unit {
+        self.unit.into()
+    }
 
-/// Which number a sweep table shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
-pub enum Metric {
-    /// Total time of the events per run (mean over iterations).
-    #[default]
-    Total,
-    /// Mean duration of one event.
-    Mean,
-    /// Number of events per run (mean over iterations).
-    Count,
-}
+    pub fn format(&self) -> Output {
+        if self.csv {
+            Output::Csv
+        } else if self.json {
+            Output::Json
+        } else {
+            Output::Table
+        }
+    }
 
-/// `nsys-perfetto sweep -p V... [--iter N] [-e PATTERN...] -o NAME -- COMMAND...`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct SweepArgs {
-    /// Parameter values: each replaces `$p` in the command's arguments and in the output name.
-    #[arg(short = 'p', long = "param", required = true, num_args = 1.., value_name = "VALUE")]
-    pub values: Vec<String>,
-    /// Profile each value N times; cells are means over the iterations.
-    #[arg(long = "iter", default_value_t = 1, value_name = "N")]
-    pub iterations: usize,
-    /// An event-name pattern (repeat for more: -e gemm -e 're:^nccl'): a substring, or
-    /// 're:REGEX'. Default: the 10 kernels and 10 NVTX ranges with the most time in the first
-    /// profile.
-    #[arg(short, long = "events", value_name = "PATTERN")]
-    pub events: Vec<String>,
-    /// Read every pattern as a regex.
-    #[arg(long)]
-    pub regex: bool,
-    /// Report name of each run, with `$p` (quote it: 'run_$p'); nsys adds .nsys-rep, the export
-    /// is NAME_arwdir (NAME.sqlite from nsys before 2023). With --iter, -1, -2... follow the name.
-    #[arg(short, long, default_value = "sweep_$p", value_name = "NAME")]
-    pub output: String,
-    /// Also write the table as CSV (times in ns; rows total_ns, mean_ns and count per event).
-    #[arg(long, value_name = "FILE")]
-    pub csv: Option<PathBuf>,
-    /// What the terminal table shows.
-    #[arg(long, value_enum, default_value = "total")]
-    pub metric: Metric,
-    /// Time unit of the terminal table.
-    #[arg(long, value_enum, default_value = "us", value_name = "UNIT")]
-    pub unit: Unit,
-    /// APIs to trace (nsys profile --trace).
-    #[arg(short, long, default_value = "cuda,nvtx,osrt", value_name = "LIST")]
-    pub trace: String,
-    /// Stop nsys and the program after SECS seconds (each run).
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<u64>,
-    /// The nsys to use (binary or install directory). Default: $NSYS, then PATH, then the
-    /// usual install places.
-    #[arg(long, value_name = "PATH")]
-    pub nsys: Option<PathBuf>,
-    /// Do not convert each run's profile to NAME.pftrace.
-    #[arg(long)]
-    pub no_traces: bool,
-    /// Show nsys's and the program's output (by default shown only when a run fails).
-    #[arg(short, long)]
-    pub verbose: bool,
-    /// The command to profile, after `--`, with `$p` where the value goes.
-    #[arg(required = true, last = true, value_name = "COMMAND")]
-    pub command: Vec<String>,
-}
+    pub fn export_options(&self) -> ExportOptions {
+        ExportOptions {
+            nsys: self.nsys.clone(),
+            quiet: true,
+            ..Default::default()
+        }
+    }
 
-/// `nsys-perfetto analyze PROFILE`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct AnalyzeArgs {
-    /// An nsys report (.nsys-rep, .qdrep) or export (.sqlite, .arrows, _arwdir, _pqtdir).
-    #[arg(value_name = "PROFILE")]
-    pub profile: std::path::PathBuf,
-    /// Rules to run, comma-separated (default: all): cuda_api_sync, cuda_memcpy_async,
-    /// cuda_memcpy_sync, cuda_memset_sync, gpu_gaps, gpu_time_util.
-    #[arg(long, short = 'r', value_delimiter = ',', value_name = "RULE")]
-    pub rule: Vec<String>,
-    /// Findings shown per rule (0: all), the longest first (gpu_time_util: the least used).
-    #[arg(long, default_value_t = 50, value_name = "N")]
-    pub top: usize,
-    /// Only rows from this time on (ns, the export's time as nsys shows it).
-    #[arg(long, value_name = "NS")]
-    pub start: Option<i64>,
-    /// Only rows before this time (ns).
-    #[arg(long, value_name = "NS")]
-    pub end: Option<i64>,
-    /// Only the time (and thread or process) of the first NVTX range of this name:
-    /// `NAME[@DOMAIN]`, `NAME/N` for the Nth. --start/--end override its times.
-    #[arg(long, value_name = "RANGE")]
-    pub nvtx: Option<String>,
-    /// cuda_api_sync: only calls of this process id.
-    #[arg(long, value_name = "PID")]
-    pub process: Option<i64>,
-    /// cuda_api_sync: only calls of this thread id.
-    #[arg(long, value_name = "TID")]
-    pub thread: Option<i64>,
-    /// gpu_gaps: report gaps longer than this, ms.
-    #[arg(long, default_value_t = 500, value_name = "MS")]
-    pub gap: i64,
-    /// gpu_time_util: report chunks used less than this, percent.
-    #[arg(long, default_value_t = 50, value_name = "PERCENT")]
-    pub threshold: i64,
-    /// gpu_time_util: chunks per process and GPU (1 to 1000).
-    #[arg(long, default_value_t = 30, value_name = "N")]
-    pub chunks: i64,
-    #[command(flatten)]
-    pub out: OutputArgs,
+    /// Print or write the rendered result.
+    pub fn emit(&self, text: &str) -> Result<()> {
+        match &self.output {
+            Some(p) => crate::workflow::write_file(p, text),
+            None => {
+                use std::io::Write;
+                let mut out = std::io::stdout().lock();
+                // A closed pipe (`| head`) is not an error worth reporting.
+                let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
+                Ok(())
+            }
+        }
+    }
 }
 
 /// Merge the reports of one job (MPI ranks, nodes) or of several runs into one trace.
@@ -366,8 +254,8 @@ pub struct MergeArgs {
     #[arg(short, long, value_name = "OUT", required = true)]
     pub output: PathBuf,
     /// Output format (default: json when OUT ends in .json or .json.gz, else protobuf).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<FormatArg>,
+    #[arg(long, value_name = "FORMAT", value_parser = format_parser())]
+    pub format: Option<OutputFormat>,
     /// JSON output: colour NVTX ranges with the nearest Chrome colour names.
     #[arg(long)]
     pub json_colors: bool,
@@ -552,179 +440,4 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         return Err(format!("bad size '{s}'"));
     }
     Ok((v * mult) as u64)
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct CompletionsArgs {
-    /// The shell.
-    #[arg(value_enum)]
-    pub shell: clap_complete::Shell,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ManArgs {
-    /// Write nsys-perfetto.1 and a page per subcommand (nsys-perfetto-stats.1...) into DIR.
-    #[arg(long, value_name = "DIR")]
-    pub dir: Option<PathBuf>,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ConvertArgs {
-    /// Profiles to convert: nsys reports (.nsys-rep, .qdrep; exported with nsys), their SQLite,
-    /// Arrow or Parquet exports (.sqlite; .arrows, or a directory, from --type arrow, arrowdir
-    /// or parquetdir), directories of them, glob patterns.
-    #[arg(required = true, value_name = "INPUT")]
-    pub inputs: Vec<PathBuf>,
-    /// Output file (default: next to the input, with .pftrace or .json). A name ending in .gz
-    /// is gzip-compressed.
-    #[arg(short, long, value_name = "OUT")]
-    pub output: Option<PathBuf>,
-    /// Output format (default: json when OUT ends in .json or .json.gz, else protobuf).
-    #[arg(long, value_enum, value_name = "FORMAT")]
-    pub format: Option<FormatArg>,
-    /// JSON output: colour NVTX ranges with the nearest Chrome colour names.
-    #[arg(long)]
-    pub json_colors: bool,
-    /// Print nothing but errors.
-    #[arg(short, long)]
-    pub quiet: bool,
-    #[command(flatten)]
-    pub select: SelectArgs,
-    /// Add the findings of nsys' expert rules (as `analyze` finds them, nsys' defaults) as an
-    /// "Analysis" track group: one slice per finding on the time it covers, with the rule's
-    /// explanation and advice, and an arrow from the CUDA call it blames.
-    #[arg(long)]
-    pub analyze: bool,
-    /// Convert even inputs whose output was made from the same input with the same options.
-    /// (With several inputs, a directory or a pattern, those are reused; a single file is
-    /// always converted.)
-    #[arg(long)]
-    pub force: bool,
-    /// Check the SQLite file first (PRAGMA quick_check) and refuse it when damaged. Off by
-    /// default (it reads the whole file once more); damage met while reading fails anyway.
-    #[arg(long)]
-    pub check: bool,
-    /// Files exported and converted at the same time (default: all cores).
-    #[arg(short = 'j', long = "jobs", value_name = "N")]
-    pub jobs: Option<usize>,
-    #[command(flatten)]
-    pub nsys: NsysArgs,
-}
-
-impl ConvertArgs {
-    /// The format asked for, else the one the output name implies. Contradictory choices
-    /// (`-o x.json --format protobuf`) are an error.
-    pub fn output_format(&self) -> anyhow::Result<OutputFormat> {
-        let name = self
-            .output
-            .as_ref()
-            .map(|o| o.to_string_lossy().to_lowercase());
-        let named = match name.as_deref() {
-            Some(n) if n.ends_with(".json") || n.ends_with(".json.gz") => Some(OutputFormat::Json),
-            Some(n) if n.ends_with(".pftrace") || n.ends_with(".pftrace.gz") => {
-                Some(OutputFormat::Protobuf)
-            }
-            _ => None,
-        };
-        let asked = self.format.map(|f| match f {
-            FormatArg::Protobuf => OutputFormat::Protobuf,
-            FormatArg::Json => OutputFormat::Json,
-        });
-        match (asked, named) {
-            (Some(a), Some(n)) if a != n => anyhow::bail!(
-                "--format {} contradicts the output name {} (a .{} file): change one",
-                match a {
-                    OutputFormat::Protobuf => "protobuf",
-                    OutputFormat::Json => "json",
-                },
-                self.output.as_ref().expect("named").display(),
-                n.extension()
-            ),
-            (Some(a), _) => Ok(a),
-            (None, Some(n)) => Ok(n),
-            (None, None) => Ok(OutputFormat::Protobuf),
-        }
-    }
-}
-
-#[derive(ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SampleArg {
-    /// CPU sampling (perf events)
-    Cpu,
-    /// No CPU sampling
-    None,
-}
-
-#[derive(Args, Debug, Clone)]
-pub struct ProfileArgs {
-    /// Base name of the results (NAME.nsys-rep, its export NAME_arwdir or NAME.sqlite,
-    /// NAME.pftrace). Default: the command's name in the current directory, numbered if taken.
-    #[arg(short, long, value_name = "NAME")]
-    pub output: Option<PathBuf>,
-    /// APIs to trace (nsys profile --trace), comma-separated, e.g. cuda,nvtx,osrt,cublas.
-    #[arg(short, long, value_name = "LIST", default_value = "cuda,nvtx,osrt")]
-    pub trace: String,
-    /// CPU sampling. Off by default: with it, nsys 2022.4 hangs after the program exits on
-    /// some kernels (use --timeout).
-    #[arg(short, long, value_enum, default_value = "none")]
-    pub sample: SampleArg,
-    /// Collect CPU context switches (nsys --cpuctxsw=process-tree; off by default, for the
-    /// same reason as --sample).
-    #[arg(long)]
-    pub cpuctxsw: bool,
-    /// Stop nsys, its agent and the program after SECS seconds.
-    #[arg(long, value_name = "SECS")]
-    pub timeout: Option<u64>,
-    /// One more argument for `nsys profile` (repeat), e.g. --nsys-arg=--duration=30.
-    #[arg(long = "nsys-arg", value_name = "ARG", allow_hyphen_values = true)]
-    pub nsys_args: Vec<std::ffi::OsString>,
-    #[command(flatten)]
-    pub nsys: NsysArgs,
-    /// What to convert from the report (the conversion options: --types, --pid, ...).
-    #[command(flatten)]
-    pub select: SelectArgs,
-    /// Print nothing but errors (nsys's and the program's output are shown only on failure).
-    #[arg(short, long)]
-    pub quiet: bool,
-    /// The command to profile, with its arguments (after `--` when they start with `-`).
-    #[arg(
-        required = true,
-        trailing_var_arg = true,
-        allow_hyphen_values = true,
-        value_name = "COMMAND"
-    )]
-    pub command: Vec<std::ffi::OsString>,
-}
-
-/// `nsys-perfetto recipe NAME INPUT...`.
-#[derive(clap::Args, Debug, Clone)]
-pub struct RecipeArgs {
-    /// The recipe, by nsys' name: cuda_gpu_kern_sum, cuda_api_sum, cuda_gpu_mem_time_sum,
-    /// nvtx_sum, nvtx_gpu_proj_sum, mpi_sum, gpu_time_util, cuda_gpu_time_util_map.
-    #[arg(value_name = "NAME")]
-    pub name: String,
-    /// One report or export per rank (.nsys-rep, .qdrep, .sqlite, .arrows, _arwdir, _pqtdir),
-    /// directories of them, glob patterns. A rank is named by its file's stem.
-    #[arg(required = true, value_name = "INPUT")]
-    pub inputs: Vec<PathBuf>,
-    /// Print (or, with --output, also write) CSV as the recipe's --csv writes it: the
-    /// DataFrame's index first, times in ns.
-    #[arg(long)]
-    pub csv: bool,
-    /// Write the recipe's tables into the directory DIR (created if needed): DIR/TABLE.parquet,
-    /// as the recipe does, and DIR/TABLE.csv with --csv.
-    #[arg(short, long, value_name = "DIR")]
-    pub output: Option<PathBuf>,
-    /// Print or write only this table (rank_stats, all_stats; analysis for the utilization
-    /// recipes); default: all of them.
-    #[arg(long, value_name = "TABLE")]
-    pub table: Option<String>,
-    /// cuda_gpu_time_util_map: the number of equal time bins over the longest session.
-    #[arg(long, value_name = "N", default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..))]
-    pub bins: u16,
-    /// Ranks read at the same time (default: all cores).
-    #[arg(short = 'j', long = "jobs", value_name = "N")]
-    pub jobs: Option<usize>,
-    #[command(flatten)]
-    pub nsys: NsysArgs,
 }

@@ -2,6 +2,7 @@
 
 use super::finding::find_nsys;
 use super::process::{nsys_message, run_bounded};
+use crate::convert::format::{FORMATS, OutputFormat};
 use anyhow::{Context, Result, anyhow, bail};
 use std::ffi::{OsStr, OsString};
 use std::fs::{self};
@@ -62,9 +63,11 @@ impl Default for ProfileOptions {
 /// The report's base path (no extension) for `profile`.
 pub fn profile_base(output: Option<&Path>, command: &[OsString]) -> PathBuf {
     if let Some(o) = output {
-        let known = ["nsys-rep", "qdrep", "pftrace", "json", "sqlite", "qdstrm"];
+        let known = ["nsys-rep", "qdrep", "sqlite", "qdstrm"]
+            .into_iter()
+            .chain(FORMATS.iter().map(|s| s.extension));
         return match o.extension().and_then(OsStr::to_str) {
-            Some(e) if known.iter().any(|k| e.eq_ignore_ascii_case(k)) => o.with_extension(""),
+            Some(e) if known.clone().any(|k| e.eq_ignore_ascii_case(k)) => o.with_extension(""),
             _ => o.to_path_buf(),
         };
     }
@@ -75,9 +78,16 @@ pub fn profile_base(output: Option<&Path>, command: &[OsString]) -> PathBuf {
         .filter(|n| !n.is_empty())
         .unwrap_or_else(|| "report".into());
     let taken = |base: &str| {
-        ["nsys-rep", "qdrep", "qdstrm", "pftrace", "sqlite"]
-            .iter()
-            .any(|e| Path::new(&format!("{base}.{e}")).exists())
+        // The report, its export and the trace it is converted to.
+        [
+            "nsys-rep",
+            "qdrep",
+            "qdstrm",
+            OutputFormat::default().extension(),
+            "sqlite",
+        ]
+        .iter()
+        .any(|e| Path::new(&format!("{base}.{e}")).exists())
     };
     if !taken(&name) {
         return PathBuf::from(name);

@@ -136,6 +136,18 @@ impl Body<'_> {
         self.broken = true;
         io::Error::new(kind, msg.to_string())
     }
+
+    /// Read at most `left` more bytes of the body into `buf`; the connection closing first is
+    /// the error `closed`.
+    fn read_at_most(&mut self, buf: &mut [u8], left: u64, closed: &str) -> io::Result<usize> {
+        let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
+        let n = self.reader.read(&mut buf[..want])?;
+        if n == 0 {
+            return Err(self.fail(io::ErrorKind::UnexpectedEof, closed));
+        }
+        self.read += n as u64;
+        Ok(n)
+    }
 }
 
 impl Read for Body<'_> {
@@ -155,19 +167,15 @@ impl Read for Body<'_> {
                     return Ok(0);
                 }
                 Framing::Length(left) => {
-                    let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-                    let n = self.reader.read(&mut buf[..want])?;
-                    if n == 0 {
-                        return Err(self.fail(
-                            io::ErrorKind::UnexpectedEof,
-                            "the connection closed before the whole body was sent",
-                        ));
-                    }
+                    let n = self.read_at_most(
+                        buf,
+                        left,
+                        "the connection closed before the whole body was sent",
+                    )?;
                     self.framing = Framing::Length(left - n as u64);
                     if left == n as u64 {
                         self.framing = Framing::Done;
                     }
-                    self.read += n as u64;
                     return Ok(n);
                 }
                 Framing::Chunked(None) => {
@@ -221,16 +229,8 @@ impl Read for Body<'_> {
                     self.framing = Framing::Chunked(None);
                 }
                 Framing::Chunked(Some(left)) => {
-                    let want = buf.len().min(usize::try_from(left).unwrap_or(usize::MAX));
-                    let n = self.reader.read(&mut buf[..want])?;
-                    if n == 0 {
-                        return Err(self.fail(
-                            io::ErrorKind::UnexpectedEof,
-                            "the connection closed in a chunk",
-                        ));
-                    }
+                    let n = self.read_at_most(buf, left, "the connection closed in a chunk")?;
                     self.framing = Framing::Chunked(Some(left - n as u64));
-                    self.read += n as u64;
                     return Ok(n);
                 }
             }
@@ -622,6 +622,20 @@ fn linger_close(stream: &TcpStream, reader: &mut BufReader<TcpStream>) {
             Err(_) => break,
         }
     }
+}
+
+/// [`run`] on a thread of its own, which says `error: SERVER: ...` if it fails.
+pub fn run_in_background(
+    listener: TcpListener,
+    handler: Arc<Handler>,
+    stop: Arc<AtomicBool>,
+    server: &'static str,
+) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        if let Err(e) = run(&listener, handler, stop, 64) {
+            eprintln!("error: {server}: {e}");
+        }
+    })
 }
 
 /// Accept connections until `stop` is set: a thread per connection, at most `max_connections`

@@ -16,7 +16,8 @@ pub mod http;
 pub mod ui_dir;
 
 use crate::cli::args::{SelectArgs, ServeArgs};
-use crate::convert::{self, OutputFormat};
+use crate::convert::format::{FORMATS, OutputFormat};
+use crate::convert::{self};
 use anyhow::{Context, Result};
 use http::{Request, Response, bind, loopback_host};
 use nsys_perfetto_model::category::Category;
@@ -28,7 +29,6 @@ use std::fs;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
@@ -153,14 +153,7 @@ impl Server {
             let state = state.clone();
             Arc::new(move |req: &mut Request| handle(&state, req))
         };
-        let thread = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                if let Err(e) = http::run(&listener, handler, stop, 64) {
-                    eprintln!("error: server: {e}");
-                }
-            })
-        };
+        let thread = http::run_in_background(listener, handler, stop.clone(), "server");
         Ok(Server {
             addr,
             stop,
@@ -198,48 +191,13 @@ impl Drop for Server {
     }
 }
 
-impl ServeArgs {
-    pub fn run(&self) -> ExitCode {
-        if !self.bind.is_loopback() {
-            eprintln!(
-                "warning: listening on {}: anyone who can reach this machine can upload files \
-                 and download the traces. Use the default 127.0.0.1 (with `ssh -L` from another \
-                 machine) unless this network is trusted.",
-                self.bind
-            );
-        }
-        let mut server = match Server::start(self) {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("error: {e:#}");
-                return ExitCode::FAILURE;
-            }
-        };
-        // Ctrl-C stops the server; then the conversions' children and temporaries go too.
-        let interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&server.stop_flag());
-        let shown = if server.addr.ip().is_unspecified() {
-            format!("http://127.0.0.1:{}", server.addr.port())
-        } else {
-            server.url()
-        };
-        eprintln!("nsys-perfetto serve: open {shown}/ in a browser (Ctrl-C to stop)");
-        eprintln!("  temporary files: {}", server.temp_dir().display());
-        eprintln!(
-            "  API: curl -T report.nsys-rep '{shown}/api/convert?name=report.nsys-rep' (see docs/serve.md)"
-        );
-        let stop = server.stop_flag();
-        while !stop.load(Ordering::Relaxed) {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-        server.stop();
-        drop(interrupts);
-        let dir = server.temp_dir().to_path_buf();
-        drop(server);
-        // A conversion still under way holds the state, and with it the folder's owner.
-        let _ = std::fs::remove_dir_all(&dir);
-        nsys_perfetto_model::cleanup::forget(&dir);
-        eprintln!("stopped; removed {}", dir.display());
-        ExitCode::SUCCESS
+/// The extension of a trace `serve` hands out: the format's, `.gz` where it is served gzipped.
+fn served_extension(format: OutputFormat) -> String {
+    let spec = format.spec();
+    if spec.served_gzipped {
+        format!("{}.gz", spec.extension)
+    } else {
+        spec.extension.to_string()
     }
 }
 
@@ -330,7 +288,10 @@ fn info(state: &State) -> Value {
             .iter()
             .map(|t| t.name())
             .collect::<Vec<_>>(),
-        "formats": {"protobuf": ".pftrace", "json": ".json.gz"},
+        "formats": FORMATS
+            .iter()
+            .map(|s| (s.name.to_string(), json!(format!(".{}", served_extension(s.format)))))
+            .collect::<serde_json::Map<_, _>>(),
         "inputs": [".nsys-rep", ".qdrep", ".sqlite", ".arrows"],
     })
 }
@@ -498,9 +459,17 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         );
     };
     let format = match req.param("format").as_deref() {
-        None | Some("") | Some("protobuf") | Some("pftrace") => OutputFormat::Protobuf,
-        Some("json") => OutputFormat::Json,
-        Some(other) => return error(400, format!("unknown format '{other}' (protobuf or json)")),
+        None | Some("") => OutputFormat::default(),
+        Some(name) => match OutputFormat::named(name) {
+            Some(f) => f,
+            None => {
+                let names: Vec<&str> = FORMATS.iter().map(|s| s.name).collect();
+                return error(
+                    400,
+                    format!("unknown format '{name}' ({})", names.join(" or ")),
+                );
+            }
+        },
     };
     let select = SelectArgs {
         types: req
@@ -573,10 +542,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     // 2. Export (reports) and convert, a few at a time.
     job.set_phase("queued");
     let _slot = state.slots.acquire();
-    let ext = match format {
-        OutputFormat::Protobuf => "pftrace",
-        OutputFormat::Json => "json.gz",
-    };
+    let ext = served_extension(format);
     let stem = Path::new(&name)
         .file_stem()
         .map(|s| s.to_string_lossy().to_string())
@@ -645,9 +611,10 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
     if export != input {
         let _ = fs::remove_file(&export);
     }
-    let ctype = match format {
-        OutputFormat::Protobuf => "application/octet-stream",
-        OutputFormat::Json => "application/gzip",
+    let ctype = if format.spec().served_gzipped {
+        "application/gzip"
+    } else {
+        "application/octet-stream"
     };
     *job.trace.lock().unwrap() = Some((output, out_name.clone(), ctype));
     job.set_phase("done");
@@ -667,7 +634,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
             "name": name,
             "upload_bytes": received,
             "file_name": out_name,
-            "format": match format { OutputFormat::Protobuf => "protobuf", OutputFormat::Json => "json" },
+            "format": format.name(),
             "trace_path": trace_path,
             "trace_url": format!("http://{host}{trace_path}"),
             "trace_bytes": summary.output_bytes,

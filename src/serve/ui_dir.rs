@@ -131,14 +131,8 @@ impl Background {
                 ui.respond(&req.path)
             })
         };
-        let thread = {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                if let Err(e) = http::run(&listener, handler, stop, 64) {
-                    eprintln!("error: the local UI's server: {e}");
-                }
-            })
-        };
+        let thread =
+            http::run_in_background(listener, handler, stop.clone(), "the local UI's server");
         Ok(Background {
             origin,
             stop,

@@ -1,12 +1,9 @@
 //! `nsys-perfetto analyze PROFILE`: the command line and the rendering (text, CSV, JSON) of
 //! the findings of nsys' expert rules, which [`nsys_perfetto_read::rules`] runs.
 
-use crate::cli::args::AnalyzeArgs;
-use anyhow::{Result, bail};
+use anyhow::Result;
 use nsys_perfetto_read::rules::analyze::analyze_export;
-use nsys_perfetto_read::rules::{
-    CHUNK_COUNTS, CSV_COLUMNS, Options, Outcome, RULES, Rule, RuleReport, Value,
-};
+use nsys_perfetto_read::rules::{CSV_COLUMNS, Options, Outcome, RuleReport, Value};
 use std::path::Path;
 
 /// Render reports as text (`top` findings per rule, 0: all), CSV or JSON.
@@ -138,76 +135,6 @@ pub fn render(
                 }
             }
             s
-        }
-    }
-}
-
-impl AnalyzeArgs {
-    pub fn options(&self) -> Result<Options> {
-        let rules = if self.rule.is_empty() {
-            RULES.to_vec()
-        } else {
-            let mut v = Vec::new();
-            for r in &self.rule {
-                let r = Rule::parse(r)?;
-                if !v.contains(&r) {
-                    v.push(r);
-                }
-            }
-            v
-        };
-        if !CHUNK_COUNTS.contains(&self.chunks) {
-            bail!(
-                "--chunks: value must be between {} and {}",
-                CHUNK_COUNTS.start(),
-                CHUNK_COUNTS.end()
-            );
-        }
-        Ok(Options {
-            rules,
-            start: self.start,
-            end: self.end,
-            nvtx: self.nvtx.clone(),
-            process: self.process,
-            thread: self.thread,
-            gap_ms: self.gap,
-            threshold: self.threshold,
-            chunks: self.chunks,
-        })
-    }
-
-    pub fn run(&self) -> std::process::ExitCode {
-        let opts = match self.options() {
-            Ok(o) => o,
-            Err(e) => {
-                nsys_perfetto_model::say!("error: {e:#}");
-                return std::process::ExitCode::from(2);
-            }
-        };
-        let result = (|| -> Result<()> {
-            let path = &self.profile;
-            let reports =
-                analyze_profile(path, &self.out.export_options(), &opts).map_err(|e| {
-                    anyhow::anyhow!(
-                        "{}: {}",
-                        path.display(),
-                        nsys_perfetto_model::errors::error_line(&e)
-                    )
-                })?;
-            self.out.emit(&render(
-                &reports,
-                &opts,
-                self.top,
-                self.out.format(),
-                self.out.unit,
-            ))
-        })();
-        match result {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                nsys_perfetto_model::say!("error: {e:#}");
-                std::process::ExitCode::FAILURE
-            }
         }
     }
 }

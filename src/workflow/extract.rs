@@ -14,7 +14,6 @@
 //! matches were left out that way.
 
 use super::{Output, Pattern, Table, Unit, csv_line, json_f64, matches_event, name_at, plain_f64};
-use crate::cli::args::ExtractArgs;
 use crate::input::{self, Opened};
 use anyhow::Result;
 use nsys_perfetto_read::reports::totals::Kind;
@@ -268,52 +267,6 @@ pub fn render(results: &[Extract], output: Output, unit: Unit) -> String {
                 })
                 .collect();
             serde_json::to_string_pretty(&v).expect("JSON") + "\n"
-        }
-    }
-}
-
-impl ExtractArgs {
-    pub fn run(&self) -> std::process::ExitCode {
-        let patterns: Vec<Pattern> = match self
-            .events
-            .iter()
-            .map(|p| Pattern::parse(p, self.regex))
-            .collect::<Result<_>>()
-        {
-            Ok(p) => p,
-            Err(e) => {
-                nsys_perfetto_model::say!("error: {e:#}");
-                return std::process::ExitCode::from(2);
-            }
-        };
-        let mut results = Vec::new();
-        let mut failed = false;
-        for p in &self.profiles {
-            match input::open(p, &self.out.export_options(), true)
-                .and_then(|ex| ex.schema.read_through(extract_of(&ex, p, &patterns)))
-            {
-                Ok(r) => results.push(r),
-                Err(e) => {
-                    nsys_perfetto_model::say!(
-                        "error: {}: {}",
-                        p.display(),
-                        nsys_perfetto_model::errors::error_line(&e)
-                    );
-                    failed = true;
-                }
-            }
-        }
-        if let Err(e) = self
-            .out
-            .emit(&render(&results, self.out.format(), self.out.unit))
-        {
-            nsys_perfetto_model::say!("error: {e:#}");
-            failed = true;
-        }
-        if failed {
-            std::process::ExitCode::FAILURE
-        } else {
-            std::process::ExitCode::SUCCESS
         }
     }
 }

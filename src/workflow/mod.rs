@@ -22,14 +22,20 @@ pub mod reports;
 pub mod stats;
 pub mod sweep;
 
-use crate::cli::args::OutputArgs;
-use crate::report::export::ExportOptions;
 use anyhow::Result;
 use nsys_perfetto_read::reports::totals::Kind;
 use regex::Regex;
 use std::path::Path;
 
-pub use crate::cli::args::Unit;
+/// Time unit for tables. CSV and JSON always carry nanoseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Unit {
+    #[default]
+    Ns,
+    Us,
+    Ms,
+    S,
+}
 
 impl Unit {
     pub fn as_str(self) -> &'static str {
@@ -287,38 +293,4 @@ fn name_at(row: &rusqlite::Row<'_>, idx: usize) -> String {
 /// Write `text` to `path`, naming the file in errors.
 pub fn write_file(path: &Path, text: &str) -> Result<()> {
     std::fs::write(path, text).map_err(|e| anyhow::anyhow!("cannot write {}: {e}", path.display()))
-}
-
-impl OutputArgs {
-    pub fn format(&self) -> Output {
-        if self.csv {
-            Output::Csv
-        } else if self.json {
-            Output::Json
-        } else {
-            Output::Table
-        }
-    }
-
-    pub fn export_options(&self) -> ExportOptions {
-        ExportOptions {
-            nsys: self.nsys.clone(),
-            quiet: true,
-            ..Default::default()
-        }
-    }
-
-    /// Print or write the rendered result.
-    pub fn emit(&self, text: &str) -> Result<()> {
-        match &self.output {
-            Some(p) => write_file(p, text),
-            None => {
-                use std::io::Write;
-                let mut out = std::io::stdout().lock();
-                // A closed pipe (`| head`) is not an error worth reporting.
-                let _ = out.write_all(text.as_bytes()).and_then(|_| out.flush());
-                Ok(())
-            }
-        }
-    }
 }

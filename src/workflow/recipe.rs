@@ -26,7 +26,6 @@
 //! `recipe/utilization.rs` compute the families; `recipe/render.rs` prints and writes the
 //! tables.
 
-mod command;
 mod describe;
 pub mod ranks;
 mod render;
@@ -120,7 +119,8 @@ pub struct Outcome {
 /// A rank's name, as the recipes name it: the stem of the report's file name (`rank_0` for
 /// `rank_0.nsys-rep`, `rank_0.sqlite`, `rank_0_pqtdir`).
 pub fn rank_name(path: &Path) -> String {
-    let as_report = crate::convert::default_output(path, crate::convert::OutputFormat::Protobuf);
+    let as_report =
+        crate::convert::default_output(path, crate::convert::format::OutputFormat::Protobuf);
     as_report.file_stem().map_or_else(
         || path.display().to_string(),
         |s| s.to_string_lossy().into_owned(),

@@ -15,10 +15,9 @@
 //! change from A to B.
 //!
 //! The data is declared here; `stats/query.rs` computes it from an export, `stats/render.rs`
-//! prints it (table, CSV, JSON), `stats/comparison.rs` compares two profiles, `stats/command.rs`
-//! runs the command (its arguments are `cli::args::StatsArgs`).
+//! prints it (table, CSV, JSON), `stats/comparison.rs` compares two profiles;
+//! `commands/stats.rs` runs the command.
 
-mod command;
 mod comparison;
 mod query;
 mod render;

@@ -14,7 +14,6 @@
 use super::extract::{Extract, extract_of};
 use super::stats::{StatsOptions, stats_of};
 use super::{Pattern, Table, Unit, csv_line, plain_f64};
-use crate::cli::args::{Metric, SweepArgs};
 use crate::input::{self, Opened};
 use anyhow::{Context, Result, bail};
 use nsys_perfetto_read::reports::totals::Kind;
@@ -86,6 +85,18 @@ impl Cell {
             self.total_sum as f64 / self.count_sum as f64
         }
     }
+}
+
+/// Which number a sweep table shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Metric {
+    /// Total time of the events per run (mean over iterations).
+    #[default]
+    Total,
+    /// Mean duration of one event.
+    Mean,
+    /// Number of events per run (mean over iterations).
+    Count,
 }
 
 impl Metric {
@@ -387,78 +398,5 @@ impl Sweep {
             }
         }
         s
-    }
-}
-
-impl SweepArgs {
-    pub fn options(&self) -> Result<SweepOptions> {
-        Ok(SweepOptions {
-            values: self.values.clone(),
-            iterations: self.iterations,
-            patterns: self
-                .events
-                .iter()
-                .map(|p| Pattern::parse(p, self.regex))
-                .collect::<Result<_>>()?,
-            output: self.output.clone(),
-            command: self.command.clone(),
-            export: crate::report::export::ExportOptions {
-                nsys: self.nsys.clone(),
-                quiet: true,
-                ..Default::default()
-            },
-            traces: !self.no_traces,
-        })
-    }
-
-    pub fn run(&self) -> std::process::ExitCode {
-        let opts = match self.options() {
-            Ok(o) => o,
-            Err(e) => {
-                nsys_perfetto_model::say!("error: {e:#}");
-                return std::process::ExitCode::from(2);
-            }
-        };
-        let mut profile = |command: &[String], output: &Path| -> Result<PathBuf> {
-            let popts = crate::report::profile::ProfileOptions {
-                nsys: self.nsys.clone(),
-                output: Some(output.to_path_buf()),
-                trace: self.trace.clone(),
-                timeout: self.timeout.map(std::time::Duration::from_secs),
-                quiet: !self.verbose,
-                ..Default::default()
-            };
-            let command: Vec<std::ffi::OsString> = command.iter().map(Into::into).collect();
-            crate::report::profile::profile(&popts, &command)
-        };
-        let mut progress = |line: &str| nsys_perfetto_model::say!("sweep: {line}");
-        let result = sweep(&opts, &mut profile, &mut progress).and_then(|sw| {
-            for r in &sw.runs {
-                match &r.trace {
-                    Some(t) => nsys_perfetto_model::say!(
-                        "sweep: p={} -> {}, {}",
-                        r.value,
-                        r.profile.display(),
-                        t.display()
-                    ),
-                    None => {
-                        nsys_perfetto_model::say!("sweep: p={} -> {}", r.value, r.profile.display())
-                    }
-                }
-            }
-            nsys_perfetto_model::term::out(format_args!("{}", sw.table(self.metric, self.unit)));
-            if let Some(csv) = &self.csv {
-                super::write_file(csv, &sw.csv())?;
-                nsys_perfetto_model::say!("sweep: CSV written to {}", csv.display());
-            }
-            Ok(())
-        });
-        match result {
-            Ok(()) => std::process::ExitCode::SUCCESS,
-            Err(e) => {
-                nsys_perfetto_model::say!("error: {}", nsys_perfetto_model::errors::error_line(&e));
-                std::process::ExitCode::FAILURE
-            }
-        }
     }
 }

@@ -76,6 +76,7 @@ const LAYERS: &[(&str, &[&str])] = &[
             "nsys_perfetto::merge",
             "nsys_perfetto::open",
             "nsys_perfetto::serve",
+            "nsys_perfetto::commands",
             "nsys_perfetto::cli",
             "nsys_perfetto::main",
         ],
@@ -88,6 +89,8 @@ const FORBIDDEN: &[(&str, &str)] = &[
     ("nsys_perfetto_write::output", "nsys_perfetto_read"),
     ("nsys_perfetto_read", "nsys_perfetto_write::layout"),
     ("nsys_perfetto_read", "nsys_perfetto_write::output"),
+    ("nsys_perfetto::workflow", "nsys_perfetto::cli"),
+    ("nsys_perfetto::workflow", "nsys_perfetto::commands"),
 ];
 
 /// The workspace's crates: each one's name and its `src/`.
@@ -954,6 +957,27 @@ fn src_has_no_import_circle_and_no_upward_import() {
     );
 }
 
+/// The workflows know nothing of the command line's parser: `commands` converts clap's types to
+/// the workflows' options.
+#[test]
+fn workflows_do_not_name_clap() {
+    let mut files = Vec::new();
+    sources(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("src/workflow"),
+        "src/workflow",
+        &mut files,
+    );
+    assert!(!files.is_empty(), "no files under src/workflow");
+    for (file, text) in &files {
+        for (t, line) in lex(text) {
+            assert!(
+                t != Tok::Ident("clap".into()),
+                "{file}:{line}: a workflow names clap; take an option struct instead"
+            );
+        }
+    }
+}
+
 #[test]
 fn a_planted_circle_and_upward_import_are_reported() {
     let files: Vec<(String, String)> = [
@@ -1041,4 +1065,25 @@ fn a_planted_circle_and_upward_import_are_reported() {
         assert!(p.contains(want), "{want:?} not in:\n{p}");
     }
     assert_eq!(p.matches("upward").count(), 3, "{p}");
+}
+
+#[test]
+fn a_workflow_importing_the_command_line_is_reported() {
+    let files: Vec<(String, String)> = [
+        ("src/lib.rs", "pub mod cli; pub mod workflow;"),
+        ("src/cli.rs", "pub mod args;"),
+        ("src/cli/args.rs", "pub struct StatsArgs;"),
+        (
+            "src/workflow/mod.rs",
+            "use crate::cli::args::StatsArgs;\npub fn run(_: &StatsArgs) {}",
+        ),
+    ]
+    .iter()
+    .map(|(f, t)| (f.to_string(), t.to_string()))
+    .collect();
+    let p = problems(&graph(&files)).join("\n");
+    assert!(
+        p.contains("forbidden import: workflow imports cli::args at src/workflow/mod.rs:1"),
+        "{p}"
+    );
 }

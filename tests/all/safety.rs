@@ -238,6 +238,23 @@ fn contradictory_format_and_empty_selection_are_errors() {
         &[],
     );
     assert_one_line_error(&o, "contradicts");
+    assert_eq!(o.status.code(), Some(2), "a usage error: {}", text(&o));
+    // A merge chooses its format by the same rule, before it reads anything.
+    let o = run_in(
+        d,
+        &[
+            os("merge"),
+            os("in.sqlite"),
+            os("-o"),
+            os("m.pftrace"),
+            os("--format"),
+            os("json"),
+        ],
+        &[],
+    );
+    assert_one_line_error(&o, "--format json contradicts the output name m.pftrace");
+    assert_eq!(o.status.code(), Some(2), "a usage error: {}", text(&o));
+    assert_eq!(names(d), vec!["in.sqlite"]);
     // A previous output stays when the selection matches nothing.
     std::fs::write(d.join("sel.pftrace"), b"previous").unwrap();
     let o = run_in(

@@ -6,7 +6,8 @@
 //! merge keeps each report's CPUs and threads apart; `--pid` and `--time-range` still select.
 
 use crate::common::{self, Trace, corpus_dir, tp_query, validate_file};
-use nsys_perfetto::convert::{Align, Options, merge_exports};
+use nsys_perfetto::convert::Options;
+use nsys_perfetto::convert::merge::{Align, merge_exports};
 use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::select::{Selection, TimeRange};
 use rusqlite::{Connection, OpenFlags};

@@ -1232,7 +1232,7 @@ fn extract_nvtx_gpu_time_by_hand() {
 // ---------------------------------------------------------------------------------------------
 // sweep
 
-use nsys_perfetto::cli::args::Metric;
+use nsys_perfetto::workflow::sweep::Metric;
 use nsys_perfetto::workflow::sweep::{self, Sweep, SweepOptions};
 
 /// (count, total) of the events of `kind` matching `pattern`, by the test's own reading.
@@ -1433,7 +1433,8 @@ fn sweep_with_stand_in_profiler() {
 #[test]
 fn sweep_command_line() {
     use clap::Parser;
-    use nsys_perfetto::cli::{Cli, Command};
+    use nsys_perfetto::cli::Cli;
+    use nsys_perfetto::commands::Command;
     let cli = Cli::try_parse_from([
         "nsys-perfetto",
         "sweep",
