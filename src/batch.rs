@@ -154,8 +154,7 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
     }
     let mut groups: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
     for (i, f) in files.iter().enumerate() {
-        let output =
-            crate::convert::default_output(f, crate::convert::format::OutputFormat::Protobuf);
+        let output = crate::convert::default_output(f, crate::format::OutputFormat::Protobuf);
         groups.entry(output.with_extension("")).or_default().push(i);
     }
     let mut drop = HashSet::new();

@@ -1,9 +1,7 @@
 //! The command line: `nsys-perfetto INPUT...` converts; subcommands cover the workflows.
 
-pub mod args;
-
-use crate::commands::outcome::{Outcome, Usage};
 use crate::commands::{self, Command, convert::ConvertArgs};
+use crate::outcome::{Outcome, Usage};
 use clap::{CommandFactory, Parser};
 use std::process::ExitCode;
 

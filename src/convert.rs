@@ -5,12 +5,11 @@
 //! the thread that writes it, [`format`](mod@format) the output formats.
 
 pub mod file;
-pub mod format;
 pub mod merge;
 
+use crate::format::{OutputFormat, WithFormat};
 use anyhow::{Result, anyhow, bail};
 use file::{Target, ToFile, write_file};
-use format::{OutputFormat, WithFormat};
 use nsys_perfetto_model::category::EventType;
 use nsys_perfetto_model::errors::error_line;
 use nsys_perfetto_model::model::{

@@ -11,14 +11,17 @@
 //! workflows and the CLI.
 
 pub mod about;
+pub mod args;
 pub mod batch;
 pub mod cli;
 pub mod commands;
 pub mod convert;
+pub mod format;
 pub mod hints;
 pub mod input;
 pub mod merge;
 pub mod open;
+pub mod outcome;
 pub mod pictures;
 pub mod provenance;
 pub mod report;

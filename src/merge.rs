@@ -15,14 +15,14 @@
 //!   number. `--part` makes one report's part where the report is, and a merge of parts
 //!   ([`crate::convert::merge::assemble_parts`]) copies them into one trace without the reports.
 
+use crate::args::MergeArgs;
 use crate::batch;
-use crate::cli::args::MergeArgs;
 use crate::convert::Options;
-use crate::convert::format::OutputFormat;
 use crate::convert::merge::{
     Align, Clock, MergedSource, PartHeader, PartIdentity, assemble_parts, merge_clocked,
     read_part_header,
 };
+use crate::format::OutputFormat;
 use crate::input::{self, Profile};
 use crate::report::export::ExportOptions;
 use anyhow::{Result, anyhow, bail};

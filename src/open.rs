@@ -8,8 +8,8 @@
 //! laptop are printed instead. `--native` hands the trace to a `trace_processor_shell --httpd`
 //! instead, for traces too large for a browser tab.
 
-use crate::cli::args::{LOCAL_UI_PORT, OpenArgs, PERFETTO_PORT};
-use crate::commands::outcome::Outcome;
+use crate::args::{LOCAL_UI_PORT, OpenArgs, PERFETTO_PORT};
+use crate::outcome::Outcome;
 use crate::serve::http;
 use crate::serve::ui_dir::{TRACE_PREFIX, UiDir};
 use anyhow::{Context, Result, anyhow, bail};
@@ -202,7 +202,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
         selection.gpu = nsys_perfetto_model::select::GpuModel::Perfetto;
     }
     let opts = crate::convert::Options {
-        format: crate::convert::format::OutputFormat::Protobuf,
+        format: crate::format::OutputFormat::Protobuf,
         json_colors: false,
         progress: true,
         selection,

@@ -1,8 +1,8 @@
 //! `nsys-perfetto analyze PROFILE`: the findings of nsys' expert rules
 //! ([`crate::workflow::analyze`] runs and renders them).
 
-use super::outcome::{Outcome, usage};
-use crate::cli::args::OutputArgs;
+use crate::args::OutputArgs;
+use crate::outcome::{Outcome, usage};
 use crate::workflow::analyze::{analyze_profile, render};
 use anyhow::{Result, bail};
 use nsys_perfetto_read::rules::{CHUNK_COUNTS, Options, RULES, Rule};

@@ -1,6 +1,6 @@
 //! `nsys-perfetto completions SHELL`: print a shell completion script.
 
-use super::outcome::Outcome;
+use crate::outcome::Outcome;
 use anyhow::Result;
 use clap::Args;
 

@@ -1,10 +1,10 @@
 //! `nsys-perfetto INPUT...` (no subcommand): convert profiles into traces, one output each
 //! ([`crate::batch`] expands the inputs and runs the conversions).
 
-use super::outcome::{Outcome, usage};
-use crate::cli::args::{NsysArgs, SelectArgs, format_parser};
+use crate::args::{NsysArgs, SelectArgs, format_parser};
 use crate::convert::Options;
-use crate::convert::format::OutputFormat;
+use crate::format::OutputFormat;
+use crate::outcome::{Outcome, usage};
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;

@@ -1,9 +1,9 @@
 //! `nsys-perfetto extract PROFILE... -e PATTERN`: the time of the events whose names match
 //! ([`crate::workflow::extract`] computes and renders it).
 
-use super::outcome::{Outcome, usage};
-use crate::cli::args::OutputArgs;
+use crate::args::OutputArgs;
 use crate::input;
+use crate::outcome::{Outcome, usage};
 use crate::workflow::Pattern;
 use crate::workflow::extract::{extract_of, render};
 use anyhow::Result;

@@ -1,6 +1,6 @@
 //! `nsys-perfetto man [--dir DIR]`: print the man page, or write one per command.
 
-use super::outcome::Outcome;
+use crate::outcome::Outcome;
 use anyhow::Result;
 use clap::Args;
 use std::path::PathBuf;

@@ -1,11 +1,11 @@
 //! `nsys-perfetto merge INPUT... -o job.pftrace`: the reports of one job or of several runs in
 //! one trace ([`crate::merge`] merges them).
 
-use super::outcome::{Outcome, on_one_line, usage};
-use crate::cli::args::{AlignArg, MergeArgs};
+use crate::args::{AlignArg, MergeArgs};
 use crate::convert::Options;
 use crate::convert::merge::Align;
 use crate::merge::MergeOptions;
+use crate::outcome::{Outcome, on_one_line, usage};
 use anyhow::Result;
 use nsys_perfetto_model::parallel::default_jobs;
 

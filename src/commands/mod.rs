@@ -1,7 +1,7 @@
-//! Every command, one file each: its arguments (unless `cli::args` holds them for a module
+//! Every command, one file each: its arguments (unless `args` holds them for a module
 //! that reads them whole) and `run(&args) -> Result<Outcome>`, which turns the arguments into
 //! the options of the code that does the work. `cli::main` parses the command line, runs the
-//! command through [`run`] and maps its [`outcome::Outcome`] or error to the exit
+//! command through [`run`] and maps its [`Outcome`] or error to the exit
 //! code. A new subcommand is its file here and its entry in [`Command`] and [`run`].
 
 pub mod analyze;
@@ -11,16 +11,15 @@ pub mod extract;
 pub mod man;
 pub mod merge;
 pub mod open;
-pub mod outcome;
 pub mod profile;
 pub mod recipe;
 pub mod serve;
 pub mod stats;
 pub mod sweep;
 
-use crate::cli::args::{MergeArgs, OpenArgs, ServeArgs};
+use crate::args::{MergeArgs, OpenArgs, ServeArgs};
+use crate::outcome::Outcome;
 use clap::Subcommand;
-use outcome::Outcome;
 
 #[derive(Subcommand, Debug)]
 pub enum Command {

@@ -1,8 +1,8 @@
 //! `nsys-perfetto open INPUT`: show a trace (or a profile, converted first) in the Perfetto UI
 //! ([`crate::open`] serves it).
 
-use super::outcome::Outcome;
-use crate::cli::args::OpenArgs;
+use crate::args::OpenArgs;
+use crate::outcome::Outcome;
 use anyhow::Result;
 
 pub fn run(args: &OpenArgs) -> Result<Outcome> {

@@ -1,9 +1,9 @@
 //! `nsys-perfetto profile -- COMMAND...`: run a command under `nsys profile` and convert the
 //! report ([`crate::report::profile`] runs nsys).
 
-use super::outcome::{Outcome, usage};
-use crate::cli::args::{NsysArgs, SelectArgs};
+use crate::args::{NsysArgs, SelectArgs};
 use crate::convert::Options;
+use crate::outcome::{Outcome, usage};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
 use std::path::PathBuf;

@@ -1,8 +1,8 @@
 //! `nsys-perfetto recipe NAME INPUT...`: nsys' per-rank analyses, as `nsys recipe` computes
 //! them ([`crate::workflow::recipe`] runs them).
 
-use super::outcome::Outcome;
-use crate::cli::args::NsysArgs;
+use crate::args::NsysArgs;
+use crate::outcome::Outcome;
 use crate::workflow::recipe::{RECIPES, Recipe, RecipeOptions, csv, table_text, write_parquet};
 use anyhow::{Result, bail};
 use std::path::PathBuf;

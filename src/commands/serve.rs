@@ -1,8 +1,8 @@
 //! `nsys-perfetto serve`: the local web page and HTTP API ([`crate::serve`] serves them) until
 //! Ctrl-C.
 
-use super::outcome::Outcome;
-use crate::cli::args::ServeArgs;
+use crate::args::ServeArgs;
+use crate::outcome::Outcome;
 use crate::serve::Server;
 use anyhow::Result;
 use std::sync::atomic::Ordering;

@@ -1,9 +1,9 @@
 //! `nsys-perfetto stats PROFILE [PROFILE_B]`: nsys' summary reports of one profile, or two
 //! compared ([`crate::workflow::stats`] computes and renders them).
 
-use super::outcome::Outcome;
-use crate::cli::args::OutputArgs;
+use crate::args::OutputArgs;
 use crate::input;
+use crate::outcome::Outcome;
 use crate::workflow::Output;
 use crate::workflow::stats::{ReportChoice, Stats, StatsOptions, compare, stats_with};
 use anyhow::Result;

@@ -1,8 +1,8 @@
 //! `nsys-perfetto sweep -p V... -o NAME -- COMMAND...`: profile a command once per parameter
 //! value and tabulate the extracted event times ([`crate::workflow::sweep`] runs it).
 
-use super::outcome::{Outcome, on_one_line, usage};
-use crate::cli::args::UnitArg;
+use crate::args::UnitArg;
+use crate::outcome::{Outcome, on_one_line, usage};
 use crate::workflow::Pattern;
 use crate::workflow::sweep::{Metric, SweepOptions, sweep};
 use anyhow::Result;

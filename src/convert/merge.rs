@@ -3,8 +3,8 @@
 //! ([`write_part`]) assembled without the reports ([`assemble_parts`]).
 
 use super::file::{Target, is_stdout};
-use super::format::OutputFormat;
 use super::{Options, Run, Sources, read_into, run_format};
+use crate::format::OutputFormat;
 use anyhow::{Context, Result, anyhow, bail};
 use nsys_perfetto_model::errors::{error_line, os_error, write_error};
 use nsys_perfetto_model::progress::Progress;

@@ -2,7 +2,7 @@
 
 use super::finding::find_nsys;
 use super::process::{nsys_message, run_bounded};
-use crate::convert::format::{FORMATS, OutputFormat};
+use crate::format::{FORMATS, OutputFormat};
 use anyhow::{Context, Result, anyhow, bail};
 use std::ffi::{OsStr, OsString};
 use std::fs::{self};

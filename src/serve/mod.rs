@@ -15,9 +15,9 @@
 pub mod http;
 pub mod ui_dir;
 
-use crate::cli::args::{SelectArgs, ServeArgs};
-use crate::convert::format::{FORMATS, OutputFormat};
+use crate::args::{SelectArgs, ServeArgs};
 use crate::convert::{self};
+use crate::format::{FORMATS, OutputFormat};
 use anyhow::{Context, Result};
 use http::{Request, Response, bind, loopback_host};
 use nsys_perfetto_model::category::Category;
@@ -700,7 +700,7 @@ fn receive(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::args::parse_size;
+    use crate::args::parse_size;
 
     #[test]
     fn names_and_sizes() {

@@ -7,7 +7,7 @@
 //! for what the corpus lacks (NVTX marks, overlapping ranges, colours, odd strings) and gzip.
 
 use nsys_perfetto::convert::Options;
-use nsys_perfetto::convert::format::OutputFormat;
+use nsys_perfetto::format::OutputFormat;
 use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::summary::Summary;
 use rusqlite::Connection;

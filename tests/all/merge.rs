@@ -5,9 +5,9 @@
 use crate::common;
 
 use crate::common::{Slice, Trace, validate_file};
-use nsys_perfetto::convert::format::OutputFormat;
 use nsys_perfetto::convert::merge::Align;
 use nsys_perfetto::convert::{self, Options};
+use nsys_perfetto::format::OutputFormat;
 use nsys_perfetto::merge::{self, MergeOptions};
 use nsys_perfetto_model::select::Selection;
 use std::collections::BTreeMap;

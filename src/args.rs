@@ -3,7 +3,7 @@
 //! read them whole. Every other command's arguments are in its file under `commands`. Below the
 //! commands' modules, so that none imports `cli`.
 
-use crate::convert::format::{FORMATS, OutputFormat};
+use crate::format::{FORMATS, OutputFormat};
 use crate::report::export::ExportOptions;
 use crate::workflow::{Output, Unit};
 use anyhow::Result;
