@@ -133,7 +133,7 @@ pub enum KernelNames {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReportOptions {
     pub kernel_names: KernelNames,
-    /// Group NVTX names that differ only in counters ([`group_name`]).
+    /// Group NVTX names that differ only in counters ([`functions::group_name`]).
     pub group_nvtx: bool,
     /// Add the quartiles nsys computes but `nsys stats` hides (`_Q1`, `_Q3`), as columns `Q1`
     /// and `Q3` after the others: `nsys recipe` reads them.
