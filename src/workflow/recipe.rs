@@ -4,10 +4,10 @@
 //! A recipe reads each input (a rank) on its own, in parallel, into a small per-rank result,
 //! then reduces those over all ranks. Two families:
 //! - `cuda_gpu_kern_sum`, `cuda_api_sum`, `cuda_gpu_mem_time_sum`: nsys' `stats` report of the
-//!   same name per rank (with the quartiles nsys computes but hides, [`reports::ReportOptions`]),
-//!   then `rank_stats` (every rank's rows) and `all_stats` (per name over all ranks: summed
-//!   totals, min of Q1, median of medians, max of Q3, the pooled standard deviation, and which
-//!   files hold the min and the max);
+//!   same name per rank (with the quartiles nsys computes but hides,
+//!   [`nsys_perfetto_read::reports::ReportOptions`]), then `rank_stats` (every rank's rows)
+//!   and `all_stats` (per name over all ranks: summed totals, min of Q1, median of medians, max
+//!   of Q3, the pooled standard deviation, and which files hold the min and the max);
 //! - `nvtx_sum`, `nvtx_gpu_proj_sum`, `mpi_sum`: pandas' `describe` of the durations per name
 //!   (linear quantiles, standard deviation with n - 1), then `rank_stats` and `all_stats` (the
 //!   mean of the standard deviations, min of Q1, median of medians, max of Q3).

@@ -10,9 +10,7 @@
 pub mod functions;
 pub mod totals;
 
-use crate::names::nvtx_type::{
-    DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END,
-};
+use crate::names::nvtx_type::{DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END};
 use crate::names::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME};
 use crate::schema::Schema;
 use anyhow::Result;
@@ -136,7 +134,7 @@ pub enum KernelNames {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReportOptions {
     pub kernel_names: KernelNames,
-    /// Group NVTX names that differ only in counters ([`group_name`](functions::group_name)).
+    /// Group NVTX names that differ only in counters ([`functions::group_name`]).
     pub group_nvtx: bool,
     /// Add the quartiles nsys computes but `nsys stats` hides (`_Q1`, `_Q3`), as columns `Q1`
     /// and `Q3` after the others: `nsys recipe` reads them.
@@ -271,9 +269,7 @@ fn run_query(
                 ValueRef::Null => Cell::Null,
                 ValueRef::Integer(v) => Cell::Int(v),
                 ValueRef::Real(v) => Cell::Real(v),
-                ValueRef::Text(t) | ValueRef::Blob(t) => {
-                    Cell::Text(crate::cells::utf8(t).into_owned())
-                }
+                ValueRef::Text(t) | ValueRef::Blob(t) => Cell::Text(crate::cells::utf8(t).into_owned()),
             });
         }
         rows.push(row);

@@ -1,4 +1,4 @@
-//! Every rank of a recipe read on its own thread into a small result ([`RankData`]), then the
+//! Every rank of a recipe read on its own thread into a small result (`RankData`), then the
 //! results reduced over all ranks by the recipe's family.
 
 use super::describe::{Described, describe, describe_recipe, nvtx_gpu_projection};
