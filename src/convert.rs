@@ -2,7 +2,7 @@
 //! through layout into one format's writers; the file writer puts their chunks into a temporary
 //! file, renamed into place only when everything succeeded. A merge is several sources, one
 //! after the other, into the same file: [`merge`]. [`file`](mod@file) is the output file and
-//! the thread that writes it, [`format`](mod@format) the output formats.
+//! the thread that writes it, [`format`](mod@crate::format) the output formats.
 
 pub mod file;
 pub mod merge;
