@@ -78,8 +78,9 @@ struct GpuState {
     queues: HashMap<u32, GpuQueueState, FastHash>,
     /// (placed global pid, context) -> its `InternedGraphicsContext` iid.
     contexts: HashMap<(i64, i64), u64, FastHash>,
-    /// (sequence, name's string id, demangled name's string id) -> its kernel's iid there.
-    kernels: HashMap<(u32, i64, i64), u64, FastHash>,
+    /// (sequence, name's string id, demangled name's string id, the kernel's own args) -> its
+    /// kernel's iid there.
+    kernels: HashMap<KernelKey, u64, FastHash>,
     /// Launch shapes the reader numbered, parsed once: by [`crate::model::TextNo::key`].
     shapes: HashMap<u64, Option<[u64; 3]>, FastHash>,
     /// Event ids given to GPU rows without an arrow so far.
@@ -91,6 +92,8 @@ struct GpuState {
     launch: Vec<u8>,
     nested: Vec<u8>,
 }
+
+type KernelKey = (u32, i64, i64, [Option<i64>; gpu::KERNEL_ARGS.len()]);
 
 struct GpuQueueState {
     /// The source's index in a merge (event ids of unlinked rows keep sources apart).

@@ -1,7 +1,10 @@
 //! GPU work in Perfetto's own GPU model (`--gpu perfetto`): one `GpuRenderStageEvent` packet
 //! per kernel, memcpy or memset, on a hardware queue per stream of its GPU (`gpu_id`), with its
 //! CUDA context (pid, API), its stage (compute for kernels, other for memory operations), an
-//! interned compute kernel (names) and its launch (grid, block and every other arg, typed).
+//! interned compute kernel (names, and the args its compilation fixes: registers, static shared
+//! memory) and its launch (grid, block and every other arg, typed). Fields at their default
+//! (GPU 0) are left out: each GPU operation is one packet, at most the bytes of the default
+//! layout's two.
 //! The CUDA calls that launched them name them in `gpu_correlation` (see `events.rs`), from
 //! which trace_processor draws the arrows; `GpuInfo` names the GPUs.
 //!
@@ -26,8 +29,8 @@ const MEMORY_STAGE_IID: u64 = 3;
 /// (below 2^52 with a merge's source bits), unique in the trace.
 const UNLINKED_EVENT_IDS: u64 = 1 << 62;
 
-// Launch args are written in place with a one-byte tag.
-const _: () = assert!(gpu::LAUNCH_ARGS < 0x80);
+// Launch and kernel args are written in place with a one-byte tag.
+const _: () = assert!(gpu::LAUNCH_ARGS < 0x80 && gpu::KERNEL_ARGS < 0x80);
 
 /// `(x, y, z)` from a launch shape as the reader prints it ("(128, 1, 1)").
 fn dims(label: &str) -> Option<[u64; 3]> {
@@ -35,6 +38,48 @@ fn dims(label: &str) -> Option<[u64; 3]> {
     let mut it = inner.split(',').map(|p| p.trim().parse::<u64>().ok());
     let d = [it.next()??, it.next()??, it.next()??];
     it.next().is_none().then_some(d)
+}
+
+/// Args a compiled kernel fixes (the same on every launch of it): on its interned
+/// `InternedComputeKernel`, not on each launch. A kernel is interned once per value of these.
+pub(super) const KERNEL_ARGS: [&str; 2] = ["registers_per_thread", "shared_memory_static_bytes"];
+
+/// The iid of a compute arg's name on `seq`, written to `interned` when new there (`hint` as
+/// for [`super::interning::Interning::arg_key`]).
+fn compute_arg_name(
+    interning: &mut super::interning::Interning,
+    interned: &mut Vec<u8>,
+    seq: &mut super::interning::Sequence,
+    key: &'static str,
+    hint: u64,
+) -> u64 {
+    let (iid, new) = interning.arg_key(seq, key, hint);
+    if new {
+        let len = field_len(gpu::IID, iid) + bytes_len(gpu::NAME, key.len());
+        put_varint(interned, gpu::INTERNED_ARG_NAMES);
+        put_varint(interned, len as u64);
+        put_field(interned, gpu::IID, iid);
+        put_bytes(interned, gpu::NAME, key.as_bytes());
+    }
+    iid
+}
+
+/// An `ExtraComputeArg` (its one-byte tag already in `out`): its length, its name and the
+/// value `put_value` writes, in place with a length byte fixed up when longer.
+fn put_compute_arg(out: &mut Vec<u8>, name_iid: u64, put_value: impl FnOnce(&mut Vec<u8>)) {
+    let len_at = out.len();
+    out.push(0);
+    put_field(out, gpu::ARG_NAME_IID, name_iid);
+    put_value(out);
+    let n = out.len() - len_at - 1;
+    if n < 0x80 {
+        out[len_at] = n as u8;
+    } else {
+        let value = out.split_off(len_at + 1);
+        out.truncate(len_at);
+        put_varint(out, n as u64);
+        out.extend_from_slice(&value);
+    }
 }
 
 fn put_dims(out: &mut Vec<u8>, tag: u64, d: [u64; 3]) {
@@ -125,7 +170,8 @@ impl ProtoWriter {
     pub(super) fn gpu_packet(&mut self, group: u32, ev: &Event<'_>) {
         let at = self.seqs.index(group).expect("queue opened before use");
         let seq = &self.seqs.list[at];
-        if (seq.names + seq.values) as usize >= MAX_INTERNED {
+        let kernels = self.gpu.queues.get(&group).map_or(0, |q| q.kernels);
+        if (seq.names + seq.values) as usize + kernels as usize >= MAX_INTERNED {
             let ts = seq.last_ts;
             self.clear_state(group, 0, ts, false);
             self.gpu.kernels.retain(|k, _| k.0 != group);
@@ -191,7 +237,10 @@ impl ProtoWriter {
         let dur = ev.end.map_or(0, |e| (e - ev.start).max(0)) as u64;
         put_field(body, gpu::DURATION, dur);
         put_field(body, gpu::CONTEXT, queue.context_iid);
-        put_field(body, gpu::GPU_ID, queue.device as u64);
+        // GPU 0 is what trace_processor reads where the field is absent.
+        if queue.device != 0 {
+            put_field(body, gpu::GPU_ID, queue.device as u64);
+        }
         put_field(body, gpu::HW_QUEUE_IID, QUEUE_IID);
         let stage = if kernel {
             COMPUTE_STAGE_IID
@@ -204,6 +253,7 @@ impl ProtoWriter {
         put_field(body, gpu::NAME_IID, name_iid);
 
         let mut demangled = None;
+        let mut kernel_args = [None; KERNEL_ARGS.len()];
         let mut key_iid = 0;
         for arg in ev.args {
             match (kernel, arg.key, arg.value) {
@@ -238,21 +288,15 @@ impl ProtoWriter {
                 "correlation_id" => "cuda_correlation_id",
                 k => k,
             };
-            let new;
-            (key_iid, new) = interning.arg_key(seq, key, key_iid);
-            if new {
-                let len = field_len(gpu::IID, key_iid) + bytes_len(gpu::NAME, key.len());
-                put_varint(interned, gpu::INTERNED_ARG_NAMES);
-                put_varint(interned, len as u64);
-                put_field(interned, gpu::IID, key_iid);
-                put_bytes(interned, gpu::NAME, key.as_bytes());
+            if let (true, ArgValue::Int(v)) = (kernel, arg.value)
+                && let Some(i) = KERNEL_ARGS.iter().position(|k| *k == key)
+            {
+                kernel_args[i] = Some(v);
+                continue;
             }
-            // An ExtraComputeArg written in place, its length a byte (fixed up when longer).
-            let tag_at = launch.len();
+            key_iid = compute_arg_name(interning, interned, seq, key, key_iid);
             launch.push(gpu::LAUNCH_ARGS as u8);
-            launch.push(0);
-            put_field(launch, gpu::ARG_NAME_IID, key_iid);
-            match arg.value {
+            put_compute_arg(launch, key_iid, |launch| match arg.value {
                 ArgValue::Int(v) => put_field(launch, gpu::ARG_INT, v as u64),
                 ArgValue::Bool(v) => put_field(launch, gpu::ARG_INT, v as u64),
                 ArgValue::Double(v) => {
@@ -272,16 +316,7 @@ impl ProtoWriter {
                     let iid = intern_value(interning, interned, seq, info, Key::No(no, s)).1;
                     put_field(launch, gpu::ARG_STRING_IID, iid);
                 }
-            }
-            let n = launch.len() - tag_at - 2;
-            if n < 0x80 {
-                launch[tag_at + 1] = n as u8;
-            } else {
-                let value = launch.split_off(tag_at + 2);
-                launch.truncate(tag_at + 1);
-                put_varint(launch, n as u64);
-                launch.extend_from_slice(&value);
-            }
+            });
         }
 
         if kernel {
@@ -289,7 +324,7 @@ impl ProtoWriter {
                 Name::Str(sid) => sid,
                 _ => -1,
             };
-            let key = (group, name_sid, demangled.unwrap_or(-1));
+            let key: super::KernelKey = (group, name_sid, demangled.unwrap_or(-1), kernel_args);
             let kernel_iid = match self.gpu.kernels.get(&key) {
                 Some(&iid) => iid,
                 None => {
@@ -314,6 +349,16 @@ impl ProtoWriter {
                     }
                     if let Some(a) = arch {
                         put_bytes(nested, gpu::KERNEL_ARCH, a.as_bytes());
+                    }
+                    let mut key_iid = 0;
+                    for (key, value) in KERNEL_ARGS.iter().zip(kernel_args) {
+                        if let Some(v) = value {
+                            key_iid = compute_arg_name(interning, interned, seq, key, key_iid);
+                            nested.push(gpu::KERNEL_ARGS as u8);
+                            put_compute_arg(nested, key_iid, |arg| {
+                                put_field(arg, gpu::ARG_INT, v as u64)
+                            });
+                        }
                     }
                     put_bytes(interned, gpu::INTERNED_KERNELS, nested);
                     iid

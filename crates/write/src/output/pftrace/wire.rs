@@ -165,6 +165,8 @@ pub mod tag {
         pub const CONTEXT_API: u64 = key(3, VARINT);
         pub const KERNEL_DEMANGLED_NAME: u64 = key(3, LEN);
         pub const KERNEL_ARCH: u64 = key(4, LEN);
+        /// `InternedComputeKernel.args`: `ExtraComputeArg`s every launch of the kernel shares.
+        pub const KERNEL_ARGS: u64 = key(5, LEN);
         /// `GpuTrackEvent.gpu_correlation`, a `TrackEvent` extension: a `GpuCorrelation`.
         pub const TRACK_EVENT_CORRELATION: u64 = key(3000, LEN);
         /// `GpuTrackEvent.gpu_api`, a `TrackEvent` extension.
