@@ -43,6 +43,7 @@ fn rows(conn: &Connection, sql: &str) -> Vec<Vec<String>> {
             .map(|i| match r.get_ref(i).unwrap() {
                 rusqlite::types::ValueRef::Integer(v) => v.to_string(),
                 rusqlite::types::ValueRef::Null => "[NULL]".to_string(),
+                rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
                 v => format!("{v:?}"),
             })
             .collect())
@@ -445,6 +446,90 @@ fn contexts_and_processes_on_one_gpu_stay_apart() {
             names.len(),
             queues.len(),
             "{scripts:?}: queue names apart: {queues:?}"
+        );
+    }
+}
+
+/// GPU metrics are GPU counters (`GpuCounterEvent`s, one per GPU and sampling time, with
+/// interned descriptors): trace_processor's `gpu_counter_track` holds, per GPU and metric, the
+/// export's samples (count, sum, min and max of the values, the export's 32-bit wraps undone as
+/// the reader does) at the times and with the values of the default layout's counter tracks,
+/// and no metric is left as a track event counter.
+#[test]
+fn gpu_metrics_are_gpu_counters() {
+    let Some(dir) = corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let mut exports: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sqlite"))
+        .filter(|p| {
+            let conn = Connection::open_with_flags(p, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            has_table(&conn, "GPU_METRICS")
+                && rows(&conn, "SELECT count(*) FROM GPU_METRICS")[0][0] != "0"
+        })
+        .collect();
+    exports.sort();
+    assert!(!exports.is_empty(), "corpus exports with GPU_METRICS");
+    let tmp = tempfile::tempdir().unwrap();
+    for input in &exports {
+        let conn = Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let want = rows(
+            &conn,
+            "SELECT m.typeId & 255, n.metricName, count(*), CAST(sum(v) AS INT), \
+             CAST(min(v) AS INT), CAST(max(v) AS INT) FROM (SELECT typeId, metricId, \
+             CASE WHEN value < 0 AND value >= -2147483648 THEN value + 4294967296 ELSE value END \
+             AS v FROM GPU_METRICS) m JOIN TARGET_INFO_GPU_METRICS n USING (typeId, metricId) \
+             GROUP BY 1, 2 ORDER BY 1, 2",
+        );
+        let (_, native) = convert_with(input, tmp.path(), &native());
+        let Some(got) = tp_query(
+            &native,
+            "SELECT t.gpu_id, t.name, count(*), CAST(sum(c.value) AS INT), \
+             CAST(min(c.value) AS INT), CAST(max(c.value) AS INT) \
+             FROM gpu_counter_track t JOIN counter c ON c.track_id = t.id \
+             GROUP BY t.id ORDER BY 1, 2",
+        ) else {
+            return;
+        };
+        assert_eq!(got, want, "{}", input.display());
+
+        // The same samples as the default layout's counter tracks, time for time.
+        let tracks = tmp.path().join("tracks");
+        std::fs::create_dir_all(&tracks).unwrap();
+        let (_, default) = common::convert(input, &tracks);
+        let per_metric = |trace: &Path, table: &str| {
+            tp_query(
+                trace,
+                &format!(
+                    "SELECT t.name, count(*), sum(c.ts), CAST(sum(c.value) AS INT) FROM {table} t \
+                     JOIN counter c ON c.track_id = t.id GROUP BY t.name ORDER BY t.name"
+                ),
+            )
+            .unwrap()
+        };
+        let names: std::collections::BTreeSet<&String> = want.iter().map(|r| &r[1]).collect();
+        let default_metrics: Vec<Vec<String>> = per_metric(&default, "counter_track")
+            .into_iter()
+            .filter(|r| names.contains(&r[0]))
+            .collect();
+        assert_eq!(
+            per_metric(&native, "gpu_counter_track"),
+            default_metrics,
+            "{}",
+            input.display()
+        );
+        let left = tp_query(
+            &native,
+            "SELECT t.name FROM counter_track t WHERE t.id NOT IN (SELECT id FROM gpu_counter_track)",
+        )
+        .unwrap();
+        assert!(
+            left.iter().all(|r| !names.contains(&r[0])),
+            "{}: metrics left as track event counters: {left:?}",
+            input.display()
         );
     }
 }

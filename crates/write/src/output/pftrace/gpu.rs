@@ -16,8 +16,8 @@ use super::events::{intern_name, intern_value};
 use super::interning::Key;
 use super::wire::tag::{self, gpu};
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint};
-use super::{BOOTTIME, GpuQueueState, MAX_INTERNED, ProtoWriter};
-use crate::model::{ArgValue, Category, Event, Name, source_of};
+use super::{BOOTTIME, CounterSeq, GpuQueueState, MAX_INTERNED, ProtoWriter};
+use crate::model::{ArgValue, Category, CounterValue, Event, Name, source_of};
 use crate::output::GpuQueue;
 
 /// Stage iids on every queue's sequence (its hardware queue is iid 1, in the same namespace).
@@ -401,6 +401,220 @@ impl ProtoWriter {
             put_bytes(out, tag::PACKET_INTERNED_DATA, interned);
             interned.clear();
         }
+    }
+}
+
+/// `GpuCounterDescriptor.GpuCounterGroup` of an nsys GPU metric, from its name: memory traffic
+/// (DRAM, PCIe, NVLink), clocks (system), graphics warps (vertices, fragments), the rest
+/// (SMs, tensor cores, compute warps) compute.
+fn counter_group(name: &str) -> u64 {
+    const SYSTEM: u64 = 1;
+    const VERTICES: u64 = 2;
+    const FRAGMENTS: u64 = 3;
+    const MEMORY: u64 = 5;
+    const COMPUTE: u64 = 6;
+    let lower = name.to_ascii_lowercase();
+    let has = |words: &[&str]| words.iter().any(|w| lower.contains(w));
+    if has(&["dram", "pcie", "nvlink", "memory", "bar1", "c2c"]) {
+        MEMORY
+    } else if has(&["clock", "frequency"]) {
+        SYSTEM
+    } else if has(&["vertex", "geometry"]) {
+        VERTICES
+    } else if has(&["pixel"]) {
+        FRAGMENTS
+    } else {
+        COMPUTE
+    }
+}
+
+/// `GpuCounterDescriptor.MeasureUnit` of a counter's unit as the reader gives it.
+fn counter_unit(unit: &str) -> Option<u64> {
+    match unit {
+        "%" => Some(37),
+        "Hz" => Some(13),
+        "MHz" => Some(15),
+        "bytes" => Some(7),
+        _ => None,
+    }
+}
+
+impl ProtoWriter {
+    /// A GPU metric's counter track opens: its GPU's counter sequence is the first such
+    /// track's (the others, and those layout opens for rows out of time order, stay unused).
+    pub(super) fn open_gpu_counter(&mut self, group: u32, track: u64, first_ts: i64) {
+        let device = self.gpu.counters[&track].device;
+        if self.gpu.counter_seqs.contains_key(&device) {
+            return;
+        }
+        let seq = CounterSeq {
+            group,
+            descriptors: 0,
+            counters: 0,
+            pending_ts: first_ts,
+            pending: Vec::new(),
+        };
+        self.gpu.counter_seqs.insert(device, seq);
+        self.clear_state(group, 0, first_ts, true);
+    }
+
+    /// One value of a GPU metric: held until its GPU's values of that time are all in, then
+    /// written with them as one `GpuCounterEvent`.
+    pub(super) fn gpu_counter(&mut self, track: u64, ts: i64, value: CounterValue) {
+        let device = self.gpu.counters[&track].device;
+        let seq = &self.gpu.counter_seqs[&device];
+        if !seq.pending.is_empty()
+            && (seq.pending_ts != ts || seq.pending.iter().any(|(t, _)| *t == track))
+        {
+            self.flush_gpu_counters(device);
+        }
+        let seq = self
+            .gpu
+            .counter_seqs
+            .get_mut(&device)
+            .expect("opened before use");
+        seq.pending_ts = ts;
+        seq.pending.push((track, value));
+    }
+
+    pub(super) fn finish_gpu_counters(&mut self) {
+        let mut devices: Vec<i64> = self.gpu.counter_seqs.keys().copied().collect();
+        devices.sort_unstable();
+        for device in devices {
+            self.flush_gpu_counters(device);
+        }
+    }
+
+    /// A GPU's held values as `GpuCounterEvent`s, one per descriptor they are in. Counters new
+    /// on the sequence get a descriptor of their own first (its GPU, and each counter's name,
+    /// unit and group; read from its time on, as a track event counter's value).
+    fn flush_gpu_counters(&mut self, device: i64) {
+        let seq = self
+            .gpu
+            .counter_seqs
+            .get_mut(&device)
+            .expect("opened before use");
+        if seq.pending.is_empty() {
+            return;
+        }
+        let (group, ts) = (seq.group, seq.pending_ts);
+        let mut pending = std::mem::take(&mut seq.pending);
+        if self.gpu.described.is_none_or(|d| d < device) {
+            self.gpu_info(group, device);
+        }
+        let seq = self.gpu.counter_seqs.get_mut(&device).expect("opened");
+        let interned = &mut self.interned;
+        interned.clear();
+        let specs = &mut self.gpu.nested;
+        specs.clear();
+        let mut new_iid = None;
+        for (track, _) in &pending {
+            let counter = self.gpu.counters.get_mut(track).expect("described");
+            if counter.descriptor.is_some() {
+                continue;
+            }
+            let iid = *new_iid.get_or_insert_with(|| {
+                seq.descriptors += 1;
+                seq.descriptors
+            });
+            counter.descriptor = Some(iid);
+            counter.id = seq.counters;
+            seq.counters += 1;
+            let unit = counter_unit(&counter.unit);
+            let kind = counter_group(&counter.name);
+            let len = field_len(gpu::COUNTER_ID, counter.id)
+                + bytes_len(gpu::NAME, counter.name.len())
+                + unit.map_or(0, |u| field_len(gpu::SPEC_NUMERATOR_UNITS, u))
+                + field_len(gpu::SPEC_GROUPS, kind)
+                + field_len(gpu::SPEC_VALUE_DIRECTION, gpu::FORWARDS_LOOKING);
+            put_varint(specs, gpu::DESCRIPTOR_SPECS);
+            put_varint(specs, len as u64);
+            put_field(specs, gpu::COUNTER_ID, counter.id);
+            put_bytes(specs, gpu::NAME, counter.name.as_bytes());
+            if let Some(u) = unit {
+                put_field(specs, gpu::SPEC_NUMERATOR_UNITS, u);
+            }
+            put_field(specs, gpu::SPEC_GROUPS, kind);
+            put_field(specs, gpu::SPEC_VALUE_DIRECTION, gpu::FORWARDS_LOOKING);
+        }
+        if let Some(iid) = new_iid {
+            let len = field_len(gpu::IID, iid)
+                + bytes_len(gpu::DESCRIPTOR, specs.len())
+                + field_len(gpu::DESCRIPTOR_GPU_ID, device as u64);
+            put_varint(interned, gpu::INTERNED_COUNTER_DESCRIPTORS);
+            put_varint(interned, len as u64);
+            put_field(interned, gpu::IID, iid);
+            put_bytes(interned, gpu::DESCRIPTOR, specs);
+            put_field(interned, gpu::DESCRIPTOR_GPU_ID, device as u64);
+        }
+
+        // Values by descriptor (nearly always one), each descriptor's in one event.
+        pending.sort_by_key(|(track, _)| self.gpu.counters[track].descriptor);
+        let state = self.seqs.get_mut(group).expect("opened before use");
+        let mut at = 0;
+        while at < pending.len() {
+            let iid = self.gpu.counters[&pending[at].0].descriptor;
+            let body = &mut self.gpu.body;
+            body.clear();
+            put_field(body, gpu::COUNTER_DESCRIPTOR_IID, iid.expect("given above"));
+            while at < pending.len() && self.gpu.counters[&pending[at].0].descriptor == iid {
+                let (track, value) = pending[at];
+                let id = self.gpu.counters[&track].id;
+                let len = field_len(gpu::COUNTER_ID, id)
+                    + match value {
+                        CounterValue::Int(v) => field_len(gpu::COUNTER_INT, v as u64),
+                        CounterValue::Double(_) => 9,
+                    };
+                put_varint(body, gpu::COUNTERS);
+                put_varint(body, len as u64);
+                put_field(body, gpu::COUNTER_ID, id);
+                match value {
+                    CounterValue::Int(v) => put_field(body, gpu::COUNTER_INT, v as u64),
+                    CounterValue::Double(v) => {
+                        put_varint(body, gpu::COUNTER_DOUBLE);
+                        body.extend_from_slice(&v.to_le_bytes());
+                    }
+                }
+                at += 1;
+            }
+            // In time order a delta of the sequence's incremental clock; earlier (a table out
+            // of time order) an absolute time on the clock that clock counts from.
+            let (time, clock) = if ts >= state.last_ts {
+                let delta = (ts - state.last_ts) as u64;
+                state.last_ts = ts;
+                (delta, None)
+            } else {
+                (ts.max(0) as u64, Some(u64::from(BOOTTIME)))
+            };
+            let len = field_len(tag::PACKET_TIMESTAMP, time)
+                + clock.map_or(0, |c| field_len(gpu::PACKET_CLOCK_ID, c))
+                + field_len(tag::PACKET_SEQUENCE_ID, group.into())
+                + bytes_len(gpu::PACKET_COUNTER_EVENT, body.len())
+                + if interned.is_empty() {
+                    0
+                } else {
+                    bytes_len(tag::PACKET_INTERNED_DATA, interned.len())
+                };
+            let out = &mut self.out.data;
+            out.push(TRACE_PACKET_BYTE);
+            put_varint(out, len as u64);
+            put_field(out, tag::PACKET_TIMESTAMP, time);
+            if let Some(c) = clock {
+                put_field(out, gpu::PACKET_CLOCK_ID, c);
+            }
+            put_field(out, tag::PACKET_SEQUENCE_ID, group.into());
+            put_bytes(out, gpu::PACKET_COUNTER_EVENT, body);
+            if !interned.is_empty() {
+                put_bytes(out, tag::PACKET_INTERNED_DATA, interned);
+                interned.clear();
+            }
+        }
+        pending.clear();
+        self.gpu
+            .counter_seqs
+            .get_mut(&device)
+            .expect("opened")
+            .pending = pending;
     }
 }
 
