@@ -533,3 +533,56 @@ fn gpu_metrics_are_gpu_counters() {
         );
     }
 }
+
+/// Kernels carry their theoretical occupancy (the limits Perfetto's GPU compute tab shows) where
+/// `TARGET_INFO_GPU` records the SM's limits, as the CUDA occupancy calculator finds it. The
+/// RTX 3090 (compute capability 8.6) of this report: 48 warps, 16 blocks, 65536 registers and
+/// 102400 bytes of shared memory an SM, 4 register sub-partitions, registers given to warps in
+/// units of 256, shared memory to blocks in units of 128 with 1 KiB reserved a block. By hand:
+/// - `Kernel`: 128 threads (4 warps), 102 registers, 98304 bytes of dynamic shared memory.
+///   Warps: 48 / 4 = 12 blocks. Registers: 102 * 32 = 3264, rounded to 3328 a warp; 16384 a
+///   sub-partition hold 4 warps, 16 an SM: 4 blocks. Shared memory: 98304 + 1024 = 99328 a
+///   block; 102400 / 99328 = 1 block. Resident: 1 block, 4 warps, 4 / 48 = 8.33%.
+/// - `gen_sequenced`: 64 threads (2 warps), 26 registers, no shared memory. Warps: 24 blocks.
+///   Registers: 832, rounded to 1024 a warp; 16 warps a sub-partition, 64 an SM: 32 blocks.
+///   Shared memory: the 1 KiB reserved, 100 blocks. Resident: 16 blocks (the SM's limit), 32
+///   warps, 66.67%.
+/// - `generate_seed_pseudo`: as `gen_sequenced` but 40 registers: 1280 a warp, 12 warps a
+///   sub-partition, 48 an SM: 24 blocks. Resident: 16 blocks, 32 warps, 66.67%.
+#[test]
+fn kernels_carry_their_theoretical_occupancy() {
+    let Some(input) =
+        common::corpus_file("als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_, trace) = convert_with(&input, dir.path(), &native());
+    let Some(got) = tp_query(
+        &trace,
+        "SELECT name, count(*), extract_arg(arg_set_id, 'occupancy_limit_blocks'), \
+         extract_arg(arg_set_id, 'occupancy_limit_warps'), \
+         extract_arg(arg_set_id, 'occupancy_limit_registers'), \
+         extract_arg(arg_set_id, 'occupancy_limit_shared_mem'), \
+         extract_arg(arg_set_id, 'sm__maximum_warps_avg_per_active_cycle'), \
+         printf('%.2f', extract_arg(arg_set_id, 'sm__maximum_warps_per_active_cycle_pct')) \
+         FROM gpu_slice WHERE render_stage_category = 2 GROUP BY 1, 3, 4, 5, 6, 7, 8 ORDER BY 1",
+    ) else {
+        return;
+    };
+    let want = [
+        ["Kernel", "1", "16", "12", "4", "1", "4", "8.33"],
+        ["gen_sequenced", "2", "16", "24", "32", "100", "32", "66.67"],
+        [
+            "generate_seed_pseudo",
+            "1",
+            "16",
+            "24",
+            "24",
+            "100",
+            "32",
+            "66.67",
+        ],
+    ];
+    assert_eq!(got, want.map(|r| r.map(String::from).to_vec()).to_vec());
+}

@@ -15,6 +15,7 @@ mod file;
 mod gpu;
 mod interning;
 mod kernel;
+mod occupancy;
 mod samples;
 mod sched;
 mod wire;
@@ -78,8 +79,7 @@ struct GpuState {
     queues: HashMap<u32, GpuQueueState, FastHash>,
     /// (placed global pid, context) -> its `InternedGraphicsContext` iid.
     contexts: HashMap<(i64, i64), u64, FastHash>,
-    /// (sequence, name's string id, demangled name's string id, the kernel's own args) -> its
-    /// kernel's iid there.
+    /// Kernels interned on each sequence: their iids there.
     kernels: HashMap<KernelKey, u64, FastHash>,
     /// Launch shapes the reader numbered, parsed once: by [`crate::model::TextNo::key`].
     shapes: HashMap<u64, Option<[u64; 3]>, FastHash>,
@@ -117,7 +117,17 @@ struct CounterSeq {
     pending: Vec<(u64, CounterValue)>,
 }
 
-type KernelKey = (u32, i64, i64, [Option<i64>; gpu::KERNEL_ARGS.len()]);
+/// What makes a kernel's interned entry on a sequence: its names (string ids), the args its
+/// compilation fixes, and the launch figures its occupancy depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct KernelKey {
+    group: u32,
+    name: i64,
+    demangled: i64,
+    args: [Option<i64>; gpu::KERNEL_ARGS.len()],
+    block: Option<[u64; 3]>,
+    dynamic_shared_memory: Option<i64>,
+}
 
 struct GpuQueueState {
     /// The source's index in a merge (event ids of unlinked rows keep sources apart).

@@ -174,7 +174,7 @@ impl ProtoWriter {
         if (seq.names + seq.values) as usize + kernels as usize >= MAX_INTERNED {
             let ts = seq.last_ts;
             self.clear_state(group, 0, ts, false);
-            self.gpu.kernels.retain(|k, _| k.0 != group);
+            self.gpu.kernels.retain(|k, _| k.group != group);
             if let Some(q) = self.gpu.queues.get_mut(&group) {
                 q.kernels = 0;
             }
@@ -254,6 +254,7 @@ impl ProtoWriter {
 
         let mut demangled = None;
         let mut kernel_args = [None; KERNEL_ARGS.len()];
+        let (mut block, mut dynamic_shared_memory) = (None, None);
         let mut key_iid = 0;
         for arg in ev.args {
             match (kernel, arg.key, arg.value) {
@@ -273,11 +274,15 @@ impl ProtoWriter {
                         let tag = if arg.key == "grid" {
                             gpu::GRID_SIZE
                         } else {
+                            block = Some(d);
                             gpu::WORKGROUP_SIZE
                         };
                         put_dims(launch, tag, d);
                         continue;
                     }
+                }
+                (true, "shared_memory_dynamic_bytes", ArgValue::Int(v)) => {
+                    dynamic_shared_memory = Some(v);
                 }
                 _ => {}
             }
@@ -324,7 +329,14 @@ impl ProtoWriter {
                 Name::Str(sid) => sid,
                 _ => -1,
             };
-            let key: super::KernelKey = (group, name_sid, demangled.unwrap_or(-1), kernel_args);
+            let key = super::KernelKey {
+                group,
+                name: name_sid,
+                demangled: demangled.unwrap_or(-1),
+                args: kernel_args,
+                block,
+                dynamic_shared_memory,
+            };
             let kernel_iid = match self.gpu.kernels.get(&key) {
                 Some(&iid) => iid,
                 None => {
@@ -336,10 +348,8 @@ impl ProtoWriter {
                         Name::Text(t) | Name::Static(t) | Name::Numbered(_, t) => t.into(),
                     };
                     let long = demangled.map(|d| info.string_or_id(d));
-                    let arch = info
-                        .gpu_facts
-                        .get(&queue.device)
-                        .and_then(|f| f.arch.as_deref());
+                    let facts = info.gpu_facts.get(&queue.device);
+                    let arch = facts.and_then(|f| f.arch.as_deref());
                     let nested = &mut self.gpu.nested;
                     nested.clear();
                     put_field(nested, gpu::IID, iid);
@@ -350,15 +360,44 @@ impl ProtoWriter {
                     if let Some(a) = arch {
                         put_bytes(nested, gpu::KERNEL_ARCH, a.as_bytes());
                     }
-                    let mut key_iid = 0;
-                    for (key, value) in KERNEL_ARGS.iter().zip(kernel_args) {
-                        if let Some(v) = value {
-                            key_iid = compute_arg_name(interning, interned, seq, key, key_iid);
-                            nested.push(gpu::KERNEL_ARGS as u8);
-                            put_compute_arg(nested, key_iid, |arg| {
-                                put_field(arg, gpu::ARG_INT, v as u64)
-                            });
+                    let mut ints: Vec<(&'static str, i64)> = KERNEL_ARGS
+                        .iter()
+                        .zip(kernel_args)
+                        .filter_map(|(k, v)| Some((*k, v?)))
+                        .collect();
+                    let occupancy = match (facts.and_then(|f| f.sm), block, kernel_args) {
+                        (Some(sm), Some([x, y, z]), [Some(registers), static_shared_memory]) => {
+                            let shared_memory = static_shared_memory.unwrap_or(0)
+                                + dynamic_shared_memory.unwrap_or(0);
+                            let threads = i64::try_from(x * y * z).unwrap_or(-1);
+                            super::occupancy::occupancy(&sm, threads, registers, shared_memory)
                         }
+                        _ => None,
+                    };
+                    if let Some(o) = occupancy {
+                        use super::occupancy as occ;
+                        ints.push((occ::LIMIT_BLOCKS, o.blocks));
+                        ints.extend(o.registers.map(|v| (occ::LIMIT_REGISTERS, v)));
+                        ints.extend(o.shared_memory.map(|v| (occ::LIMIT_SHARED_MEMORY, v)));
+                        ints.push((occ::LIMIT_WARPS, o.warps));
+                        ints.push((occ::ACTIVE_WARPS, o.active_warps));
+                    }
+                    let mut key_iid = 0;
+                    for (key, v) in ints {
+                        key_iid = compute_arg_name(interning, interned, seq, key, key_iid);
+                        nested.push(gpu::KERNEL_ARGS as u8);
+                        put_compute_arg(nested, key_iid, |arg| {
+                            put_field(arg, gpu::ARG_INT, v as u64)
+                        });
+                    }
+                    if let Some(o) = occupancy {
+                        let key = super::occupancy::PERCENT;
+                        key_iid = compute_arg_name(interning, interned, seq, key, key_iid);
+                        nested.push(gpu::KERNEL_ARGS as u8);
+                        put_compute_arg(nested, key_iid, |arg| {
+                            put_varint(arg, gpu::ARG_DOUBLE);
+                            arg.extend_from_slice(&o.percent.to_le_bytes());
+                        });
                     }
                     put_bytes(interned, gpu::INTERNED_KERNELS, nested);
                     iid
