@@ -586,3 +586,130 @@ fn kernels_carry_their_theoretical_occupancy() {
     ];
     assert_eq!(got, want.map(|r| r.map(String::from).to_vec()).to_vec());
 }
+
+/// GPU use per process and GPU, as Perfetto's GPU analyses measure busy time over `gpu_slice`
+/// (its skill `gpu_timeline_decomposition.sql`: the union of the GPU slices,
+/// `interval_merge_overlapping_partitioned`, measured against windows of the timeline) over
+/// nsys' windows (each process's and GPU's span of GPU work in equal chunks, their size rounded
+/// up to whole ns), the chunks used less than the threshold coalesced as nsys coalesces them:
+/// our `analyze -r gpu_time_util`, with nsys' defaults (30 chunks, 50%) and with 1000 chunks
+/// under 99%. nsys sums work that overlaps where Perfetto takes its union, so the exports are
+/// ones whose GPU work does not overlap within a process and GPU (asserted).
+#[test]
+fn perfettos_busy_time_is_our_gpu_time_util() {
+    const BIN: &str = env!("CARGO_BIN_EXE_nsys-perfetto");
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for name in [
+        "PolPuigPuy__OpenACC_Project_PolPuig__report12.sqlite",
+        "Sh1mwww__llama3-inference__real_inference_simulation.sqlite",
+        "RajaATAli__SC23_Programming-Your-GPU-with-OpenMP_Tutorial__report3.sqlite",
+        "bwyogatama__Mordred-Deprecated__report1@84a0fd9.sqlite",
+    ] {
+        let input = corpus.join(name);
+        let (_, trace) = convert_with(&input, dir.path(), &native());
+        let Some(overlap) = tp_query(
+            &trace,
+            "INCLUDE PERFETTO MODULE intervals.overlap;
+            CREATE PERFETTO TABLE _work AS
+            SELECT s.ts, s.dur, s.upid, extract_arg(t.dimension_arg_set_id, 'ugpu') AS ugpu
+            FROM gpu_slice s JOIN gpu_track t ON s.track_id = t.id WHERE s.dur > 0;
+            SELECT (SELECT sum(dur) FROM _work) - (SELECT sum(dur) FROM
+              interval_merge_overlapping_partitioned!(_work, (upid, ugpu))) AS overlap",
+        ) else {
+            return;
+        };
+        assert_eq!(overlap[0][0], "0", "{name}: GPU work overlaps");
+        let first_trace = tp_query(&trace, "SELECT min(ts) FROM gpu_slice").unwrap();
+        let conn = Connection::open_with_flags(&input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let first = [KERNEL, MEMCPY, MEMSET]
+            .iter()
+            .filter(|t| has_table(&conn, t))
+            .filter_map(|t| {
+                rows(&conn, &where_placed(t, "min(start)"))[0][0]
+                    .parse::<i64>()
+                    .ok()
+            })
+            .min()
+            .unwrap();
+        let offset = first_trace[0][0].parse::<i64>().unwrap() - first;
+        for (chunks, threshold) in [(30, 50), (1000, 99)] {
+            let out = std::process::Command::new(BIN)
+                .args(["analyze", "-r", "gpu_time_util", "--top", "0", "--csv"])
+                .args(["--chunks", &chunks.to_string()])
+                .args(["--threshold", &threshold.to_string()])
+                .arg(&input)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let csv = String::from_utf8(out.stdout).unwrap();
+            let mut lines = csv.lines();
+            let header = common::csv_fields(lines.next().unwrap());
+            let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+            let (start, dur, pid, device, pct) = (
+                col("start_ns"),
+                col("duration_ns"),
+                col("pid"),
+                col("device_id"),
+                col("in_use_pct"),
+            );
+            let mut ours: Vec<Vec<String>> = lines
+                .map(common::csv_fields)
+                .map(|f| {
+                    let at = f[start].parse::<i64>().unwrap() + offset;
+                    let pct: f64 = f[pct].parse().unwrap();
+                    vec![
+                        f[pid].clone(),
+                        f[device].clone(),
+                        at.to_string(),
+                        f[dur].clone(),
+                        format!("{pct:.1}"),
+                    ]
+                })
+                .collect();
+            ours.sort();
+            let sql = format!(
+                "INCLUDE PERFETTO MODULE intervals.overlap;
+                CREATE PERFETTO TABLE _work AS
+                SELECT s.ts, s.dur, p.pid, g.gpu FROM gpu_slice s
+                JOIN gpu_track t ON s.track_id = t.id
+                JOIN gpu g ON g.id = extract_arg(t.dimension_arg_set_id, 'ugpu')
+                JOIN process p USING (upid);
+                CREATE PERFETTO TABLE _busy AS
+                SELECT * FROM interval_merge_overlapping_partitioned!(
+                  (SELECT * FROM _work WHERE dur > 0), (pid, gpu));
+                CREATE PERFETTO TABLE _chunk AS
+                WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {last}),
+                span AS (SELECT pid, gpu, min(ts) AS lo, max(ts + dur) AS hi,
+                  (max(ts + dur) - min(ts) + {last}) / {chunks} AS size FROM _work GROUP BY pid, gpu)
+                SELECT pid, gpu, i, lo + i * size AS cs, min(lo + (i + 1) * size, hi) AS ce
+                FROM span, n WHERE lo + i * size < hi;
+                CREATE PERFETTO TABLE _use AS
+                SELECT c.pid, c.gpu, c.i, c.cs, c.ce,
+                  IFNULL(SUM(min(b.ts + b.dur, c.ce) - max(b.ts, c.cs)), 0) AS busy
+                FROM _chunk c LEFT JOIN _busy b
+                  ON b.pid = c.pid AND b.gpu = c.gpu AND b.ts < c.ce AND b.ts + b.dur > c.cs
+                GROUP BY c.pid, c.gpu, c.i;
+                SELECT pid, gpu, min(cs) AS start, max(ce) - min(cs) AS dur,
+                  printf('%.1f', round(100.0 * sum(busy) / sum(ce - cs), 1)) AS pct FROM (
+                  SELECT *, i - ROW_NUMBER() OVER (PARTITION BY pid, gpu ORDER BY i) AS run
+                  FROM _use WHERE 100 * busy < {threshold} * (ce - cs))
+                GROUP BY pid, gpu, run",
+                last = chunks - 1,
+            );
+            let mut theirs = tp_query(&trace, &sql).unwrap();
+            theirs.sort();
+            assert_eq!(theirs, ours, "{name}, {chunks} chunks under {threshold}%");
+            compared += ours.len();
+        }
+    }
+    assert!(compared >= 100, "runs of chunks compared: {compared}");
+}
