@@ -1064,3 +1064,65 @@ fn gpu_model_in_ui_v58() {
         );
     }
 }
+
+/// `--gpu perfetto` in UI v52 (its older engine): the traces load with no import error (the
+/// launching calls' `gpu_correlation`/`gpu_api` extensions are declared in the trace, so v52
+/// reads them as args instead of counting unknown extension fields), no error dialog or console
+/// error, and v52 imports every slice trace_processor v58.2 does, the GPU slices shown under
+/// GPU › Render Stage. Its engine predates interned GPU counter descriptors, so it shows no GPU
+/// metrics (dropped without error; docs/tables.md).
+#[test]
+fn gpu_model_in_ui_v52() {
+    let Some(_ui) = ui_ready() else { return };
+    let Some(corpus) = common::corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut traces = Vec::new();
+    for name in [
+        "GindaChen__nsys-ai__h100_2gpu_1s.sqlite",
+        "als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite",
+    ] {
+        let trace = dir.path().join(name).with_extension("pftrace");
+        let input = corpus.join(name);
+        cli(&[
+            input.to_str().unwrap(),
+            "-o",
+            trace.to_str().unwrap(),
+            "--gpu",
+            "perfetto",
+        ]);
+        traces.push(trace);
+    }
+    let mut cmd = Command::new("python3");
+    cmd.arg(ui_tools().join("uiload.py"))
+        .args(["--timeout", "120"])
+        .args(&traces);
+    let loaded = run_loader(cmd, "uiload.py (v52)");
+    for trace in &traces {
+        let l = find(&loaded, trace);
+        let run = &l.raw["runs"][0];
+        assert_eq!(l.raw["ok"], true, "{}", l.raw);
+        for empty in ["import_errors", "console_errors"] {
+            assert_eq!(run[empty], Value::Array(vec![]), "{empty}: {}", l.raw);
+        }
+        let Some(slices) = common::tp_query(trace, "SELECT count(*) FROM slice") else {
+            return;
+        };
+        assert_eq!(
+            run["slices"].to_string(),
+            slices[0][0],
+            "{}",
+            trace.display()
+        );
+        assert!(
+            l.groups
+                .iter()
+                .any(|g| g.title == "GPU" && g.children == ["Render Stage"]),
+            "{}: {:?}",
+            trace.display(),
+            l.groups
+        );
+    }
+}

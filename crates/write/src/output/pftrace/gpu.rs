@@ -32,6 +32,115 @@ const UNLINKED_EVENT_IDS: u64 = 1 << 62;
 // Launch and kernel args are written in place with a one-byte tag.
 const _: () = assert!(gpu::LAUNCH_ARGS < 0x80 && gpu::KERNEL_ARGS < 0x80);
 
+/// A framed `TracePacket` declaring upstream's `gpu_track_event.proto` (the `GpuApi` enum, the
+/// `GpuCorrelation` message and `GpuTrackEvent`'s `TrackEvent` extensions `gpu_correlation`,
+/// 3000, and `gpu_api`, 3001) as an `ExtensionDescriptor`. trace_processor v55 and later know
+/// them already; older ones (the v52 UI's) learn them from it, so they read the launching
+/// calls' two fields as args instead of counting them as unknown extension fields (an import
+/// error). Each writer of `--gpu perfetto` puts it first in its output.
+pub(super) fn gpu_track_event_extensions() -> Vec<u8> {
+    // google.protobuf's FileDescriptorProto, DescriptorProto, FieldDescriptorProto,
+    // EnumDescriptorProto and EnumValueDescriptorProto fields, by number.
+    const LEN: u64 = 2;
+    const VARINT: u64 = 0;
+    let key = |field: u64, wire: u64| field << 3 | wire;
+    let message =
+        |out: &mut Vec<u8>, field: u64, body: &[u8]| put_bytes(out, key(field, LEN), body);
+    let field =
+        |name: &str, number: u64, label: u64, kind: u64, type_name: &str, extendee: &str| {
+            let mut f = Vec::new();
+            put_bytes(&mut f, key(1, LEN), name.as_bytes());
+            if !extendee.is_empty() {
+                put_bytes(&mut f, key(2, LEN), extendee.as_bytes());
+            }
+            put_field(&mut f, key(3, VARINT), number);
+            put_field(&mut f, key(4, VARINT), label);
+            put_field(&mut f, key(5, VARINT), kind);
+            if !type_name.is_empty() {
+                put_bytes(&mut f, key(6, LEN), type_name.as_bytes());
+            }
+            f
+        };
+    const OPTIONAL: u64 = 1;
+    const REPEATED: u64 = 3;
+    const UINT64: u64 = 4;
+    const MESSAGE: u64 = 11;
+    const ENUM: u64 = 14;
+    const TRACK_EVENT: &str = ".perfetto.protos.TrackEvent";
+
+    let mut api = Vec::new();
+    put_bytes(&mut api, key(1, LEN), b"GpuApi");
+    for (number, name) in ["UNDEFINED", "OPEN_GL", "VULKAN", "OPEN_CL", "CUDA", "HIP"]
+        .iter()
+        .enumerate()
+    {
+        let mut value = Vec::new();
+        put_bytes(
+            &mut value,
+            key(1, LEN),
+            format!("GPU_API_{name}").as_bytes(),
+        );
+        put_field(&mut value, key(2, VARINT), number as u64);
+        message(&mut api, 2, &value);
+    }
+    let mut correlation = Vec::new();
+    put_bytes(&mut correlation, key(1, LEN), b"GpuCorrelation");
+    for (number, name) in [
+        (1, "render_stage_submission_event_ids"),
+        (2, "render_stage_wait_event_ids"),
+    ] {
+        message(
+            &mut correlation,
+            2,
+            &field(name, number, REPEATED, UINT64, "", ""),
+        );
+    }
+    let mut track_event = Vec::new();
+    put_bytes(&mut track_event, key(1, LEN), b"GpuTrackEvent");
+    let extensions = [
+        field(
+            "gpu_correlation",
+            3000,
+            OPTIONAL,
+            MESSAGE,
+            ".perfetto.protos.GpuCorrelation",
+            TRACK_EVENT,
+        ),
+        field(
+            "gpu_api",
+            3001,
+            OPTIONAL,
+            ENUM,
+            ".perfetto.protos.GpuApi",
+            TRACK_EVENT,
+        ),
+    ];
+    for e in &extensions {
+        message(&mut track_event, 6, e);
+    }
+    let mut file = Vec::new();
+    put_bytes(
+        &mut file,
+        key(1, LEN),
+        b"protos/perfetto/trace/gpu/gpu_track_event.proto",
+    );
+    put_bytes(&mut file, key(2, LEN), b"perfetto.protos");
+    message(&mut file, 4, &correlation);
+    message(&mut file, 4, &track_event);
+    message(&mut file, 5, &api);
+    put_bytes(&mut file, key(12, LEN), b"proto2");
+
+    let mut set = Vec::new();
+    message(&mut set, 1, &file);
+    let mut descriptor = Vec::new();
+    message(&mut descriptor, 1, &set);
+    let mut packet = Vec::new();
+    put_bytes(&mut packet, gpu::PACKET_EXTENSION_DESCRIPTOR, &descriptor);
+    let mut out = Vec::new();
+    put_bytes(&mut out, tag::TRACE_PACKET, &packet);
+    out
+}
+
 /// `(x, y, z)` from a launch shape as the reader prints it ("(128, 1, 1)").
 fn dims(label: &str) -> Option<[u64; 3]> {
     let inner = label.strip_prefix('(')?.strip_suffix(')')?;

@@ -202,6 +202,9 @@ pub mod tag {
         pub const SPEC_VALUE_DIRECTION: u64 = key(11, VARINT);
         /// `GpuCounterSpec.VALUE_DIRECTION_FORWARDS_LOOKING`: a value holds from its time on.
         pub const FORWARDS_LOOKING: u64 = 2;
+        /// `TracePacket.extension_descriptor`: an `ExtensionDescriptor`, whose field 1 is a
+        /// `FileDescriptorSet` (`google/protobuf/descriptor.proto`) of extensions to add.
+        pub const PACKET_EXTENSION_DESCRIPTOR: u64 = key(72, LEN);
         /// `InternedGraphicsContext.Api.CUDA` and `GpuApi.GPU_API_CUDA`.
         pub const API_CUDA: u64 = 4;
         /// `InternedGpuRenderStageSpecification.RenderStageCategory.COMPUTE`.
