@@ -476,9 +476,14 @@ impl ProtoWriter {
                         .collect();
                     let occupancy = match (facts.and_then(|f| f.sm), block, kernel_args) {
                         (Some(sm), Some([x, y, z]), [Some(registers), static_shared_memory]) => {
-                            let shared_memory = static_shared_memory.unwrap_or(0)
-                                + dynamic_shared_memory.unwrap_or(0);
-                            let threads = i64::try_from(x * y * z).unwrap_or(-1);
+                            let shared_memory = static_shared_memory
+                                .unwrap_or(0)
+                                .saturating_add(dynamic_shared_memory.unwrap_or(0));
+                            let threads = x
+                                .checked_mul(y)
+                                .and_then(|xy| xy.checked_mul(z))
+                                .and_then(|t| i64::try_from(t).ok())
+                                .unwrap_or(-1);
                             super::occupancy::occupancy(&sm, threads, registers, shared_memory)
                         }
                         _ => None,

@@ -31,8 +31,9 @@ pub(super) const LIMIT_WARPS: &str = "occupancy_limit_warps";
 pub(super) const ACTIVE_WARPS: &str = "sm__maximum_warps_avg_per_active_cycle";
 pub(super) const PERCENT: &str = "sm__maximum_warps_per_active_cycle_pct";
 
+/// `v` rounded up to a multiple of `unit` (saturating: figures come from the export).
 fn round_up(v: i64, unit: i64) -> i64 {
-    (v + unit - 1) / unit * unit
+    v.saturating_add(unit - 1) / unit * unit
 }
 
 /// The occupancy of blocks of `threads` threads using `registers` per thread and
@@ -48,7 +49,7 @@ pub(super) fn occupancy(
         return None;
     }
     let (major, minor) = sm.compute;
-    let warps_per_block = (threads + sm.warp_size - 1) / sm.warp_size;
+    let warps_per_block = round_up(threads, sm.warp_size) / sm.warp_size;
     let warps = sm.max_warps_per_sm / warps_per_block;
 
     // Registers go to warps in units of 256, in each of the SM's sub-partitions (2 on
@@ -56,10 +57,10 @@ pub(super) fn occupancy(
     // with its warps counted as if spread over every sub-partition.
     let by_registers = (registers > 0).then(|| {
         let partitions = if (major, minor) == (6, 0) { 2 } else { 4 };
-        let per_warp = round_up(registers * sm.warp_size, 256);
-        let assumed = per_warp * round_up(warps_per_block, partitions);
+        let per_warp = round_up(registers.saturating_mul(sm.warp_size), 256);
+        let assumed = per_warp.saturating_mul(round_up(warps_per_block, partitions));
         if assumed > sm.max_registers_per_block
-            || per_warp * warps_per_block > sm.max_registers_per_block
+            || per_warp.saturating_mul(warps_per_block) > sm.max_registers_per_block
         {
             0
         } else {
@@ -71,7 +72,7 @@ pub(super) fn occupancy(
     // Shared memory goes to blocks in units of 128 bytes (256 before compute capability 7),
     // with 1 KiB the system reserves per block from compute capability 8 on.
     let reserved = if major >= 8 { 1024 } else { 0 };
-    let per_block = shared_memory + reserved;
+    let per_block = shared_memory.saturating_add(reserved);
     let by_shared_memory = (per_block > 0).then(|| {
         if shared_memory > sm.max_shared_memory_per_block {
             0
@@ -91,7 +92,7 @@ pub(super) fn occupancy(
     .flatten()
     .min()
     .expect("two limits always");
-    let active_warps = resident * warps_per_block;
+    let active_warps = resident.saturating_mul(warps_per_block);
     Some(Occupancy {
         blocks: sm.max_blocks_per_sm,
         registers: by_registers,
@@ -156,5 +157,14 @@ mod tests {
         // 100 threads are 4 warps: 16 blocks by warps.
         assert_eq!((o.warps, o.active_warps), (16, 64));
         assert_eq!(occupancy(&volta, 0, 32, 0), None);
+    }
+
+    #[test]
+    fn figures_past_any_gpu_fit_nowhere_without_overflow() {
+        let o = occupancy(&RTX_3090, i64::MAX, i64::MAX, i64::MAX).unwrap();
+        assert_eq!(
+            (o.registers, o.shared_memory, o.active_warps),
+            (Some(0), Some(0), 0)
+        );
     }
 }
