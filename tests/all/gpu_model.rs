@@ -43,6 +43,7 @@ fn rows(conn: &Connection, sql: &str) -> Vec<Vec<String>> {
             .map(|i| match r.get_ref(i).unwrap() {
                 rusqlite::types::ValueRef::Integer(v) => v.to_string(),
                 rusqlite::types::ValueRef::Null => "[NULL]".to_string(),
+                rusqlite::types::ValueRef::Text(t) => String::from_utf8_lossy(t).into_owned(),
                 v => format!("{v:?}"),
             })
             .collect())
@@ -447,4 +448,268 @@ fn contexts_and_processes_on_one_gpu_stay_apart() {
             "{scripts:?}: queue names apart: {queues:?}"
         );
     }
+}
+
+/// GPU metrics are GPU counters (`GpuCounterEvent`s, one per GPU and sampling time, with
+/// interned descriptors): trace_processor's `gpu_counter_track` holds, per GPU and metric, the
+/// export's samples (count, sum, min and max of the values, the export's 32-bit wraps undone as
+/// the reader does) at the times and with the values of the default layout's counter tracks,
+/// and no metric is left as a track event counter.
+#[test]
+fn gpu_metrics_are_gpu_counters() {
+    let Some(dir) = corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let mut exports: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "sqlite"))
+        .filter(|p| {
+            let conn = Connection::open_with_flags(p, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+            has_table(&conn, "GPU_METRICS")
+                && rows(&conn, "SELECT count(*) FROM GPU_METRICS")[0][0] != "0"
+        })
+        .collect();
+    exports.sort();
+    assert!(!exports.is_empty(), "corpus exports with GPU_METRICS");
+    let tmp = tempfile::tempdir().unwrap();
+    for input in &exports {
+        let conn = Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let want = rows(
+            &conn,
+            "SELECT m.typeId & 255, n.metricName, count(*), CAST(sum(v) AS INT), \
+             CAST(min(v) AS INT), CAST(max(v) AS INT) FROM (SELECT typeId, metricId, \
+             CASE WHEN value < 0 AND value >= -2147483648 THEN value + 4294967296 ELSE value END \
+             AS v FROM GPU_METRICS) m JOIN TARGET_INFO_GPU_METRICS n USING (typeId, metricId) \
+             GROUP BY 1, 2 ORDER BY 1, 2",
+        );
+        let (_, native) = convert_with(input, tmp.path(), &native());
+        let Some(got) = tp_query(
+            &native,
+            "SELECT t.gpu_id, t.name, count(*), CAST(sum(c.value) AS INT), \
+             CAST(min(c.value) AS INT), CAST(max(c.value) AS INT) \
+             FROM gpu_counter_track t JOIN counter c ON c.track_id = t.id \
+             GROUP BY t.id ORDER BY 1, 2",
+        ) else {
+            return;
+        };
+        assert_eq!(got, want, "{}", input.display());
+
+        // The same samples as the default layout's counter tracks, time for time.
+        let tracks = tmp.path().join("tracks");
+        std::fs::create_dir_all(&tracks).unwrap();
+        let (_, default) = common::convert(input, &tracks);
+        let per_metric = |trace: &Path, table: &str| {
+            tp_query(
+                trace,
+                &format!(
+                    "SELECT t.name, count(*), sum(c.ts), CAST(sum(c.value) AS INT) FROM {table} t \
+                     JOIN counter c ON c.track_id = t.id GROUP BY t.name ORDER BY t.name"
+                ),
+            )
+            .unwrap()
+        };
+        let names: std::collections::BTreeSet<&String> = want.iter().map(|r| &r[1]).collect();
+        let default_metrics: Vec<Vec<String>> = per_metric(&default, "counter_track")
+            .into_iter()
+            .filter(|r| names.contains(&r[0]))
+            .collect();
+        assert_eq!(
+            per_metric(&native, "gpu_counter_track"),
+            default_metrics,
+            "{}",
+            input.display()
+        );
+        let left = tp_query(
+            &native,
+            "SELECT t.name FROM counter_track t WHERE t.id NOT IN (SELECT id FROM gpu_counter_track)",
+        )
+        .unwrap();
+        assert!(
+            left.iter().all(|r| !names.contains(&r[0])),
+            "{}: metrics left as track event counters: {left:?}",
+            input.display()
+        );
+    }
+}
+
+/// Kernels carry their theoretical occupancy (the limits Perfetto's GPU compute tab shows) where
+/// `TARGET_INFO_GPU` records the SM's limits, as the CUDA occupancy calculator finds it. The
+/// RTX 3090 (compute capability 8.6) of this report: 48 warps, 16 blocks, 65536 registers and
+/// 102400 bytes of shared memory an SM, 4 register sub-partitions, registers given to warps in
+/// units of 256, shared memory to blocks in units of 128 with 1 KiB reserved a block. By hand:
+/// - `Kernel`: 128 threads (4 warps), 102 registers, 98304 bytes of dynamic shared memory.
+///   Warps: 48 / 4 = 12 blocks. Registers: 102 * 32 = 3264, rounded to 3328 a warp; 16384 a
+///   sub-partition hold 4 warps, 16 an SM: 4 blocks. Shared memory: 98304 + 1024 = 99328 a
+///   block; 102400 / 99328 = 1 block. Resident: 1 block, 4 warps, 4 / 48 = 8.33%.
+/// - `gen_sequenced`: 64 threads (2 warps), 26 registers, no shared memory. Warps: 24 blocks.
+///   Registers: 832, rounded to 1024 a warp; 16 warps a sub-partition, 64 an SM: 32 blocks.
+///   Shared memory: the 1 KiB reserved, 100 blocks. Resident: 16 blocks (the SM's limit), 32
+///   warps, 66.67%.
+/// - `generate_seed_pseudo`: as `gen_sequenced` but 40 registers: 1280 a warp, 12 warps a
+///   sub-partition, 48 an SM: 24 blocks. Resident: 16 blocks, 32 warps, 66.67%.
+#[test]
+fn kernels_carry_their_theoretical_occupancy() {
+    let Some(input) =
+        common::corpus_file("als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite")
+    else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let (_, trace) = convert_with(&input, dir.path(), &native());
+    let Some(got) = tp_query(
+        &trace,
+        "SELECT name, count(*), extract_arg(arg_set_id, 'occupancy_limit_blocks'), \
+         extract_arg(arg_set_id, 'occupancy_limit_warps'), \
+         extract_arg(arg_set_id, 'occupancy_limit_registers'), \
+         extract_arg(arg_set_id, 'occupancy_limit_shared_mem'), \
+         extract_arg(arg_set_id, 'sm__maximum_warps_avg_per_active_cycle'), \
+         printf('%.2f', extract_arg(arg_set_id, 'sm__maximum_warps_per_active_cycle_pct')) \
+         FROM gpu_slice WHERE render_stage_category = 2 GROUP BY 1, 3, 4, 5, 6, 7, 8 ORDER BY 1",
+    ) else {
+        return;
+    };
+    let want = [
+        ["Kernel", "1", "16", "12", "4", "1", "4", "8.33"],
+        ["gen_sequenced", "2", "16", "24", "32", "100", "32", "66.67"],
+        [
+            "generate_seed_pseudo",
+            "1",
+            "16",
+            "24",
+            "24",
+            "100",
+            "32",
+            "66.67",
+        ],
+    ];
+    assert_eq!(got, want.map(|r| r.map(String::from).to_vec()).to_vec());
+}
+
+/// GPU use per process and GPU, as Perfetto's GPU analyses measure busy time over `gpu_slice`
+/// (its skill `gpu_timeline_decomposition.sql`: the union of the GPU slices,
+/// `interval_merge_overlapping_partitioned`, measured against windows of the timeline) over
+/// nsys' windows (each process's and GPU's span of GPU work in equal chunks, their size rounded
+/// up to whole ns), the chunks used less than the threshold coalesced as nsys coalesces them:
+/// our `analyze -r gpu_time_util`, with nsys' defaults (30 chunks, 50%) and with 1000 chunks
+/// under 99%. nsys sums work that overlaps where Perfetto takes its union, so the exports are
+/// ones whose GPU work does not overlap within a process and GPU (asserted).
+#[test]
+fn perfettos_busy_time_is_our_gpu_time_util() {
+    const BIN: &str = env!("CARGO_BIN_EXE_nsys-perfetto");
+    let Some(corpus) = corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for name in [
+        "PolPuigPuy__OpenACC_Project_PolPuig__report12.sqlite",
+        "Sh1mwww__llama3-inference__real_inference_simulation.sqlite",
+        "RajaATAli__SC23_Programming-Your-GPU-with-OpenMP_Tutorial__report3.sqlite",
+        "bwyogatama__Mordred-Deprecated__report1@84a0fd9.sqlite",
+    ] {
+        let input = corpus.join(name);
+        let (_, trace) = convert_with(&input, dir.path(), &native());
+        let Some(overlap) = tp_query(
+            &trace,
+            "INCLUDE PERFETTO MODULE intervals.overlap;
+            CREATE PERFETTO TABLE _work AS
+            SELECT s.ts, s.dur, s.upid, extract_arg(t.dimension_arg_set_id, 'ugpu') AS ugpu
+            FROM gpu_slice s JOIN gpu_track t ON s.track_id = t.id WHERE s.dur > 0;
+            SELECT (SELECT sum(dur) FROM _work) - (SELECT sum(dur) FROM
+              interval_merge_overlapping_partitioned!(_work, (upid, ugpu))) AS overlap",
+        ) else {
+            return;
+        };
+        assert_eq!(overlap[0][0], "0", "{name}: GPU work overlaps");
+        let first_trace = tp_query(&trace, "SELECT min(ts) FROM gpu_slice").unwrap();
+        let conn = Connection::open_with_flags(&input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+        let first = [KERNEL, MEMCPY, MEMSET]
+            .iter()
+            .filter(|t| has_table(&conn, t))
+            .filter_map(|t| {
+                rows(&conn, &where_placed(t, "min(start)"))[0][0]
+                    .parse::<i64>()
+                    .ok()
+            })
+            .min()
+            .unwrap();
+        let offset = first_trace[0][0].parse::<i64>().unwrap() - first;
+        for (chunks, threshold) in [(30, 50), (1000, 99)] {
+            let out = std::process::Command::new(BIN)
+                .args(["analyze", "-r", "gpu_time_util", "--top", "0", "--csv"])
+                .args(["--chunks", &chunks.to_string()])
+                .args(["--threshold", &threshold.to_string()])
+                .arg(&input)
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{name}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let csv = String::from_utf8(out.stdout).unwrap();
+            let mut lines = csv.lines();
+            let header = common::csv_fields(lines.next().unwrap());
+            let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+            let (start, dur, pid, device, pct) = (
+                col("start_ns"),
+                col("duration_ns"),
+                col("pid"),
+                col("device_id"),
+                col("in_use_pct"),
+            );
+            let mut ours: Vec<Vec<String>> = lines
+                .map(common::csv_fields)
+                .map(|f| {
+                    let at = f[start].parse::<i64>().unwrap() + offset;
+                    let pct: f64 = f[pct].parse().unwrap();
+                    vec![
+                        f[pid].clone(),
+                        f[device].clone(),
+                        at.to_string(),
+                        f[dur].clone(),
+                        format!("{pct:.1}"),
+                    ]
+                })
+                .collect();
+            ours.sort();
+            let sql = format!(
+                "INCLUDE PERFETTO MODULE intervals.overlap;
+                CREATE PERFETTO TABLE _work AS
+                SELECT s.ts, s.dur, p.pid, g.gpu FROM gpu_slice s
+                JOIN gpu_track t ON s.track_id = t.id
+                JOIN gpu g ON g.id = extract_arg(t.dimension_arg_set_id, 'ugpu')
+                JOIN process p USING (upid);
+                CREATE PERFETTO TABLE _busy AS
+                SELECT * FROM interval_merge_overlapping_partitioned!(
+                  (SELECT * FROM _work WHERE dur > 0), (pid, gpu));
+                CREATE PERFETTO TABLE _chunk AS
+                WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < {last}),
+                span AS (SELECT pid, gpu, min(ts) AS lo, max(ts + dur) AS hi,
+                  (max(ts + dur) - min(ts) + {last}) / {chunks} AS size FROM _work GROUP BY pid, gpu)
+                SELECT pid, gpu, i, lo + i * size AS cs, min(lo + (i + 1) * size, hi) AS ce
+                FROM span, n WHERE lo + i * size < hi;
+                CREATE PERFETTO TABLE _use AS
+                SELECT c.pid, c.gpu, c.i, c.cs, c.ce,
+                  IFNULL(SUM(min(b.ts + b.dur, c.ce) - max(b.ts, c.cs)), 0) AS busy
+                FROM _chunk c LEFT JOIN _busy b
+                  ON b.pid = c.pid AND b.gpu = c.gpu AND b.ts < c.ce AND b.ts + b.dur > c.cs
+                GROUP BY c.pid, c.gpu, c.i;
+                SELECT pid, gpu, min(cs) AS start, max(ce) - min(cs) AS dur,
+                  printf('%.1f', round(100.0 * sum(busy) / sum(ce - cs), 1)) AS pct FROM (
+                  SELECT *, i - ROW_NUMBER() OVER (PARTITION BY pid, gpu ORDER BY i) AS run
+                  FROM _use WHERE 100 * busy < {threshold} * (ce - cs))
+                GROUP BY pid, gpu, run",
+                last = chunks - 1,
+            );
+            let mut theirs = tp_query(&trace, &sql).unwrap();
+            theirs.sort();
+            assert_eq!(theirs, ours, "{name}, {chunks} chunks under {threshold}%");
+            compared += ours.len();
+        }
+    }
+    assert!(compared >= 100, "runs of chunks compared: {compared}");
 }

@@ -1064,3 +1064,189 @@ fn gpu_model_in_ui_v58() {
         );
     }
 }
+
+/// `--gpu perfetto` in UI v52 (its older engine): the traces load with no import error (the
+/// launching calls' `gpu_correlation`/`gpu_api` extensions are declared in the trace, so v52
+/// reads them as args instead of counting unknown extension fields), no error dialog or console
+/// error, and v52 imports every slice trace_processor v58.2 does, the GPU slices shown under
+/// GPU › Render Stage. Its engine predates interned GPU counter descriptors, so it shows no GPU
+/// metrics (dropped without error; docs/tables.md).
+#[test]
+fn gpu_model_in_ui_v52() {
+    let Some(_ui) = ui_ready() else { return };
+    let Some(corpus) = common::corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut traces = Vec::new();
+    for name in [
+        "GindaChen__nsys-ai__h100_2gpu_1s.sqlite",
+        "als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite",
+    ] {
+        let trace = dir.path().join(name).with_extension("pftrace");
+        let input = corpus.join(name);
+        cli(&[
+            input.to_str().unwrap(),
+            "-o",
+            trace.to_str().unwrap(),
+            "--gpu",
+            "perfetto",
+        ]);
+        traces.push(trace);
+    }
+    let mut cmd = Command::new("python3");
+    cmd.arg(ui_tools().join("uiload.py"))
+        .args(["--timeout", "120"])
+        .args(&traces);
+    let loaded = run_loader(cmd, "uiload.py (v52)");
+    for trace in &traces {
+        let l = find(&loaded, trace);
+        let run = &l.raw["runs"][0];
+        assert_eq!(l.raw["ok"], true, "{}", l.raw);
+        for empty in ["import_errors", "console_errors"] {
+            assert_eq!(run[empty], Value::Array(vec![]), "{empty}: {}", l.raw);
+        }
+        let Some(slices) = common::tp_query(trace, "SELECT count(*) FROM slice") else {
+            return;
+        };
+        assert_eq!(
+            run["slices"].to_string(),
+            slices[0][0],
+            "{}",
+            trace.display()
+        );
+        assert!(
+            l.groups
+                .iter()
+                .any(|g| g.title == "GPU" && g.children == ["Render Stage"]),
+            "{}: {:?}",
+            trace.display(),
+            l.groups
+        );
+    }
+}
+
+/// GpuByProcess's levels and the GPU compute tab's columns in UI v58.2, on `--gpu perfetto`
+/// traces: a process with two contexts on one GPU (`tests/all/contexts.rs`'s exports) nests
+/// each stream under its context (process › GPU › CUDA › Context #N › Stream #7), a process on
+/// two GPUs under its device (› Device #N › Stream #N); the compute tab lists every kernel of
+/// the report of one RTX 3090 with its demangled name, duration, registers and grid size (x·y·z),
+/// as trace_processor has them, in time order, and the selected kernel's grid and block.
+#[test]
+fn gpu_by_process_levels_and_compute_columns_in_ui_v58() {
+    let Some(_ui) = ui_ready() else { return };
+    let run58 = ui_tools().join("v58/run.sh");
+    let Some(corpus) = common::corpus_dir() else {
+        skip("corpus", "../shared/corpus not found");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut traces = Vec::new();
+    for scripts in [
+        &["contexts_shared_gpu.sql", "contexts_one_process.sql"][..],
+        &["contexts_one_process.sql"][..],
+    ] {
+        let Some(input) = crate::contexts::made(dir.path(), scripts) else {
+            return;
+        };
+        traces.push(input.with_extension("pftrace"));
+        let out = traces.last().unwrap();
+        cli(&[
+            input.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+            "--gpu",
+            "perfetto",
+        ]);
+    }
+    let kernels = dir.path().join("rtx3090.pftrace");
+    let input = corpus.join("als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite");
+    cli(&[
+        input.to_str().unwrap(),
+        "-o",
+        kernels.to_str().unwrap(),
+        "--gpu",
+        "perfetto",
+    ]);
+    traces.push(kernels.clone());
+
+    let plugins = nsys_perfetto::open::GPU_COMPUTE_PLUGINS
+        .strip_prefix("&enablePlugins=")
+        .unwrap();
+    let lock = fixed_ports_turn();
+    let mut cmd = Command::new("bash");
+    cmd.arg(&run58)
+        .args(["--depth", "7", "--expand", "GPU|CUDA|python|Device|Context"])
+        .arg("--select-kernel")
+        .args(["--enable-plugins", plugins])
+        .args(&traces);
+    let loaded = run_loader(cmd, "v58/run.sh");
+    drop(lock);
+    for trace in &traces {
+        let r = &find(&loaded, trace).raw;
+        assert_eq!(r["ok"], true, "{r}");
+        for empty in ["crashed_tracks", "console_errors", "import_errors"] {
+            assert_eq!(r[empty], Value::Array(vec![]), "{empty}: {r}");
+        }
+    }
+
+    let groups = &find(&loaded, &traces[0]).raw["groups"];
+    for context in ["Context #1", "Context #2"] {
+        let path = ["python3 111", "GPU", "CUDA", context, "Stream #7"];
+        assert!(tree_path(groups, &path), "{path:?}: {groups}");
+    }
+    let groups = &find(&loaded, &traces[1]).raw["groups"];
+    for (device, stream) in [("Device #0", "Stream #7"), ("Device #1", "Stream #15")] {
+        let path = ["python3 111", "GPU", "CUDA", device, stream];
+        assert!(tree_path(groups, &path), "{path:?}: {groups}");
+    }
+
+    // The summary table's rows: ID, demangled name, duration, compute and memory throughput
+    // (none: nsys records no per-kernel counters), registers, grid size.
+    let r = &find(&loaded, &kernels).raw;
+    let tab = r["compute_tab_text"].as_str().unwrap_or("");
+    let table = tab
+        .split_once("Grid Size")
+        .unwrap_or_else(|| panic!("no summary table: {tab}"))
+        .1;
+    let cells: Vec<&str> = table
+        .split(['\t', '\n'])
+        .map(str::trim)
+        .filter(|c| !c.is_empty())
+        .collect();
+    let want = common::tp_query(
+        &kernels,
+        "SELECT extract_arg(arg_set_id, 'kernel_demangled_name'), dur, \
+         extract_arg(arg_set_id, 'registers_per_thread'), \
+         extract_arg(arg_set_id, 'launch.grid_size.x') * extract_arg(arg_set_id, \
+         'launch.grid_size.y') * extract_arg(arg_set_id, 'launch.grid_size.z') \
+         FROM gpu_slice WHERE render_stage_category = 2 ORDER BY ts",
+    )
+    .unwrap();
+    assert_eq!(want.len(), 4, "{want:?}");
+    assert_eq!(cells.len(), 7 * want.len(), "{cells:?}");
+    for (i, (row, k)) in cells.chunks(7).zip(&want).enumerate() {
+        let dur = format!("{:.2} usecond", k[1].parse::<f64>().unwrap() / 1000.0);
+        let expected = [&i.to_string(), &k[0], &dur, "—", "—", &k[2], &k[3]];
+        assert_eq!(row, expected, "row {i}: {cells:?}");
+    }
+    // The longest kernel, selected: its grid and block, and its duration.
+    let selected = common::tp_query(
+        &kernels,
+        "SELECT printf('(%d, %d, %d)x(%d, %d, %d)', \
+         extract_arg(arg_set_id, 'launch.grid_size.x'), extract_arg(arg_set_id, 'launch.grid_size.y'), \
+         extract_arg(arg_set_id, 'launch.grid_size.z'), extract_arg(arg_set_id, 'launch.workgroup_size.x'), \
+         extract_arg(arg_set_id, 'launch.workgroup_size.y'), extract_arg(arg_set_id, 'launch.workgroup_size.z')), \
+         printf('%.2f usecond', dur / 1000.0) \
+         FROM gpu_slice WHERE render_stage_category = 2 ORDER BY dur DESC LIMIT 1",
+    )
+    .unwrap();
+    let text = r["kernel_tab_text"].as_str().unwrap_or("");
+    for shown in &selected[0] {
+        assert!(
+            text.contains(shown.as_str()),
+            "selected kernel lacks {shown}: {text}"
+        );
+    }
+}

@@ -333,6 +333,25 @@ pub struct GpuFacts {
     pub uuid: Option<[u8; 16]>,
     /// Its PCI bus location ("0000:01:00.0").
     pub pci_bdf: Option<String>,
+    /// What bounds the blocks resident on one of its SMs, where recorded.
+    pub sm: Option<SmLimits>,
+}
+
+/// A GPU's per-SM and per-block limits as nsys records them (`TARGET_INFO_GPU`): what the CUDA
+/// occupancy calculator needs beside a launch's own figures.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SmLimits {
+    /// The compute capability (major, minor).
+    pub compute: (i64, i64),
+    pub warp_size: i64,
+    pub max_warps_per_sm: i64,
+    pub max_blocks_per_sm: i64,
+    pub max_registers_per_sm: i64,
+    pub max_registers_per_block: i64,
+    /// Bytes.
+    pub max_shared_memory_per_sm: i64,
+    /// Bytes, the most a block can opt in to.
+    pub max_shared_memory_per_block: i64,
 }
 
 impl GpuFacts {

@@ -136,8 +136,19 @@ impl ProfileInfo {
                     true => format!("\"{c}\""),
                     false => "NULL".to_string(),
                 };
+                let limits = [
+                    "threadsPerWarp",
+                    "maxWarpsPerSm",
+                    "maxBlocksPerSm",
+                    "maxRegistersPerSm",
+                    "maxRegistersPerBlock",
+                    "maxShmemPerSm",
+                    "maxShmemPerBlockOptin",
+                ]
+                .map(col)
+                .join(", ");
                 let sql = format!(
-                    "SELECT \"{id_col}\", name, {}, {}, {}, {}, {} FROM \"{table}\"",
+                    "SELECT \"{id_col}\", name, {}, {}, {}, {}, {}, {limits} FROM \"{table}\"",
                     col("computeMajor"),
                     col("computeMinor"),
                     col("chipName"),
@@ -161,6 +172,7 @@ impl ProfileInfo {
                             uuid: text(5)
                                 .and_then(|u| nsys_perfetto_model::model::GpuFacts::parse_uuid(&u)),
                             pci_bdf: text(6),
+                            sm: sm_limits(r),
                         };
                         desc.gpu_facts.entry(id).or_insert(facts);
                     }
@@ -334,6 +346,22 @@ fn load_nvtx_names(
         })?;
         Ok(nvtx_threads)
     }
+}
+
+/// A GPU's SM limits from a `TARGET_INFO_GPU` row as `ProfileInfo::load` selects it (compute
+/// capability at 2 and 3, the limits from 7 on), where every one is recorded and positive.
+fn sm_limits(r: &rusqlite::Row<'_>) -> Option<nsys_perfetto_model::model::SmLimits> {
+    let at = |i| int_at(r, i).filter(|&v| v > 0);
+    Some(nsys_perfetto_model::model::SmLimits {
+        compute: (at(2)?, int_at(r, 3)?),
+        warp_size: at(7)?,
+        max_warps_per_sm: at(8)?,
+        max_blocks_per_sm: at(9)?,
+        max_registers_per_sm: at(10)?,
+        max_registers_per_block: at(11)?,
+        max_shared_memory_per_sm: at(12)?,
+        max_shared_memory_per_block: at(13)?,
+    })
 }
 
 fn each_row(conn: &Connection, sql: &str, mut f: impl FnMut(&rusqlite::Row<'_>)) -> Result<()> {

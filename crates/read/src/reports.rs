@@ -10,7 +10,9 @@
 pub mod functions;
 pub mod totals;
 
-use crate::names::nvtx_type::{DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END};
+use crate::names::nvtx_type::{
+    DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END,
+};
 use crate::names::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME};
 use crate::schema::Schema;
 use anyhow::Result;
@@ -269,7 +271,9 @@ fn run_query(
                 ValueRef::Null => Cell::Null,
                 ValueRef::Integer(v) => Cell::Int(v),
                 ValueRef::Real(v) => Cell::Real(v),
-                ValueRef::Text(t) | ValueRef::Blob(t) => Cell::Text(crate::cells::utf8(t).into_owned()),
+                ValueRef::Text(t) | ValueRef::Blob(t) => {
+                    Cell::Text(crate::cells::utf8(t).into_owned())
+                }
             });
         }
         rows.push(row);

@@ -14,7 +14,9 @@ use super::{Counter, Placement, Router};
 use crate::output::{CounterTrack, CustomTrack, EventWriter, WellKnown};
 use anyhow::Result;
 use nsys_perfetto_model::category::Category;
-use nsys_perfetto_model::model::{CounterKey, CounterOwner, CounterSample, CpuSample, with_source};
+use nsys_perfetto_model::model::{
+    CounterKey, CounterOwner, CounterSample, CpuSample, with_source, without_source,
+};
 
 impl<W: EventWriter> Router<'_, W> {
     pub(super) fn place_counter(&mut self, key: &CounterKey<'_>, s: CounterSample) -> Result<()> {
@@ -41,7 +43,17 @@ impl<W: EventWriter> Router<'_, W> {
             Some(i) => i,
             None => {
                 let index = tracks.len() as i64;
+                // In the format's own GPU model a GPU metric is a counter of that GPU.
+                let gpu = match owner {
+                    CounterOwner::Gpu { device }
+                        if s.category == Category::GpuMetric && self.writer.native_gpu() =>
+                    {
+                        Some(without_source(device))
+                    }
+                    _ => None,
+                };
                 let (parent, rank) = match owner {
+                    _ if gpu.is_some() => (0, None),
                     CounterOwner::Gpu { device } if s.category == Category::GpuMetric => {
                         (self.metrics_group(device), Some(index))
                     }
@@ -66,6 +78,7 @@ impl<W: EventWriter> Router<'_, W> {
                     unit: key.unit.to_string(),
                     category: s.category,
                     rank,
+                    gpu,
                 });
                 let seq = self.ids.next_sequence();
                 self.writer.open_group(seq, uuid, ts);

@@ -147,6 +147,10 @@ pub struct CounterTrack {
     pub category: nsys_perfetto_model::category::Category,
     /// Order among siblings when the parent asks for explicit ordering.
     pub rank: Option<i64>,
+    /// A GPU metric where the format writes GPU work in its own GPU model
+    /// ([`EventWriter::native_gpu`]): its GPU as the source numbers it (`parent` and `rank`
+    /// then mean nothing).
+    pub gpu: Option<i64>,
 }
 
 /// What the file's header and footer say of each source: its name among several, where its

@@ -15,6 +15,7 @@ pub mod file;
 mod gpu;
 mod interning;
 mod kernel;
+mod occupancy;
 mod samples;
 mod sched;
 pub mod wire;
@@ -75,10 +76,14 @@ struct GpuState {
     queues: HashMap<u32, GpuQueueState, FastHash>,
     /// (placed global pid, context) -> its `InternedGraphicsContext` iid.
     contexts: HashMap<(i64, i64), u64, FastHash>,
-    /// (sequence, name's string id, demangled name's string id) -> its kernel's iid there.
-    kernels: HashMap<(u32, i64, i64), u64, FastHash>,
+    /// Kernels interned on each sequence: their iids there.
+    kernels: HashMap<KernelKey, u64, FastHash>,
     /// Launch shapes the reader numbered, parsed once: by [`nsys_perfetto_model::model::TextNo::key`].
     shapes: HashMap<u64, Option<[u64; 3]>, FastHash>,
+    /// GPU metrics as GPU counters: by counter track uuid.
+    counters: HashMap<u64, GpuCounter, FastHash>,
+    /// Each GPU's counter sequence: by GPU (as its source numbers it).
+    counter_seqs: HashMap<i64, CounterSeq, FastHash>,
     /// Event ids given to GPU rows without an arrow so far.
     unlinked: u64,
     /// The highest GPU number `GpuInfo` has described so far.
@@ -87,6 +92,38 @@ struct GpuState {
     body: Vec<u8>,
     launch: Vec<u8>,
     nested: Vec<u8>,
+}
+
+/// A GPU metric written as a GPU counter: its GPU (as its source numbers it), name and unit,
+/// and once a descriptor holds it, its id and that descriptor's iid.
+struct GpuCounter {
+    device: i64,
+    name: String,
+    unit: String,
+    id: u64,
+    descriptor: Option<u64>,
+}
+
+/// One GPU's counters: their sequence, the descriptors interned there so far, the ids given,
+/// and the values of one time not yet written (one `GpuCounterEvent` holds them all).
+struct CounterSeq {
+    group: u32,
+    descriptors: u64,
+    counters: u64,
+    pending_ts: i64,
+    pending: Vec<(u64, CounterValue)>,
+}
+
+/// What makes a kernel's interned entry on a sequence: its names (string ids), the args its
+/// compilation fixes, and the launch figures its occupancy depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct KernelKey {
+    group: u32,
+    name: i64,
+    demangled: i64,
+    args: [Option<i64>; gpu::KERNEL_ARGS.len()],
+    block: Option<[u64; 3]>,
+    dynamic_shared_memory: Option<i64>,
 }
 
 struct GpuQueueState {
@@ -437,7 +474,11 @@ impl EventWriter for ProtoWriter {
     }
 
     fn open_group(&mut self, group: u32, lane0_uuid: u64, first_ts: i64) {
-        self.clear_state(group, lane0_uuid, first_ts, true);
+        if self.gpu.counters.contains_key(&lane0_uuid) {
+            self.open_gpu_counter(group, lane0_uuid, first_ts);
+        } else {
+            self.clear_state(group, lane0_uuid, first_ts, true);
+        }
     }
 
     fn begin(&mut self, group: u32, lane_uuid: u64, lane0: bool, ev: &Event<'_>) {
@@ -454,11 +495,27 @@ impl EventWriter for ProtoWriter {
     }
 
     fn describe_counter(&mut self, track: &CounterTrack) {
-        self.write_counter_track(track);
+        match track.gpu {
+            Some(device) => {
+                let counter = GpuCounter {
+                    device,
+                    name: track.name.clone(),
+                    unit: track.unit.clone(),
+                    id: 0,
+                    descriptor: None,
+                };
+                self.gpu.counters.insert(track.uuid, counter);
+            }
+            None => self.write_counter_track(track),
+        }
     }
 
-    fn counter(&mut self, group: u32, _track: u64, ts: i64, value: CounterValue) {
-        self.write_counter(group, ts, value);
+    fn counter(&mut self, group: u32, track: u64, ts: i64, value: CounterValue) {
+        if self.gpu.counters.contains_key(&track) {
+            self.gpu_counter(track, ts, value);
+        } else {
+            self.write_counter(group, ts, value);
+        }
     }
 
     fn cpu_sample(&mut self, group: u32, sample: &CpuSample<'_>) {
@@ -486,6 +543,7 @@ impl EventWriter for ProtoWriter {
     }
 
     fn finish(&mut self) {
+        self.finish_gpu_counters();
         self.finish_sched();
     }
 

@@ -117,9 +117,14 @@ impl Format for Protobuf {
             Some(own) => own.as_ref(),
             None => self.kernel.as_ref(),
         };
+        let native_gpu = self.gpu == GpuModel::Perfetto;
+        let mut out = ChunkBuffer::default();
+        if native_gpu {
+            out.data.extend(super::gpu::gpu_track_event_extensions());
+        }
         ProtoWriter {
             desc,
-            out: ChunkBuffer::default(),
+            out,
             seqs: Sequences::default(),
             interning: Interning::default(),
             scratch: Vec::new(),
@@ -128,7 +133,7 @@ impl Format for Protobuf {
             sched: Default::default(),
             state_codes: kernel::StateCodes::for_kernel(kernel.map(|k| k.1)),
             machine: self.machine_of(source),
-            native_gpu: self.gpu == GpuModel::Perfetto,
+            native_gpu,
             gpu: Default::default(),
         }
     }

@@ -165,6 +165,8 @@ pub mod tag {
         pub const CONTEXT_API: u64 = key(3, VARINT);
         pub const KERNEL_DEMANGLED_NAME: u64 = key(3, LEN);
         pub const KERNEL_ARCH: u64 = key(4, LEN);
+        /// `InternedComputeKernel.args`: `ExtraComputeArg`s every launch of the kernel shares.
+        pub const KERNEL_ARGS: u64 = key(5, LEN);
         /// `GpuTrackEvent.gpu_correlation`, a `TrackEvent` extension: a `GpuCorrelation`.
         pub const TRACK_EVENT_CORRELATION: u64 = key(3000, LEN);
         /// `GpuTrackEvent.gpu_api`, a `TrackEvent` extension.
@@ -179,6 +181,30 @@ pub mod tag {
         pub const GPU_ARCHITECTURE: u64 = key(4, LEN);
         pub const GPU_UUID: u64 = key(5, LEN);
         pub const GPU_PCI_BDF: u64 = key(7, LEN);
+        // GPU counters (`gpu_counter_event.proto`, `common/gpu_counter_descriptor.proto`)
+        /// `TracePacket.gpu_counter_event`: a `GpuCounterEvent`.
+        pub const PACKET_COUNTER_EVENT: u64 = key(52, LEN);
+        /// `InternedData.gpu_counter_descriptors`: `InternedGpuCounterDescriptor`s.
+        pub const INTERNED_COUNTER_DESCRIPTORS: u64 = key(47, LEN);
+        // GpuCounterEvent and its GpuCounter
+        pub const COUNTER_DESCRIPTOR_IID: u64 = key(4, VARINT);
+        pub const COUNTERS: u64 = key(2, LEN);
+        pub const COUNTER_ID: u64 = key(1, VARINT);
+        pub const COUNTER_INT: u64 = key(2, VARINT);
+        pub const COUNTER_DOUBLE: u64 = key(3, I64);
+        // InternedGpuCounterDescriptor (`iid` is `IID`), GpuCounterDescriptor, its GpuCounterSpec
+        // (`counter_id` is `COUNTER_ID`, `name` is `NAME`)
+        pub const DESCRIPTOR: u64 = key(2, LEN);
+        pub const DESCRIPTOR_GPU_ID: u64 = key(3, VARINT);
+        pub const DESCRIPTOR_SPECS: u64 = key(1, LEN);
+        pub const SPEC_NUMERATOR_UNITS: u64 = key(7, VARINT);
+        pub const SPEC_GROUPS: u64 = key(10, VARINT);
+        pub const SPEC_VALUE_DIRECTION: u64 = key(11, VARINT);
+        /// `GpuCounterSpec.VALUE_DIRECTION_FORWARDS_LOOKING`: a value holds from its time on.
+        pub const FORWARDS_LOOKING: u64 = 2;
+        /// `TracePacket.extension_descriptor`: an `ExtensionDescriptor`, whose field 1 is a
+        /// `FileDescriptorSet` (`google/protobuf/descriptor.proto`) of extensions to add.
+        pub const PACKET_EXTENSION_DESCRIPTOR: u64 = key(72, LEN);
         /// `InternedGraphicsContext.Api.CUDA` and `GpuApi.GPU_API_CUDA`.
         pub const API_CUDA: u64 = 4;
         /// `InternedGpuRenderStageSpecification.RenderStageCategory.COMPUTE`.
