@@ -116,12 +116,16 @@ struct CounterSeq {
 
 /// What makes a kernel's interned entry on a sequence: its names (string ids), the args its
 /// compilation fixes, and the launch figures its occupancy depends on.
+/// Args a compiled kernel fixes (the same on every launch of it): on its interned
+/// `InternedComputeKernel`, not on each launch. A kernel is interned once per value of these.
+const KERNEL_ARGS: [&str; 2] = ["registers_per_thread", "shared_memory_static_bytes"];
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 struct KernelKey {
     group: u32,
     name: i64,
     demangled: i64,
-    args: [Option<i64>; gpu::KERNEL_ARGS.len()],
+    args: [Option<i64>; KERNEL_ARGS.len()],
     block: Option<[u64; 3]>,
     dynamic_shared_memory: Option<i64>,
 }

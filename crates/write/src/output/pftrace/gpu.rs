@@ -16,7 +16,7 @@ use super::events::{intern_name, intern_value};
 use super::interning::Key;
 use super::wire::tag::{self, gpu};
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint};
-use super::{BOOTTIME, CounterSeq, GpuQueueState, MAX_INTERNED, ProtoWriter};
+use super::{BOOTTIME, CounterSeq, GpuQueueState, KERNEL_ARGS, MAX_INTERNED, ProtoWriter};
 use crate::output::GpuQueue;
 use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::model::{ArgValue, CounterValue, Event, Name, source_of};
@@ -149,10 +149,6 @@ fn dims(label: &str) -> Option<[u64; 3]> {
     let d = [it.next()??, it.next()??, it.next()??];
     it.next().is_none().then_some(d)
 }
-
-/// Args a compiled kernel fixes (the same on every launch of it): on its interned
-/// `InternedComputeKernel`, not on each launch. A kernel is interned once per value of these.
-pub(super) const KERNEL_ARGS: [&str; 2] = ["registers_per_thread", "shared_memory_static_bytes"];
 
 /// The iid of a compute arg's name on `seq`, written to `interned` when new there (`hint` as
 /// for [`super::interning::Interning::arg_key`]).
