@@ -302,6 +302,64 @@ mod tests {
         assert!(scan.next().is_none());
     }
 
+    /// Opening an export reads its tables' schemas alone; a table is loaded on first use, and
+    /// only from the file its opening stamped: one replaced or removed in between is told as
+    /// changed, by its first use and by the check at the end of a run alike.
+    #[test]
+    fn tables_load_on_first_use_from_the_files_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        for t in ["A", "B", "C"] {
+            std::fs::write(dir.path().join(format!("{t}.arrow")), stream()).unwrap();
+        }
+        let tables = Tables::load(dir.path()).unwrap();
+        let columns: Vec<(&str, Vec<&str>)> =
+            tables.columns().map(|(t, c)| (t, c.collect())).collect();
+        assert_eq!(
+            columns,
+            ["A", "B", "C"].map(|t| (t, vec!["name", "n"])).to_vec()
+        );
+        let is_loaded = |t: &str| {
+            tables
+                .0
+                .iter()
+                .any(|o| o.place.table == t && o.table.get().is_some())
+        };
+        assert!(!is_loaded("A") && !is_loaded("B"));
+        let a = Table::shared(&place(dir.path(), "A").unwrap()).unwrap();
+        assert_eq!(a.rows, 3);
+        assert!(is_loaded("A") && !is_loaded("B"));
+        tables.unchanged().unwrap();
+
+        // B replaced (a new file renamed over it) before anything read it.
+        let new = dir.path().join("B.new");
+        std::fs::write(&new, stream()).unwrap();
+        std::fs::rename(&new, dir.path().join("B.arrow")).unwrap();
+        let e = Table::shared(&place(dir.path(), "B").unwrap())
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string().split(':').next(),
+            Some("changed while it was read"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("replaced"), "{e}");
+        let e = tables.unchanged().err().unwrap().to_string();
+        assert!(
+            e.starts_with("B.arrow: changed while it was read: replaced"),
+            "{e}"
+        );
+
+        // C removed before anything read it.
+        std::fs::remove_file(dir.path().join("C.arrow")).unwrap();
+        let e = Table::shared(&place(dir.path(), "C").unwrap())
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("changed while it was read: removed"),
+            "{e}"
+        );
+    }
+
     /// Cut anywhere, the stream fails to load, or loads whole where it is cut between messages
     /// (after the schema: an empty table).
     #[test]
