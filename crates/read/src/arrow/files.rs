@@ -270,11 +270,15 @@ pub(super) fn streams(file: &Path) -> Result<Vec<Place>> {
 pub(super) fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     let mut tables = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| anyhow!("cannot read the directory: {e}"))? {
-        let path = entry
-            .map_err(|e| anyhow!("cannot read the directory: {e}"))?
-            .path();
+        let entry = entry.map_err(|e| anyhow!("cannot read the directory: {e}"))?;
+        let path = entry.path();
+        // The directory's listing tells a file's type (no stat a table, each time an export is
+        // listed); a link is followed.
+        let is_file = |t: std::fs::FileType| {
+            t.is_file() || t.is_symlink() && std::fs::metadata(&path).is_ok_and(|m| m.is_file())
+        };
         if path.extension().is_some_and(|e| e == EXTENSION)
-            && std::fs::metadata(&path).is_ok_and(|m| m.is_file())
+            && entry.file_type().is_ok_and(is_file)
             && let Some(name) = path.file_stem().and_then(|s| s.to_str())
         {
             tables.push((name.to_string(), path));
