@@ -21,7 +21,7 @@ fn rows(conn: &Connection, sql: &str) -> rusqlite::Result<Vec<Vec<Value>>> {
 }
 
 fn dump(export: &Path, dir: &Path, time_only: bool) -> anyhow::Result<()> {
-    let (_c, schema) = nsys_perfetto_read::open_schema(export)?;
+    let (_c, schema) = nsys_perfetto_read::schema::open_schema(export)?;
     let t = std::time::Instant::now();
     let proj = Projection::build(&schema)?;
     eprintln!("{}: built in {:?}: {proj:?}", export.display(), t.elapsed());

@@ -74,7 +74,7 @@ fn secs_in(ns: i64, scale: i64) -> String {
 /// The first and last time of the events an export holds (session time, ns), from every table
 /// a conversion reads; `None` when it holds no timed event.
 pub fn capture_span(path: &Path) -> Option<(i64, i64)> {
-    let (conn, schema) = nsys_perfetto_read::open_schema(path).ok()?;
+    let (conn, schema) = nsys_perfetto_read::schema::open_schema(path).ok()?;
     let columns = nsys_perfetto_read::source::EVENT_TABLES
         .iter()
         .map(|t| (*t, "start", "1".to_string()))
@@ -96,8 +96,8 @@ pub fn capture_span(path: &Path) -> Option<(i64, i64)> {
         );
         let Ok((Some(a), Some(b))) = conn.query_row(&sql, [], |r| {
             Ok((
-                nsys_perfetto_read::time_at(r, 0),
-                nsys_perfetto_read::time_at(r, 1),
+                nsys_perfetto_read::cells::time_at(r, 0),
+                nsys_perfetto_read::cells::time_at(r, 1),
             ))
         }) else {
             continue;

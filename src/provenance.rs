@@ -412,8 +412,8 @@ pub fn export_record(export: &Path) -> Option<std::collections::HashMap<String, 
         let text = fs::read_to_string(export.join(EXPORT_RECORD_FILE)).ok()?;
         return serde_json::from_str(&text).ok();
     }
-    let _shm = nsys_perfetto_read::ShmGuard::new(export);
-    let conn = nsys_perfetto_read::open_readonly(export).ok()?;
+    let _shm = nsys_perfetto_read::connection::ShmGuard::new(export);
+    let conn = nsys_perfetto_read::connection::open_readonly(export).ok()?;
     let mut stmt = conn
         .prepare(&format!("SELECT key, value FROM {EXPORT_RECORD_TABLE}"))
         .ok()?;

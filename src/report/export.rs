@@ -122,7 +122,7 @@ pub struct Exported {
     pub note: Option<String>,
     /// A reused export as its validity check opened it, for [`export_and_open`]: its reader
     /// takes it rather than opening every table file again.
-    opened: Option<(rusqlite::Connection, nsys_perfetto_read::Schema)>,
+    opened: Option<(rusqlite::Connection, nsys_perfetto_read::schema::Schema)>,
     _temp: Option<tempfile::TempDir>,
 }
 
@@ -265,7 +265,8 @@ fn reusable_export(
     path: &Path,
     report: &Path,
     capture: Option<&Version>,
-) -> std::result::Result<(rusqlite::Connection, nsys_perfetto_read::Schema), Option<String>> {
+) -> std::result::Result<(rusqlite::Connection, nsys_perfetto_read::schema::Schema), Option<String>>
+{
     if !owns_export(path) {
         return Err(None);
     }
@@ -299,7 +300,7 @@ fn reusable_export(
             "{shown} was exported by nsys {v}, which cannot read reports of nsys {c}"
         )));
     }
-    nsys_perfetto_read::open_schema(path)
+    nsys_perfetto_read::schema::open_schema(path)
         .map_err(|_| Some(format!("{shown} does not open as an nsys export")))
 }
 
@@ -414,16 +415,20 @@ pub fn export_report(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     Ok(exported)
 }
 
-/// [`export_report`], and the export opened (see [`nsys_perfetto_read::open_schema`]): a reused export as
+/// [`export_report`], and the export opened (see [`nsys_perfetto_read::schema::open_schema`]): a reused export as
 /// the check that it may be reused opened it.
 pub fn export_and_open(
     report: &Path,
     opts: &ExportOptions,
-) -> Result<(Exported, rusqlite::Connection, nsys_perfetto_read::Schema)> {
+) -> Result<(
+    Exported,
+    rusqlite::Connection,
+    nsys_perfetto_read::schema::Schema,
+)> {
     let mut exported = export_keeping_open(report, opts)?;
     let (conn, schema) = match exported.opened.take() {
         Some(opened) => opened,
-        None => nsys_perfetto_read::open_schema(&exported.path)?,
+        None => nsys_perfetto_read::schema::open_schema(&exported.path)?,
     };
     Ok((exported, conn, schema))
 }
@@ -708,7 +713,7 @@ fn run_export(
             }
             bail!(text);
         }
-        let checked = nsys_perfetto_read::open_schema(&tmp_path)
+        let checked = nsys_perfetto_read::schema::open_schema(&tmp_path)
             .map_err(|e| {
                 anyhow!(
                     "nsys export ({}) reported success but wrote no usable export: {e}",

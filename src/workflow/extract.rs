@@ -88,7 +88,7 @@ pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extr
         let mut rows = stmt.query([])?;
         while let Some(r) = rows.next()? {
             let name = ex.name_at(kind, r, 0);
-            let alt = nsys_perfetto_read::text_at(r, 1);
+            let alt = nsys_perfetto_read::cells::text_at(r, 1);
             let count: i64 = r.get(2)?;
             let total: i64 = r.get(3)?;
             for (pi, p) in patterns.iter().enumerate() {
@@ -152,7 +152,7 @@ fn outermost(
         let name = ex.name_at(Kind::Nvtx, r, 0);
         let pats = matched.entry(name).or_insert_with_key(|name| {
             // The bare name (without `Domain:`) is the second name.
-            let alt = nsys_perfetto_read::text_at(r, 5);
+            let alt = nsys_perfetto_read::cells::text_at(r, 5);
             (0..patterns.len())
                 .filter(|&pi| ex.matches(Kind::Nvtx, &patterns[pi], name, alt.as_deref()))
                 .collect()
@@ -160,7 +160,7 @@ fn outermost(
         if pats.is_empty() {
             continue;
         }
-        let tid = nsys_perfetto_read::int_at(r, 1);
+        let tid = nsys_perfetto_read::cells::int_at(r, 1);
         let end: i64 = r.get(3)?;
         let dur: i64 = r.get(4)?;
         for &pi in pats.iter() {

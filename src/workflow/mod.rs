@@ -35,10 +35,11 @@ use crate::report::{self, export::ExportOptions};
 use anyhow::Result;
 use nsys_perfetto_read::enums::Enums;
 use nsys_perfetto_read::inputs::{Input, classify};
-use nsys_perfetto_read::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
+use nsys_perfetto_read::names::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
+use nsys_perfetto_read::names::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME};
 use nsys_perfetto_read::projection::tables::Projection;
 use nsys_perfetto_read::projection::{NVTX_GPU, PROJ_DB};
-use nsys_perfetto_read::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
+use nsys_perfetto_read::schema::Schema;
 use regex::Regex;
 use rusqlite::Connection;
 use std::path::Path;
@@ -345,7 +346,7 @@ impl Export {
             let (exported, conn, schema) = report::export::export_and_open(path, opts)?;
             (Some(exported), conn, schema)
         } else {
-            let (conn, schema) = nsys_perfetto_read::open_schema(path)?;
+            let (conn, schema) = nsys_perfetto_read::schema::open_schema(path)?;
             (None, conn, schema)
         };
         let sqlite = exported.as_ref().map_or(path, |e| e.path());
@@ -578,7 +579,8 @@ impl Export {
     fn name_at(&self, _kind: Kind, row: &rusqlite::Row<'_>, idx: usize) -> String {
         match row.get_ref(idx) {
             Ok(rusqlite::types::ValueRef::Integer(v)) => v.to_string(),
-            _ => nsys_perfetto_read::text_at(row, idx).map_or_else(String::new, |s| s.into_owned()),
+            _ => nsys_perfetto_read::cells::text_at(row, idx)
+                .map_or_else(String::new, |s| s.into_owned()),
         }
     }
 }

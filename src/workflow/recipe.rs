@@ -539,7 +539,7 @@ fn describe(ex: &Export, sql: &Option<String>) -> Result<Option<Vec<Described>>>
     let mut q = stmt.query([])?;
     while let Some(r) = q.next()? {
         let name = match r.get_ref(0)? {
-            rusqlite::types::ValueRef::Text(t) => nsys_perfetto_read::utf8(t).into_owned(),
+            rusqlite::types::ValueRef::Text(t) => nsys_perfetto_read::cells::utf8(t).into_owned(),
             _ => continue,
         };
         by_name.entry(name).or_default().push(r.get(1)?);
@@ -600,7 +600,9 @@ fn nvtx_gpu_projection(ex: &Export) -> Result<Option<Vec<Described>>> {
     let mut q = stmt.query([])?;
     while let Some(r) = q.next()? {
         let name = match r.get_ref(3)? {
-            rusqlite::types::ValueRef::Text(t) => Some(nsys_perfetto_read::utf8(t).into_owned()),
+            rusqlite::types::ValueRef::Text(t) => {
+                Some(nsys_perfetto_read::cells::utf8(t).into_owned())
+            }
             _ => None,
         };
         ranges

@@ -10,10 +10,11 @@
 
 use super::{Export, api_name_sql, memcpy_label};
 use anyhow::Result;
-use nsys_perfetto_read::nvtx_type::{
+use nsys_perfetto_read::names::nvtx_type::{
     DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END,
 };
-use nsys_perfetto_read::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
+use nsys_perfetto_read::names::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME};
+use nsys_perfetto_read::schema::Schema;
 
 /// A report nsys knows, by its name.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -546,7 +547,7 @@ fn run_query(
                 ValueRef::Integer(v) => Cell::Int(v),
                 ValueRef::Real(v) => Cell::Real(v),
                 ValueRef::Text(t) | ValueRef::Blob(t) => {
-                    Cell::Text(nsys_perfetto_read::utf8(t).into_owned())
+                    Cell::Text(nsys_perfetto_read::cells::utf8(t).into_owned())
                 }
             });
         }

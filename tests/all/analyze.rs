@@ -314,7 +314,7 @@ fn options_equal_nsys_analyze_live() {
     let fuser = corpus.join("NVIDIA__Fuser__report1@8fa9ec2.sqlite");
     let llama = corpus.join("Sh1mwww__llama3-inference__real_inference_simulation.sqlite");
     let bounds = |export: &Path| -> (i64, i64, i64) {
-        let (conn, _) = nsys_perfetto_read::open_schema(export).unwrap();
+        let (conn, _) = nsys_perfetto_read::schema::open_schema(export).unwrap();
         let (lo, hi): (i64, i64) = conn
             .query_row(
                 "SELECT min(start), max(\"end\") FROM CUPTI_ACTIVITY_KIND_KERNEL",

@@ -1110,7 +1110,8 @@ fn cut(file: &Path, len: u64) {
 #[test]
 fn table_truncated_while_read_is_an_error_naming_it() {
     use nsys_perfetto_model::errors::error_line;
-    use nsys_perfetto_read::{open_schema, scan::Scan};
+    use nsys_perfetto_read::scan::Scan;
+    use nsys_perfetto_read::schema::open_schema;
     let dir = tempfile::tempdir().unwrap();
     let arrow = fixture_copy(dir.path());
     let arrows = dir.path().join("kmeans.arrows");

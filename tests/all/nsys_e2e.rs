@@ -440,7 +440,7 @@ fn corpus_reports_convert_with_manifest_counts() {
         };
         let pftrace = report.with_extension("pftrace");
         assert!(sqlite.exists(), "{}: no export beside the report", e.file);
-        let conn = nsys_perfetto_read::open_readonly(&sqlite).unwrap();
+        let conn = nsys_perfetto_read::connection::open_readonly(&sqlite).unwrap();
         // MANIFEST has row counts of nsys 2022.4's SQLite exports (for the reports it read when
         // the manifest was made); an Arrow export is a newer nsys', which files some rows in
         // other tables (nsys 2023.4 puts a 2020.5 report's MPI calls in MPI_OTHER_EVENTS, not

@@ -7,9 +7,9 @@
 //! `NSYS_PROJ_CHECK=a.sqlite:b.sqlite` checks more exports (the benchmark, say); to diff the
 //! tables of two builds by hand, `bench/dump_projection.rs` dumps them.
 
-use nsys_perfetto_read::Schema;
 use nsys_perfetto_read::projection::tables::Projection;
 use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU};
+use nsys_perfetto_read::schema::Schema;
 use rusqlite::types::Value;
 use rusqlite::{Connection, params};
 use std::path::Path;
@@ -100,7 +100,7 @@ fn reference(schema: &Schema) -> Option<Tables> {
     let conn = Connection::open(&path).unwrap();
     conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")
         .unwrap();
-    let src_uri = nsys_perfetto_read::sqlite_uri(&schema.path, "mode=ro&immutable=1");
+    let src_uri = nsys_perfetto_read::connection::sqlite_uri(&schema.path, "mode=ro&immutable=1");
     conn.execute("ATTACH DATABASE ?1 AS src", [src_uri])
         .unwrap();
     let mut sql = String::from(
@@ -485,7 +485,7 @@ fn generate(path: &Path, seed: u64, shape: Shape) {
 }
 
 fn check(path: &Path, what: &str) -> (usize, usize) {
-    let (_c, schema) = nsys_perfetto_read::open_schema(path).unwrap();
+    let (_c, schema) = nsys_perfetto_read::schema::open_schema(path).unwrap();
     let got = built(&schema);
     let want = reference(&schema);
     let (got, want) = match (got, want) {

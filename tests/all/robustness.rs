@@ -1347,7 +1347,9 @@ fn exports_changed_while_read_are_one_line_naming_the_file() {
 /// truncated under it is an I/O error, never SIGBUS (see the test above for what is told).
 #[test]
 fn sqlite_exports_are_read_without_mapping() {
-    let conn = nsys_perfetto_read::open_readonly(&common::fixture("arrow/kmeans.sqlite")).unwrap();
+    let conn =
+        nsys_perfetto_read::connection::open_readonly(&common::fixture("arrow/kmeans.sqlite"))
+            .unwrap();
     let mapped: i64 = conn
         .query_row("PRAGMA mmap_size", [], |r| r.get(0))
         .unwrap();

@@ -834,7 +834,7 @@ fn wal_changes_are_read_and_no_shm_is_left() {
         std::fs::copy(&wal, dir.join("w.sqlite-wal")).unwrap();
     }
     let w = dir.join("w.sqlite");
-    assert!(nsys_perfetto_read::has_pending_wal(&w));
+    assert!(nsys_perfetto_read::connection::has_pending_wal(&w));
     let (hw, hl) = (hash_file(&w), hash_file(&dir.join("w.sqlite-wal")));
     let (s, _) = convert(&w);
     assert_eq!(

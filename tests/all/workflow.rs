@@ -28,7 +28,10 @@ fn scratch(path: &Path) -> Connection {
     let conn = Connection::open_in_memory().unwrap();
     conn.execute(
         "ATTACH DATABASE ?1 AS s",
-        [nsys_perfetto_read::sqlite_uri(path, "mode=ro&immutable=1")],
+        [nsys_perfetto_read::connection::sqlite_uri(
+            path,
+            "mode=ro&immutable=1",
+        )],
     )
     .unwrap();
     conn
@@ -107,7 +110,7 @@ type RangeRow = (i64, i64, i64, i64, i64, i64, Option<String>, Option<i64>);
 
 /// Check every row of the projection against per-range and per-GPU-row queries.
 fn check_projection(path: &Path) -> (u64, u64) {
-    let (_c, schema) = nsys_perfetto_read::open_schema(path).unwrap();
+    let (_c, schema) = nsys_perfetto_read::schema::open_schema(path).unwrap();
     let proj = Projection::build(&schema).unwrap().expect("projection");
     let conn = scratch(path);
     proj.attach(&conn).unwrap();
@@ -279,7 +282,7 @@ fn projection_matches_sql_on_corpus() {
         checked += 1;
     }
     for p in fixtures() {
-        let (_c, schema) = nsys_perfetto_read::open_schema(&p).unwrap();
+        let (_c, schema) = nsys_perfetto_read::schema::open_schema(&p).unwrap();
         if Projection::build(&schema).unwrap().is_some() {
             check_projection(&p);
             checked += 1;
@@ -294,9 +297,9 @@ fn projection_hand_checked_ranges() {
     let Some(p) = corpus_file("quasiben__nvtx-examples__cudf.sqlite") else {
         return;
     };
-    let (_c, schema) = nsys_perfetto_read::open_schema(&p).unwrap();
+    let (_c, schema) = nsys_perfetto_read::schema::open_schema(&p).unwrap();
     let proj = Projection::build(&schema).unwrap().unwrap();
-    let conn = nsys_perfetto_read::open_readonly(&p).unwrap();
+    let conn = nsys_perfetto_read::connection::open_readonly(&p).unwrap();
     proj.attach(&conn).unwrap();
     let rows: BTreeMap<i64, Vec<(i64, i64, i64, i64)>> = {
         let mut m: BTreeMap<i64, Vec<_>> = BTreeMap::new();
@@ -565,7 +568,7 @@ fn events(path: &Path) -> BTreeMap<Kind, Vec<Ev>> {
         );
     }
     // NVTX on the GPU: per range, the GPU rows launched by the calls on its thread inside it.
-    let (_c, schema) = nsys_perfetto_read::open_schema(path).unwrap();
+    let (_c, schema) = nsys_perfetto_read::schema::open_schema(path).unwrap();
     if Projection::build(&schema).unwrap().is_some() {
         build_links(&conn);
         let text_id = if has_column(&conn, "NVTX_EVENTS", "textId") {

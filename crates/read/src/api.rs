@@ -1,9 +1,11 @@
 //! CUDA runtime and driver API calls, merged in start order onto their CPU threads.
 
+use super::cells::int_at;
 use super::info::ProfileInfo;
+use super::names::{DRIVER, RUNTIME};
 use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{DRIVER, RUNTIME, Schema, int_at};
+use super::schema::Schema;
 use crate::flows::{SRC_DRIVER, SRC_RUNTIME};
 use crate::runs::Lookup;
 use anyhow::Result;
@@ -57,7 +59,8 @@ impl Launched {
 
 fn scan(schema: &Schema, table: &str, selection: &Selection) -> Scan {
     // The call stack at the call site, when nsys captured one.
-    let has_stacks = super::Callchains::column(schema, table, "CUDA_CALLCHAINS") != "NULL";
+    let has_stacks =
+        super::callchains::Callchains::column(schema, table, "CUDA_CALLCHAINS") != "NULL";
     let scan = Scan::new(schema, table)
         .cols(
             schema,
@@ -87,14 +90,14 @@ fn scan(schema: &Schema, table: &str, selection: &Selection) -> Scan {
 
 fn decode(
     table: &'static str,
-    r: &impl super::Fetch,
-    chains: &mut super::Callchains<'_>,
+    r: &impl super::query::Fetch,
+    chains: &mut super::callchains::Callchains<'_>,
 ) -> Result<Row> {
     Ok(Row {
         table,
-        start: super::time_at(r, 0),
-        end: super::time_at(r, 1),
-        global_tid: super::tid_at(r, 2),
+        start: super::cells::time_at(r, 0),
+        end: super::cells::time_at(r, 1),
+        global_tid: super::cells::tid_at(r, 2),
         corr: int_at(r, 3),
         name_id: int_at(r, 4),
         ret: int_at(r, 5),
@@ -109,7 +112,7 @@ fn decode(
 struct Cursor<'s> {
     table: &'static str,
     rows: super::scan::Rows<'s>,
-    chains: super::Callchains<'s>,
+    chains: super::callchains::Callchains<'s>,
     /// `[api rowid, gpu table, gpu rowid]` of the GPU rows each call launched.
     links: Option<Lookup<'s, [i64; 3]>>,
     /// The last rowid read, when the table has real rowids (checked increasing).
@@ -123,7 +126,7 @@ impl Cursor<'_> {
         };
         let mut row = decode(self.table, &r, &mut self.chains)?;
         if let Some(last) = self.last.as_mut() {
-            super::check_rowid_order(self.table, last, row.rowid)?;
+            super::cells::check_rowid_order(self.table, last, row.rowid)?;
         }
         if let Some(links) = self.links.as_mut() {
             links.matching(row.rowid, |[_, src, rid]| {
@@ -157,7 +160,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
         cursors.push(Cursor {
             table: t,
             rows: scan(schema, t, selection).open(conn, schema)?,
-            chains: super::Callchains::new(conn, schema, t, "CUDA_CALLCHAINS")?,
+            chains: super::callchains::Callchains::new(conn, schema, t, "CUDA_CALLCHAINS")?,
             links: match flows {
                 Some(f) => f.api_links(src)?,
                 None => None,

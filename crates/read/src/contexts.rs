@@ -19,9 +19,11 @@
 //! selection: a device shows the same levels whatever `--types`, `--pid` or `--time-range`
 //! keep.
 
-use super::SYNC;
+use super::cells::{device_at, int_at};
+use super::names::SYNC;
+use super::names::{KERNEL, MEMCPY, MEMSET};
 use super::scan::Scan;
-use super::{KERNEL, MEMCPY, MEMSET, Schema, device_at, int_at};
+use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::{FastHash, global_pid_of, pid_of};
 use rusqlite::Connection;

@@ -1,7 +1,7 @@
 //! Labels for the numeric enums nsys stores. Exports since ~2021 carry `ENUM_*` tables; older ones
 //! do not, so the values nsys has always used are built in. Unknown values show as numbers.
 
-use super::Schema;
+use super::schema::Schema;
 use nsys_perfetto_model::model::FastHash;
 use rusqlite::Connection;
 use std::borrow::Cow;
@@ -66,7 +66,7 @@ pub fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> Labels {
         && let Ok(mut rows) = stmt.query([])
     {
         while let Ok(Some(r)) = rows.next() {
-            if let (Some(id), Some(l)) = (super::int_at(r, 0), super::text_at(r, 1)) {
+            if let (Some(id), Some(l)) = (super::cells::int_at(r, 0), super::cells::text_at(r, 1)) {
                 out.insert(id, l.into_owned());
             }
         }

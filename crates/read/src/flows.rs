@@ -23,8 +23,10 @@
 //! the same join did: a third of a whole conversion's CPU time went there.)
 
 use super::scan::Scan;
+use crate::names::{DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME};
+use crate::query::int_of;
 use crate::runs::{Lookup, Sorted, Sorter, Spill};
-use crate::{DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME, Schema, int_of};
+use crate::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::category::EventType;
 use nsys_perfetto_model::select::Selection;
@@ -141,11 +143,11 @@ pub fn links(gpu_start: i64, launch_start: Option<i64>) -> bool {
 }
 
 /// The time pair of a row its reader converts (rather than counts as skipped): integer (or
-/// real) times, end not before start nor beyond [`crate::MAX_TIME`]. Only such rows link: an
+/// real) times, end not before start nor beyond [`crate::cells::MAX_TIME`]. Only such rows link: an
 /// arrow to a row that is not written would dangle.
 fn converted_times(start: ValueRef<'_>, end: ValueRef<'_>) -> Option<i64> {
     let (s, e) = (int_of(start)?, int_of(end)?);
-    (e >= s && e <= crate::MAX_TIME).then_some(s)
+    (e >= s && e <= crate::cells::MAX_TIME).then_some(s)
 }
 
 /// The process key (`globalPid >> 24`, the same for a process's `globalTid`s) and correlation
@@ -170,7 +172,9 @@ fn int_or_null(v: ValueRef<'_>) -> Result<Option<i64>, ()> {
 }
 
 /// The row's first `N` values, each fetched once.
-fn values<'r, const N: usize>(r: &'r impl crate::Fetch) -> rusqlite::Result<[ValueRef<'r>; N]> {
+fn values<'r, const N: usize>(
+    r: &'r impl crate::query::Fetch,
+) -> rusqlite::Result<[ValueRef<'r>; N]> {
     let mut v = [ValueRef::Null; N];
     for (i, v) in v.iter_mut().enumerate() {
         *v = r.fetch(i);
@@ -262,7 +266,7 @@ pub fn prepare(
             // The thread must be one the API reader can place.
             if *t_flows
                 && int_of(v[5]) == Some(1)
-                && crate::global_tid_of(v[1]).is_some()
+                && crate::cells::global_tid_of(v[1]).is_some()
                 && let (Some(start), Some(k), Some(_)) =
                     (converted_times(v[3], v[4]), key(v[1], v[2]), rid)
             {
@@ -323,7 +327,7 @@ pub fn prepare(
             // The ids the GPU reader needs to place the row.
             if *t_flows
                 && int_of(v[7]) == Some(1)
-                && crate::device_of(v[5]).is_some()
+                && crate::cells::device_of(v[5]).is_some()
                 && int_of(v[6]).is_some()
                 && let (Some(start), Some((pkey, corr))) =
                     (converted_times(v[3], v[4]), key(v[1], v[2]))
@@ -340,7 +344,10 @@ pub fn prepare(
                         Ok(Some(start)),
                         Ok(Some(end)),
                         Ok(Some(device)),
-                    ] if end >= start && start >= -crate::MAX_TIME && end <= crate::MAX_TIME => {
+                    ] if end >= start
+                        && start >= -crate::cells::MAX_TIME
+                        && end <= crate::cells::MAX_TIME =>
+                    {
                         flags |= PROJECTS;
                         rec.get_or_insert([corr, gpid >> 24, *src, rid, start, end, device]);
                     }

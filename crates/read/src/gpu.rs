@@ -1,8 +1,11 @@
 //! GPU activity: kernels, memcpys and memsets, merged in start order into per-stream groups.
 
+use super::cells::int_at;
+use super::names::{KERNEL, MEMCPY, MEMSET};
+use super::query::Fetch;
 use super::reader::ReadContext;
 use super::scan::{Rows, Scan};
-use super::{Fetch, KERNEL, MEMCPY, MEMSET, Schema, int_at};
+use super::schema::Schema;
 use crate::projection::KernelNames;
 use crate::runs::Lookup;
 use anyhow::Result;
@@ -46,8 +49,9 @@ impl Kind {
     }
 }
 
-/// Common columns first, then up to `EXTRA` kind-specific ones.
-const COMMON: [&str; 7] = [
+/// Common columns first, then up to `EXTRA` kind-specific ones (a sync row starts with the
+/// same columns).
+pub(crate) const COMMON: [&str; 7] = [
     "start",
     "end",
     "deviceId",
@@ -154,8 +158,8 @@ fn scan(schema: &Schema, kind: Kind, cx: &ReadContext<'_>) -> Scan {
 
 fn decode(kind: Kind, r: &impl Fetch) -> Row {
     let common = std::array::from_fn(|i| match i {
-        0 | 1 => super::time_at(r, i),
-        2 => super::device_at(r, i),
+        0 | 1 => super::cells::time_at(r, i),
+        2 => super::cells::device_at(r, i),
         _ => int_at(r, i),
     });
     let n = extra_cols(kind).len();
@@ -215,7 +219,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
         |i| {
             let row = cursors[i].next()?;
             if let (Some(row), Some(l)) = (row.as_ref(), last[i].as_mut()) {
-                super::check_rowid_order(row.kind.table(), l, row.rowid)?;
+                super::cells::check_rowid_order(row.kind.table(), l, row.rowid)?;
             }
             Ok(row)
         },

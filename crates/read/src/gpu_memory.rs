@@ -9,8 +9,8 @@
 //! ENUM_CUDA_DEV_MEM_EVENT_OPER where the export has it), name, correlationId. A free whose `bytes` is 0 frees what was
 //! allocated at its address.
 
+use super::cells::{int_at, text_at};
 use super::reader::ReadContext;
-use super::{int_at, text_at};
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::{
@@ -28,26 +28,20 @@ pub fn process_counter_name(device: i64) -> String {
 }
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
-    let &ReadContext {
-        conn,
-        schema,
-        selection,
-        ..
-    } = cx;
-    if !selection.wants(EventType::GpuMemory)
-        || !schema.has_columns(
-            GPU_MEMORY,
-            &[
-                "start",
-                "globalPid",
-                "deviceId",
-                "bytes",
-                "memoryOperationType",
-            ],
-        )
-    {
+    if !cx.wants(
+        EventType::GpuMemory,
+        GPU_MEMORY,
+        &[
+            "start",
+            "globalPid",
+            "deviceId",
+            "bytes",
+            "memoryOperationType",
+        ],
+    ) {
         return Ok(());
     }
+    let (conn, schema, selection) = (cx.conn, cx.schema, cx.selection);
     // Which operation ids free memory: from the export's enum when it has one.
     let ops = super::enums::read_enum(conn, schema, "ENUM_CUDA_DEV_MEM_EVENT_OPER");
     let is_free = |op: i64| match ops.get(&op) {

@@ -2,10 +2,12 @@
 //! NVTX domains and categories, enum labels. Their size follows the number of distinct names
 //! in a profile, not its length; the event tables themselves are streamed by the readers.
 
+use super::cells::{int_at, text_at};
 use super::contexts::Contexts;
 use super::enums::Enums;
-use super::nvtx_type::{CATEGORY, DOMAIN_CREATE, THREAD_NAME};
-use super::{NVTX, Schema, int_at, text_at};
+use super::names::NVTX;
+use super::names::nvtx_type::{CATEGORY, DOMAIN_CREATE, THREAD_NAME};
+use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::{Description, StringTable, global_pid_of};
 use rusqlite::Connection;
@@ -390,7 +392,7 @@ const STRING_CACHE: usize = 1 << 16;
 
 impl SqliteStrings {
     pub fn open(path: &std::path::Path) -> Result<SqliteStrings> {
-        let conn = super::open_readonly(path)?;
+        let conn = super::connection::open_readonly(path)?;
         Ok(SqliteStrings {
             conn: Mutex::new((conn, HashMap::new())),
         })

@@ -136,7 +136,11 @@ mod tests {
 
     #[test]
     fn markers_name_the_crates_tables() {
-        for t in [crate::NVTX, crate::KERNEL, crate::RUNTIME] {
+        for t in [
+            crate::names::NVTX,
+            crate::names::KERNEL,
+            crate::names::RUNTIME,
+        ] {
             assert!(NSYS_MARKERS.contains(&t), "{t}");
         }
     }

@@ -12,8 +12,9 @@
 //! the GENERIC_EVENTS rows that fall in the time GPU_METRICS covers for that GPU are counted
 //! as "same samples as GPU_METRICS". Rows outside that time are converted from GENERIC_EVENTS.
 
+use super::cells::{int_at, real_at, text_at};
 use super::reader::{Notes, ReadContext};
-use super::{Schema, int_at, real_at, text_at};
+use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::{

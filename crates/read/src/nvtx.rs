@@ -1,10 +1,12 @@
 //! NVTX: push/pop ranges and marks per thread and domain, start/end ranges per process and
 //! domain. Names come from `text` or, for registered strings, `textId`.
 
+use super::cells::{int_at, text_at};
 use super::info::ProfileInfo;
+use super::names::NVTX;
+use super::query::Fetch;
 use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{Fetch, NVTX, int_at, text_at};
 use crate::projection::feed::{RangeColumns, RangeValues};
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
@@ -15,7 +17,7 @@ use nsys_perfetto_model::model::{
 use rusqlite::types::ValueRef;
 use std::collections::HashMap;
 
-use super::nvtx_type::{MARK, NAMING, PUSH_POP, START_END};
+use super::names::nvtx_type::{MARK, NAMING, PUSH_POP, START_END};
 
 const COLS: [&str; 12] = [
     "start",
@@ -102,7 +104,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
                 continue;
             }
         }
-        let Some(ty) = super::int_of(v.event_type) else {
+        let Some(ty) = super::query::int_of(v.event_type) else {
             sink.skip(NVTX, "no event type");
             continue;
         };
@@ -114,11 +116,11 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
             sink.skip(NVTX, "unsupported NVTX event type");
             continue;
         }
-        let Some(start) = super::time_of(v.start) else {
+        let Some(start) = super::cells::time_of(v.start) else {
             sink.skip(NVTX, "no start timestamp");
             continue;
         };
-        let end = super::time_of(v.end);
+        let end = super::cells::time_of(v.end);
         let end = match (ty, end) {
             (MARK, _) => None,
             (_, None) => {
@@ -131,11 +133,11 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
             }
             (_, Some(e)) => Some(e),
         };
-        let Some(global_tid) = super::global_tid_of(v.global_tid) else {
+        let Some(global_tid) = super::cells::global_tid_of(v.global_tid) else {
             sink.skip(NVTX, "no thread id");
             continue;
         };
-        let domain = super::int_of(v.domain).unwrap_or(0);
+        let domain = super::query::int_of(v.domain).unwrap_or(0);
         let gpid = global_pid_of(global_tid);
         let mut color = int_at(r, 7);
         if let Some(c) = color {
@@ -152,9 +154,9 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
                     .unwrap_or_else(|| c.to_string())
             });
         }
-        let text = super::text_of(v.text);
+        let text = super::cells::text_of(v.text);
         let json_text = text_at(r, 11);
-        let name = range_name(text.as_deref(), text_no, super::int_of(v.text_id));
+        let name = range_name(text.as_deref(), text_no, super::query::int_of(v.text_id));
         if let Some(f) = &selection.nvtx_filter
             && !f.matches_in(
                 info.desc

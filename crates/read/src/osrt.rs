@@ -3,7 +3,7 @@
 //! that table ("OS runtime libraries profiling started/finished") are instants in category
 //! `nsys.marker` on the same track, not calls.
 
-use super::int_at;
+use super::cells::int_at;
 use super::order::{REORDER_WINDOW, Reorder};
 use super::reader::ReadContext;
 use super::scan::Scan;
@@ -25,16 +25,12 @@ struct Row {
 }
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
-    let &ReadContext {
-        conn,
-        schema,
-        selection,
-        ..
-    } = cx;
-    if !schema.has_columns(OSRT, &["start", "end"]) || !selection.wants(EventType::Osrt) {
+    if !cx.wants(EventType::Osrt, OSRT, &["start", "end"]) {
         return Ok(());
     }
-    let has_stacks = super::Callchains::column(schema, OSRT, "OSRT_CALLCHAINS") != "NULL";
+    let (conn, schema, selection) = (cx.conn, cx.schema, cx.selection);
+    let has_stacks =
+        super::callchains::Callchains::column(schema, OSRT, "OSRT_CALLCHAINS") != "NULL";
     let scan = Scan::new(schema, OSRT).cols(
         schema,
         &["start", "end", "globalTid", "nameId", "returnValue"],
@@ -52,16 +48,16 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
             None,
         ))
         .by_rowid();
-    let mut chains = super::Callchains::new(conn, schema, OSRT, "OSRT_CALLCHAINS")?;
+    let mut chains = super::callchains::Callchains::new(conn, schema, OSRT, "OSRT_CALLCHAINS")?;
     let mut rows = scan.open(conn, schema)?;
     let markers = super::tables::marker_ids(conn, schema)?;
     let mut window = Reorder::new(REORDER_WINDOW);
     while let Some(r) = rows.next()? {
         let r = &r;
         let row = Row {
-            start: super::time_at(r, 0),
-            end: super::time_at(r, 1),
-            global_tid: super::tid_at(r, 2),
+            start: super::cells::time_at(r, 0),
+            end: super::cells::time_at(r, 1),
+            global_tid: super::cells::tid_at(r, 2),
             name_id: int_at(r, 3),
             ret: int_at(r, 4),
             callchain: chains.get(r, 5)?,

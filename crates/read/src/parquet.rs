@@ -1,7 +1,7 @@
 //! nsys' Parquet export (`nsys export --type parquetdir`: one Parquet file a table, the SQLite
 //! export's tables and columns, in many row groups), read by rewriting it as an Arrow export in a
 //! private temporary directory, row group by row group (memory stays one batch), which
-//! [`super::arrow`] then reads as it reads nsys' own Arrow exports: every reader, workflow and
+//! [`crate::arrow`] then reads as it reads nsys' own Arrow exports: every reader, workflow and
 //! its bounded, memory-mapped scans serve Parquet unchanged.
 
 use anyhow::{Context as _, Result, anyhow};
@@ -26,13 +26,13 @@ const BATCH_ROWS: usize = 1 << 14;
 
 /// Rewrite the Parquet export `dir` as an Arrow export in a new temporary directory (removed
 /// when dropped, or on an interrupt), with each table's file as it was read (see
-/// [`crate::Schema::unchanged`]). Errors name the table's file and the problem in one line.
+/// [`crate::schema::Schema::unchanged`]). Errors name the table's file and the problem in one line.
 #[allow(clippy::type_complexity)]
 pub fn to_arrow(
     dir: &Path,
 ) -> Result<(
     tempfile::TempDir,
-    Vec<(std::path::PathBuf, super::arrow::files::Stamp)>,
+    Vec<(std::path::PathBuf, crate::arrow::files::Stamp)>,
 )> {
     let out = nsys_perfetto_model::cleanup::temp_dir("nsys-perfetto-parquet-")
         .context("cannot create a temporary directory")?;
@@ -49,7 +49,7 @@ pub fn to_arrow(
         };
         let target = out
             .path()
-            .join(format!("{table}.{}", super::arrow::files::EXTENSION));
+            .join(format!("{table}.{}", crate::arrow::files::EXTENSION));
         let stamp =
             rewrite_caught(&file, &target).map_err(|e| match e.downcast_ref::<NoRoom>() {
                 Some(full) => full.explain(out.path()),
@@ -75,9 +75,9 @@ pub fn to_arrow(
 /// what a well-formed file holds, and some damage (a dictionary page where the footer says
 /// data starts) trips them. The panic's own message is not printed.
 /// Returns the file's stamp as it was read.
-fn rewrite_caught(file: &Path, target: &Path) -> Result<super::arrow::files::Stamp> {
-    use super::arrow::files::changed;
-    use super::arrow::files::{change_since, stamp_of};
+fn rewrite_caught(file: &Path, target: &Path) -> Result<crate::arrow::files::Stamp> {
+    use crate::arrow::files::changed;
+    use crate::arrow::files::{change_since, stamp_of};
     let before = stamp_of(file).ok_or_else(|| anyhow!("cannot read: the file is gone"))?;
     thread_local!(static QUIET: std::cell::Cell<bool> = const { std::cell::Cell::new(false) });
     static HOOK: std::sync::Once = std::sync::Once::new();
@@ -105,7 +105,7 @@ fn rewrite_caught(file: &Path, target: &Path) -> Result<super::arrow::files::Sta
 fn damaged(e: &dyn std::fmt::Display) -> anyhow::Error {
     anyhow!(
         "not a readable Parquet file ({}): a damaged or truncated file; export the report again",
-        super::arrow::files::one_line(&e.to_string())
+        crate::arrow::files::one_line(&e.to_string())
     )
 }
 

@@ -4,12 +4,13 @@
 //! the selection) and what an earlier stage computed for the readers that wait for it (the
 //! flow links, the NVTX projection and its feed); a reader takes what it needs from it.
 
-use super::Schema;
 use super::flows::FlowDb;
 use super::info::ProfileInfo;
 use super::projection::Projected;
 use super::projection::feed::FeedRows;
+use super::schema::Schema;
 use anyhow::Result;
+use nsys_perfetto_model::category::EventType;
 use nsys_perfetto_model::model::EventSink;
 use nsys_perfetto_model::select::Selection;
 use rusqlite::Connection;
@@ -49,6 +50,12 @@ impl<'a> ReadContext<'a> {
             projected: None,
             feed: None,
         }
+    }
+
+    /// Whether the selection wants events of `wanted` and `table` has `columns`: a reader
+    /// with nothing to read returns at once.
+    pub fn wants(&self, wanted: EventType, table: &str, columns: &[&str]) -> bool {
+        self.selection.wants(wanted) && self.schema.has_columns(table, columns)
     }
 }
 

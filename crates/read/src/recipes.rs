@@ -4,7 +4,9 @@
 //! tables the recipe reads (it finds no data there then). The app's `workflow::recipe` runs them
 //! and computes the recipes' tables.
 
-use crate::{KERNEL, MEMCPY, MEMSET, MPI_TABLES, NVTX, RUNTIME, Schema};
+use crate::names::{KERNEL, MEMCPY, MEMSET, MPI_TABLES, NVTX, RUNTIME};
+
+use crate::schema::Schema;
 
 /// An NVTX event's name as the recipes name it: its registered string where it has one, else
 /// its text (no domain); with the join it needs on `NVTX_EVENTS e`.

@@ -6,7 +6,7 @@
 //! one sample's frames at a time however large the tables are. Each sample goes to its thread
 //! with every frame SAMPLING_CALLCHAINS holds for it, and its thread state's label.
 
-use super::int_at;
+use super::cells::int_at;
 use super::reader::ReadContext;
 use super::scan::{Rows, Scan};
 use anyhow::Result;
@@ -46,17 +46,14 @@ fn next_frame(chains: Option<&mut Rows<'_>>, done: &mut bool) -> Result<Option<(
 }
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
-    let &ReadContext {
-        conn,
-        schema,
-        selection,
-        ..
-    } = cx;
-    if !selection.wants(EventType::CpuSamples)
-        || !schema.has_columns(COMPOSITE, &["id", "start", "globalTid"])
-    {
+    if !cx.wants(
+        EventType::CpuSamples,
+        COMPOSITE,
+        &["id", "start", "globalTid"],
+    ) {
         return Ok(());
     }
+    let (conn, schema, selection) = (cx.conn, cx.schema, cx.selection);
     let states = super::enums::read_enum(conn, schema, "ENUM_SAMPLING_THREAD_STATE");
     let filter = selection.sql("t", false, Some("globalTid"), None);
     let filtered = filter != "1";

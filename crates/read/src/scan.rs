@@ -7,7 +7,7 @@
 
 use super::column::Col;
 use super::query::{Fetch, Query, Values};
-use super::{Schema, arrow};
+use super::{arrow, schema::Schema};
 use anyhow::Result;
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;

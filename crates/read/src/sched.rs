@@ -3,11 +3,12 @@
 //! (`threadState`, `threadBlock` of the sched-out row, where the export records them). Layout
 //! decides how a format shows them.
 
+use super::cells::int_at;
 use super::enums::read_enum;
 use super::order::{REORDER_WINDOW, Reorder};
 use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{Schema, int_at};
+use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::category::EventType;
 use nsys_perfetto_model::model::{CpuSlice, EventSink, FastHash, OffCpu};
@@ -140,17 +141,14 @@ fn off_table(
 }
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
-    let &ReadContext {
-        conn,
-        schema,
-        selection,
-        ..
-    } = cx;
-    if !schema.has_columns(SCHED, &["start", "cpu", "isSchedIn", "globalTid"])
-        || !selection.wants(EventType::Sched)
-    {
+    if !cx.wants(
+        EventType::Sched,
+        SCHED,
+        &["start", "cpu", "isSchedIn", "globalTid"],
+    ) {
         return Ok(());
     }
+    let (conn, schema, selection) = (cx.conn, cx.schema, cx.selection);
     // A point event: the time window keeps switches inside it.
     let filter = selection.sql("t", false, Some("globalTid"), None);
     // Why threads left their CPUs, where the export records it (read only then: two columns
@@ -188,10 +186,10 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     while let Some(r) = rows.next()? {
         let r = &r;
         let row: [Option<i64>; 6] = [
-            super::time_at(r, 0),
+            super::cells::time_at(r, 0),
             int_at(r, 1),
             int_at(r, 2),
-            super::tid_at(r, 3),
+            super::cells::tid_at(r, 3),
             state_at.and_then(|i| int_at(r, i)),
             block_at.and_then(|i| int_at(r, i)),
         ];

@@ -2,14 +2,15 @@
 //! ([`Description`]), and read by its readers in parallel threads into sinks the caller
 //! provides. Nothing here knows about tracks, lanes or output formats.
 
+use super::connection::open_readonly;
 use super::flows::{self, FlowDb};
 use super::info::ProfileInfo;
+use super::names::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
 use super::projection::Projected;
 use super::projection::feed::FeedRows;
 use super::reader::{Notes, ReadContext, Reader};
 use super::scan::Scan;
-use super::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
-use super::{Schema, open_readonly, open_schema};
+use super::schema::{Schema, open_schema};
 use anyhow::{Result, anyhow};
 use nsys_perfetto_model::category::EventType;
 use nsys_perfetto_model::model::{Description, EventSink};
@@ -42,7 +43,7 @@ pub struct Export {
     pub schema: Schema,
     pub info: ProfileInfo,
     /// Removes the `-shm` file SQLite creates to read a WAL-mode export, when we made it.
-    _shm: super::ShmGuard,
+    _shm: super::connection::ShmGuard,
 }
 
 impl Export {
@@ -61,11 +62,11 @@ impl Export {
 
     /// [`Export::open`], looking for the earliest rows where `earliest_ns` does not say.
     fn open_placing(path: &Path, check: bool, earliest_ns: Option<i64>) -> Result<Export> {
-        let shm = super::ShmGuard::new(path);
+        let shm = super::connection::ShmGuard::new(path);
         let (conn, schema) = open_schema(path)?;
         let opened = (|| {
             if check {
-                crate::quick_check(&conn)?;
+                crate::connection::quick_check(&conn)?;
             }
             let mut info = ProfileInfo::load(&conn, &schema)
                 .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
@@ -401,7 +402,7 @@ fn earliest_time(conn: &rusqlite::Connection, schema: &Schema) -> Result<Option<
             let Some(r) = rows.next().map_err(damaged)? else {
                 break;
             };
-            if let Some(m) = super::time_at(&r, 0) {
+            if let Some(m) = super::cells::time_at(&r, 0) {
                 earliest = Some(earliest.map_or(m, |e| e.min(m)));
             }
         }
@@ -453,14 +454,14 @@ fn unconverted_tables(schema: &Schema) -> Result<Vec<String>> {
 /// The columns each event reader needs, by table, and the event type it writes: a table that
 /// lacks one is not converted, and its rows are counted as skipped (naming the column).
 const REQUIRED: [(&str, &[&str], EventType); 9] = [
-    (super::KERNEL, &["start", "end"], EventType::Kernel),
-    (super::MEMCPY, &["start", "end"], EventType::Memcpy),
-    (super::MEMSET, &["start", "end"], EventType::Memset),
-    (super::RUNTIME, &["start", "end"], EventType::CudaApi),
-    (super::DRIVER, &["start", "end"], EventType::CudaApi),
-    (super::NVTX, &["start", "eventType"], EventType::Nvtx),
+    (super::names::KERNEL, &["start", "end"], EventType::Kernel),
+    (super::names::MEMCPY, &["start", "end"], EventType::Memcpy),
+    (super::names::MEMSET, &["start", "end"], EventType::Memset),
+    (super::names::RUNTIME, &["start", "end"], EventType::CudaApi),
+    (super::names::DRIVER, &["start", "end"], EventType::CudaApi),
+    (super::names::NVTX, &["start", "eventType"], EventType::Nvtx),
     (super::osrt::OSRT, &["start", "end"], EventType::Osrt),
-    (super::SYNC, &["start", "end"], EventType::Sync),
+    (super::names::SYNC, &["start", "end"], EventType::Sync),
     (
         super::sched::SCHED,
         &["start", "cpu", "isSchedIn", "globalTid"],

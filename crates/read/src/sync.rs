@@ -1,11 +1,13 @@
 //! CUDA synchronization (`CUPTI_ACTIVITY_KIND_SYNCHRONIZATION`): how long a stream, event or
 //! context synchronization waited, on a "sync" track beside its stream.
 
+use super::cells::int_at;
+use super::gpu::COMMON;
 use super::info::ProfileInfo;
+use super::names::SYNC;
 use super::order::{REORDER_WINDOW, Reorder};
 use super::reader::ReadContext;
 use super::scan::Scan;
-use super::{SYNC, int_at};
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::EventSink;
@@ -13,29 +15,11 @@ use nsys_perfetto_model::model::{ArgList, ArgValue, Event, FastHash, Flows, Grou
 use nsys_perfetto_model::select::Selection;
 use std::collections::HashMap;
 
-const COLS: [&str; 9] = [
-    "start",
-    "end",
-    "deviceId",
-    "globalPid",
-    "streamId",
-    "contextId",
-    "correlationId",
-    "syncType",
-    "eventId",
-];
-
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
-    let &ReadContext {
-        conn,
-        schema,
-        selection,
-        info,
-        ..
-    } = cx;
-    if !schema.has_columns(SYNC, &["start", "end"]) || !selection.wants(EventType::Sync) {
+    if !cx.wants(EventType::Sync, SYNC, &["start", "end"]) {
         return Ok(());
     }
+    let (conn, schema, selection, info) = (cx.conn, cx.schema, cx.selection, cx.info);
     // The device comes from the context (the rows' own deviceId is 0 in real multi-GPU
     // exports), so `--device` applies after the mapping, not in SQL.
     let filter = selection.sql(
@@ -45,7 +29,8 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
         None,
     );
     let mut rows = Scan::new(schema, SYNC)
-        .cols(schema, &COLS)
+        .cols(schema, &COMMON)
+        .cols(schema, &["syncType", "eventId"])
         .filter(filter)
         .by_rowid()
         .open(conn, schema)?;
@@ -54,8 +39,8 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     while let Some(r) = rows.next()? {
         let r = &r;
         let row: [Option<i64>; 9] = std::array::from_fn(|i| match i {
-            0 | 1 => super::time_at(r, i),
-            2 => super::device_at(r, i),
+            0 | 1 => super::cells::time_at(r, i),
+            2 => super::cells::device_at(r, i),
             _ => int_at(r, i),
         });
         if let Some((_, row)) = window.push((row[0].unwrap_or(i64::MIN), 0), row) {

@@ -15,7 +15,7 @@
 //! Rows whose name is a profiler marker ("cuDNN profiling started") are instants in category
 //! `nsys.marker` on the table's track, not calls.
 
-use super::Schema;
+use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, TrackKind};
 use nsys_perfetto_model::model::{
@@ -857,7 +857,7 @@ pub fn marker_ids(conn: &Connection, schema: &Schema) -> Result<HashSet<i64, Fas
     )?;
     let mut rows = stmt.query([])?;
     while let Some(r) = rows.next()? {
-        if let (Some(id), Some(v)) = (super::int_at(r, 0), super::text_at(r, 1))
+        if let (Some(id), Some(v)) = (super::cells::int_at(r, 0), super::cells::text_at(r, 1))
             && is_marker_name(&v)
         {
             out.insert(id);
@@ -882,7 +882,7 @@ fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> HashMap<i64, St
         && let Ok(mut rows) = stmt.query([])
     {
         while let Ok(Some(r)) = rows.next() {
-            if let (Some(id), Some(l)) = (super::int_at(r, 0), super::text_at(r, 1)) {
+            if let (Some(id), Some(l)) = (super::cells::int_at(r, 0), super::cells::text_at(r, 1)) {
                 out.insert(id, l.into_owned());
             }
         }
@@ -1069,11 +1069,12 @@ fn next_row(rows: &mut super::query::Query<'_>, plan: usize, n: usize) -> Result
     let r = &r;
     Ok(Some(Row {
         plan,
-        start: super::int_at(r, 0),
-        end: super::int_at(r, 1),
-        impossible: [0, 1].map(|i| super::int_at(r, i).is_some() && super::time_at(r, i).is_none()),
+        start: super::cells::int_at(r, 0),
+        end: super::cells::int_at(r, 1),
+        impossible: [0, 1]
+            .map(|i| super::cells::int_at(r, i).is_some() && super::cells::time_at(r, i).is_none()),
         vals: (0..n)
-            .map(|i| Value::try_from(super::Fetch::fetch(r, i + 2)).unwrap_or(Value::Null))
+            .map(|i| Value::try_from(super::query::Fetch::fetch(r, i + 2)).unwrap_or(Value::Null))
             .collect(),
     }))
 }

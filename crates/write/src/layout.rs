@@ -117,6 +117,12 @@ pub struct Router<'a, W: EventWriter> {
 }
 
 impl<'a, W: EventWriter> Router<'a, W> {
+    /// A row that would land before the trace's start: counted as skipped.
+    fn skip_early(&mut self) {
+        let (table, reason) = nsys_perfetto_model::model::EARLY_ROWS;
+        self.skip(table, reason);
+    }
+
     pub fn new(
         writer: W,
         ids: &'a Ids,
@@ -649,10 +655,7 @@ impl<W: EventWriter> EventSink for Router<'_, W> {
         } = self.placement;
         if ev.start + offset < 0 {
             // Earlier than the first rows of its table told (a table out of time order).
-            self.skip(
-                nsys_perfetto_model::model::EARLY_ROWS.0,
-                nsys_perfetto_model::model::EARLY_ROWS.1,
-            );
+            self.skip_early();
             return Ok(());
         }
         if source == 0 && position == 0 && offset == 0 {

@@ -1,13 +1,13 @@
 //! How NVTX rows reach the sweep: fed by the NVTX reader as it reads the table ([`Feed`]),
-//! or read on their own ([`sweep_all`]).
+//! or read on their own (`sweep_all`).
 
 use super::names::{Names, Text};
 use super::sweep::{Range, Sweep};
 use super::{Abort, Projected, RangeCols, Stop, nvtx_usable};
-use crate::Schema;
 use crate::flows::Launches;
-use crate::nvtx_type::{PUSH_POP, START_END};
+use crate::names::nvtx_type::{PUSH_POP, START_END};
 use crate::runs::Sorted;
+use crate::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::TextNo;
 use rusqlite::Connection;
@@ -152,7 +152,10 @@ pub struct RangeValues<'a> {
 }
 
 impl<'a> RangeValues<'a> {
-    pub fn of(r: &'a impl crate::Fetch, c: &RangeColumns) -> rusqlite::Result<RangeValues<'a>> {
+    pub fn of(
+        r: &'a impl crate::query::Fetch,
+        c: &RangeColumns,
+    ) -> rusqlite::Result<RangeValues<'a>> {
         Ok(RangeValues {
             rowid: r.fetch(c.rowid),
             event_type: r.fetch(c.event_type),
@@ -196,7 +199,7 @@ fn range_of(
         return Ok(false);
     };
     // Times no trace can hold: the NVTX reader counts the range as skipped.
-    if end < start || start < -crate::MAX_TIME || end > crate::MAX_TIME {
+    if end < start || start < -crate::cells::MAX_TIME || end > crate::cells::MAX_TIME {
         return Ok(false);
     }
     let text = match v.text {

@@ -6,7 +6,7 @@
 //! NVTX range on the same thread whose interval contains the call's start encloses the launch.
 //!
 //! The result ([`Projected`]) is two sorted streams, kept with bounded memory by
-//! [`crate::runs`] (runs spill to a scratch directory past a few MB):
+//! `crate::runs` (runs spill to a scratch directory past a few MB):
 //!
 //! - **spans**: one record per (NVTX range, GPU device) for ranges that launched GPU work there,
 //!   in `(gpu_start, gpu_end descending, nvtx rowid, device)` order, which is the order the
@@ -40,7 +40,7 @@
 //!
 //! | column   | meaning |
 //! |----------|---------|
-//! | `src`    | 0 kernel, 1 memcpy, 2 memset (the numbering of [`crate::flows`]) |
+//! | `src`    | 0 kernel, 1 memcpy, 2 memset (the numbering of `crate::flows`) |
 //! | `rid`    | `rowid` of the GPU row in its table |
 //! | `ranges` | names of the push/pop ranges on the launching thread that contain the launching call's start, outermost first, joined with `" > "` |
 //!
@@ -53,9 +53,9 @@
 //!
 //! # How
 //!
-//! [`crate::flows::prepare`] links each GPU row to its launching call in the same
+//! `crate::flows::prepare` links each GPU row to its launching call in the same
 //! sort-merge join as the flow arrows, and hands over the links sorted by the call's start
-//! ([`Launches`](crate::flows::Launches)). Then one sweep in time order over two streams, the NVTX ranges by start and
+//! (`Launches`). Then one sweep in time order over two streams, the NVTX ranges by start and
 //! the launches by start, keeps per thread the ranges open at the current time (at equal times
 //! ranges open first, as `range.start <= call.start`). A launch is inside exactly the open
 //! ranges of its thread: each takes the GPU row into its span on the row's device, and the
@@ -79,9 +79,10 @@ mod sweep;
 pub mod tables;
 
 use self::names::{Names, Strings, Text, carried_text, carry, lossy};
-use super::nvtx_type::{PUSH_POP, START_END};
+use super::names::nvtx_type::{PUSH_POP, START_END};
+use crate::names::NVTX;
 use crate::runs::{Lookup, Named, NearlySorted, Sorted, Sorter, Spill};
-use crate::{NVTX, Schema};
+use crate::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::TextNo;
 use std::borrow::Cow;
@@ -96,7 +97,7 @@ pub const KERNEL_NVTX: &str = "kernel_nvtx";
 /// The separator between range names in `kernel_nvtx.ranges`.
 pub const RANGE_SEPARATOR: &str = " > ";
 
-/// `src` numbers of the GPU tables, as in [`crate::flows`].
+/// `src` numbers of the GPU tables, as in `crate::flows`.
 pub const SRC_KERNEL: i64 = 0;
 pub const SRC_MEMCPY: i64 = 1;
 pub const SRC_MEMSET: i64 = 2;
@@ -126,7 +127,7 @@ pub struct Span<'a> {
     /// [`String::from_utf8_lossy`] does).
     pub text: Option<Cow<'a, str>>,
     /// The text's number, where the projection numbered it: the number the NVTX reader's
-    /// slices of the same range carry (see [`Feed::row`]).
+    /// slices of the same range carry (see `Feed::row`).
     pub text_no: Option<TextNo>,
     /// The range's `textId` (`None` when NULL).
     pub name_id: Option<i64>,

@@ -8,9 +8,10 @@ use super::{
     SpanRecord, nvtx_usable,
 };
 use crate::flows::Launches;
-use crate::nvtx_type::{PUSH_POP, START_END};
+use crate::names::nvtx_type::{PUSH_POP, START_END};
+use crate::names::{DRIVER, RUNTIME};
 use crate::runs::{Named, NearlySorted, Sorter, Spill};
-use crate::{DRIVER, RUNTIME, Schema};
+use crate::schema::Schema;
 use anyhow::Result;
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
@@ -18,7 +19,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 impl Projected {
-    /// Compute the projection from the launches [`crate::flows::prepare`] found, or
+    /// Compute the projection from the launches `crate::flows::prepare` found, or
     /// `None` when the export lacks NVTX ranges (or there are no launches).
     pub fn build(
         conn: &Connection,
@@ -53,7 +54,7 @@ impl Projected {
         ))?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
-            let i = |k| crate::int_at(r, k);
+            let i = |k| crate::cells::int_at(r, k);
             let (Some(gpu_start), Some(gpu_end), Some(global_tid), Some(device)) =
                 (i(0), i(1), i(5), i(3))
             else {
@@ -82,7 +83,8 @@ impl Projected {
         let mut st = conn.prepare(&format!("SELECT src, rid, ranges FROM {KERNEL_NVTX}"))?;
         let mut rows = st.query([])?;
         while let Some(r) = rows.next()? {
-            let (Some(src), Some(rid)) = (crate::int_at(r, 0), crate::int_at(r, 1)) else {
+            let (Some(src), Some(rid)) = (crate::cells::int_at(r, 0), crate::cells::int_at(r, 1))
+            else {
                 continue;
             };
             if let (Some(k), ValueRef::Text(b) | ValueRef::Blob(b)) =
@@ -131,7 +133,7 @@ impl SqlTables {
             .filter(|(_, t)| crate::flows::gpu_projects(schema, t))
             .collect();
         let (dir, path, conn) =
-            crate::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
+            crate::scratch::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
         let mut sql = String::from(
             "BEGIN;
              CREATE TABLE api_first(pkey INTEGER, corr INTEGER, tid INTEGER, start INTEGER, \
@@ -182,7 +184,7 @@ pub(super) fn project_sql(
              JOIN api_first a ON a.pkey = g.globalPid >> 24 AND a.corr = g.correlationId \
              WHERE g.deviceId IS NOT NULL AND g.\"end\" >= g.start \
              AND g.start >= -{max} AND g.\"end\" <= {max};\n",
-            max = crate::MAX_TIME
+            max = crate::cells::MAX_TIME
         );
     }
     let RangeCols {
@@ -233,7 +235,7 @@ pub(super) fn project_sql(
          INSERT INTO {KERNEL_NVTX} SELECT g.src, g.rid, n.ranges FROM gpu_link g \
            JOIN launch_nvtx n ON n.pkey = g.pkey AND n.corr = g.corr ORDER BY g.src, g.rid;
          DROP TABLE launch_nvtx; DROP TABLE launch; DROP TABLE launch_dev; DROP TABLE gpu_link;",
-        max = crate::MAX_TIME
+        max = crate::cells::MAX_TIME
     );
     conn.execute_batch(&sql)?;
     let count = |sql: &str| -> rusqlite::Result<u64> {

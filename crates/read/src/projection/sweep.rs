@@ -3,7 +3,7 @@
 
 use super::names::{Names, Text, carry};
 use super::{Abort, Counts, KernelRecord, Projected, RANGE_SEPARATOR, Span, SpanRecord, Stop};
-use crate::nvtx_type::PUSH_POP;
+use crate::names::nvtx_type::PUSH_POP;
 use crate::order::Reorder;
 use crate::runs::{Named, NearlySorted, Sorted, Sorter, Spill};
 use anyhow::Result;

@@ -7,8 +7,8 @@ use super::{
     KERNEL_NVTX, NVTX_GPU, PROJ_DB, Projected, RangeCols, SRC_KERNEL, SRC_MEMCPY, SRC_MEMSET, Span,
     nvtx_usable,
 };
-use crate::Schema;
 use crate::runs::Named;
+use crate::schema::Schema;
 use anyhow::Result;
 use rusqlite::Connection;
 use rusqlite::types::{ToSqlOutput, ValueRef};
@@ -46,7 +46,7 @@ impl Projection {
         if !nvtx_usable(schema) {
             return Ok(None);
         }
-        let conn = crate::open_readonly(&schema.path)?;
+        let conn = crate::connection::open_readonly(&schema.path)?;
         let nothing = nsys_perfetto_model::select::Selection {
             types: Default::default(),
             ..Default::default()
@@ -75,7 +75,7 @@ impl Projection {
 
     /// Attach the tables, read-only, to a connection as schema [`PROJ_DB`].
     pub fn attach(&self, conn: &Connection) -> Result<()> {
-        let uri = crate::sqlite_uri(&self.path, "mode=ro");
+        let uri = crate::connection::sqlite_uri(&self.path, "mode=ro");
         conn.execute(&format!("ATTACH DATABASE ?1 AS {PROJ_DB}"), [uri])?;
         Ok(())
     }
@@ -90,7 +90,7 @@ impl Projected {
     /// Write the streams as the tables.
     fn into_tables(self, schema: &Schema) -> Result<SqlTables> {
         let (dir, path, conn) =
-            crate::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
+            crate::scratch::scratch_db(schema, "nsys-perfetto-proj-", "projection.sqlite")?;
         conn.execute_batch("PRAGMA page_size = 16384;")?;
         SqlTables::create(&conn, &RangeCols::new(schema))?;
         conn.execute_batch("DETACH DATABASE src; BEGIN;")?;

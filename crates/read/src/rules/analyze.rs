@@ -6,8 +6,11 @@ use super::gpu_ops::{CHUNKS, chunks, gaps, read_ops, whole};
 use super::{
     Blame, CHUNK_COUNTS, Finding, Options, Outcome, PROFILER_OVERHEAD, Rule, RuleReport, Value,
 };
-use crate::nvtx_type::{DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END};
-use crate::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, Schema};
+use crate::names::nvtx_type::{
+    DOMAIN_CREATE, NVTXT_PUSH_POP, NVTXT_START_END, PUSH_POP, START_END,
+};
+use crate::names::{KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME};
+use crate::schema::Schema;
 use anyhow::{Result, bail};
 use rusqlite::Connection;
 use rusqlite::types::ValueRef;
@@ -15,7 +18,7 @@ use std::path::Path;
 
 /// Run the rules of `opts` on an nsys SQLite export.
 pub fn analyze_sqlite(path: &Path, opts: &Options) -> Result<Vec<RuleReport>> {
-    let (conn, schema) = crate::open_schema(path)?;
+    let (conn, schema) = crate::schema::open_schema(path)?;
     schema.read_through(analyze(&conn, &schema, opts))
 }
 

@@ -3,7 +3,7 @@
 
 use super::analyze::analyze;
 use super::{CSV_COLUMNS, Finding, Options, Outcome, RULES, Rule, Value};
-use crate::Schema;
+use crate::schema::Schema;
 use anyhow::Result;
 
 /// The findings a conversion draws: every rule with nsys' defaults, each finding with the flow
@@ -35,7 +35,7 @@ fn finding_flow(n: u64) -> u64 {
 
 /// Run every rule (nsys' defaults) on a conversion's export.
 pub fn for_trace(schema: &Schema) -> Result<TraceFindings> {
-    let conn = crate::open_readonly(&schema.path)?;
+    let conn = crate::connection::open_readonly(&schema.path)?;
     let reports = analyze(&conn, schema, &Options::default())?;
     let mut out = TraceFindings::default();
     let mut n = 0;

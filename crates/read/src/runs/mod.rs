@@ -198,7 +198,7 @@ pub struct Spill {
 impl Spill {
     fn file(&mut self) -> Result<(PathBuf, File)> {
         if self.dir.is_none() {
-            self.dir = Some(crate::scratch_dir("nsys-perfetto-")?);
+            self.dir = Some(crate::scratch::scratch_dir("nsys-perfetto-")?);
         }
         let dir = self.dir.as_ref().expect("created above");
         self.next += 1;
@@ -267,11 +267,6 @@ impl<R: Record> Sorter<R> {
             self.write_run(spill)?;
         }
         Ok(())
-    }
-
-    /// Records pushed so far that are still in memory or in runs.
-    pub fn is_empty(&self) -> bool {
-        self.chunk.is_empty() && self.runs.is_empty()
     }
 
     /// The order of the late records: `None` when sorted in place, else their places.

@@ -14,9 +14,7 @@ use super::{Counter, Placement, Router};
 use crate::output::{CounterTrack, CustomTrack, EventWriter, WellKnown};
 use anyhow::Result;
 use nsys_perfetto_model::category::Category;
-use nsys_perfetto_model::model::{
-    CounterKey, CounterOwner, CounterSample, CpuSample, EventSink, with_source,
-};
+use nsys_perfetto_model::model::{CounterKey, CounterOwner, CounterSample, CpuSample, with_source};
 
 impl<W: EventWriter> Router<'_, W> {
     pub(super) fn place_counter(&mut self, key: &CounterKey<'_>, s: CounterSample) -> Result<()> {
@@ -32,10 +30,7 @@ impl<W: EventWriter> Router<'_, W> {
         };
         let ts = s.ts + offset;
         if ts < 0 {
-            self.skip(
-                nsys_perfetto_model::model::EARLY_ROWS.0,
-                nsys_perfetto_model::model::EARLY_ROWS.1,
-            );
+            self.skip_early();
             return Ok(());
         }
         let tracks = self.counters.entry(owner).or_default();
@@ -126,10 +121,7 @@ impl<W: EventWriter> Router<'_, W> {
         let Placement { source, offset, .. } = self.placement;
         let ts = s.ts + offset;
         if ts < 0 {
-            self.skip(
-                nsys_perfetto_model::model::EARLY_ROWS.0,
-                nsys_perfetto_model::model::EARLY_ROWS.1,
-            );
+            self.skip_early();
             return Ok(());
         }
         let global_tid = with_source(s.global_tid, source);

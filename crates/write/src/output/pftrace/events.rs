@@ -133,12 +133,7 @@ impl ProtoWriter {
             self.clear_state(group, track, ts, false);
         }
         let seq = &mut self.seqs.list[at];
-        debug_assert!(
-            ev.start >= seq.last_ts,
-            "layout keeps each sequence in time order"
-        );
-        let delta = (ev.start - seq.last_ts).max(0) as u64;
-        seq.last_ts = ev.start;
+        let delta = seq.advance(ev.start);
         let out = &mut self.out.data;
         let start = out.len();
         // Only the sequence's first packet carries flags (it clears the incremental state);
@@ -199,12 +194,7 @@ impl ProtoWriter {
     #[inline]
     pub(super) fn end_packet(&mut self, group: u32, lane: u64, lane0: bool, ts: i64) {
         let seq = self.seqs.get_mut(group).expect("group opened before use");
-        debug_assert!(
-            ts >= seq.last_ts,
-            "layout keeps each sequence in time order"
-        );
-        let delta = (ts - seq.last_ts).max(0) as u64;
-        seq.last_ts = ts;
+        let delta = seq.advance(ts);
         let ev_len = field_len(tag::TYPE, track_event::Type::SliceEnd as u64)
             + if lane0 {
                 0

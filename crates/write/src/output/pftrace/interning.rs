@@ -437,6 +437,19 @@ impl Interning {
 }
 
 impl Sequence {
+    /// Move the sequence's clock on to `ts` (layout keeps each sequence in time order): the
+    /// delta its packet at `ts` carries.
+    #[inline]
+    pub(super) fn advance(&mut self, ts: i64) -> u64 {
+        debug_assert!(
+            ts >= self.last_ts,
+            "layout keeps each sequence in time order"
+        );
+        let delta = (ts - self.last_ts).max(0) as u64;
+        self.last_ts = ts;
+        delta
+    }
+
     /// Count a new name or value; its iid.
     pub(super) fn next(&mut self, value: bool) -> u32 {
         let n = if value {

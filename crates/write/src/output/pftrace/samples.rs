@@ -80,12 +80,7 @@ impl ProtoWriter {
 
     pub(super) fn write_counter(&mut self, group: u32, ts: i64, value: CounterValue) {
         let seq = self.seqs.get_mut(group).expect("group opened before use");
-        debug_assert!(
-            ts >= seq.last_ts,
-            "layout keeps each counter sequence in order"
-        );
-        let delta = (ts - seq.last_ts).max(0) as u64;
-        seq.last_ts = ts;
+        let delta = seq.advance(ts);
         let value = match value {
             CounterValue::Int(v) => track_event::CounterValueField::CounterValue(v),
             CounterValue::Double(v) => track_event::CounterValueField::DoubleCounterValue(v),
