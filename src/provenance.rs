@@ -71,8 +71,11 @@ fn files_of(path: &Path) -> std::io::Result<Vec<std::path::PathBuf>> {
     }
     let mut files = Vec::new();
     for entry in std::fs::read_dir(path)? {
-        let p = entry?.path();
-        if std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
+        let entry = entry?;
+        let p = entry.path();
+        // The listing tells a file's type without a stat; a link is followed.
+        let t = entry.file_type()?;
+        if t.is_file() || t.is_symlink() && std::fs::metadata(&p).is_ok_and(|m| m.is_file()) {
             files.push(p);
         }
     }

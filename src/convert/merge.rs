@@ -358,7 +358,8 @@ fn convert_part(
 ) -> Result<(std::fs::File, Summary)> {
     use std::io::Seek;
     let named = |e: anyhow::Error| anyhow!("{}: {}", path.display(), error_line(&e));
-    let mut export = Export::open(path, opts.check).map_err(named)?;
+    // The merge's clock pass found the report's earliest time: its floor.
+    let mut export = Export::open_placed(path, opts.check, part.floor).map_err(named)?;
     export.set_label(part.label.to_string());
     let mut spool = tempfile::tempfile_in(spool_dir).map_err(|e| write_error(spool_dir, &e))?;
     let sink = spool.try_clone().map_err(|e| write_error(spool_dir, &e))?;

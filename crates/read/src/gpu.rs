@@ -49,8 +49,9 @@ impl Kind {
     }
 }
 
-/// Common columns first, then up to `EXTRA` kind-specific ones.
-const COMMON: [&str; 7] = [
+/// Common columns first, then up to `EXTRA` kind-specific ones (a sync row starts with the
+/// same columns).
+pub(crate) const COMMON: [&str; 7] = [
     "start",
     "end",
     "deviceId",

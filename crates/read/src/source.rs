@@ -50,6 +50,18 @@ impl Export {
     /// Check the file, read its schema and small lookup tables. Errors are one line.
     /// With `check`, SQLite's `PRAGMA quick_check` runs first and a damaged file is refused.
     pub fn open(path: &Path, check: bool) -> Result<Export> {
+        Export::open_placing(path, check, None)
+    }
+
+    /// [`Export::open`] of an export whose earliest time (relative to its session start, at
+    /// most 0) an earlier opening found: a merge opens each report for its clock, then again
+    /// to convert it, and the second opening need not look for the earliest rows again.
+    pub fn open_placed(path: &Path, check: bool, earliest_ns: i64) -> Result<Export> {
+        Export::open_placing(path, check, Some(earliest_ns))
+    }
+
+    /// [`Export::open`], looking for the earliest rows where `earliest_ns` does not say.
+    fn open_placing(path: &Path, check: bool, earliest_ns: Option<i64>) -> Result<Export> {
         let shm = super::connection::ShmGuard::new(path);
         let (conn, schema) = open_schema(path)?;
         let opened = (|| {
@@ -58,7 +70,10 @@ impl Export {
             }
             let mut info = ProfileInfo::load(&conn, &schema)
                 .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
-            let earliest = earliest_time(&conn, &schema)?;
+            let earliest = match earliest_ns {
+                Some(known) => Some(known),
+                None => earliest_time(&conn, &schema)?,
+            };
             if let Some(desc) = Arc::get_mut(&mut info.desc) {
                 desc.earliest_ns = earliest.filter(|t| *t < 0);
             }

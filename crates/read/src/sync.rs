@@ -2,6 +2,7 @@
 //! context synchronization waited, on a "sync" track beside its stream.
 
 use super::cells::int_at;
+use super::gpu::COMMON;
 use super::info::ProfileInfo;
 use super::names::SYNC;
 use super::order::{REORDER_WINDOW, Reorder};
@@ -13,18 +14,6 @@ use nsys_perfetto_model::model::EventSink;
 use nsys_perfetto_model::model::{ArgList, ArgValue, Event, FastHash, Flows, GroupKey, Name};
 use nsys_perfetto_model::select::Selection;
 use std::collections::HashMap;
-
-const COLS: [&str; 9] = [
-    "start",
-    "end",
-    "deviceId",
-    "globalPid",
-    "streamId",
-    "contextId",
-    "correlationId",
-    "syncType",
-    "eventId",
-];
 
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     if !cx.wants(EventType::Sync, SYNC, &["start", "end"]) {
@@ -40,7 +29,8 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
         None,
     );
     let mut rows = Scan::new(schema, SYNC)
-        .cols(schema, &COLS)
+        .cols(schema, &COMMON)
+        .cols(schema, &["syncType", "eventId"])
         .filter(filter)
         .by_rowid()
         .open(conn, schema)?;

@@ -16,6 +16,15 @@ pub(crate) fn changed(how: &str) -> anyhow::Error {
     )
 }
 
+/// The error of a stream that cannot be read as Arrow IPC (`what`: the decoder's or a check's
+/// words).
+pub(super) fn damaged(what: &str) -> anyhow::Error {
+    anyhow!(
+        "not a readable Arrow IPC stream ({}): a damaged or truncated file; export the report again",
+        one_line(what)
+    )
+}
+
 /// `text` on one line: the flatbuffer verifier's report of a damaged header runs over several,
 /// each indented.
 pub(crate) fn one_line(text: &str) -> String {
@@ -152,6 +161,10 @@ pub(super) fn walked_streams(file: &Path, m: &std::fs::Metadata) -> Result<Vec<P
     Ok(places)
 }
 
+/// Far above any message header nsys writes (a schema with every column's description is a few
+/// kB): a larger one is a damaged length, not worth reading into memory.
+pub(super) const MAX_HEADER: usize = 16 << 20;
+
 /// The streams of an `.arrows` file: each one's table name and bytes, found by reading the
 /// messages' headers (their bodies are skipped, not read; nothing is mapped, so a large file's
 /// page-cache folios are not mapped whole around each header). The streams are checked as
@@ -159,18 +172,9 @@ pub(super) fn walked_streams(file: &Path, m: &std::fs::Metadata) -> Result<Vec<P
 /// end-of-stream marker.
 pub(super) fn streams(file: &Path) -> Result<Vec<Place>> {
     use std::os::unix::fs::FileExt;
-    /// Far above any header nsys writes (a schema with every column's description is a few
-    /// kB): a larger one is a damaged length, not worth reading into memory.
-    pub(super) const MAX_HEADER: usize = 16 << 20;
     let f = std::fs::File::open(file).map_err(|e| anyhow!("cannot read: {e}"))?;
     let walked = stamp(&f.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
     let size = usize::try_from(walked.0).map_err(|_| anyhow!("a file too large to read"))?;
-    let damaged = |what: &str| {
-        anyhow!(
-            "not a readable Arrow IPC stream ({}): a damaged or truncated file; export the report again",
-            one_line(what)
-        )
-    };
     let read = |at: usize, buf: &mut [u8]| -> Result<()> {
         f.read_exact_at(buf, at as u64)
             .map_err(|e| anyhow!("cannot read: {e}"))
@@ -266,11 +270,15 @@ pub(super) fn streams(file: &Path) -> Result<Vec<Place>> {
 pub(super) fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
     let mut tables = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| anyhow!("cannot read the directory: {e}"))? {
-        let path = entry
-            .map_err(|e| anyhow!("cannot read the directory: {e}"))?
-            .path();
+        let entry = entry.map_err(|e| anyhow!("cannot read the directory: {e}"))?;
+        let path = entry.path();
+        // The directory's listing tells a file's type (no stat a table, each time an export is
+        // listed); a link is followed.
+        let is_file = |t: std::fs::FileType| {
+            t.is_file() || t.is_symlink() && std::fs::metadata(&path).is_ok_and(|m| m.is_file())
+        };
         if path.extension().is_some_and(|e| e == EXTENSION)
-            && std::fs::metadata(&path).is_ok_and(|m| m.is_file())
+            && entry.file_type().is_ok_and(is_file)
             && let Some(name) = path.file_stem().and_then(|s| s.to_str())
         {
             tables.push((name.to_string(), path));

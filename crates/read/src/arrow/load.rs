@@ -4,7 +4,8 @@
 use super::check::{check_layout, sql_columns, stream};
 use super::column::{Column, Data, ascending};
 use super::files::{
-    EXTENSION, Place, Stamp, change, change_since, changed, one_line, stamp, walked_streams,
+    EXTENSION, MAX_HEADER, Place, Stamp, change, change_since, changed, damaged, one_line, stamp,
+    walked_streams,
 };
 
 use anyhow::{Result, anyhow, bail};
@@ -78,6 +79,110 @@ pub(super) fn place(export: &Path, table: &str) -> Result<Place> {
     })
 }
 
+/// A table of an open export (see [`super::Tables`]): where it lies, its columns (from its
+/// schema alone), its file's stamp when the export was opened, and the table itself once a
+/// reader has loaded it, held while the export is open. An export has tens of tables and a
+/// conversion or recipe reads a few: each is loaded (mapped, decoded, checked) on first use.
+pub(super) struct Opened {
+    pub(super) place: Place,
+    pub(super) columns: Vec<(String, &'static str)>,
+    pub(super) stamp: Stamp,
+    pub(super) table: std::sync::OnceLock<Arc<Table>>,
+}
+
+impl Opened {
+    /// The table at `place` as the export's opening finds it: its schema read, its file
+    /// stamped.
+    pub(super) fn open(place: Place) -> Result<Opened> {
+        let (columns, stamp) = schema_of(&place)?;
+        Ok(Opened {
+            place,
+            columns,
+            stamp,
+            table: Default::default(),
+        })
+    }
+
+    /// An error naming the table's file where it changed since the export was opened (or, once
+    /// loaded, since it was loaded: see [`Table::change`]).
+    pub(super) fn unchanged(&self) -> Result<()> {
+        match self.table.get() {
+            Some(t) => t.unchanged(),
+            None => match change_since(&self.place.file, self.stamp) {
+                Some(how) => Err(self.place.changed(how)),
+                None => Ok(()),
+            },
+        }
+    }
+}
+
+/// The exports open in this process (each a [`super::Tables`]'s tables): a table is loaded for
+/// the first time only from the file the export's opening stamped.
+pub(super) static OPENED: Mutex<Vec<std::sync::Weak<Vec<Opened>>>> = Mutex::new(Vec::new());
+
+/// The open export that holds the table at `place`, and its index there.
+fn opened(place: &Place) -> Option<(Arc<Vec<Opened>>, usize)> {
+    let mut open = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    open.retain(|o| o.strong_count() > 0);
+    open.iter().filter_map(|o| o.upgrade()).find_map(|tables| {
+        let i = tables
+            .iter()
+            .position(|o| o.place.table == place.table && o.place == *place)?;
+        Some((tables, i))
+    })
+}
+
+/// The columns of the table at `place` from its stream's schema (its first message, read
+/// alone: the batches are read and checked when the table is loaded), and the stamp of its file
+/// as it was read.
+fn schema_of(place: &Place) -> Result<(Vec<(String, &'static str)>, Stamp)> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
+    let stamp = stamp(&file.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
+    if let Some(how) = place.walked.and_then(|w| change(w, stamp)) {
+        return Err(changed(how));
+    }
+    let (start, end) = match &place.bytes {
+        Some(bytes) => (bytes.start, bytes.end),
+        None => (0, stamp.0),
+    };
+    let read = |at: u64, len: usize| -> Result<Vec<u8>> {
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, start + at)
+            .map_err(|e| anyhow!("cannot read: {e}"))?;
+        Ok(buf)
+    };
+    let size = end.saturating_sub(start);
+    let truncated = || damaged("the stream is truncated");
+    if size < 8 {
+        return Err(truncated());
+    }
+    // The continuation marker, then the header's length (or, in the format before it, the
+    // length alone).
+    let prefix = read(0, 8)?;
+    let word = |at: usize| i32::from_le_bytes(prefix[at..at + 4].try_into().expect("4 bytes"));
+    let (at, len) = match word(0) {
+        -1 => (8u64, word(4)),
+        len => (4u64, len),
+    };
+    let len = usize::try_from(len)
+        .ok()
+        .filter(|&l| l > 0)
+        .ok_or_else(|| damaged("a stream that does not begin with a schema"))?;
+    if len > MAX_HEADER || at + len as u64 > size {
+        return Err(damaged("a message runs past the end of the file"));
+    }
+    let header = read(at, len)?;
+    let message = arrow_ipc::root_as_message(&header)
+        .map_err(|e| damaged(&format!("a message's header is damaged: {e}")))?;
+    let schema = message
+        .header_as_schema()
+        .ok_or_else(|| damaged("a stream that does not begin with a schema"))?;
+    let schema = arrow_ipc::convert::try_fb_to_schema(schema)
+        .map_err(|e| damaged(&format!("the schema is damaged: {e}")))?;
+    Ok((sql_columns(&schema)?, stamp))
+}
+
 /// One table: its record batches, decoded in place from the mapped file.
 pub(super) struct Table {
     /// Column names and declared SQLite types.
@@ -137,38 +242,64 @@ pub(super) static LOADED: Mutex<Vec<(Place, Stamp, std::sync::Weak<Table>)>> =
 
 impl Table {
     /// The table at `place`, shared with any other user of the same table.
+    /// A table of an open export is loaded from the file its opening stamped, and held while
+    /// the export is open.
     pub(super) fn shared(place: &Place) -> Result<Arc<Table>> {
         let mut loaded = LOADED.lock().unwrap_or_else(|e| e.into_inner());
         loaded.retain(|(_, _, t)| t.strong_count() > 0);
+        let opened = opened(place);
         let m = match std::fs::metadata(&place.file) {
             Ok(m) => m,
-            // Gone while a reader of this process reads it.
-            Err(_) if loaded.iter().any(|(p, _, _)| p == place) => {
+            // Gone while this process reads its export.
+            Err(_) if opened.is_some() || loaded.iter().any(|(p, _, _)| p == place) => {
                 return Err(changed("removed"));
             }
             Err(e) => bail!("cannot read: {e}"),
         };
         let stamp = stamp(&m);
+        let since_opened = |now: Stamp| {
+            let (tables, i) = opened.as_ref()?;
+            change(tables[*i].stamp, now)
+        };
+        if let Some(how) = since_opened(stamp) {
+            return Err(changed(how));
+        }
         // The stamp first: comparing paths compares their components.
-        if let Some(t) = loaded
+        let found = loaded
             .iter()
             .find(|(p, s, _)| *s == stamp && p == place)
-            .and_then(|(_, _, t)| t.upgrade())
-        {
+            .and_then(|(_, _, t)| t.upgrade());
+        let pin = |t: &Arc<Table>| {
+            if let Some((tables, i)) = &opened {
+                let _ = tables[*i].table.set(t.clone());
+            }
+        };
+        if let Some(t) = found {
+            pin(&t);
             return Ok(t);
         }
         let t = match Table::load(place) {
             Ok(t) => Arc::new(t),
-            // A table of this file in use, whose file changed since it was loaded: what went
-            // wrong is the change, not damage. (One that loads is read anew; the conversion's
-            // check at its end tells the change.)
+            // A table of this file in use, or of an open export, whose file changed since it
+            // was loaded or opened: what went wrong is the change, not damage. (One that loads
+            // is read anew; the conversion's check at its end tells the change.)
             Err(e) => {
+                if let Some((tables, i)) = &opened
+                    && let Some(how) = change_since(&place.file, tables[*i].stamp)
+                {
+                    return Err(changed(how));
+                }
                 let mut in_use = loaded.iter().filter(|(p, _, _)| p == place);
                 return Err(in_use
                     .find_map(|(_, _, t)| t.upgrade()?.change())
                     .map_or(e, changed));
             }
         };
+        // Stamped again as it was loaded: the file may have changed since the look above.
+        if let Some(how) = since_opened(t.source.stamp) {
+            return Err(changed(how));
+        }
+        pin(&t);
         loaded.push((place.clone(), stamp, Arc::downgrade(&t)));
         Ok(t)
     }

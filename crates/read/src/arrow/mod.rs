@@ -18,7 +18,7 @@ mod vtab;
 
 use anyhow::{Result, anyhow};
 use files::places;
-use load::{Table, place};
+use load::{OPENED, Opened, Table, place};
 use rusqlite::Connection;
 use rusqlite::vtab::Module;
 use std::path::Path;
@@ -38,41 +38,51 @@ pub fn max_rowid(export: &Path, table: &str) -> Result<Option<i64>> {
     }))
 }
 
-/// Every table of an Arrow export, loaded (each file checked) once: while this is held, the
-/// connections and scans of a conversion find each table loaded (`Table::shared`).
-pub struct Tables(Vec<(String, Arc<Table>)>);
+/// Every table of an Arrow export, open: each one's schema read and its file stamped at once,
+/// the table itself loaded (mapped, decoded, checked) on a reader's first use and held while
+/// this is: the connections and scans of a conversion share it (`Table::shared`). A table read
+/// is loaded only from the file as it was opened; one changed since, read or not, is an error
+/// of [`Tables::unchanged`].
+pub struct Tables(Arc<Vec<Opened>>);
 
 impl std::fmt::Debug for Tables {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_list()
-            .entries(self.0.iter().map(|(n, _)| n))
+            .entries(self.0.iter().map(|o| &o.place.table))
             .finish()
     }
 }
 
 impl Tables {
-    /// Load every table of the export `export` (a directory, or an `.arrows` file). Errors
+    /// Open every table of the export `export` (a directory, or an `.arrows` file). Errors
     /// name the file (and the table, in an `.arrows` file) and the problem in one line.
     pub fn load(export: &Path) -> Result<Tables> {
         let mut tables = Vec::new();
         for place in places(export)? {
-            let t = Table::shared(&place).map_err(|e| anyhow!("{place}: {e:#}"))?;
-            tables.push((place.table, t));
+            let shown = place.to_string();
+            tables.push(Opened::open(place).map_err(|e| anyhow!("{shown}: {e:#}"))?);
         }
+        let tables = Arc::new(tables);
+        let mut open = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|o| o.strong_count() > 0);
+        open.push(Arc::downgrade(&tables));
         Ok(Tables(tables))
     }
 
-    /// An error naming the first table whose file changed since it was loaded (see
+    /// An error naming the first table whose file changed since it was opened or loaded (see
     /// `Table::change`): what was read of it may not be the file's.
     pub fn unchanged(&self) -> Result<()> {
-        self.0.iter().try_for_each(|(_, t)| t.unchanged())
+        self.0.iter().try_for_each(Opened::unchanged)
     }
 
     /// Each table's name and column names.
     pub fn columns(&self) -> impl Iterator<Item = (&str, impl Iterator<Item = &str>)> {
-        self.0
-            .iter()
-            .map(|(n, t)| (n.as_str(), t.columns.iter().map(|(c, _)| c.as_str())))
+        self.0.iter().map(|o| {
+            (
+                o.place.table.as_str(),
+                o.columns.iter().map(|(c, _)| c.as_str()),
+            )
+        })
     }
 }
 
@@ -290,6 +300,64 @@ mod tests {
         }
         assert_eq!(row, total);
         assert!(scan.next().is_none());
+    }
+
+    /// Opening an export reads its tables' schemas alone; a table is loaded on first use, and
+    /// only from the file its opening stamped: one replaced or removed in between is told as
+    /// changed, by its first use and by the check at the end of a run alike.
+    #[test]
+    fn tables_load_on_first_use_from_the_files_opened() {
+        let dir = tempfile::tempdir().unwrap();
+        for t in ["A", "B", "C"] {
+            std::fs::write(dir.path().join(format!("{t}.arrow")), stream()).unwrap();
+        }
+        let tables = Tables::load(dir.path()).unwrap();
+        let columns: Vec<(&str, Vec<&str>)> =
+            tables.columns().map(|(t, c)| (t, c.collect())).collect();
+        assert_eq!(
+            columns,
+            ["A", "B", "C"].map(|t| (t, vec!["name", "n"])).to_vec()
+        );
+        let is_loaded = |t: &str| {
+            tables
+                .0
+                .iter()
+                .any(|o| o.place.table == t && o.table.get().is_some())
+        };
+        assert!(!is_loaded("A") && !is_loaded("B"));
+        let a = Table::shared(&place(dir.path(), "A").unwrap()).unwrap();
+        assert_eq!(a.rows, 3);
+        assert!(is_loaded("A") && !is_loaded("B"));
+        tables.unchanged().unwrap();
+
+        // B replaced (a new file renamed over it) before anything read it.
+        let new = dir.path().join("B.new");
+        std::fs::write(&new, stream()).unwrap();
+        std::fs::rename(&new, dir.path().join("B.arrow")).unwrap();
+        let e = Table::shared(&place(dir.path(), "B").unwrap())
+            .err()
+            .unwrap();
+        assert_eq!(
+            e.to_string().split(':').next(),
+            Some("changed while it was read"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("replaced"), "{e}");
+        let e = tables.unchanged().err().unwrap().to_string();
+        assert!(
+            e.starts_with("B.arrow: changed while it was read: replaced"),
+            "{e}"
+        );
+
+        // C removed before anything read it.
+        std::fs::remove_file(dir.path().join("C.arrow")).unwrap();
+        let e = Table::shared(&place(dir.path(), "C").unwrap())
+            .err()
+            .unwrap();
+        assert!(
+            e.to_string().contains("changed while it was read: removed"),
+            "{e}"
+        );
     }
 
     /// Cut anywhere, the stream fails to load, or loads whole where it is cut between messages
