@@ -3,7 +3,8 @@
 
 use crate::args::NsysArgs;
 use crate::outcome::Outcome;
-use crate::workflow::recipe::{RECIPES, Recipe, RecipeOptions, csv, table_text, write_parquet};
+use crate::workflow::recipe::render::{csv, table_text, write_parquet};
+use crate::workflow::recipe::{RECIPES, Recipe, RecipeOptions};
 use anyhow::{Result, bail};
 use std::path::PathBuf;
 

@@ -592,7 +592,7 @@ fn convert_upload(state: &Arc<State>, req: &mut Request) -> Response {
         }
     };
     job.set_phase("stats");
-    let stats = match crate::workflow::stats::stats(
+    let stats = match crate::workflow::stats::query::stats(
         &export,
         &crate::workflow::stats::StatsOptions {
             top: 10,

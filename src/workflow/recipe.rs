@@ -28,14 +28,12 @@
 
 mod describe;
 pub mod ranks;
-mod render;
+pub mod render;
 mod reports;
 mod utilization;
 
 use nsys_perfetto_read::reports::Cell;
 use std::path::Path;
-
-pub use render::{csv, table_text, write_parquet};
 
 /// A recipe computed here.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,20 +11,16 @@
 //! names every range `aten::mul, seq = 45328, op_id = 990726`, so a profile of 19 k ranges had
 //! 18 k distinct names and the top of the table taught nothing. `--raw-names` keeps them apart.
 //!
-//! `stats A B` compares two profiles name by name ([`compare`]): count and total of each, and the
+//! `stats A B` compares two profiles name by name ([`compare`](comparison::compare)): count and total of each, and the
 //! change from A to B.
 //!
 //! The data is declared here; `stats/query.rs` computes it from an export, `stats/render.rs`
 //! prints it (table, CSV, JSON), `stats/comparison.rs` compares two profiles;
 //! `commands/stats.rs` runs the command.
 
-mod comparison;
-mod query;
-mod render;
-
-pub use comparison::{CompareRow, CompareSection, Comparison, compare};
-pub use query::{stats, stats_of, stats_with};
-pub use render::report_table;
+pub mod comparison;
+pub mod query;
+pub mod render;
 
 use nsys_perfetto_read::reports::totals::Kind;
 use nsys_perfetto_read::reports::{KernelNames, ReportName, ReportTable};

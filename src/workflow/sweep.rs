@@ -12,7 +12,8 @@
 //! when it has neither; an error, before the other runs, when it has none of these).
 
 use super::extract::{Extract, extract_of};
-use super::stats::{StatsOptions, stats_of};
+use super::stats::StatsOptions;
+use super::stats::query::stats_of;
 use super::{Pattern, Table, Unit, csv_line, plain_f64};
 use crate::input::{self, Opened};
 use anyhow::{Context, Result, bail};

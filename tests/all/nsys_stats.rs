@@ -8,7 +8,8 @@
 use crate::common::{corpus_dir, manifest_dir, skip};
 use nsys_perfetto::report::{self, finding::Nsys};
 use nsys_perfetto::workflow::reports::csv;
-use nsys_perfetto::workflow::stats::{ReportChoice, StatsOptions, stats_with};
+use nsys_perfetto::workflow::stats::query::stats_with;
+use nsys_perfetto::workflow::stats::{ReportChoice, StatsOptions};
 use nsys_perfetto_read::reports::{KernelNames, REPORTS, ReportName, report_name};
 use std::collections::BTreeMap;
 use std::io::Read as _;
@@ -531,7 +532,8 @@ fn gpu_metrics_carry_units() {
         return;
     };
     let input = corpus.join("als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite");
-    let st = nsys_perfetto::workflow::stats::stats(&input, &StatsOptions::default()).unwrap();
+    let st =
+        nsys_perfetto::workflow::stats::query::stats(&input, &StatsOptions::default()).unwrap();
     assert_eq!(st.gpu_metrics.len(), 18);
     for m in &st.gpu_metrics {
         match m.unit {

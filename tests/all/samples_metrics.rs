@@ -468,7 +468,8 @@ fn sample_interning_is_bounded_and_restarts_cleanly() {
 /// metric's mean, min and max, checked against the raw rows counted here.
 #[test]
 fn stats_top_sampled_functions_and_metric_averages() {
-    use nsys_perfetto::workflow::stats::{StatsOptions, stats};
+    use nsys_perfetto::workflow::stats::StatsOptions;
+    use nsys_perfetto::workflow::stats::query::stats;
     use std::collections::HashMap;
     let Some(dir) = crate::common::corpus_dir() else {
         crate::common::skip("corpus", "the corpus is absent");

@@ -623,7 +623,7 @@ fn stats_count_page_faults_per_process() {
             .unwrap()
             .map(Result::unwrap)
             .collect();
-        let st = stats::stats(
+        let st = stats::query::stats(
             f,
             &StatsOptions {
                 top: 1,

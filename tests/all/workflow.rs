@@ -936,7 +936,7 @@ fn stats_match_sql_on_every_export() {
         return;
     }
     for p in &files {
-        let st = stats::stats(
+        let st = stats::query::stats(
             p,
             &StatsOptions {
                 top: 0,
@@ -954,7 +954,7 @@ fn stats_top_keeps_the_largest() {
     let Some(p) = corpus_file("GindaChen__nsys-ai__h100_2gpu_1s.sqlite") else {
         return;
     };
-    let all = stats::stats(
+    let all = stats::query::stats(
         &p,
         &StatsOptions {
             top: 0,
@@ -962,7 +962,7 @@ fn stats_top_keeps_the_largest() {
         },
     )
     .unwrap();
-    let top = stats::stats(
+    let top = stats::query::stats(
         &p,
         &StatsOptions {
             top: 3,
@@ -1147,7 +1147,7 @@ fn check_extract(path: &Path, patterns: &[&str], got: &Extract) {
 /// Patterns drawn from the export itself: part of its busiest kernel's name, an API prefix
 /// regex, an NVTX name, memory kinds, and one that matches nothing.
 fn patterns_for(path: &Path) -> Vec<String> {
-    let st = stats::stats(
+    let st = stats::query::stats(
         path,
         &StatsOptions {
             top: 2,
@@ -1673,7 +1673,7 @@ fn stats_group_pytorch_names_and_raw_names_keep_them() {
     let Some(p) = corpus_file(TORCH_B) else {
         return;
     };
-    let grouped = stats::stats(&p, &StatsOptions::default()).unwrap();
+    let grouped = stats::query::stats(&p, &StatsOptions::default()).unwrap();
     let nvtx = grouped
         .sections
         .iter()
@@ -1691,7 +1691,7 @@ fn stats_group_pytorch_names_and_raw_names_keep_them() {
     let table = grouped.render(Output::Table, Unit::Ms);
     assert!(table.contains("--raw-names keeps them"), "{table}");
 
-    let raw = stats::stats(
+    let raw = stats::query::stats(
         &p,
         &StatsOptions {
             top: 0,
@@ -1760,9 +1760,9 @@ fn stats_compare_two_profiles() {
         top: 0,
         ..Default::default()
     };
-    let cmp = stats::compare(
-        &stats::stats(&a, &all).unwrap(),
-        &stats::stats(&b, &all).unwrap(),
+    let cmp = stats::comparison::compare(
+        &stats::query::stats(&a, &all).unwrap(),
+        &stats::query::stats(&b, &all).unwrap(),
         0,
     );
     let (_, ea) = expected_stats(&a, true);
