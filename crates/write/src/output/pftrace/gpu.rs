@@ -520,37 +520,59 @@ impl ProtoWriter {
             put_bytes(body, gpu::LAUNCH, launch);
         }
 
-        // Times in order on the sequence take a delta of its incremental clock; an earlier one
-        // (rows out of order) an absolute time on the clock that clock counts from.
-        let (ts, clock) = if ev.start >= seq.last_ts {
-            let delta = (ev.start - seq.last_ts) as u64;
-            seq.last_ts = ev.start;
-            (delta, None)
-        } else {
-            (ev.start.max(0) as u64, Some(u64::from(BOOTTIME)))
-        };
-        let len = field_len(tag::PACKET_TIMESTAMP, ts)
-            + clock.map_or(0, |c| field_len(gpu::PACKET_CLOCK_ID, c))
-            + field_len(tag::PACKET_SEQUENCE_ID, group.into())
-            + bytes_len(gpu::PACKET_RENDER_STAGE, body.len())
-            + if interned.is_empty() {
-                0
-            } else {
-                bytes_len(tag::PACKET_INTERNED_DATA, interned.len())
-            };
         let out = &mut self.out.data;
-        out.push(TRACE_PACKET_BYTE);
-        put_varint(out, len as u64);
-        put_field(out, tag::PACKET_TIMESTAMP, ts);
-        if let Some(c) = clock {
-            put_field(out, gpu::PACKET_CLOCK_ID, c);
-        }
-        put_field(out, tag::PACKET_SEQUENCE_ID, group.into());
-        put_bytes(out, gpu::PACKET_RENDER_STAGE, body);
-        if !interned.is_empty() {
-            put_bytes(out, tag::PACKET_INTERNED_DATA, interned);
-            interned.clear();
-        }
+        timed_packet(
+            out,
+            group,
+            &mut seq.last_ts,
+            ev.start,
+            gpu::PACKET_RENDER_STAGE,
+            body,
+            interned,
+        );
+    }
+}
+
+/// One framed `TracePacket` of sequence `group` at `ts`, holding `body` as its field `field`
+/// and, when not empty, the sequence's new `interned` data (then cleared). A time in order on
+/// the sequence takes a delta of its incremental clock (`last_ts` moves on); an earlier one (rows
+/// out of order) an absolute time on the clock that clock counts from.
+fn timed_packet(
+    out: &mut Vec<u8>,
+    group: u32,
+    last_ts: &mut i64,
+    ts: i64,
+    field: u64,
+    body: &[u8],
+    interned: &mut Vec<u8>,
+) {
+    let (time, clock) = if ts >= *last_ts {
+        let delta = (ts - *last_ts) as u64;
+        *last_ts = ts;
+        (delta, None)
+    } else {
+        (ts.max(0) as u64, Some(u64::from(BOOTTIME)))
+    };
+    let len = field_len(tag::PACKET_TIMESTAMP, time)
+        + clock.map_or(0, |c| field_len(gpu::PACKET_CLOCK_ID, c))
+        + field_len(tag::PACKET_SEQUENCE_ID, group.into())
+        + bytes_len(field, body.len())
+        + if interned.is_empty() {
+            0
+        } else {
+            bytes_len(tag::PACKET_INTERNED_DATA, interned.len())
+        };
+    out.push(TRACE_PACKET_BYTE);
+    put_varint(out, len as u64);
+    put_field(out, tag::PACKET_TIMESTAMP, time);
+    if let Some(c) = clock {
+        put_field(out, gpu::PACKET_CLOCK_ID, c);
+    }
+    put_field(out, tag::PACKET_SEQUENCE_ID, group.into());
+    put_bytes(out, field, body);
+    if !interned.is_empty() {
+        put_bytes(out, tag::PACKET_INTERNED_DATA, interned);
+        interned.clear();
     }
 }
 
@@ -727,37 +749,16 @@ impl ProtoWriter {
                 }
                 at += 1;
             }
-            // In time order a delta of the sequence's incremental clock; earlier (a table out
-            // of time order) an absolute time on the clock that clock counts from.
-            let (time, clock) = if ts >= state.last_ts {
-                let delta = (ts - state.last_ts) as u64;
-                state.last_ts = ts;
-                (delta, None)
-            } else {
-                (ts.max(0) as u64, Some(u64::from(BOOTTIME)))
-            };
-            let len = field_len(tag::PACKET_TIMESTAMP, time)
-                + clock.map_or(0, |c| field_len(gpu::PACKET_CLOCK_ID, c))
-                + field_len(tag::PACKET_SEQUENCE_ID, group.into())
-                + bytes_len(gpu::PACKET_COUNTER_EVENT, body.len())
-                + if interned.is_empty() {
-                    0
-                } else {
-                    bytes_len(tag::PACKET_INTERNED_DATA, interned.len())
-                };
             let out = &mut self.out.data;
-            out.push(TRACE_PACKET_BYTE);
-            put_varint(out, len as u64);
-            put_field(out, tag::PACKET_TIMESTAMP, time);
-            if let Some(c) = clock {
-                put_field(out, gpu::PACKET_CLOCK_ID, c);
-            }
-            put_field(out, tag::PACKET_SEQUENCE_ID, group.into());
-            put_bytes(out, gpu::PACKET_COUNTER_EVENT, body);
-            if !interned.is_empty() {
-                put_bytes(out, tag::PACKET_INTERNED_DATA, interned);
-                interned.clear();
-            }
+            timed_packet(
+                out,
+                group,
+                &mut state.last_ts,
+                ts,
+                gpu::PACKET_COUNTER_EVENT,
+                body,
+                interned,
+            );
         }
         pending.clear();
         self.gpu
