@@ -8,7 +8,7 @@
 //!
 //! Modules are named by their crate's name: `crates/read/src/gpu.rs` is
 //! `nsys_perfetto_read::gpu`, `crates/model/src/model.rs` is `nsys_perfetto_model::model`,
-//! `src/args.rs` is `nsys_perfetto::cli::args`, and a crate's `lib.rs` is the crate itself;
+//! `src/workflow/stats/render.rs` is `nsys_perfetto::workflow::stats::render`, and a crate's `lib.rs` is the crate itself;
 //! an inline `mod` belongs to its file. An edge is any path in non-test code that names
 //! something of another module: `use` lines and paths in code that start with `crate`, a crate
 //! of the workspace, `super`, `self`, a child module or a name a `use` bound, resolved to the
@@ -540,7 +540,8 @@ fn place_of(file: &str) -> (Vec<String>, String) {
     panic!("{file}: not in a crate of the workspace");
 }
 
-/// The module path of a file (`nsys_perfetto::cli::args` for `src/args.rs`).
+/// The module path of a file (`nsys_perfetto::workflow::stats::render` for
+/// `src/workflow/stats/render.rs`).
 fn module_of(file: &str) -> Vec<String> {
     let (_, tree_path) = place_of(file);
     let f = tree_path.strip_suffix(".rs").unwrap_or(&tree_path);
