@@ -12,8 +12,10 @@
 //! the GENERIC_EVENTS rows that fall in the time GPU_METRICS covers for that GPU are counted
 //! as "same samples as GPU_METRICS". Rows outside that time are converted from GENERIC_EVENTS.
 
-use super::cells::{int_at, real_at, text_at};
+use super::cells::{int_at, text_at};
+use super::query::Fetch;
 use super::reader::{Notes, ReadContext};
+use super::scan::Scan;
 use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
@@ -107,12 +109,19 @@ fn wants_device(selection: &Selection, device: i64) -> bool {
     selection.devices.is_empty() || selection.devices.contains(&device)
 }
 
-fn value_of(row: &rusqlite::Row<'_>, idx: usize) -> Option<CounterValue> {
-    match row.get_ref(idx) {
-        Ok(rusqlite::types::ValueRef::Integer(v)) => Some(CounterValue::Int(v)),
-        Ok(rusqlite::types::ValueRef::Real(_)) => real_at(row, idx).map(CounterValue::Double),
+fn value_of(row: &(impl Fetch + ?Sized), idx: usize) -> Option<CounterValue> {
+    match row.fetch(idx) {
+        rusqlite::types::ValueRef::Integer(v) => Some(CounterValue::Int(v)),
+        rusqlite::types::ValueRef::Real(v) => Some(CounterValue::Double(v)),
         _ => None,
     }
+}
+
+/// Whether `ts` lies inside the selection's time window (as [`time_filter`] keeps it).
+fn in_window(selection: &Selection, ts: i64) -> bool {
+    selection
+        .time
+        .is_none_or(|t| t.start.is_none_or(|s| ts >= s) && t.end.is_none_or(|e| ts <= e))
 }
 
 pub fn read<S: EventSink>(
@@ -232,32 +241,31 @@ fn read_gpu_metrics<S: EventSink>(
             }
         }
     }
-    // The time the table covers per GPU, whatever the window: duplicates are told by it.
-    {
-        let mut stmt = conn.prepare(&format!(
-            "SELECT typeId, min(timestamp), max(timestamp) FROM {GPU_METRICS} GROUP BY typeId"
-        ))?;
-        let mut rows = stmt.query([])?;
-        while let Some(r) = rows.next()? {
-            if let (Some(t), Some(a), Some(b)) = (int_at(r, 0), int_at(r, 1), int_at(r, 2)) {
-                covered.insert(t, (a, b));
-            }
-        }
-    }
-    let sql = format!(
-        "SELECT timestamp, typeId, metricId, value FROM {GPU_METRICS} WHERE {} ORDER BY rowid",
-        time_filter(selection, "timestamp")
-    );
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
+    // One pass over every row, in storage order (an Arrow export's typed columns, no SQL):
+    // the time the table covers per GPU, whatever the window (duplicates are told by it), and
+    // the values inside the window.
+    let mut rows = Scan::new(schema, GPU_METRICS)
+        .cols(schema, &["timestamp", "typeId", "metricId", "value"])
+        .by_rowid()
+        .open(conn, schema)?;
     let mut fallback: HashMap<i64, String> = HashMap::new();
     while let Some(r) = rows.next()? {
-        let (Some(ts), Some(type_id), Some(metric)) = (int_at(r, 0), int_at(r, 1), int_at(r, 2))
-        else {
+        let (ts, type_id) = (int_at(&r, 0), int_at(&r, 1));
+        if let (Some(t), Some(ts)) = (type_id, ts) {
+            let c = covered.entry(t).or_insert((ts, ts));
+            *c = (c.0.min(ts), c.1.max(ts));
+        }
+        // Outside the window (a row without a time is outside any window) is not read.
+        match ts {
+            Some(ts) if !in_window(selection, ts) => continue,
+            None if selection.time.is_some() => continue,
+            _ => {}
+        }
+        let (Some(ts), Some(type_id), Some(metric)) = (ts, type_id, int_at(&r, 2)) else {
             sink.skip(GPU_METRICS, "no timestamp, type or metric");
             continue;
         };
-        let value = match value_of(r, 3) {
+        let value = match value_of(&r, 3) {
             // GPU metrics are never negative (percentages, clocks, counts): a negative integer
             // is a value above 2^31 that the export wrapped to 32 bits (a 2.33 GHz clock stored
             // as -1964454041; the same sample's GENERIC_EVENTS twin holds 2330513255).
