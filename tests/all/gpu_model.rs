@@ -299,12 +299,53 @@ fn loads_clean_in_v58_and_v56() {
     }
 }
 
+/// `nsys-perfetto analyze ARGS... --top 0 --csv INPUT`: a lookup of its columns by name, and its
+/// rows.
+fn analyze_csv(input: &Path, args: &[&str]) -> (impl Fn(&str) -> usize + use<>, Vec<Vec<String>>) {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_nsys-perfetto"))
+        .arg("analyze")
+        .args(args)
+        .args(["--top", "0", "--csv"])
+        .arg(input)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}: {}",
+        input.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let csv = String::from_utf8(out.stdout).unwrap();
+    let mut lines = csv.lines();
+    let header = common::csv_fields(lines.next().unwrap());
+    let rows = lines.map(common::csv_fields).collect();
+    let col = move |n: &str| header.iter().position(|h| h == n).unwrap();
+    (col, rows)
+}
+
+/// Where the export's time lies on `trace`'s timeline: the trace's first GPU slice less the
+/// export's first placed GPU row. `None` without trace_processor.
+fn trace_offset(input: &Path, trace: &Path) -> Option<i64> {
+    let first_trace = tp_query(trace, "SELECT min(ts) FROM gpu_slice")?;
+    let conn = Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
+    let first = [KERNEL, MEMCPY, MEMSET]
+        .iter()
+        .filter(|t| has_table(&conn, t))
+        .filter_map(|t| {
+            rows(&conn, &where_placed(t, "min(start)"))[0][0]
+                .parse::<i64>()
+                .ok()
+        })
+        .min()
+        .unwrap();
+    Some(first_trace[0][0].parse::<i64>().unwrap() - first)
+}
+
 /// Idle gaps per process and GPU, as Perfetto's GPU analyses find them over `gpu_slice`
 /// (`intervals.overlap`'s merge of the busy intervals, then the gaps between them; its skill
 /// `gpu_idle_gaps.sql`, partitioned by process and GPU), are our `analyze -r gpu_gaps`.
 #[test]
 fn perfettos_idle_gaps_are_our_gpu_gaps() {
-    const BIN: &str = env!("CARGO_BIN_EXE_nsys-perfetto");
     let Some(corpus) = corpus_dir() else {
         skip("corpus", "../shared/corpus not found");
         return;
@@ -316,22 +357,7 @@ fn perfettos_idle_gaps_are_our_gpu_gaps() {
         "Sh1mwww__llama3-inference__real_inference_simulation.sqlite",
     ] {
         let input = corpus.join(name);
-        let out = std::process::Command::new(BIN)
-            .args([
-                "analyze", "-r", "gpu_gaps", "--gap", "1", "--top", "0", "--csv",
-            ])
-            .arg(&input)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let csv = String::from_utf8(out.stdout).unwrap();
-        let mut lines = csv.lines();
-        let header = common::csv_fields(lines.next().unwrap());
-        let col = |n: &str| header.iter().position(|h| h == n).unwrap();
+        let (col, lines) = analyze_csv(&input, &["-r", "gpu_gaps", "--gap", "1"]);
         let (start, dur, pid, device) = (
             col("start_ns"),
             col("duration_ns"),
@@ -339,23 +365,11 @@ fn perfettos_idle_gaps_are_our_gpu_gaps() {
             col("device_id"),
         );
         let (_, trace) = convert_with(&input, dir.path(), &native());
-        let Some(offset) = tp_query(&trace, "SELECT min(ts) FROM gpu_slice") else {
+        let Some(offset) = trace_offset(&input, &trace) else {
             return;
         };
-        let conn = Connection::open_with_flags(&input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        let first = [KERNEL, MEMCPY, MEMSET]
-            .iter()
-            .filter(|t| has_table(&conn, t))
-            .filter_map(|t| {
-                rows(&conn, &where_placed(t, "min(start)"))[0][0]
-                    .parse::<i64>()
-                    .ok()
-            })
-            .min()
-            .unwrap();
-        let offset = offset[0][0].parse::<i64>().unwrap() - first;
         let mut ours: Vec<Vec<String>> = lines
-            .map(common::csv_fields)
+            .into_iter()
             .map(|f| {
                 let at = f[start].parse::<i64>().unwrap() + offset;
                 vec![
@@ -597,7 +611,6 @@ fn kernels_carry_their_theoretical_occupancy() {
 /// ones whose GPU work does not overlap within a process and GPU (asserted).
 #[test]
 fn perfettos_busy_time_is_our_gpu_time_util() {
-    const BIN: &str = env!("CARGO_BIN_EXE_nsys-perfetto");
     let Some(corpus) = corpus_dir() else {
         skip("corpus", "../shared/corpus not found");
         return;
@@ -624,36 +637,20 @@ fn perfettos_busy_time_is_our_gpu_time_util() {
             return;
         };
         assert_eq!(overlap[0][0], "0", "{name}: GPU work overlaps");
-        let first_trace = tp_query(&trace, "SELECT min(ts) FROM gpu_slice").unwrap();
-        let conn = Connection::open_with_flags(&input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        let first = [KERNEL, MEMCPY, MEMSET]
-            .iter()
-            .filter(|t| has_table(&conn, t))
-            .filter_map(|t| {
-                rows(&conn, &where_placed(t, "min(start)"))[0][0]
-                    .parse::<i64>()
-                    .ok()
-            })
-            .min()
-            .unwrap();
-        let offset = first_trace[0][0].parse::<i64>().unwrap() - first;
+        let offset = trace_offset(&input, &trace).unwrap();
         for (chunks, threshold) in [(30, 50), (1000, 99)] {
-            let out = std::process::Command::new(BIN)
-                .args(["analyze", "-r", "gpu_time_util", "--top", "0", "--csv"])
-                .args(["--chunks", &chunks.to_string()])
-                .args(["--threshold", &threshold.to_string()])
-                .arg(&input)
-                .output()
-                .unwrap();
-            assert!(
-                out.status.success(),
-                "{name}: {}",
-                String::from_utf8_lossy(&out.stderr)
+            let (chunks_arg, threshold_arg) = (chunks.to_string(), threshold.to_string());
+            let (col, lines) = analyze_csv(
+                &input,
+                &[
+                    "-r",
+                    "gpu_time_util",
+                    "--chunks",
+                    &chunks_arg,
+                    "--threshold",
+                    &threshold_arg,
+                ],
             );
-            let csv = String::from_utf8(out.stdout).unwrap();
-            let mut lines = csv.lines();
-            let header = common::csv_fields(lines.next().unwrap());
-            let col = |n: &str| header.iter().position(|h| h == n).unwrap();
             let (start, dur, pid, device, pct) = (
                 col("start_ns"),
                 col("duration_ns"),
@@ -662,7 +659,7 @@ fn perfettos_busy_time_is_our_gpu_time_util() {
                 col("in_use_pct"),
             );
             let mut ours: Vec<Vec<String>> = lines
-                .map(common::csv_fields)
+                .into_iter()
                 .map(|f| {
                     let at = f[start].parse::<i64>().unwrap() + offset;
                     let pct: f64 = f[pct].parse().unwrap();
