@@ -987,6 +987,43 @@ fn tree_path(groups: &Value, path: &[&str]) -> bool {
     })
 }
 
+/// `input` converted to `out` with `--gpu perfetto`.
+fn convert_native(input: &Path, out: &Path) {
+    cli(&[
+        input.to_str().unwrap(),
+        "-o",
+        out.to_str().unwrap(),
+        "--gpu",
+        "perfetto",
+    ]);
+}
+
+/// `traces` loaded in UI v58.2 with the GPU compute tab and GpuByProcess enabled (as `open
+/// --gpu-compute` asks), `depth` levels of groups read with those matching `expand` expanded,
+/// the longest kernel selected; each asserted to load with no crashed track, console error or
+/// import error.
+fn load_gpu_compute_v58(depth: &str, expand: &str, traces: &[PathBuf]) -> Vec<(PathBuf, Loaded)> {
+    let plugins = nsys_perfetto::open::GPU_COMPUTE_PLUGINS
+        .strip_prefix("&enablePlugins=")
+        .unwrap();
+    let lock = fixed_ports_turn();
+    let mut cmd = Command::new("bash");
+    cmd.arg(ui_tools().join("v58/run.sh"))
+        .args(["--depth", depth, "--expand", expand, "--select-kernel"])
+        .args(["--enable-plugins", plugins])
+        .args(traces);
+    let loaded = run_loader(cmd, "v58/run.sh");
+    drop(lock);
+    for trace in traces {
+        let r = &find(&loaded, trace).raw;
+        assert_eq!(r["ok"], true, "{r}");
+        for empty in ["crashed_tracks", "console_errors", "import_errors"] {
+            assert_eq!(r[empty], Value::Array(vec![]), "{empty}: {r}");
+        }
+    }
+    loaded
+}
+
 /// `--gpu perfetto` in UI v58.2 with the GPU compute tab and GpuByProcess enabled (as
 /// `open --gpu-compute` asks): no crashed track, error dialog or console error; the compute tab
 /// lists the trace's kernels; each process nests its stream
@@ -994,43 +1031,22 @@ fn tree_path(groups: &Value, path: &[&str]) -> bool {
 #[test]
 fn gpu_model_in_ui_v58() {
     let Some(_ui) = ui_ready() else { return };
-    let run58 = ui_tools().join("v58/run.sh");
     let Some(corpus) = common::corpus_dir() else {
         skip("corpus", "../shared/corpus not found");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("h100_2gpu.pftrace");
-    let input = corpus.join("GindaChen__nsys-ai__h100_2gpu_1s.sqlite");
-    cli(&[
-        input.to_str().unwrap(),
-        "-o",
-        trace.to_str().unwrap(),
-        "--gpu",
-        "perfetto",
-    ]);
-    let plugins = nsys_perfetto::open::GPU_COMPUTE_PLUGINS
-        .strip_prefix("&enablePlugins=")
-        .unwrap();
-    let lock = fixed_ports_turn();
-    let mut cmd = Command::new("bash");
-    cmd.arg(&run58)
-        .args([
-            "--depth",
-            "5",
-            "--expand",
-            "GPU|Hardware|CUDA|python",
-            "--select-kernel",
-        ])
-        .args(["--enable-plugins", plugins])
-        .arg(&trace);
-    let loaded = run_loader(cmd, "v58/run.sh");
-    drop(lock);
+    convert_native(
+        &corpus.join("GindaChen__nsys-ai__h100_2gpu_1s.sqlite"),
+        &trace,
+    );
+    let loaded = load_gpu_compute_v58(
+        "5",
+        "GPU|Hardware|CUDA|python",
+        std::slice::from_ref(&trace),
+    );
     let r = &find(&loaded, &trace).raw;
-    assert_eq!(r["ok"], true, "{r}");
-    for empty in ["crashed_tracks", "console_errors", "import_errors"] {
-        assert_eq!(r[empty], Value::Array(vec![]), "{empty}: {r}");
-    }
     assert!(
         r.get("error").is_none() && r["kernel_dialog"].is_null(),
         "{r}"
@@ -1085,14 +1101,7 @@ fn gpu_model_in_ui_v52() {
         "als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite",
     ] {
         let trace = dir.path().join(name).with_extension("pftrace");
-        let input = corpus.join(name);
-        cli(&[
-            input.to_str().unwrap(),
-            "-o",
-            trace.to_str().unwrap(),
-            "--gpu",
-            "perfetto",
-        ]);
+        convert_native(&corpus.join(name), &trace);
         traces.push(trace);
     }
     let mut cmd = Command::new("python3");
@@ -1136,7 +1145,6 @@ fn gpu_model_in_ui_v52() {
 #[test]
 fn gpu_by_process_levels_and_compute_columns_in_ui_v58() {
     let Some(_ui) = ui_ready() else { return };
-    let run58 = ui_tools().join("v58/run.sh");
     let Some(corpus) = common::corpus_dir() else {
         skip("corpus", "../shared/corpus not found");
         return;
@@ -1151,45 +1159,15 @@ fn gpu_by_process_levels_and_compute_columns_in_ui_v58() {
             return;
         };
         traces.push(input.with_extension("pftrace"));
-        let out = traces.last().unwrap();
-        cli(&[
-            input.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-            "--gpu",
-            "perfetto",
-        ]);
+        convert_native(&input, traces.last().unwrap());
     }
     let kernels = dir.path().join("rtx3090.pftrace");
-    let input = corpus.join("als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite");
-    cli(&[
-        input.to_str().unwrap(),
-        "-o",
-        kernels.to_str().unwrap(),
-        "--gpu",
-        "perfetto",
-    ]);
+    convert_native(
+        &corpus.join("als244__ResourceEstimation__reports_report2.export-2023.4.4.sqlite"),
+        &kernels,
+    );
     traces.push(kernels.clone());
-
-    let plugins = nsys_perfetto::open::GPU_COMPUTE_PLUGINS
-        .strip_prefix("&enablePlugins=")
-        .unwrap();
-    let lock = fixed_ports_turn();
-    let mut cmd = Command::new("bash");
-    cmd.arg(&run58)
-        .args(["--depth", "7", "--expand", "GPU|CUDA|python|Device|Context"])
-        .arg("--select-kernel")
-        .args(["--enable-plugins", plugins])
-        .args(&traces);
-    let loaded = run_loader(cmd, "v58/run.sh");
-    drop(lock);
-    for trace in &traces {
-        let r = &find(&loaded, trace).raw;
-        assert_eq!(r["ok"], true, "{r}");
-        for empty in ["crashed_tracks", "console_errors", "import_errors"] {
-            assert_eq!(r[empty], Value::Array(vec![]), "{empty}: {r}");
-        }
-    }
+    let loaded = load_gpu_compute_v58("7", "GPU|CUDA|python|Device|Context", &traces);
 
     let groups = &find(&loaded, &traces[0]).raw["groups"];
     for context in ["Context #1", "Context #2"] {
