@@ -122,6 +122,13 @@ pub struct TimeRange {
     pub end: Option<i64>,
 }
 
+impl TimeRange {
+    /// Whether `ts` lies inside the window, both ends included.
+    pub fn contains(&self, ts: i64) -> bool {
+        self.start.is_none_or(|s| ts >= s) && self.end.is_none_or(|e| ts <= e)
+    }
+}
+
 /// `1.5s`, `200ms`, `30us`, `100ns` (a bare number is seconds).
 pub fn parse_duration(s: &str) -> Result<i64> {
     let s = s.trim();

@@ -100,8 +100,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
         let proc_total = per_process.entry((device, gpid)).or_default();
         *proc_total += delta;
         let proc_total = *proc_total;
-        let inside =
-            window.is_none_or(|w| w.start.is_none_or(|s| ts >= s) && w.end.is_none_or(|e| ts <= e));
+        let inside = window.is_none_or(|w| w.contains(ts));
         if !inside {
             sink.extra_row();
             continue;

@@ -117,13 +117,6 @@ fn value_of(row: &(impl Fetch + ?Sized), idx: usize) -> Option<CounterValue> {
     }
 }
 
-/// Whether `ts` lies inside the selection's time window (as [`time_filter`] keeps it).
-fn in_window(selection: &Selection, ts: i64) -> bool {
-    selection
-        .time
-        .is_none_or(|t| t.start.is_none_or(|s| ts >= s) && t.end.is_none_or(|e| ts <= e))
-}
-
 pub fn read<S: EventSink>(
     conn: &Connection,
     schema: &Schema,
@@ -257,7 +250,7 @@ fn read_gpu_metrics<S: EventSink>(
         }
         // Outside the window (a row without a time is outside any window) is not read.
         match ts {
-            Some(ts) if !in_window(selection, ts) => continue,
+            Some(ts) if !selection.time.is_none_or(|w| w.contains(ts)) => continue,
             None if selection.time.is_some() => continue,
             _ => {}
         }
