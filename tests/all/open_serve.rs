@@ -1118,6 +1118,7 @@ impl Driver {
         let proc = Proc(
             Command::new(driver)
                 .arg(format!("--port={port}"))
+                .envs(common::BROWSER_ENV)
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()

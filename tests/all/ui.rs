@@ -228,6 +228,7 @@ fn groups_of(v: &Value) -> Vec<Group> {
 /// Run a loader script over the traces; one JSON line per trace, by trace path.
 fn run_loader(mut cmd: Command, what: &str) -> Vec<(PathBuf, Loaded)> {
     let out = cmd
+        .envs(common::BROWSER_ENV)
         .output()
         .unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -666,6 +667,7 @@ fn browser(args: &[&str]) -> Value {
         .arg(common::manifest_dir().join("tests/ui/browser.py"))
         .args(args)
         .env("UI_TOOLS", ui_tools())
+        .envs(common::BROWSER_ENV)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -1961,6 +1961,10 @@ pub fn tp_query(trace: &Path, sql: &str) -> Option<Vec<Vec<String>>> {
     Some(rows)
 }
 
+/// The environment a test's headless Chromium runs in: GLib settings in memory, so the
+/// browser writes nothing into the home's caches (its dconf database, `~/.cache/dconf/user`).
+pub const BROWSER_ENV: [(&str, &str); 1] = [("GSETTINGS_BACKEND", "memory")];
+
 /// A port free right now on 127.0.0.1.
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
