@@ -27,7 +27,7 @@ work=${BENCH_DIR:-/tmp/nsys-perfetto-bench}
 nsys=${NSYS:-/opt/nvidia/nsight-systems/2023.4.4/bin/nsys}
 mkdir -p "$work"
 cargo build --release -q
-cargo build --release -q --example floor --example floor_arrow
+cargo build --release -q -p nsys-perfetto-bench
 bin=target/release/nsys-perfetto
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
@@ -98,8 +98,8 @@ bench/interleave.sh "$rounds" \
   arrow "$bin -q $arrow -o $tmp/a.pftrace" \
   arrows "$bin -q $arrows -o $tmp/f.pftrace" \
   parquet "$bin -q $parquet -o $tmp/p.pftrace" \
-  floor-sqlite "target/release/examples/floor $grown" \
-  floor-arrow "target/release/examples/floor_arrow $arrow"
+  floor-sqlite "target/release/floor $grown" \
+  floor-arrow "target/release/floor_arrow $arrow"
 
 # End to end, export included, on the 3 largest corpus reports nsys 2023.4 reads.
 [ "$e2e_rounds" -gt 0 ] || exit 0

@@ -2,7 +2,7 @@
 //! export, to diff two builds by hand (the test suite checks them against their SQL definition:
 //! `NSYS_PROJ_CHECK=a.sqlite:b.sqlite cargo test --release --test all projection`).
 //!
-//! `cargo run --release --example dump_projection -- DIR a.sqlite b.sqlite...` writes
+//! `cargo run --release -p nsys-perfetto-bench --bin dump_projection -- DIR a.sqlite b.sqlite...` writes
 //! `DIR/a.sqlite.dump`...: the three counts, the schema, then `nvtx_gpu` in rowid order and
 //! `kernel_nvtx` in key order, a row a line. `--time` only times the builds.
 use nsys_perfetto_read::projection::tables::Projection;

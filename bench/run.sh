@@ -21,9 +21,9 @@ types=kernel,cuda-api,nvtx,nvtx-gpu,osrt
 peer_types=kernel,nvtx,nvtx-kernel,cuda-api,osrt
 mkdir -p "$work"
 cargo build --release -q
-cargo build --release -q --example floor
+cargo build --release -q -p nsys-perfetto-bench
 bin=target/release/nsys-perfetto
-floor=target/release/examples/floor
+floor=target/release/floor
 tp=$shared/tools/perfetto/bin/trace_processor_shell
 
 peer=""

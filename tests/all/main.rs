@@ -26,6 +26,7 @@ mod gpu_model;
 mod install;
 mod json_output;
 mod layers;
+mod memory;
 mod merge;
 mod nsys_e2e;
 mod nsys_stats;
