@@ -199,7 +199,7 @@ fn corpus_reports_convert_to_the_same_content_as_from_sqlite() {
     let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
         return;
     };
-    for name in EXACT {
+    common::par_map(EXACT, |name| {
         let dir = tempfile::tempdir().unwrap();
         let (sqlite, arrow) = export_twins(&nsys, &corpus.join(name), dir.path());
         let (a, s) = (dir.path().join("a.pftrace"), dir.path().join("s.pftrace"));
@@ -249,7 +249,7 @@ fn corpus_reports_convert_to_the_same_content_as_from_sqlite() {
                 "{name}: NVTX projected on the GPU"
             );
         }
-    }
+    });
 }
 
 /// `stats`, `analyze` and `extract` print the same from both exports but for the file's name.
@@ -988,7 +988,7 @@ fn parquet_exports_convert_as_their_sqlite_twins() {
     let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
         return;
     };
-    for name in [EXACT[0], EXACT[1], EXACT[3]] {
+    common::par_map(&[EXACT[0], EXACT[1], EXACT[3]], |name| {
         let dir = tempfile::tempdir().unwrap();
         let Some((sqlite, parquet)) =
             converts_as_its_sqlite_twin(&nsys, &corpus, name, dir.path(), "parquetdir", "_pqtdir")
@@ -998,7 +998,7 @@ fn parquet_exports_convert_as_their_sqlite_twins() {
         let csv =
             |input: &Path| cli_ok([OsStr::new("stats"), OsStr::new("--csv"), input.as_os_str()]);
         assert_eq!(csv(&sqlite), csv(&parquet), "{name}: stats --csv");
-    }
+    });
 }
 
 /// nsys' Parquet export of the first of [`EXACT`], in `dir`.

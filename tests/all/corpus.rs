@@ -1186,10 +1186,13 @@ fn corpus_converts_losslessly() {
     let mut failed = Vec::new();
     let mut total_backward = 0;
     let mut total_fanout = 0;
-    for f in &files {
+    let checked = common::par_map(&files, |f| {
         let started = std::time::Instant::now();
         let result =
             std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| check_file(f, out.path())));
+        (started.elapsed(), result)
+    });
+    for (f, (elapsed, result)) in files.iter().zip(checked) {
         let (problems, stats) = match result {
             Ok(r) => r,
             Err(e) => {
@@ -1213,7 +1216,7 @@ fn corpus_converts_losslessly() {
             report,
             "{:<70} {:>5.1}s {} flows={} backward={} fanout={} skipped={} {:?}",
             problems.file,
-            started.elapsed().as_secs_f64(),
+            elapsed.as_secs_f64(),
             if problems.list.is_empty() {
                 "ok  "
             } else {

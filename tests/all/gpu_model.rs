@@ -103,17 +103,16 @@ fn trace_kinds(trace: &Path) -> Option<Vec<(String, i64, i64, i64)>> {
 #[test]
 fn gpu_slices_are_the_exports_gpu_rows() {
     let exports = exports_with_gpu_work();
-    let dir = tempfile::tempdir().unwrap();
-    for input in &exports {
+    common::par_map(&exports, |input| {
         let conn = Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        let (_, trace) = convert_with(input, dir.path(), &native());
+        let trace = common::converted(input, &native());
         let Some(got) = trace_kinds(&trace) else {
             return;
         };
         let mut want = Vec::new();
         for (kind, table) in [("kernel", KERNEL), ("memcpy", MEMCPY), ("memset", MEMSET)] {
             if !has_table(&conn, table) {
-                continue;
+                return;
             }
             let r = &rows(
                 &conn,
@@ -149,16 +148,15 @@ fn gpu_slices_are_the_exports_gpu_rows() {
             .map(|(k, n, ts, dur)| (k, n, ts + n * offset, dur))
             .collect();
         assert_eq!(got, want, "{}", input.display());
-    }
+    });
 }
 
 #[test]
 fn every_gpu_is_named() {
     let exports = exports_with_gpu_work();
-    let dir = tempfile::tempdir().unwrap();
-    for input in &exports {
+    common::par_map(&exports, |input| {
         let conn = Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
-        let (_, trace) = convert_with(input, dir.path(), &native());
+        let trace = common::converted(input, &native());
         let Some(gpus) = tp_query(&trace, "SELECT gpu, name FROM gpu ORDER BY gpu") else {
             return;
         };
@@ -194,19 +192,18 @@ fn every_gpu_is_named() {
             .unwrap_or_else(|| format!("GPU {device}"));
             assert_eq!(name, &export_name, "{}: GPU {device}", input.display());
         }
-    }
+    });
 }
 
 #[test]
 fn kernels_carry_the_exports_launch_columns() {
     let exports = exports_with_gpu_work();
-    let dir = tempfile::tempdir().unwrap();
-    for input in &exports {
+    common::par_map(&exports, |input| {
         let conn = Connection::open_with_flags(input, OpenFlags::SQLITE_OPEN_READ_ONLY).unwrap();
         if !has_table(&conn, KERNEL) {
-            continue;
+            return;
         }
-        let (_, trace) = convert_with(input, dir.path(), &native());
+        let trace = common::converted(input, &native());
         let cols = "gridX, gridY, gridZ, blockX, blockY, blockZ, registersPerThread, \
                     staticSharedMemory, dynamicSharedMemory";
         let want = rows(
@@ -245,19 +242,16 @@ fn kernels_carry_the_exports_launch_columns() {
             return;
         };
         assert_eq!(got, want, "{}", input.display());
-    }
+    });
 }
 
 /// Arrows into GPU work: those of the default layout, each GPU row at most one.
 #[test]
 fn launch_arrows_are_the_default_layouts() {
     let exports = exports_with_gpu_work();
-    let dir = tempfile::tempdir().unwrap();
-    for input in &exports {
-        let (_, native) = convert_with(input, dir.path(), &native());
-        let tracks = dir.path().join("tracks");
-        std::fs::create_dir_all(&tracks).unwrap();
-        let (_, default) = common::convert(input, &tracks);
+    common::par_map(&exports, |input| {
+        let native = common::converted(input, &native());
+        let default = common::converted(input, &Options::default());
         let Some(got) = tp_query(
             &native,
             "SELECT count(*), count(DISTINCT f.slice_in), sum(s.ts), sum(g.ts) FROM flow f \
@@ -279,16 +273,15 @@ fn launch_arrows_are_the_default_layouts() {
             "{}: one arrow per GPU row",
             input.display()
         );
-    }
+    });
 }
 
 #[test]
 fn loads_clean_in_v58_and_v56() {
     let exports = exports_with_gpu_work();
-    let dir = tempfile::tempdir().unwrap();
     let v56 = common::manifest_dir().join("../shared/tools/perfetto/bin/trace_processor_shell-v56");
-    for input in &exports {
-        let (_, trace) = convert_with(input, dir.path(), &native());
+    common::par_map(&exports, |input| {
+        let trace = common::converted(input, &native());
         for shell in [None, Some(v56.as_path())] {
             match tpcheck_with(&trace, shell) {
                 None => return,
@@ -296,7 +289,7 @@ fn loads_clean_in_v58_and_v56() {
                 Some(Err(report)) => panic!("{} ({shell:?}): {report}", input.display()),
             }
         }
-    }
+    });
 }
 
 /// `nsys-perfetto analyze ARGS... --top 0 --csv INPUT`: a lookup of its columns by name, and its

@@ -486,7 +486,7 @@ fn cat_key(cat: &str) -> &'static str {
 fn corpus_json_is_exact() {
     let files = corpus();
     let dir = tempfile::tempdir().unwrap();
-    for input in &files {
+    crate::common::par_map(&files, |input| {
         let what = input.file_name().unwrap().to_string_lossy().to_string();
         let output = dir.path().join(format!("{what}.json"));
         let (summary, t) = convert(input, &output, &json_opts(false));
@@ -547,7 +547,7 @@ fn corpus_json_is_exact() {
             summary.total_events(),
             summary.flows
         );
-    }
+    });
 }
 
 /// Events with pids and tids replaced by the names their metadata gives them: pseudo ids depend

@@ -152,12 +152,13 @@ fn keys(pairs: &[Pair]) -> Vec<(i64, i64, i64, i64)> {
 #[test]
 fn every_pair_is_one_sched_row() {
     let dir = tempfile::tempdir().unwrap();
-    for input in sched_exports() {
-        let what = name(&input);
-        let conn = open(&input);
+    let exports = sched_exports();
+    common::par_map(&exports, |input| {
+        let what = name(input);
+        let conn = open(input);
         let pairs = sql_pairs(&conn, "1");
         let out = dir.path().join(format!("{what}.pftrace"));
-        let summary = common::convert_to(&input, &out, &Options::default());
+        let summary = common::convert_to(input, &out, &Options::default());
         let t = validate_file(&out);
         assert_eq!(
             summary.events_of(Category::Sched),
@@ -201,7 +202,7 @@ fn every_pair_is_one_sched_row() {
              FROM sched s JOIN thread t USING (utid) LEFT JOIN process p USING (upid) \
              WHERE s.utid != 0 ORDER BY 1, 3;",
         ) else {
-            continue;
+            return;
         };
         let mut tp: Vec<(i64, i64, i64, i64)> = Vec::new();
         let mut pids = BTreeMap::new();
@@ -239,7 +240,7 @@ fn every_pair_is_one_sched_row() {
         if let Some(Err(report)) = common::tpcheck(&out) {
             panic!("{what}: tpcheck --strict failed:\n{report}");
         }
-    }
+    });
 }
 
 /// JSON keeps today's scheduling: one slice per pair, named after its thread, with tid, pid

@@ -381,20 +381,27 @@ fn corpus_tables_convert_exactly() {
     let dir = tempfile::tempdir().unwrap();
     let mut failed = Vec::new();
     let mut totals: BTreeMap<&str, usize> = BTreeMap::new();
-    for f in &files {
+    let checked = crate::common::par_map(&files, |f| {
         let c = open(f);
         let (exp, _) = expected(&c);
         if exp.values().all(Vec::is_empty) {
-            continue;
+            return None;
         }
         let (problems, _, _) = check(f, dir.path());
-        let name = f.file_name().unwrap().to_string_lossy().into_owned();
-        let counts: Vec<String> = exp
+        let rows: Vec<(&str, usize)> = exp
             .iter()
             .filter(|(_, v)| !v.is_empty())
-            .map(|(c, v)| {
-                *totals.entry(c).or_default() += v.len();
-                format!("{c} {}", v.len())
+            .map(|(c, v)| (*c, v.len()))
+            .collect();
+        Some((f, problems, rows))
+    });
+    for (f, problems, rows) in checked.into_iter().flatten() {
+        let name = f.file_name().unwrap().to_string_lossy().into_owned();
+        let counts: Vec<String> = rows
+            .iter()
+            .map(|(c, n)| {
+                *totals.entry(c).or_default() += n;
+                format!("{c} {n}")
             })
             .collect();
         eprintln!(

@@ -2,7 +2,7 @@
 //! against SQL computed here directly on the source exports. The SQL in this file is written
 //! independently of the implementation's (different joins, correlated per-item queries).
 
-use crate::common::{corpus_dir, corpus_file, skip};
+use crate::common::{self, corpus_dir, corpus_file, skip};
 use nsys_perfetto_read::projection::tables::Projection;
 use nsys_perfetto_read::projection::{KERNEL_NVTX, NVTX_GPU, PROJ_DB};
 use rusqlite::Connection;
@@ -935,7 +935,7 @@ fn stats_match_sql_on_every_export() {
         skip("corpus", "no corpus and no fixtures");
         return;
     }
-    for p in &files {
+    common::par_map(&files, |p| {
         let st = stats::query::stats(
             p,
             &StatsOptions {
@@ -945,7 +945,7 @@ fn stats_match_sql_on_every_export() {
         )
         .unwrap();
         check_stats(p, &st, true);
-    }
+    });
     eprintln!("checked stats of {} exports", files.len());
 }
 
@@ -1182,7 +1182,7 @@ fn extract_matches_sql_on_every_export() {
         skip("corpus", "no corpus and no fixtures");
         return;
     }
-    for p in &files {
+    common::par_map(&files, |p| {
         let pats = patterns_for(p);
         let parsed: Vec<Pattern> = pats
             .iter()
@@ -1191,7 +1191,7 @@ fn extract_matches_sql_on_every_export() {
         let got = extract::extract(p, &parsed).unwrap();
         let refs: Vec<&str> = pats.iter().map(String::as_str).collect();
         check_extract(p, &refs, &got);
-    }
+    });
     eprintln!("checked extract on {} exports", files.len());
 }
 

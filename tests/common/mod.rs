@@ -1848,6 +1848,47 @@ pub fn convert_with(
     (summary, out)
 }
 
+/// The trace of `input` converted with `opts`, made once for the whole test binary: the tests
+/// that only read a conversion share it. It lies in a folder of this binary's, removed when the
+/// binary exits ([`at_exit`]); callers must not change it.
+pub fn converted(input: &Path, opts: &nsys_perfetto::convert::Options) -> PathBuf {
+    type Made = std::sync::Arc<std::sync::OnceLock<PathBuf>>;
+    static MADE: std::sync::Mutex<Vec<((PathBuf, String), Made)>> =
+        std::sync::Mutex::new(Vec::new());
+    let key = (input.to_path_buf(), format!("{opts:?}"));
+    let (n, slot) = {
+        let mut made = MADE.lock().unwrap_or_else(|e| e.into_inner());
+        let n = made.len();
+        match made.iter().position(|(k, _)| *k == key) {
+            Some(i) => (i, made[i].1.clone()),
+            None => {
+                made.push((key, Made::default()));
+                (n, made[n].1.clone())
+            }
+        }
+    };
+    // Another test converting the same input waits here for the one conversion.
+    slot.get_or_init(|| {
+        let dir = shared_out_dir().join(n.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        convert_with(input, &dir, opts).1
+    })
+    .clone()
+}
+
+/// The folder of [`converted`]'s traces, removed when the test binary exits.
+fn shared_out_dir() -> &'static Path {
+    SHARED_OUT.get_or_init(|| {
+        tempfile::Builder::new()
+            .prefix("nsys-perfetto-tests-")
+            .tempdir()
+            .unwrap()
+            .keep()
+    })
+}
+
+static SHARED_OUT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
 /// The default options but for the output format, Chrome JSON.
 pub fn json_options() -> nsys_perfetto::convert::Options {
     nsys_perfetto::convert::Options {
@@ -1974,6 +2015,52 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `f` over `items`, several at a time, its results in `items`' order. The corpus-wide checks
+/// spend much of their time waiting on other programs (trace_processor, nsys, a browser): a few
+/// items at once keep the cores busy meanwhile. Each worker thread is named as the calling test
+/// (so [`skip`] names it), and a panic in `f` is raised again here with its own message.
+pub fn par_map<'a, T: Sync, R: Send>(items: &'a [T], f: impl Fn(&'a T) -> R + Sync) -> Vec<R> {
+    let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let workers = (2 * cores).clamp(1, items.len().max(1));
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let name = std::thread::current().name().map(str::to_owned);
+    let mut done: Vec<(usize, R)> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|_| {
+                let mut builder = std::thread::Builder::new();
+                if let Some(name) = &name {
+                    builder = builder.name(name.clone());
+                }
+                builder
+                    .spawn_scoped(scope, || {
+                        let mut mine = Vec::new();
+                        loop {
+                            let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                            let Some(item) = items.get(i) else { break };
+                            mine.push((i, f(item)));
+                        }
+                        mine
+                    })
+                    .expect("cannot start a test worker thread")
+            })
+            .collect();
+        let mut all = Vec::with_capacity(items.len());
+        let mut panicked = None;
+        for h in handles {
+            match h.join() {
+                Ok(mine) => all.extend(mine),
+                Err(payload) => panicked = panicked.or(Some(payload)),
+            }
+        }
+        if let Some(payload) = panicked {
+            std::panic::resume_unwind(payload);
+        }
+        all
+    });
+    done.sort_by_key(|(i, _)| *i);
+    done.into_iter().map(|(_, r)| r).collect()
+}
+
 /// The fields of one CSV line (strings in double quotes, `""` inside them), as
 /// trace_processor_shell and nsys write it.
 pub fn csv_fields(line: &str) -> Vec<String> {
@@ -2063,6 +2150,9 @@ extern "C" fn at_exit() {
     use std::io::Write as _;
     if std::env::args().any(|a| a == "--list") {
         return;
+    }
+    if let Some(dir) = SHARED_OUT.get() {
+        let _ = std::fs::remove_dir_all(dir);
     }
     let mut err = std::io::stderr().lock();
     let skipped = SKIPPED.lock().unwrap_or_else(|e| e.into_inner());
