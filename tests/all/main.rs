@@ -8,6 +8,9 @@
 //! printed past libtest's output capture, listed again when the binary exits, and is a failure
 //! when `NSYS_PERFETTO_REQUIRE` names the requirement. The binary also fails when a test wrote
 //! into `../shared` or the repository (`common::guard`).
+//!
+//! Tests run twice as many at a time as there are cores (set when the binary starts; most of
+//! them wait on other programs): `--test-threads N` or `RUST_TEST_THREADS` choose otherwise.
 
 #[path = "../common/mod.rs"]
 mod common;

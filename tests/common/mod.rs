@@ -2137,6 +2137,14 @@ static AT_START: extern "C" fn() = at_start;
 
 extern "C" fn at_start() {
     let _ = FILES_AT_START.set(guard::state());
+    // Many tests mostly wait (on trace_processor, nsys, a browser, a lock on the UI's ports):
+    // twice as many at once as there are cores keeps them busy. `--test-threads` and a
+    // RUST_TEST_THREADS of the caller's still decide; libtest reads it after this has run.
+    if std::env::var_os("RUST_TEST_THREADS").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        // SAFETY: the loader runs this before main, on the only thread there is yet.
+        unsafe { std::env::set_var("RUST_TEST_THREADS", (2 * cores).to_string()) };
+    }
     // SAFETY: `at_exit` is the `extern "C" fn()` atexit takes; it panics nowhere.
     unsafe {
         libc::atexit(at_exit);
