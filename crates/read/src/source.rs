@@ -350,9 +350,7 @@ fn readers<S: EventSink>() -> Readers<S> {
                 Reader::new("gpu memory", super::gpu_memory::read),
                 Reader::new("cpu samples", super::samples::read),
             ],
-            vec![Reader::new("other tables", |cx, sink| {
-                super::tables::read(cx.conn, cx.schema, cx.selection, sink)
-            })],
+            vec![Reader::new("other tables", super::tables::read)],
         ],
         with_flows: vec![Reader::new("cuda api", super::api::read)],
         nvtx: Reader::new("nvtx", super::nvtx::read),

@@ -15,6 +15,7 @@
 //! Rows whose name is a profiler marker ("cuDNN profiling started") are instants in category
 //! `nsys.marker` on the table's track, not calls.
 
+use super::reader::ReadContext;
 use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, TrackKind};
@@ -592,12 +593,8 @@ fn plan(
 /// Read every table of [`SPECS`] the export has and the selection wants, merged in start
 /// order: tables that share a track (OpenACC data and other events, the OpenMP tables) are
 /// written as one time-ordered stream.
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let (conn, schema, selection) = (cx.conn, cx.schema, cx.selection);
     let tables: Vec<(&'static Spec, &'static str)> = SPECS
         .iter()
         .filter(|s| selection.wants_category(s.category))
@@ -821,12 +818,19 @@ mod tests {
 
     #[test]
     fn arg_keys_are_snake_case() {
-        assert_eq!(arg_key("numberOfPageFaults"), "number_of_page_faults");
-        assert_eq!(arg_key("CpuInstruction"), "cpu_instruction");
-        assert_eq!(arg_key("originalFaultPc"), "original_fault_pc");
-        assert_eq!(arg_key("DeviceType"), "device_type");
-        assert_eq!(arg_key("cuDeviceId"), "cu_device_id");
-        assert_eq!(arg_key("address"), "address");
+        let columns = [
+            "numberOfPageFaults",
+            "CpuInstruction",
+            "originalFaultPc",
+            "DeviceType",
+            "cuDeviceId",
+            "address",
+        ];
+        assert_eq!(
+            columns.map(arg_key).join(" "),
+            "number_of_page_faults cpu_instruction original_fault_pc device_type cu_device_id \
+             address"
+        );
         assert!(std::ptr::eq(arg_key("graphId"), arg_key("graphId")));
     }
 
