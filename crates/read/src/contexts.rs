@@ -52,7 +52,7 @@ const SYNC_COLUMNS: [&str; 3] = ["globalPid", "contextId", "deviceId"];
 fn work_tables(schema: &Schema) -> impl Iterator<Item = &'static str> + '_ {
     [KERNEL, MEMCPY, MEMSET, GRAPH_TRACE, CUDA_EVENT]
         .into_iter()
-        .filter(|t| super::tables::time_column(schema, t).is_some())
+        .filter(|t| schema.time_column(t).is_some())
         .filter(|t| schema.has_columns(t, &WORK_COLUMNS))
 }
 

@@ -416,7 +416,7 @@ pub fn is_converted(table: &str) -> bool {
 
 /// A table whose rows are timed: it has a `start` or `timestamp` column.
 pub fn is_timed(schema: &Schema, table: &str) -> bool {
-    super::tables::time_column(schema, table).is_some()
+    schema.time_column(table).is_some()
 }
 
 /// Timed tables this version does not convert, with their row counts: nothing a profile

@@ -387,18 +387,11 @@ pub fn spec_of(table: &str) -> Option<&'static Spec> {
     SPECS.iter().find(|s| s.table == table)
 }
 
-/// The column a table's rows are timed by: `start`, else `timestamp`.
-pub fn time_column(schema: &Schema, table: &str) -> Option<&'static str> {
-    ["start", "timestamp"]
-        .into_iter()
-        .find(|c| schema.has_column(table, c))
-}
-
 /// Tables this reader will read in this export.
 pub fn present(schema: &Schema) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
     SPECS
         .iter()
-        .filter_map(|s| time_column(schema, s.table).map(|c| (s.table, c)))
+        .filter_map(|s| schema.time_column(s.table).map(|c| (s.table, c)))
 }
 
 /// A column name in snake_case, interned for the life of the program (arg keys are static;
@@ -598,7 +591,7 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     let tables: Vec<(&'static Spec, &'static str)> = SPECS
         .iter()
         .filter(|s| selection.wants_category(s.category))
-        .filter_map(|s| time_column(schema, s.table).map(|c| (s, c)))
+        .filter_map(|s| schema.time_column(s.table).map(|c| (s, c)))
         .collect();
     if tables.is_empty() {
         return Ok(());
