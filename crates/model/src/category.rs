@@ -16,81 +16,71 @@ macro_rules! vocabulary {
         categories { $( $(#[$cm:meta])* $c:ident = $cname:literal $(in $ct:ident)?, )* }
         tracks { $( $(#[$km:meta])* $k:ident = $klabel:literal in $kt:ident, )* }
     ) => {
-        /// Event types, as named on the command line (`--types`).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum EventType {
-            $( $(#[$tm])* $t, )*
-        }
-
-        impl EventType {
-            pub const ALL: [EventType; [$($tname),*].len()] = [$(EventType::$t),*];
-
+        vocabulary!(@enum
+            /// Event types, as named on the command line (`--types`).
+            EventType { $( $(#[$tm])* $t, )* }
+        );
+        vocabulary!(@map EventType
             /// The name on the command line.
-            pub fn name(self) -> &'static str {
-                match self {
-                    $( EventType::$t => $tname, )*
-                }
-            }
-
+            name -> &'static str { $( $t => $tname, )* }
+        );
+        vocabulary!(@map EventType
             /// What a type covers, in a few words (`--types help`).
-            pub fn about(self) -> &'static str {
-                match self {
-                    $( EventType::$t => $tabout, )*
-                }
-            }
-        }
+            about -> &'static str { $( $t => $tabout, )* }
+        );
 
-        /// Every slice carries one category naming its source, so users can filter in Perfetto.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum Category {
-            $( $(#[$cm])* $c, )*
-        }
-
-        impl Category {
-            pub const ALL: [Category; [$($cname),*].len()] = [$(Category::$c),*];
-
+        vocabulary!(@enum
+            /// Every slice carries one category naming its source, so users can filter in Perfetto.
+            Category { $( $(#[$cm])* $c, )* }
+        );
+        vocabulary!(@map Category
             /// The category as written in traces (`cuda.kernel`).
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $( Category::$c => $cname, )*
-                }
-            }
-
+            as_str -> &'static str { $( $c => $cname, )* }
+        );
+        vocabulary!(@map Category
             /// The `--types` entry that selects events of this category; `None` for what no
             /// type selects (the findings of `--analyze`, which its own option asks for).
-            pub fn event_type(self) -> Option<EventType> {
-                match self {
-                    $( Category::$c => vocabulary!(@type $($ct)?), )*
-                }
-            }
-        }
+            event_type -> Option<EventType> { $( $c => vocabulary!(@type $($ct)?), )* }
+        );
 
-        /// What a [`GroupKey::ThreadTrack`], [`GroupKey::ProcessTrack`], [`GroupKey::GpuTrack`]
-        /// or [`GroupKey::GlobalTrack`] holds: names its track.
-        ///
-        /// [`GroupKey::ThreadTrack`]: crate::model::GroupKey::ThreadTrack
-        /// [`GroupKey::ProcessTrack`]: crate::model::GroupKey::ProcessTrack
-        /// [`GroupKey::GpuTrack`]: crate::model::GroupKey::GpuTrack
-        /// [`GroupKey::GlobalTrack`]: crate::model::GroupKey::GlobalTrack
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum TrackKind {
-            $( $(#[$km])* $k, )*
-        }
-
-        impl TrackKind {
-            pub const ALL: [TrackKind; [$($klabel),*].len()] = [$(TrackKind::$k),*];
-
+        vocabulary!(@enum
+            /// What a [`GroupKey::ThreadTrack`], [`GroupKey::ProcessTrack`], [`GroupKey::GpuTrack`]
+            /// or [`GroupKey::GlobalTrack`] holds: names its track.
+            ///
+            /// [`GroupKey::ThreadTrack`]: crate::model::GroupKey::ThreadTrack
+            /// [`GroupKey::ProcessTrack`]: crate::model::GroupKey::ProcessTrack
+            /// [`GroupKey::GpuTrack`]: crate::model::GroupKey::GpuTrack
+            /// [`GroupKey::GlobalTrack`]: crate::model::GroupKey::GlobalTrack
+            TrackKind { $( $(#[$km])* $k, )* }
+        );
+        vocabulary!(@map TrackKind
             /// The track's name in the trace.
-            pub fn label(self) -> &'static str {
-                match self {
-                    $( TrackKind::$k => $klabel, )*
-                }
-            }
-
+            label -> &'static str { $( $k => $klabel, )* }
+        );
+        vocabulary!(@map TrackKind
             /// The `--types` entry whose events this track holds.
-            pub fn event_type(self) -> EventType {
+            event_type -> EventType { $( $k => EventType::$kt, )* }
+        );
+    };
+    // An enum and `ALL`, its variants in order.
+    (@enum $(#[$em:meta])* $e:ident { $( $(#[$vm:meta])* $v:ident, )* }) => {
+        $(#[$em])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        pub enum $e {
+            $( $(#[$vm])* $v, )*
+        }
+
+        impl $e {
+            pub const ALL: [$e; [$($e::$v),*].len()] = [$($e::$v),*];
+        }
+    };
+    // A method giving each variant its value.
+    (@map $e:ident $(#[$fm:meta])* $f:ident -> $r:ty { $( $v:ident => $val:expr, )* }) => {
+        impl $e {
+            $(#[$fm])*
+            pub fn $f(self) -> $r {
                 match self {
-                    $( TrackKind::$k => EventType::$kt, )*
+                    $( $e::$v => $val, )*
                 }
             }
         }

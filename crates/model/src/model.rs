@@ -178,6 +178,16 @@ pub struct Event<'a> {
     pub flows: Flows<'a>,
 }
 
+/// One stream of one CUDA context on one GPU (`context` as the rows name it; stream ids repeat
+/// across contexts and processes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct StreamKey {
+    pub device: i64,
+    pub global_pid: i64,
+    pub context: i64,
+    pub stream: i64,
+}
+
 /// The logical track an event belongs to. Layout may split one group into several lanes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum GroupKey {
@@ -187,23 +197,12 @@ pub enum GroupKey {
     ThreadNvtx { global_tid: i64, domain: i64 },
     /// NVTX start/end ranges of one domain in one process.
     ProcessNvtx { global_pid: i64, domain: i64 },
-    /// GPU work of one stream of one CUDA context (`context` as the rows name it; stream ids
-    /// repeat across contexts and processes).
-    GpuStream {
-        device: i64,
-        global_pid: i64,
-        context: i64,
-        stream: i64,
-    },
+    /// GPU work of one stream.
+    GpuStream(StreamKey),
     /// OS runtime calls of a thread.
     ThreadOsrt { global_tid: i64 },
-    /// CUDA synchronization waits of one stream of one CUDA context.
-    GpuSync {
-        device: i64,
-        global_pid: i64,
-        context: i64,
-        stream: i64,
-    },
+    /// CUDA synchronization waits of one stream.
+    GpuSync(StreamKey),
     /// Threads running on one CPU.
     Cpu { cpu: i64 },
     /// NVTX ranges of one CPU thread projected onto one GPU.

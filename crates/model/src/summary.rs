@@ -199,9 +199,7 @@ mod tests {
 
     #[test]
     fn digits_grouped() {
-        assert_eq!(grouped(0), "0");
-        assert_eq!(grouped(999), "999");
-        assert_eq!(grouped(79_564), "79,564");
-        assert_eq!(grouped(1_752_345), "1,752,345");
+        let texts = [0, 999, 79_564, 1_752_345].map(grouped);
+        assert_eq!(texts.join(" "), "0 999 79,564 1,752,345");
     }
 }

@@ -22,7 +22,7 @@
 use super::cells::{device_at, int_at};
 use super::names::SYNC;
 use super::names::{KERNEL, MEMCPY, MEMSET};
-use super::scan::Scan;
+use super::scan::{Row, Scan};
 use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::{FastHash, global_pid_of, pid_of};
@@ -42,68 +42,77 @@ pub struct Contexts {
     pub by_device: BTreeMap<i64, Vec<(i64, i64)>>,
 }
 
+/// The columns read of each table: the context list, the GPU-side tables, the waits.
+const INFO_COLUMNS: [&str; 3] = ["processId", "contextId", "deviceId"];
+const WORK_COLUMNS: [&str; 3] = ["deviceId", "globalPid", "contextId"];
+const SYNC_COLUMNS: [&str; 3] = ["globalPid", "contextId", "deviceId"];
+
 /// The GPU-side tables that name their device and context, with the rows' time column: the
 /// tables reader converts the graph and event tables only where they have one.
 fn work_tables(schema: &Schema) -> impl Iterator<Item = &'static str> + '_ {
     [KERNEL, MEMCPY, MEMSET, GRAPH_TRACE, CUDA_EVENT]
         .into_iter()
-        .filter(|t| super::tables::time_column(schema, t).is_some())
-        .filter(|t| schema.has_columns(t, &["deviceId", "globalPid", "contextId"]))
+        .filter(|t| schema.time_column(t).is_some())
+        .filter(|t| schema.has_columns(t, &WORK_COLUMNS))
+}
+
+/// Calls `each` with every row of `table`, as its columns `cols`; none where the table lacks one.
+fn each_row(
+    conn: &Connection,
+    schema: &Schema,
+    table: &str,
+    cols: &[&str],
+    mut each: impl FnMut(&Row<'_>),
+) -> Result<()> {
+    if !schema.has_columns(table, cols) {
+        return Ok(());
+    }
+    let mut rows = Scan::new(schema, table)
+        .cols(schema, cols)
+        .open(conn, schema)?;
+    while let Some(r) = rows.next()? {
+        each(&r);
+    }
+    Ok(())
 }
 
 impl Contexts {
     pub fn load(conn: &Connection, schema: &Schema) -> Result<Contexts> {
         let mut device_of = HashMap::default();
-        if schema.has_columns(CONTEXT_INFO, &["processId", "contextId", "deviceId"]) {
-            let mut rows = Scan::new(schema, CONTEXT_INFO)
-                .cols(schema, &["processId", "contextId", "deviceId"])
-                .open(conn, schema)?;
-            while let Some(r) = rows.next()? {
-                let r = &r;
-                if let (Some(p), Some(c), Some(d)) = (int_at(r, 0), int_at(r, 1), device_at(r, 2)) {
-                    device_of.insert((p, c), d);
-                }
+        each_row(conn, schema, CONTEXT_INFO, &INFO_COLUMNS, |r| {
+            if let (Some(p), Some(c), Some(d)) = (int_at(r, 0), int_at(r, 1), device_at(r, 2)) {
+                device_of.insert((p, c), d);
             }
-        }
+        })?;
         let mut by_device: BTreeMap<i64, BTreeSet<(i64, i64)>> = BTreeMap::new();
         for t in work_tables(schema) {
             // Each distinct (device, process, context) once, in the order the rows lie.
             let mut seen: HashSet<_, FastHash> = HashSet::default();
-            let mut rows = Scan::new(schema, t)
-                .cols(schema, &["deviceId", "globalPid", "contextId"])
-                .open(conn, schema)?;
-            while let Some(r) = rows.next()? {
-                let r = &r;
+            each_row(conn, schema, t, &WORK_COLUMNS, |r| {
                 let (Some(d), Some(c)) = (device_at(r, 0), int_at(r, 2)) else {
-                    continue;
+                    return;
                 };
                 let process = int_at(r, 1);
                 if !seen.insert((d, process, c)) {
-                    continue;
+                    return;
                 }
                 let gp = global_pid_of(process.unwrap_or(0));
                 device_of.entry((pid_of(gp), c)).or_insert(d);
                 if c != 0 {
                     by_device.entry(d).or_default().insert((gp, c));
                 }
-            }
+            })?;
         }
-        if schema.has_columns(SYNC, &["globalPid", "contextId", "deviceId"]) {
-            let mut rows = Scan::new(schema, SYNC)
-                .cols(schema, &["globalPid", "contextId", "deviceId"])
-                .open(conn, schema)?;
-            while let Some(r) = rows.next()? {
-                let r = &r;
-                let Some(c) = int_at(r, 1).filter(|c| *c != 0) else {
-                    continue;
-                };
-                let gp = global_pid_of(int_at(r, 0).unwrap_or(0));
-                let device = device_of.get(&(pid_of(gp), c)).copied();
-                if let Some(d) = device.or_else(|| device_at(r, 2)) {
-                    by_device.entry(d).or_default().insert((gp, c));
-                }
+        each_row(conn, schema, SYNC, &SYNC_COLUMNS, |r| {
+            let Some(c) = int_at(r, 1).filter(|c| *c != 0) else {
+                return;
+            };
+            let gp = global_pid_of(int_at(r, 0).unwrap_or(0));
+            let device = device_of.get(&(pid_of(gp), c)).copied();
+            if let Some(d) = device.or_else(|| device_at(r, 2)) {
+                by_device.entry(d).or_default().insert((gp, c));
             }
-        }
+        })?;
         Ok(Contexts {
             device_of,
             by_device: by_device

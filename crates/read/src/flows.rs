@@ -25,7 +25,7 @@
 use super::scan::Scan;
 use crate::names::{DRIVER, KERNEL, MEMCPY, MEMSET, RUNTIME};
 use crate::query::int_of;
-use crate::runs::{Lookup, Sorted, Sorter, Spill};
+use crate::runs::{Lookup, Record, Sorted, Sorter, Spill};
 use crate::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::category::EventType;
@@ -46,21 +46,22 @@ pub struct FlowDb {
 impl FlowDb {
     /// The links of API table `src` in API rowid order: `[api rowid, gpu table, gpu rowid]`.
     pub fn api_links(&self, src: i64) -> Result<Option<Lookup<'_, [i64; 3]>>> {
-        self.api_links
-            .iter()
-            .find(|(s, _)| *s == src)
-            .map(|(_, l)| Ok(Lookup::new(l.iter()?)))
-            .transpose()
+        lookup(&self.api_links, src)
     }
 
     /// The launches of GPU table `src` in GPU rowid order: `[gpu rowid, launch start]`.
     pub fn launches(&self, src: i64) -> Result<Option<Lookup<'_, [i64; 2]>>> {
-        self.launches
-            .iter()
-            .find(|(s, _)| *s == src)
-            .map(|(_, l)| Ok(Lookup::new(l.iter()?)))
-            .transpose()
+        lookup(&self.launches, src)
     }
+}
+
+/// The rows of table `src` among sorted rows kept per table, in their order.
+fn lookup<R: Record>(per_table: &[(i64, Sorted<R>)], src: i64) -> Result<Option<Lookup<'_, R>>> {
+    per_table
+        .iter()
+        .find(|(s, _)| *s == src)
+        .map(|(_, l)| Ok(Lookup::new(l.iter()?)))
+        .transpose()
 }
 
 /// The GPU rows of each launching call, for the NVTX projection.

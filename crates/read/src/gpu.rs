@@ -12,7 +12,7 @@ use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::EventSink;
 use nsys_perfetto_model::model::{
-    ArgList, ArgValue, Event, FastHash, Flows, GroupKey, Name, TextNo,
+    ArgList, ArgValue, Event, FastHash, Flows, GroupKey, Name, StreamKey, TextNo,
 };
 use std::collections::HashMap;
 
@@ -393,12 +393,12 @@ fn emit<S: EventSink>(
         sink.skip(table, "no device or stream id");
         return Ok(());
     };
-    let key = GroupKey::GpuStream {
+    let key = GroupKey::GpuStream(StreamKey {
         device,
         global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,
         context: ctx.unwrap_or(0),
         stream,
-    };
+    });
     let linked = crate::flows::links(start, row.launch_start);
     if row.launch_start.is_some() && !linked {
         // The row itself is converted; only its arrow is left out (and counted).

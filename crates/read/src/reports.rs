@@ -348,6 +348,43 @@ fn kernels_named(s: &Schema, names: KernelNames) -> String {
     )
 }
 
+/// An NVTX row's name as nsys' NVTX reports write it, `Domain:text` (grouped by
+/// [`GROUP_NAME_FN`] with `--group-nvtx`), over `d` (the row's domain) and `sid` (its text id's
+/// string); `text` is the row's own text column.
+fn nvtx_name_sql(text: &str, group_nvtx: bool) -> String {
+    let name = format!(
+        "CASE WHEN d.name NOT NULL AND sid.value IS NOT NULL THEN d.name || ':' || sid.value \
+         WHEN d.name NOT NULL AND sid.value IS NULL THEN d.name || ':' || {text} \
+         WHEN d.name IS NULL AND sid.value NOT NULL THEN sid.value ELSE {text} END"
+    );
+    if group_nvtx {
+        format!("{GROUP_NAME_FN}({name})")
+    } else {
+        name
+    }
+}
+
+/// The NVTX domains, as rows `(min(start), id, globalTid, name)`.
+fn nvtx_domains_sql(s: &Schema) -> String {
+    let col = |c: &str| s.col(NVTX, c);
+    format!(
+        "SELECT min(start), {} AS id, {} AS globalTid, {} AS name FROM main.\"{NVTX}\" \
+         WHERE eventType = {DOMAIN_CREATE} GROUP BY 2, 3",
+        col("domainId"),
+        col("globalTid"),
+        col("text"),
+    )
+}
+
+/// An NVTX row's range style ('PushPop', 'StartEnd'), from its `eventType` column `event_type`.
+fn nvtx_style_sql(event_type: &str) -> String {
+    format!(
+        "CASE {event_type} WHEN {PUSH_POP} THEN 'PushPop' WHEN {START_END} THEN 'StartEnd' \
+         WHEN {NVTXT_PUSH_POP} THEN 'PushPop' WHEN {NVTXT_START_END} THEN 'StartEnd' \
+         ELSE 'Unknown' END"
+    )
+}
+
 /// The CTEs `nvtx_minmax(min, max)` and `nvtx_ranges(rangeId, startNS, endNS, tid, name,
 /// style)` of nsys' NVTX projection reports (their `NVTX_EVENTS_MINMAXTS` and
 /// `NVTX_EVENTS_RIDX` temporary tables): every push/pop and start/end range that ends on the
@@ -362,37 +399,23 @@ fn nvtx_ranges_sql(s: &Schema, group_nvtx: bool) -> Option<String> {
     }
     let rowid = s.rowid(NVTX)?;
     let col = |c: &str| s.col_of(NVTX, "e", c);
-    let dcol = |c: &str| s.col(NVTX, c);
-    let text = col("text");
-    let name = format!(
-        "CASE WHEN d.name NOT NULL AND sid.value IS NOT NULL THEN d.name || ':' || sid.value \
-         WHEN d.name NOT NULL AND sid.value IS NULL THEN d.name || ':' || {text} \
-         WHEN d.name IS NULL AND sid.value NOT NULL THEN sid.value ELSE {text} END"
-    );
-    let name = if group_nvtx {
-        format!("{}({name})", GROUP_NAME_FN)
-    } else {
-        name
-    };
     Some(format!(
         "nvtx_minmax AS MATERIALIZED (SELECT min(min(start), min(\"end\")) AS min, \
            max(max(start), max(\"end\")) AS max FROM main.\"{NVTX}\" \
            WHERE eventType IN ({PUSH_POP}, {START_END}, {NVTXT_PUSH_POP}, {NVTXT_START_END})), \
-         nvtx_domains AS (SELECT min(start), {dom} AS id, {dtid} AS globalTid, {dtxt} AS name \
-           FROM main.\"{NVTX}\" WHERE eventType = {DOMAIN_CREATE} GROUP BY 2, 3), \
+         nvtx_domains AS ({domains}), \
          nvtx_ranges AS MATERIALIZED (SELECT e.{rowid} AS rangeId, e.start AS startNS, \
            ifnull(e.\"end\", (SELECT max FROM nvtx_minmax)) AS endNS, e.globalTid AS tid, \
            {name} AS name, \
-           CASE e.eventType WHEN {PUSH_POP} THEN 'PushPop' WHEN {START_END} THEN 'StartEnd' \
-             WHEN {NVTXT_PUSH_POP} THEN 'PushPop' WHEN {NVTXT_START_END} THEN 'StartEnd' ELSE 'Unknown' END AS style \
+           {style} AS style \
            FROM main.\"{NVTX}\" e \
            LEFT JOIN nvtx_domains d ON {edom} = d.id \
              AND (e.globalTid & 0x0000FFFFFF000000) = (d.globalTid & 0x0000FFFFFF000000) \
            LEFT JOIN main.StringIds sid ON {etext_id} = sid.id \
            WHERE e.eventType IN ({PUSH_POP}, {START_END}, {NVTXT_PUSH_POP}, {NVTXT_START_END}) AND {end_tid} IS NULL)",
-        dom = dcol("domainId"),
-        dtid = dcol("globalTid"),
-        dtxt = dcol("text"),
+        domains = nvtx_domains_sql(s),
+        name = nvtx_name_sql(&col("text"), group_nvtx),
+        style = nvtx_style_sql("e.eventType"),
         edom = col("domainId"),
         etext_id = col("textId"),
         end_tid = col("endGlobalTid"),
@@ -450,6 +473,13 @@ pub fn report(
     let timed = |t: &str| s.has_columns(t, &["start", "end"]);
     // Whether the query reads nsys' temporary NVTX range index, dropped after it.
     let mut indexed = false;
+    // Builds that index for the NVTX reports: `None` without NVTX ranges.
+    let mut index_nvtx = || {
+        let scale = nvtx_index(conn, s, opts.group_nvtx)
+            .map_err(|e| e.context(format!("report {}", r.name)))?;
+        indexed |= scale.is_some();
+        anyhow::Ok(scale)
+    };
     let sql = match r.name {
         "cuda_gpu_kern_sum" | "cuda_gpu_kern_gb_sum" => {
             if !strings || !timed(KERNEL) {
@@ -562,26 +592,12 @@ pub fn report(
                 return Ok(None);
             }
             let col = |c: &str| s.col_of(NVTX, "ne", c);
-            let dcol = |c: &str| s.col(NVTX, c);
-            let tag = format!(
-                "CASE WHEN d.name NOT NULL AND sid.value IS NOT NULL THEN d.name || ':' || sid.value \
-                 WHEN d.name NOT NULL AND sid.value IS NULL THEN d.name || ':' || {text} \
-                 WHEN d.name IS NULL AND sid.value NOT NULL THEN sid.value ELSE {text} END",
-                text = col("text")
-            );
-            let tag = if opts.group_nvtx {
-                format!("{}({tag})", GROUP_NAME_FN)
-            } else {
-                tag
-            };
             format!(
-                "WITH domains AS (SELECT min(start), {dom} AS id, {tid} AS globalTid, \
-                   {txt} AS name FROM main.\"{NVTX}\" WHERE eventType = {DOMAIN_CREATE} GROUP BY 2, 3), \
+                "WITH domains AS ({domains}), \
                  maxts AS (SELECT max(max(start), max(\"end\")) AS m FROM main.\"{NVTX}\"), \
                  nvtx AS (SELECT coalesce(ne.\"end\", (SELECT m FROM maxts)) - ne.start AS duration, \
                    {tag} AS tag, \
-                   CASE ne.eventType WHEN {PUSH_POP} THEN 'PushPop' WHEN {START_END} THEN 'StartEnd' \
-                     WHEN {NVTXT_PUSH_POP} THEN 'PushPop' WHEN {NVTXT_START_END} THEN 'StartEnd' ELSE 'Unknown' END AS style \
+                   {style} AS style \
                    FROM main.\"{NVTX}\" ne \
                    LEFT JOIN domains d ON {ndom} = d.id \
                      AND ({ntid} & 0x0000FFFFFF000000) = (d.globalTid & 0x0000FFFFFF000000) \
@@ -590,9 +606,9 @@ pub fn report(
                  summary AS (SELECT tag AS name, style, {agg} FROM nvtx GROUP BY 1, 2), \
                  {TOTALS} \
                  SELECT {cols}, style AS \"Style\", name AS \"Range\" FROM summary ORDER BY 2 DESC",
-                dom = dcol("domainId"),
-                tid = dcol("globalTid"),
-                txt = dcol("text"),
+                domains = nvtx_domains_sql(s),
+                tag = nvtx_name_sql(&col("text"), opts.group_nvtx),
+                style = nvtx_style_sql("ne.eventType"),
                 ndom = col("domainId"),
                 ntid = col("globalTid"),
                 ntext_id = col("textId"),
@@ -695,10 +711,9 @@ pub fn report(
                 ins = s.col(cpu, "CpuInstruction"),
             )
         }
+        // The unions of a family of tables, named through the string table.
+        "openacc_sum" | "openmp_sum" if !strings => return Ok(None),
         "openacc_sum" => {
-            if !strings {
-                return Ok(None);
-            }
             let rows = |t: &str| {
                 format!(
                     "SELECT start, \"end\", {}, {}, {} FROM main.\"{t}\"",
@@ -724,9 +739,6 @@ pub fn report(
             )
         }
         "openmp_sum" => {
-            if !strings {
-                return Ok(None);
-            }
             let rows = |t: &str| {
                 format!(
                     "SELECT {} AS nameId, {} FROM main.\"{t}\" GROUP BY 1",
@@ -795,15 +807,9 @@ pub fn report(
             let Some(krowid) = s.rowid(KERNEL) else {
                 return Ok(None);
             };
-            if nvtx_ranges_sql(s, opts.group_nvtx).is_none() {
-                return Ok(None);
-            }
-            let Some(scale) = nvtx_index(conn, s, opts.group_nvtx)
-                .map_err(|e| e.context(format!("report {}", r.name)))?
-            else {
+            let Some(scale) = index_nvtx()? else {
                 return Ok(None);
             };
-            indexed = true;
             let k = kernels_named(s, opts.kernel_names).replacen(
                 "SELECT k.*,",
                 &format!("SELECT k.{krowid} AS kernid, k.*,"),
@@ -850,12 +856,9 @@ pub fn report(
             if ops.is_empty() {
                 return Ok(None);
             }
-            let Some(scale) = nvtx_index(conn, s, opts.group_nvtx)
-                .map_err(|e| e.context(format!("report {}", r.name)))?
-            else {
+            let Some(scale) = index_nvtx()? else {
                 return Ok(None);
             };
-            indexed = true;
             format!(
                 "WITH RECURSIVE gpuops AS ({ops}), \
                  nvtx_parent AS MATERIALIZED (SELECT cr.rangeId AS rangeId, pr.rangeId AS parentId, \

@@ -123,6 +123,13 @@ impl Schema {
     pub fn has_columns(&self, table: &str, columns: &[&str]) -> bool {
         columns.iter().all(|c| self.has_column(table, c))
     }
+
+    /// The column a table's rows are timed by: `start`, else `timestamp`.
+    pub fn time_column(&self, table: &str) -> Option<&'static str> {
+        ["start", "timestamp"]
+            .into_iter()
+            .find(|c| self.has_column(table, c))
+    }
 }
 
 /// Check the file and read its schema. Errors are one line naming the problem; where the

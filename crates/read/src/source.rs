@@ -350,9 +350,7 @@ fn readers<S: EventSink>() -> Readers<S> {
                 Reader::new("gpu memory", super::gpu_memory::read),
                 Reader::new("cpu samples", super::samples::read),
             ],
-            vec![Reader::new("other tables", |cx, sink| {
-                super::tables::read(cx.conn, cx.schema, cx.selection, sink)
-            })],
+            vec![Reader::new("other tables", super::tables::read)],
         ],
         with_flows: vec![Reader::new("cuda api", super::api::read)],
         nvtx: Reader::new("nvtx", super::nvtx::read),
@@ -418,7 +416,7 @@ pub fn is_converted(table: &str) -> bool {
 
 /// A table whose rows are timed: it has a `start` or `timestamp` column.
 pub fn is_timed(schema: &Schema, table: &str) -> bool {
-    super::tables::time_column(schema, table).is_some()
+    schema.time_column(table).is_some()
 }
 
 /// Timed tables this version does not convert, with their row counts: nothing a profile

@@ -11,7 +11,9 @@ use super::scan::Scan;
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::EventSink;
-use nsys_perfetto_model::model::{ArgList, ArgValue, Event, FastHash, Flows, GroupKey, Name};
+use nsys_perfetto_model::model::{
+    ArgList, ArgValue, Event, FastHash, Flows, GroupKey, Name, StreamKey,
+};
 use nsys_perfetto_model::select::Selection;
 use std::collections::HashMap;
 
@@ -104,12 +106,12 @@ fn emit<S: EventSink>(
         flows: Flows::default(),
     };
     sink.event(
-        GroupKey::GpuSync {
+        GroupKey::GpuSync(StreamKey {
             device,
             global_pid: gpid.unwrap_or(0) & !0xFF_FFFF,
             context: ctx.unwrap_or(0),
             stream,
-        },
+        }),
         &ev,
     )
 }

@@ -15,6 +15,7 @@
 //! Rows whose name is a profiler marker ("cuDNN profiling started") are instants in category
 //! `nsys.marker` on the table's track, not calls.
 
+use super::reader::ReadContext;
 use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, TrackKind};
@@ -137,36 +138,47 @@ const ENUM_COLUMNS: [(&str, &str, &str); 14] = [
 /// Columns that say nothing a row's category and track do not already say.
 const DROPPED: [&str; 1] = ["eventClass"];
 
-const fn spec(
-    table: &'static str,
+/// What the tables of one family share: the kind of event their rows are, where they go and
+/// where their names come from.
+#[derive(Clone, Copy)]
+struct Family {
     category: Category,
     place: Place,
     name: NameFrom,
-    fallback: &'static str,
-) -> Spec {
-    Spec {
-        table,
-        category,
-        place,
-        name,
-        fallback,
-        instants: false,
-    }
+    instants: bool,
 }
 
-const fn samples(
-    table: &'static str,
-    category: Category,
-    place: Place,
-    fallback: &'static str,
-) -> Spec {
-    Spec {
-        table,
-        category,
-        place,
-        name: NameFrom::Fixed,
-        fallback,
-        instants: true,
+impl Family {
+    /// Calls, operations or messages: slices where the table has an `end`.
+    const fn rows(category: Category, place: Place, name: NameFrom) -> Family {
+        Family {
+            category,
+            place,
+            name,
+            instants: false,
+        }
+    }
+
+    /// Samples of counters, until the model has counter tracks: instants with their values.
+    const fn samples(category: Category, place: Place) -> Family {
+        Family {
+            category,
+            place,
+            name: NameFrom::Fixed,
+            instants: true,
+        }
+    }
+
+    /// One table of the family, with the name of rows that have none.
+    const fn table(self, table: &'static str, fallback: &'static str) -> Spec {
+        Spec {
+            table,
+            category: self.category,
+            place: self.place,
+            name: self.name,
+            fallback,
+            instants: self.instants,
+        }
     }
 }
 
@@ -175,558 +187,142 @@ use NameFrom as N;
 use Place as P;
 use TrackKind as K;
 
-const OPENMP_NAME: NameFrom = N::StringId("nameId");
+const NAME_ID: NameFrom = N::StringId("nameId");
+const TEXT_ID: NameFrom = N::StringId("textId");
+
+// The families of [`SPECS`], in its order.
+const UM_CPU: Family = Family::rows(C::UmCpuFault, P::Process(K::UnifiedMemory), N::Fixed);
+const UM_GPU: Family = Family::rows(
+    C::UmGpuFault,
+    P::Gpu(K::UnifiedMemory, "deviceId"),
+    N::Fixed,
+);
+const GRAPHS: Family = Family::rows(C::CudaGraph, P::Thread(K::CudaGraphs), NAME_ID);
+const GRAPH_TRACE: Family = Family::rows(C::CudaGraph, P::Gpu(K::CudaGraphs, "deviceId"), N::Fixed);
+const CUDA_EVENTS: Family = Family::rows(C::CudaEvent, P::Gpu(K::CudaEvents, "deviceId"), N::Fixed);
+const CUDNN: Family = Family::rows(C::Cudnn, P::Thread(K::Cudnn), NAME_ID);
+const CUBLAS: Family = Family::rows(C::Cublas, P::Thread(K::Cublas), NAME_ID);
+const OPENACC: Family = Family::rows(C::OpenAcc, P::Thread(K::OpenAcc), NAME_ID);
+const OPENMP: Family = Family::rows(C::OpenMp, P::Thread(K::OpenMp), NAME_ID);
+const MPI: Family = Family::rows(C::Mpi, P::Thread(K::Mpi), TEXT_ID);
+const UCX: Family = Family::rows(C::Ucx, P::Thread(K::Ucx), TEXT_ID);
+const CPU_COUNTERS: Family = Family::samples(C::CpuCounters, P::Global(K::CpuCounters));
+const NETWORK: Family = Family::samples(C::Network, P::Global(K::Network));
+const VIDEO: Family = Family::rows(C::Video, P::Thread(K::Video), NAME_ID);
+const VULKAN: Family = Family::rows(C::GraphicsApi, P::Thread(K::Vulkan), NAME_ID);
+const VULKAN_GPU: Family = Family::rows(C::GraphicsGpu, P::Gpu(K::Vulkan, "gpu"), NAME_ID);
+const OPENGL: Family = Family::rows(C::GraphicsApi, P::Thread(K::OpenGl), NAME_ID);
+const OPENGL_GPU: Family = Family::rows(C::GraphicsGpu, P::Gpu(K::OpenGl, "gpu"), NAME_ID);
+const KHR_DEBUG: Family = Family::rows(C::GraphicsApi, P::Thread(K::OpenGl), TEXT_ID);
+const DIRECTX: Family = Family::rows(C::GraphicsApi, P::Thread(K::DirectX), NAME_ID);
+const DIRECTX_GPU: Family = Family::rows(C::GraphicsGpu, P::Gpu(K::DirectX, "gpu"), NAME_ID);
+const WDDM: Family = Family::rows(C::GraphicsGpu, P::Gpu(K::Wddm, "gpu"), N::Fixed);
+const SLI: Family = Family::rows(C::GraphicsGpu, P::Gpu(K::Sli, "gpu"), N::Fixed);
+const LOAD_BALANCE: Family = Family::rows(C::GraphicsGpu, P::Gpu(K::LoadBalance, "gpu"), N::Fixed);
+const CONTEXT_SWITCHES: Family = Family::rows(
+    C::GpuContextSwitch,
+    P::Gpu(K::ContextSwitches, "gpuId"),
+    N::Enum("tag"),
+);
+const DIAGNOSTICS: Family = Family::rows(
+    C::Diagnostic,
+    P::ProcessOrGlobal(K::Diagnostics),
+    N::Text("text"),
+);
+const PROFILER_OVERHEAD: Family =
+    Family::rows(C::Overhead, P::Thread(K::ProfilerOverhead), NAME_ID);
+const CUPTI_OVERHEAD: Family = Family::rows(C::Overhead, P::Thread(K::CuptiOverhead), NAME_ID);
 
 /// Every table this reader converts. Column names follow NVIDIA's SQLite export schema
 /// reference; tables marked "(not yet seen)" in docs/tables.md have no rows in the corpus.
+// One line a table, however long its name: a table of tables.
+#[rustfmt::skip]
 pub const SPECS: &[Spec] = &[
     // Unified memory.
-    spec(
-        "CUDA_UM_CPU_PAGE_FAULT_EVENTS",
-        C::UmCpuFault,
-        P::Process(K::UnifiedMemory),
-        N::Fixed,
-        "CPU page fault",
-    ),
-    spec(
-        "CUDA_UM_GPU_PAGE_FAULT_EVENTS",
-        C::UmGpuFault,
-        P::Gpu(K::UnifiedMemory, "deviceId"),
-        N::Fixed,
-        "GPU page fault",
-    ),
+    UM_CPU.table("CUDA_UM_CPU_PAGE_FAULT_EVENTS", "CPU page fault"),
+    UM_GPU.table("CUDA_UM_GPU_PAGE_FAULT_EVENTS", "GPU page fault"),
     // CUDA graphs.
-    spec(
-        "CUDA_GRAPH_EVENTS",
-        C::CudaGraph,
-        P::Thread(K::CudaGraphs),
-        N::StringId("nameId"),
-        "(CUDA graph event)",
-    ),
-    spec(
-        "CUDA_GRAPH_NODE_EVENTS",
-        C::CudaGraph,
-        P::Thread(K::CudaGraphs),
-        N::StringId("nameId"),
-        "(CUDA graph node event)",
-    ),
-    spec(
-        "CUPTI_ACTIVITY_KIND_GRAPH_TRACE",
-        C::CudaGraph,
-        P::Gpu(K::CudaGraphs, "deviceId"),
-        N::Fixed,
-        "CUDA graph execution",
-    ),
-    spec(
-        "CUPTI_ACTIVITY_KIND_CUDA_EVENT",
-        C::CudaEvent,
-        P::Gpu(K::CudaEvents, "deviceId"),
-        N::Fixed,
-        "CUDA event record",
-    ),
+    GRAPHS.table("CUDA_GRAPH_EVENTS", "(CUDA graph event)"),
+    GRAPHS.table("CUDA_GRAPH_NODE_EVENTS", "(CUDA graph node event)"),
+    GRAPH_TRACE.table("CUPTI_ACTIVITY_KIND_GRAPH_TRACE", "CUDA graph execution"),
+    CUDA_EVENTS.table("CUPTI_ACTIVITY_KIND_CUDA_EVENT", "CUDA event record"),
     // Libraries and runtimes.
-    spec(
-        "CUDNN_EVENTS",
-        C::Cudnn,
-        P::Thread(K::Cudnn),
-        N::StringId("nameId"),
-        "(cuDNN call)",
-    ),
-    spec(
-        "CUBLAS_EVENTS",
-        C::Cublas,
-        P::Thread(K::Cublas),
-        N::StringId("nameId"),
-        "(cuBLAS call)",
-    ),
-    spec(
-        "CUPTI_ACTIVITY_KIND_OPENACC_DATA",
-        C::OpenAcc,
-        P::Thread(K::OpenAcc),
-        N::StringId("nameId"),
-        "(OpenACC data event)",
-    ),
-    spec(
-        "CUPTI_ACTIVITY_KIND_OPENACC_LAUNCH",
-        C::OpenAcc,
-        P::Thread(K::OpenAcc),
-        N::StringId("nameId"),
-        "(OpenACC launch)",
-    ),
-    spec(
-        "CUPTI_ACTIVITY_KIND_OPENACC_OTHER",
-        C::OpenAcc,
-        P::Thread(K::OpenAcc),
-        N::StringId("nameId"),
-        "(OpenACC event)",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_THREAD",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP thread",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_PARALLEL",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP parallel",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_SYNC_REGION_WAIT",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP sync region wait",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_SYNC_REGION",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP sync region",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_TASK",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP task",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_MASTER",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP master",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_REDUCTION",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP reduction",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_TASK_CREATE",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP task create",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_TASK_SCHEDULE",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP task schedule",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_CANCEL",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP cancel",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_MUTEX_WAIT",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP mutex wait",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_CRITICAL_SECTION",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP critical section",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_MUTEX_RELEASED",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP mutex released",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_LOCK_INIT",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP lock init",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_LOCK_DESTROY",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP lock destroy",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_WORKSHARE",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP workshare",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_DISPATCH",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP dispatch",
-    ),
-    spec(
-        "OPENMP_EVENT_KIND_FLUSH",
-        C::OpenMp,
-        P::Thread(K::OpenMp),
-        OPENMP_NAME,
-        "OpenMP flush",
-    ),
-    spec(
-        "MPI_P2P_EVENTS",
-        C::Mpi,
-        P::Thread(K::Mpi),
-        N::StringId("textId"),
-        "(MPI call)",
-    ),
-    spec(
-        "MPI_COLLECTIVES_EVENTS",
-        C::Mpi,
-        P::Thread(K::Mpi),
-        N::StringId("textId"),
-        "(MPI collective)",
-    ),
-    spec(
-        "MPI_START_WAIT_EVENTS",
-        C::Mpi,
-        P::Thread(K::Mpi),
-        N::StringId("textId"),
-        "(MPI start/wait)",
-    ),
-    spec(
-        "MPI_OTHER_EVENTS",
-        C::Mpi,
-        P::Thread(K::Mpi),
-        N::StringId("textId"),
-        "(MPI call)",
-    ),
-    spec(
-        "UCP_SUBMIT_EVENTS",
-        C::Ucx,
-        P::Thread(K::Ucx),
-        N::StringId("textId"),
-        "(UCP submit)",
-    ),
-    spec(
-        "UCP_PROGRESS_EVENTS",
-        C::Ucx,
-        P::Thread(K::Ucx),
-        N::StringId("textId"),
-        "(UCP progress)",
-    ),
-    spec(
-        "UCP_EVENTS",
-        C::Ucx,
-        P::Thread(K::Ucx),
-        N::StringId("textId"),
-        "(UCP call)",
-    ),
+    CUDNN.table("CUDNN_EVENTS", "(cuDNN call)"),
+    CUBLAS.table("CUBLAS_EVENTS", "(cuBLAS call)"),
+    OPENACC.table("CUPTI_ACTIVITY_KIND_OPENACC_DATA", "(OpenACC data event)"),
+    OPENACC.table("CUPTI_ACTIVITY_KIND_OPENACC_LAUNCH", "(OpenACC launch)"),
+    OPENACC.table("CUPTI_ACTIVITY_KIND_OPENACC_OTHER", "(OpenACC event)"),
+    OPENMP.table("OPENMP_EVENT_KIND_THREAD", "OpenMP thread"),
+    OPENMP.table("OPENMP_EVENT_KIND_PARALLEL", "OpenMP parallel"),
+    OPENMP.table("OPENMP_EVENT_KIND_SYNC_REGION_WAIT", "OpenMP sync region wait"),
+    OPENMP.table("OPENMP_EVENT_KIND_SYNC_REGION", "OpenMP sync region"),
+    OPENMP.table("OPENMP_EVENT_KIND_TASK", "OpenMP task"),
+    OPENMP.table("OPENMP_EVENT_KIND_MASTER", "OpenMP master"),
+    OPENMP.table("OPENMP_EVENT_KIND_REDUCTION", "OpenMP reduction"),
+    OPENMP.table("OPENMP_EVENT_KIND_TASK_CREATE", "OpenMP task create"),
+    OPENMP.table("OPENMP_EVENT_KIND_TASK_SCHEDULE", "OpenMP task schedule"),
+    OPENMP.table("OPENMP_EVENT_KIND_CANCEL", "OpenMP cancel"),
+    OPENMP.table("OPENMP_EVENT_KIND_MUTEX_WAIT", "OpenMP mutex wait"),
+    OPENMP.table("OPENMP_EVENT_KIND_CRITICAL_SECTION", "OpenMP critical section"),
+    OPENMP.table("OPENMP_EVENT_KIND_MUTEX_RELEASED", "OpenMP mutex released"),
+    OPENMP.table("OPENMP_EVENT_KIND_LOCK_INIT", "OpenMP lock init"),
+    OPENMP.table("OPENMP_EVENT_KIND_LOCK_DESTROY", "OpenMP lock destroy"),
+    OPENMP.table("OPENMP_EVENT_KIND_WORKSHARE", "OpenMP workshare"),
+    OPENMP.table("OPENMP_EVENT_KIND_DISPATCH", "OpenMP dispatch"),
+    OPENMP.table("OPENMP_EVENT_KIND_FLUSH", "OpenMP flush"),
+    MPI.table("MPI_P2P_EVENTS", "(MPI call)"),
+    MPI.table("MPI_COLLECTIVES_EVENTS", "(MPI collective)"),
+    MPI.table("MPI_START_WAIT_EVENTS", "(MPI start/wait)"),
+    MPI.table("MPI_OTHER_EVENTS", "(MPI call)"),
+    UCX.table("UCP_SUBMIT_EVENTS", "(UCP submit)"),
+    UCX.table("UCP_PROGRESS_EVENTS", "(UCP progress)"),
+    UCX.table("UCP_EVENTS", "(UCP call)"),
     // Samples of counters, until the model has counter tracks: instants with their values.
-    samples(
-        "PERF_EVENT_CPU_RAW_EVENT",
-        C::CpuCounters,
-        P::Global(K::CpuCounters),
-        "CPU counter sample",
-    ),
-    samples(
-        "PERF_EVENT_CPU_METRIC_EVENT",
-        C::CpuCounters,
-        P::Global(K::CpuCounters),
-        "CPU metric sample",
-    ),
-    samples(
-        "PMU_EVENTS",
-        C::CpuCounters,
-        P::Global(K::CpuCounters),
-        "PMU event",
-    ),
-    samples(
-        "UNCORE_PMU_EVENTS",
-        C::CpuCounters,
-        P::Global(K::CpuCounters),
-        "Uncore PMU event",
-    ),
-    samples(
-        "NET_NIC_METRIC",
-        C::Network,
-        P::Global(K::Network),
-        "NIC metric sample",
-    ),
-    samples(
-        "NET_IB_SWITCH_METRIC",
-        C::Network,
-        P::Global(K::Network),
-        "InfiniBand switch metric sample",
-    ),
+    CPU_COUNTERS.table("PERF_EVENT_CPU_RAW_EVENT", "CPU counter sample"),
+    CPU_COUNTERS.table("PERF_EVENT_CPU_METRIC_EVENT", "CPU metric sample"),
+    CPU_COUNTERS.table("PMU_EVENTS", "PMU event"),
+    CPU_COUNTERS.table("UNCORE_PMU_EVENTS", "Uncore PMU event"),
+    NETWORK.table("NET_NIC_METRIC", "NIC metric sample"),
+    NETWORK.table("NET_IB_SWITCH_METRIC", "InfiniBand switch metric sample"),
     // Video codecs.
-    spec(
-        "NVVIDEO_ENCODER_API",
-        C::Video,
-        P::Thread(K::Video),
-        N::StringId("nameId"),
-        "(NVENC call)",
-    ),
-    spec(
-        "NVVIDEO_DECODER_API",
-        C::Video,
-        P::Thread(K::Video),
-        N::StringId("nameId"),
-        "(NVDEC call)",
-    ),
-    spec(
-        "NVVIDEO_JPEG_API",
-        C::Video,
-        P::Thread(K::Video),
-        N::StringId("nameId"),
-        "(NVJPEG call)",
-    ),
-    spec(
-        "TRACE_PROCESS_EVENT_NVMEDIA",
-        C::Video,
-        P::Thread(K::Video),
-        N::StringId("nameId"),
-        "(NvMedia call)",
-    ),
+    VIDEO.table("NVVIDEO_ENCODER_API", "(NVENC call)"),
+    VIDEO.table("NVVIDEO_DECODER_API", "(NVDEC call)"),
+    VIDEO.table("NVVIDEO_JPEG_API", "(NVJPEG call)"),
+    VIDEO.table("TRACE_PROCESS_EVENT_NVMEDIA", "(NvMedia call)"),
     // Graphics APIs on their thread, their work on the GPU.
-    spec(
-        "VULKAN_API",
-        C::GraphicsApi,
-        P::Thread(K::Vulkan),
-        N::StringId("nameId"),
-        "(Vulkan call)",
-    ),
-    spec(
-        "VULKAN_DEBUG_API",
-        C::GraphicsApi,
-        P::Thread(K::Vulkan),
-        N::StringId("nameId"),
-        "(Vulkan debug marker)",
-    ),
-    spec(
-        "VULKAN_WORKLOAD",
-        C::GraphicsGpu,
-        P::Gpu(K::Vulkan, "gpu"),
-        N::StringId("nameId"),
-        "(Vulkan workload)",
-    ),
-    spec(
-        "OPENGL_API",
-        C::GraphicsApi,
-        P::Thread(K::OpenGl),
-        N::StringId("nameId"),
-        "(OpenGL call)",
-    ),
-    spec(
-        "OPENGL_WORKLOAD",
-        C::GraphicsGpu,
-        P::Gpu(K::OpenGl, "gpu"),
-        N::StringId("nameId"),
-        "(OpenGL workload)",
-    ),
-    spec(
-        "KHR_DEBUG_EVENTS",
-        C::GraphicsApi,
-        P::Thread(K::OpenGl),
-        N::StringId("textId"),
-        "(KHR debug event)",
-    ),
-    spec(
-        "DX12_API",
-        C::GraphicsApi,
-        P::Thread(K::DirectX),
-        N::StringId("nameId"),
-        "(DX12 call)",
-    ),
-    spec(
-        "DX12_WORKLOAD",
-        C::GraphicsGpu,
-        P::Gpu(K::DirectX, "gpu"),
-        N::StringId("nameId"),
-        "(DX12 workload)",
-    ),
-    spec(
-        "D3D11_PIX_DEBUG_API",
-        C::GraphicsApi,
-        P::Thread(K::DirectX),
-        N::StringId("nameId"),
-        "(PIX marker)",
-    ),
-    spec(
-        "D3D12_PIX_DEBUG_API",
-        C::GraphicsApi,
-        P::Thread(K::DirectX),
-        N::StringId("nameId"),
-        "(PIX marker)",
-    ),
-    spec(
-        "WDDM_EVICT_ALLOCATION_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM evict allocation",
-    ),
-    spec(
-        "WDDM_PAGING_QUEUE_PACKET_START_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM paging queue packet start",
-    ),
-    spec(
-        "WDDM_PAGING_QUEUE_PACKET_STOP_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM paging queue packet stop",
-    ),
-    spec(
-        "WDDM_PAGING_QUEUE_PACKET_INFO_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM paging queue packet info",
-    ),
-    spec(
-        "WDDM_QUEUE_PACKET_START_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM queue packet start",
-    ),
-    spec(
-        "WDDM_QUEUE_PACKET_STOP_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM queue packet stop",
-    ),
-    spec(
-        "WDDM_QUEUE_PACKET_INFO_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM queue packet info",
-    ),
-    spec(
-        "WDDM_DMA_PACKET_START_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM DMA packet start",
-    ),
-    spec(
-        "WDDM_DMA_PACKET_STOP_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM DMA packet stop",
-    ),
-    spec(
-        "WDDM_DMA_PACKET_INFO_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM DMA packet info",
-    ),
-    spec(
-        "WDDM_HW_QUEUE_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "WDDM hardware queue",
-    ),
-    spec(
-        "MEMORY_TRANSFER_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::Wddm, "gpu"),
-        N::Fixed,
-        "Memory transfer",
-    ),
-    spec(
-        "SLI_QUERIES",
-        C::GraphicsGpu,
-        P::Gpu(K::Sli, "gpu"),
-        N::Fixed,
-        "SLI query",
-    ),
-    spec(
-        "SLI_P2P",
-        C::GraphicsGpu,
-        P::Gpu(K::Sli, "gpu"),
-        N::Fixed,
-        "SLI peer-to-peer transfer",
-    ),
-    spec(
-        "SLI_STATS",
-        C::GraphicsGpu,
-        P::Gpu(K::Sli, "gpu"),
-        N::Fixed,
-        "SLI statistics",
-    ),
-    spec(
-        "NV_LOAD_BALANCE_MASTER_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::LoadBalance, "gpu"),
-        N::Fixed,
-        "Load balance (master)",
-    ),
-    spec(
-        "NV_LOAD_BALANCE_EVENTS",
-        C::GraphicsGpu,
-        P::Gpu(K::LoadBalance, "gpu"),
-        N::Fixed,
-        "Load balance",
-    ),
-    spec(
-        "FECS_EVENTS",
-        C::GpuContextSwitch,
-        P::Gpu(K::ContextSwitches, "gpuId"),
-        N::Enum("tag"),
-        "GPU context switch",
-    ),
-    spec(
-        "GPU_CONTEXT_SWITCH_EVENTS",
-        C::GpuContextSwitch,
-        P::Gpu(K::ContextSwitches, "gpuId"),
-        N::Enum("tag"),
-        "GPU context switch",
-    ),
+    VULKAN.table("VULKAN_API", "(Vulkan call)"),
+    VULKAN.table("VULKAN_DEBUG_API", "(Vulkan debug marker)"),
+    VULKAN_GPU.table("VULKAN_WORKLOAD", "(Vulkan workload)"),
+    OPENGL.table("OPENGL_API", "(OpenGL call)"),
+    OPENGL_GPU.table("OPENGL_WORKLOAD", "(OpenGL workload)"),
+    KHR_DEBUG.table("KHR_DEBUG_EVENTS", "(KHR debug event)"),
+    DIRECTX.table("DX12_API", "(DX12 call)"),
+    DIRECTX_GPU.table("DX12_WORKLOAD", "(DX12 workload)"),
+    DIRECTX.table("D3D11_PIX_DEBUG_API", "(PIX marker)"),
+    DIRECTX.table("D3D12_PIX_DEBUG_API", "(PIX marker)"),
+    WDDM.table("WDDM_EVICT_ALLOCATION_EVENTS", "WDDM evict allocation"),
+    WDDM.table("WDDM_PAGING_QUEUE_PACKET_START_EVENTS", "WDDM paging queue packet start"),
+    WDDM.table("WDDM_PAGING_QUEUE_PACKET_STOP_EVENTS", "WDDM paging queue packet stop"),
+    WDDM.table("WDDM_PAGING_QUEUE_PACKET_INFO_EVENTS", "WDDM paging queue packet info"),
+    WDDM.table("WDDM_QUEUE_PACKET_START_EVENTS", "WDDM queue packet start"),
+    WDDM.table("WDDM_QUEUE_PACKET_STOP_EVENTS", "WDDM queue packet stop"),
+    WDDM.table("WDDM_QUEUE_PACKET_INFO_EVENTS", "WDDM queue packet info"),
+    WDDM.table("WDDM_DMA_PACKET_START_EVENTS", "WDDM DMA packet start"),
+    WDDM.table("WDDM_DMA_PACKET_STOP_EVENTS", "WDDM DMA packet stop"),
+    WDDM.table("WDDM_DMA_PACKET_INFO_EVENTS", "WDDM DMA packet info"),
+    WDDM.table("WDDM_HW_QUEUE_EVENTS", "WDDM hardware queue"),
+    WDDM.table("MEMORY_TRANSFER_EVENTS", "Memory transfer"),
+    SLI.table("SLI_QUERIES", "SLI query"),
+    SLI.table("SLI_P2P", "SLI peer-to-peer transfer"),
+    SLI.table("SLI_STATS", "SLI statistics"),
+    LOAD_BALANCE.table("NV_LOAD_BALANCE_MASTER_EVENTS", "Load balance (master)"),
+    LOAD_BALANCE.table("NV_LOAD_BALANCE_EVENTS", "Load balance"),
+    CONTEXT_SWITCHES.table("FECS_EVENTS", "GPU context switch"),
+    CONTEXT_SWITCHES.table("GPU_CONTEXT_SWITCH_EVENTS", "GPU context switch"),
     // The profiler itself.
-    spec(
-        "DIAGNOSTIC_EVENT",
-        C::Diagnostic,
-        P::ProcessOrGlobal(K::Diagnostics),
-        N::Text("text"),
-        "(diagnostic)",
-    ),
-    spec(
-        "PROFILER_OVERHEAD",
-        C::Overhead,
-        P::Thread(K::ProfilerOverhead),
-        N::StringId("nameId"),
-        "(profiler overhead)",
-    ),
-    spec(
-        "CUPTI_ACTIVITY_KIND_OVERHEAD",
-        C::Overhead,
-        P::Thread(K::CuptiOverhead),
-        N::StringId("nameId"),
-        "(CUPTI overhead)",
-    ),
+    DIAGNOSTICS.table("DIAGNOSTIC_EVENT", "(diagnostic)"),
+    PROFILER_OVERHEAD.table("PROFILER_OVERHEAD", "(profiler overhead)"),
+    CUPTI_OVERHEAD.table("CUPTI_ACTIVITY_KIND_OVERHEAD", "(CUPTI overhead)"),
 ];
 
 /// Timed tables deliberately not converted here, with the reason (printed in the summary,
@@ -791,18 +387,11 @@ pub fn spec_of(table: &str) -> Option<&'static Spec> {
     SPECS.iter().find(|s| s.table == table)
 }
 
-/// The column a table's rows are timed by: `start`, else `timestamp`.
-pub fn time_column(schema: &Schema, table: &str) -> Option<&'static str> {
-    ["start", "timestamp"]
-        .into_iter()
-        .find(|c| schema.has_column(table, c))
-}
-
 /// Tables this reader will read in this export.
 pub fn present(schema: &Schema) -> impl Iterator<Item = (&'static str, &'static str)> + '_ {
     SPECS
         .iter()
-        .filter_map(|s| time_column(schema, s.table).map(|c| (s.table, c)))
+        .filter_map(|s| schema.time_column(s.table).map(|c| (s.table, c)))
 }
 
 /// A column name in snake_case, interned for the life of the program (arg keys are static;
@@ -997,16 +586,12 @@ fn plan(
 /// Read every table of [`SPECS`] the export has and the selection wants, merged in start
 /// order: tables that share a track (OpenACC data and other events, the OpenMP tables) are
 /// written as one time-ordered stream.
-pub fn read<S: EventSink>(
-    conn: &Connection,
-    schema: &Schema,
-    selection: &Selection,
-    sink: &mut S,
-) -> Result<()> {
+pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
+    let (conn, schema, selection) = (cx.conn, cx.schema, cx.selection);
     let tables: Vec<(&'static Spec, &'static str)> = SPECS
         .iter()
         .filter(|s| selection.wants_category(s.category))
-        .filter_map(|s| time_column(schema, s.table).map(|c| (s, c)))
+        .filter_map(|s| schema.time_column(s.table).map(|c| (s, c)))
         .collect();
     if tables.is_empty() {
         return Ok(());
@@ -1226,12 +811,19 @@ mod tests {
 
     #[test]
     fn arg_keys_are_snake_case() {
-        assert_eq!(arg_key("numberOfPageFaults"), "number_of_page_faults");
-        assert_eq!(arg_key("CpuInstruction"), "cpu_instruction");
-        assert_eq!(arg_key("originalFaultPc"), "original_fault_pc");
-        assert_eq!(arg_key("DeviceType"), "device_type");
-        assert_eq!(arg_key("cuDeviceId"), "cu_device_id");
-        assert_eq!(arg_key("address"), "address");
+        let columns = [
+            "numberOfPageFaults",
+            "CpuInstruction",
+            "originalFaultPc",
+            "DeviceType",
+            "cuDeviceId",
+            "address",
+        ];
+        assert_eq!(
+            columns.map(arg_key).join(" "),
+            "number_of_page_faults cpu_instruction original_fault_pc device_type cu_device_id \
+             address"
+        );
         assert!(std::ptr::eq(arg_key("graphId"), arg_key("graphId")));
     }
 

@@ -11,15 +11,15 @@ mod late;
 
 use crate::output::{CHUNK_BYTES, Chunk, CustomTrack, EventWriter, GpuQueue, Ids, WellKnown};
 use anyhow::Result;
-use lanes::{Group, Lane, flush_ends, place_in};
+use lanes::{Group, LanePlace, flush_ends, place_in};
 use late::LateRow;
 use nsys_perfetto_model::model::{
     CounterKey, CounterOwner, CounterSample, CpuSample, Description, Event, EventSink, FastHash,
-    Flows, GroupKey, pid_of, with_source,
+    Flows, GroupKey, StreamKey, pid_of, with_source,
 };
 use nsys_perfetto_model::summary::Summary;
 use std::cmp::Reverse;
-use std::collections::{BTreeSet, BinaryHeap, HashMap};
+use std::collections::HashMap;
 use std::sync::mpsc::SyncSender;
 
 /// Rows later than their group's written time (a table far out of time order) are held, sorted
@@ -300,12 +300,12 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 format!("{} (start/end)", info.nvtx_domain_name(global_pid, domain)),
                 None,
             ),
-            GroupKey::GpuStream {
+            GroupKey::GpuStream(StreamKey {
                 device,
                 global_pid,
                 context,
                 stream,
-            } => {
+            }) => {
                 let (parent, in_context) = self.gpu_parent(device, global_pid, context);
                 let name = if in_context {
                     // Under its context's group: the only stream of this id there.
@@ -331,12 +331,12 @@ impl<'a, W: EventWriter> Router<'a, W> {
                 "OS runtime".to_string(),
                 None,
             ),
-            GroupKey::GpuSync {
+            GroupKey::GpuSync(StreamKey {
                 device,
                 global_pid,
                 context,
                 stream,
-            } => {
+            }) => {
                 // Context and event synchronization belong to no stream (id 0xFFFFFFFF).
                 let name = if (0..u32::MAX as i64).contains(&stream) {
                     format!("Stream {stream} · sync")
@@ -411,57 +411,33 @@ impl<'a, W: EventWriter> Router<'a, W> {
             }
             _ => (self.custom(parent, &name, rank), parent, false),
         };
-        self.writer.open_group(id, lane0, first_ts);
-        Group {
-            id,
-            emitted_ts: first_ts,
-            nests: key.nests(),
-            lanes: vec![Lane {
-                uuid: lane0,
-                open: Vec::new(),
-            }],
-            ends: BinaryHeap::new(),
-            free: BTreeSet::new(),
+        let place = LanePlace {
             name,
             parent,
             rank,
             lanes_under_lane0: under_lane0,
-        }
+        };
+        self.writer.open_group(id, lane0, first_ts);
+        Group::new(id, first_ts, key.nests(), lane0, place)
     }
 
     /// A further group for rows that arrived after their group had moved past them: its own
     /// sequence and its own lane track beside the group's first one.
     fn late_group(&mut self, key: GroupKey, first_ts: i64) -> Group {
         let first = &self.groups[self.group_of[&key] as usize];
-        let (parent, name, rank, nests) = if first.lanes_under_lane0 {
-            (
-                Some(first.lanes[0].uuid),
-                format!("{} (late rows)", first.name),
-                first.rank,
-                first.nests,
-            )
-        } else {
-            (first.parent, first.name.clone(), first.rank, first.nests)
-        };
-        let id = self.ids.next_sequence();
-        let lane0 = self.custom(parent, &name, rank);
-        self.summary.extra_lanes += 1;
-        self.writer.open_group(id, lane0, first_ts);
-        Group {
-            id,
-            emitted_ts: first_ts,
-            nests,
-            lanes: vec![Lane {
-                uuid: lane0,
-                open: Vec::new(),
-            }],
-            ends: BinaryHeap::new(),
-            free: BTreeSet::new(),
+        let (parent, name) = first.further_track("late rows");
+        let place = LanePlace {
             name,
             parent,
-            rank,
+            rank: first.place.rank,
             lanes_under_lane0: false,
-        }
+        };
+        let nests = first.nests;
+        let id = self.ids.next_sequence();
+        let lane0 = self.custom(place.parent, &place.name, place.rank);
+        self.summary.extra_lanes += 1;
+        self.writer.open_group(id, lane0, first_ts);
+        Group::new(id, first_ts, nests, lane0, place)
     }
 
     /// The name of a stream directly under its GPU: "Stream 7", with the pid (or context) of
@@ -483,12 +459,12 @@ impl<'a, W: EventWriter> Router<'a, W> {
     /// queue, one sequence per stream, in any time order (the writer places each operation by
     /// its own time; no lanes, no late rows).
     fn place_gpu_work(&mut self, key: GroupKey, ev: &Event<'_>) -> Result<()> {
-        let GroupKey::GpuStream {
+        let GroupKey::GpuStream(StreamKey {
             device,
             global_pid,
             context,
             stream,
-        } = key
+        }) = key
         else {
             unreachable!("only streams' work goes to GPU queues");
         };
@@ -726,86 +702,38 @@ fn tag_flow(id: u64, position: usize) -> u64 {
 }
 
 /// The key with a source's index folded into its process, thread and device ids.
-fn key_with_source(key: GroupKey, source: usize) -> GroupKey {
-    let s = |id: i64| with_source(id, source);
-    match key {
-        GroupKey::ThreadApi { global_tid } => GroupKey::ThreadApi {
-            global_tid: s(global_tid),
-        },
-        GroupKey::ThreadNvtx { global_tid, domain } => GroupKey::ThreadNvtx {
-            global_tid: s(global_tid),
-            domain,
-        },
-        GroupKey::ProcessNvtx { global_pid, domain } => GroupKey::ProcessNvtx {
-            global_pid: s(global_pid),
-            domain,
-        },
-        GroupKey::GpuStream {
-            device,
-            global_pid,
-            context,
-            stream,
-        } => GroupKey::GpuStream {
-            device: s(device),
-            global_pid: s(global_pid),
-            context,
-            stream,
-        },
-        GroupKey::ThreadOsrt { global_tid } => GroupKey::ThreadOsrt {
-            global_tid: s(global_tid),
-        },
-        GroupKey::GpuSync {
-            device,
-            global_pid,
-            context,
-            stream,
-        } => GroupKey::GpuSync {
-            device: s(device),
-            global_pid: s(global_pid),
-            context,
-            stream,
-        },
+fn key_with_source(mut key: GroupKey, source: usize) -> GroupKey {
+    let fold = |id: &mut i64| *id = with_source(*id, source);
+    match &mut key {
+        GroupKey::ThreadApi { global_tid }
+        | GroupKey::ThreadNvtx { global_tid, .. }
+        | GroupKey::ThreadOsrt { global_tid }
+        | GroupKey::ThreadTrack { global_tid, .. } => fold(global_tid),
+        GroupKey::ProcessNvtx { global_pid, .. } | GroupKey::ProcessTrack { global_pid, .. } => {
+            fold(global_pid)
+        }
+        GroupKey::GpuStream(StreamKey {
+            device, global_pid, ..
+        })
+        | GroupKey::GpuSync(StreamKey {
+            device, global_pid, ..
+        })
+        | GroupKey::GpuMemory { device, global_pid }
+        | GroupKey::GpuTrack {
+            device, global_pid, ..
+        } => {
+            fold(device);
+            fold(global_pid);
+        }
+        GroupKey::GpuNvtx { device, global_tid } => {
+            fold(device);
+            fold(global_tid);
+        }
         // CPUs of several hosts stay apart too.
-        GroupKey::Cpu { cpu } => GroupKey::Cpu { cpu: s(cpu) },
-        GroupKey::GpuNvtx { device, global_tid } => GroupKey::GpuNvtx {
-            device: s(device),
-            global_tid: s(global_tid),
-        },
-        GroupKey::GpuMemory { device, global_pid } => GroupKey::GpuMemory {
-            device: s(device),
-            global_pid: s(global_pid),
-        },
-        GroupKey::ThreadTrack { global_tid, kind } => GroupKey::ThreadTrack {
-            global_tid: s(global_tid),
-            kind,
-        },
-        GroupKey::ProcessTrack { global_pid, kind } => GroupKey::ProcessTrack {
-            global_pid: s(global_pid),
-            kind,
-        },
-        GroupKey::GpuTrack {
-            device,
-            global_pid,
-            context,
-            kind,
-        } => GroupKey::GpuTrack {
-            device: s(device),
-            global_pid: s(global_pid),
-            context,
-            kind,
-        },
-        GroupKey::GlobalTrack { kind, source } => GroupKey::GlobalTrack {
-            kind,
-            source: s(source),
-        },
-        GroupKey::Analysis {
-            rule,
-            track,
-            source,
-        } => GroupKey::Analysis {
-            rule,
-            track,
-            source: s(source),
-        },
+        GroupKey::Cpu { cpu } => fold(cpu),
+        GroupKey::GlobalTrack { source: id, .. } | GroupKey::Analysis { source: id, .. } => {
+            fold(id)
+        }
     }
+    key
 }

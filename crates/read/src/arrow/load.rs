@@ -132,20 +132,24 @@ fn opened(place: &Place) -> Option<(Arc<Vec<Opened>>, usize)> {
     })
 }
 
-/// The columns of the table at `place` from its stream's schema (its first message, read
-/// alone: the batches are read and checked when the table is loaded), and the stamp of its file
-/// as it was read.
-fn schema_of(place: &Place) -> Result<(Vec<(String, &'static str)>, Stamp)> {
-    use std::os::unix::fs::FileExt;
+/// The file of the table at `place`, open, with its stamp and where the table's stream lies in
+/// it; an error where the file changed since the walk that found the stream.
+fn open_stream(place: &Place) -> Result<(std::fs::File, Stamp, std::ops::Range<u64>)> {
     let file = std::fs::File::open(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
     let stamp = stamp(&file.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
     if let Some(how) = place.walked.and_then(|w| change(w, stamp)) {
         return Err(changed(how));
     }
-    let (start, end) = match &place.bytes {
-        Some(bytes) => (bytes.start, bytes.end),
-        None => (0, stamp.0),
-    };
+    let bytes = place.bytes.clone().unwrap_or(0..stamp.0);
+    Ok((file, stamp, bytes))
+}
+
+/// The columns of the table at `place` from its stream's schema (its first message, read
+/// alone: the batches are read and checked when the table is loaded), and the stamp of its file
+/// as it was read.
+fn schema_of(place: &Place) -> Result<(Vec<(String, &'static str)>, Stamp)> {
+    use std::os::unix::fs::FileExt;
+    let (file, stamp, std::ops::Range { start, end }) = open_stream(place)?;
     let read = |at: u64, len: usize| -> Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, start + at)
@@ -387,15 +391,7 @@ impl Table {
     /// damage (what was read of it may be zeros).
     pub(super) fn load(place: &Place) -> Result<Table> {
         use std::os::unix::fs::FileExt;
-        let file = std::fs::File::open(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
-        let stamp = stamp(&file.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
-        if let Some(how) = place.walked.and_then(|w| change(w, stamp)) {
-            return Err(changed(how));
-        }
-        let (offset, end) = match &place.bytes {
-            Some(bytes) => (bytes.start, bytes.end),
-            None => (0, stamp.0),
-        };
+        let (file, stamp, std::ops::Range { start: offset, end }) = open_stream(place)?;
         let len = usize::try_from(end - offset).map_err(|_| anyhow!("a stream too long to map"))?;
         let mapping =
             crate::mapped::Mapping::new(&file, place.bytes.as_ref().map(|_| (offset, len)))

@@ -204,27 +204,8 @@ impl Rule {
     pub fn columns(self) -> &'static [&'static str] {
         match self {
             Rule::CudaApiSync => &["PID", "TID", "API Name"],
-            Rule::CudaMemcpySync | Rule::CudaMemcpyAsync => &[
-                "Src Kind",
-                "Dst Kind",
-                "Bytes",
-                "PID",
-                "Device ID",
-                "Context ID",
-                "Green Context ID",
-                "Stream ID",
-                "API Name",
-            ],
-            Rule::CudaMemsetSync => &[
-                "Memory Kind",
-                "Bytes",
-                "PID",
-                "Device ID",
-                "Context ID",
-                "Green Context ID",
-                "Stream ID",
-                "API Name",
-            ],
+            Rule::CudaMemcpySync | Rule::CudaMemcpyAsync => &MEMCPY_COLUMNS,
+            Rule::CudaMemsetSync => &MEMSET_COLUMNS,
             Rule::GpuGaps => &["PID", "Device ID", "Context ID"],
             Rule::GpuTimeUtil => &["In-Use (%)", "PID", "Device ID", "Context ID"],
         }
@@ -248,6 +229,34 @@ impl Rule {
     pub fn on_gpu(self) -> bool {
         !matches!(self, Rule::CudaApiSync)
     }
+}
+
+/// The memory rules' columns: the operation's kind(s), then what they all report of it.
+const MEMORY_OP_COLUMNS: [&str; 7] = [
+    "Bytes",
+    "PID",
+    "Device ID",
+    "Context ID",
+    "Green Context ID",
+    "Stream ID",
+    "API Name",
+];
+const MEMCPY_COLUMNS: [&str; 9] = concat(["Src Kind", "Dst Kind"], MEMORY_OP_COLUMNS);
+const MEMSET_COLUMNS: [&str; 8] = concat(["Memory Kind"], MEMORY_OP_COLUMNS);
+
+/// `a` then `b`, as a constant.
+const fn concat<const A: usize, const B: usize, const N: usize>(
+    a: [&'static str; A],
+    b: [&'static str; B],
+) -> [&'static str; N] {
+    assert!(A + B == N, "the lengths add up");
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < A { a[i] } else { b[i - A] };
+        i += 1;
+    }
+    out
 }
 
 /// The rules' options, with nsys' defaults.

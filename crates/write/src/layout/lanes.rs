@@ -27,12 +27,46 @@ pub(super) struct Group {
     pub(super) ends: BinaryHeap<Reverse<(i64, u32, Reverse<u32>)>>,
     /// Lanes 1.. with no open slice, lowest first.
     pub(super) free: BTreeSet<u32>,
+    pub(super) place: LanePlace,
+}
+
+/// Where a group's first lane sits, which its further lanes follow.
+pub(super) struct LanePlace {
     pub(super) name: String,
     pub(super) parent: Option<u64>,
     pub(super) rank: Option<i64>,
     /// Whether extra lanes are custom tracks under `parent` (false) or under lane 0 (true, for
     /// thread tracks, which cannot have same-level custom siblings).
     pub(super) lanes_under_lane0: bool,
+}
+
+impl Group {
+    /// A group on sequence `id` whose one lane, the track `lane0`, sits where `place` says.
+    pub(super) fn new(id: u32, first_ts: i64, nests: bool, lane0: u64, place: LanePlace) -> Group {
+        Group {
+            id,
+            emitted_ts: first_ts,
+            nests,
+            lanes: vec![Lane {
+                uuid: lane0,
+                open: Vec::new(),
+            }],
+            ends: BinaryHeap::new(),
+            free: BTreeSet::new(),
+            place,
+        }
+    }
+
+    /// The parent and name of a further track of the group (`what` it holds: "overlap 2",
+    /// "late rows"): under lane 0 where lanes go there, else beside it with the same name.
+    pub(super) fn further_track(&self, what: &str) -> (Option<u64>, String) {
+        if self.place.lanes_under_lane0 {
+            let name = format!("{} ({what})", self.place.name);
+            (Some(self.lanes[0].uuid), name)
+        } else {
+            (self.place.parent, self.place.name.clone())
+        }
+    }
 }
 
 /// How deep slices may nest on one track. trace_processor stops nesting somewhere above 500
@@ -71,21 +105,12 @@ pub(super) fn place_in<W: EventWriter>(
         None => {
             let uuid = ids.next_uuid();
             let n = group.lanes.len();
-            let parent = if group.lanes_under_lane0 {
-                Some(group.lanes[0].uuid)
-            } else {
-                group.parent
-            };
-            let name = if group.lanes_under_lane0 {
-                format!("{} (overlap {n})", group.name)
-            } else {
-                group.name.clone()
-            };
+            let (parent, name) = group.further_track(&format!("overlap {n}"));
             writer.describe(&CustomTrack {
                 uuid,
                 parent,
                 name,
-                rank: group.rank,
+                rank: group.place.rank,
                 explicit_child_order: false,
                 number: None,
             });

@@ -817,13 +817,11 @@ mod tests {
 
     #[test]
     fn microseconds_keep_nanoseconds() {
-        assert_eq!(us(1_234_567), "1234.567");
-        assert_eq!(us(0), "0.000");
-        assert_eq!(us(5), "0.005");
-        assert_eq!(us(1_000), "1.000");
-        assert_eq!(us(-1_500), "-1.500");
-        assert_eq!(us(i64::MAX), "9223372036854775.807");
-        assert_eq!(us(i64::MIN), "-9223372036854775.808");
+        let texts = [1_234_567, 0, 5, 1_000, -1_500, i64::MAX, i64::MIN].map(us);
+        assert_eq!(
+            texts.join(" "),
+            "1234.567 0.000 0.005 1.000 -1.500 9223372036854775.807 -9223372036854775.808"
+        );
     }
 
     #[test]
@@ -836,12 +834,13 @@ mod tests {
 
     #[test]
     fn colours_map_to_nearest_name() {
-        assert_eq!(nearest_cname(0xFF0000), "terrible");
-        assert_eq!(nearest_cname(0xF44A3F), "rail_animation");
-        assert_eq!(nearest_cname(0x00FF00), "cq_build_attempt_passed");
-        assert_eq!(nearest_cname(0x0000FF), "vsync_highlight_color");
-        assert_eq!(nearest_cname(0x000000), "black");
-        assert_eq!(nearest_cname(0xFFFFFF), "white");
-        assert_eq!(nearest_cname(0x7D7D7D), "generic_work");
+        let colours = [
+            0xFF0000, 0xF44A3F, 0x00FF00, 0x0000FF, 0x000000, 0xFFFFFF, 0x7D7D7D,
+        ];
+        assert_eq!(
+            colours.map(nearest_cname).join(" "),
+            "terrible rail_animation cq_build_attempt_passed vsync_highlight_color black white \
+             generic_work"
+        );
     }
 }

@@ -10,7 +10,7 @@ use super::{
     BOOTTIME, INCREMENTAL_CLOCK, MAX_INTERNED, ProtoWriter, SEQ_INCREMENTAL_STATE_CLEARED,
 };
 use crate::proto::track_event;
-use nsys_perfetto_model::model::{ArgValue, Description, Event, Flows, Name};
+use nsys_perfetto_model::model::{ArgValue, Description, Event, Flows};
 
 /// The packet that clears a sequence's incremental state: a snapshot that starts its
 /// incremental clock at `ts`, and its defaults (that clock, its first track). Written by hand
@@ -300,11 +300,18 @@ fn fill(
                 out.extend_from_slice(s.as_bytes());
                 continue;
             }
-            ArgValue::Label(s) => intern_value(interning, interned, seq, info, Key::Text(s)),
-            ArgValue::StrId(sid) => intern_value(interning, interned, seq, info, Key::Sid(sid)),
-            ArgValue::Numbered(no, s) => {
-                intern_value(interning, interned, seq, info, Key::No(no, s))
-            }
+            ArgValue::Label(s) => (
+                tag::STRING_VALUE_IID,
+                intern(interning, interned, seq, info, true, Key::Text(s)),
+            ),
+            ArgValue::StrId(sid) => (
+                tag::STRING_VALUE_IID,
+                intern(interning, interned, seq, info, true, Key::Sid(sid)),
+            ),
+            ArgValue::Numbered(no, s) => (
+                tag::STRING_VALUE_IID,
+                intern(interning, interned, seq, info, true, Key::No(no, s)),
+            ),
         };
         // A debug annotation `{name_iid, <value_tag>: v}`: under 128 bytes, so its length is
         // one byte.
@@ -319,7 +326,7 @@ fn fill(
         });
     }
 
-    let name_iid = intern_name(interning, interned, seq, info, ev.name);
+    let name_iid = intern(interning, interned, seq, info, false, ev.name.into());
     let flows = ev.flows.out;
     // `flow_ids_old` is the varint form of `flow_ids` (fixed64): 5 bytes less per arrow end,
     // about 2 MB on a 200k-kernel profile; trace_processor reads either.
@@ -368,49 +375,27 @@ fn put_gpu_correlation(out: &mut Vec<u8>, flows: &[u64]) {
     }
 }
 
-/// The iid of an event's interned name, interning it on first use (a slice's and a GPU
-/// operation's alike).
+/// The iid of an event's name (`value` false: a slice's and a GPU operation's alike) or of an
+/// arg's string value (true), interning it on first use. Inlined at each call site (a kernel
+/// interns several values per event); what a first use writes is not.
 #[inline(always)]
-pub(super) fn intern_name(
+pub(super) fn intern(
     interning: &mut Interning,
     interned: &mut Vec<u8>,
     seq: &mut Sequence,
     info: &Description,
-    name: Name<'_>,
+    value: bool,
+    key: Key<'_>,
 ) -> u64 {
-    let name = match name {
-        Name::Str(sid) => Key::Sid(sid),
-        Name::Text(t) | Name::Static(t) => Key::Text(t),
-        Name::Numbered(no, t) => Key::No(no, t),
-    };
-    let (iid, new) = interning.intern(seq, false, name);
+    let (iid, new) = interning.intern(seq, value, key);
     if new {
-        put_interned(interned, tag::EVENT_NAMES, iid, info, name);
+        let tag = match value {
+            false => tag::EVENT_NAMES,
+            true => tag::DEBUG_ANNOTATION_STRING_VALUES,
+        };
+        put_interned(interned, tag, iid, info, key);
     }
     u64::from(iid)
-}
-
-/// The (value tag, iid) of an arg's interned string value, interning it on first use. Inlined
-/// at each kind of value (a kernel interns several per event); what a first use writes is not.
-#[inline(always)]
-pub(super) fn intern_value(
-    interning: &mut Interning,
-    interned: &mut Vec<u8>,
-    seq: &mut Sequence,
-    info: &Description,
-    value: Key<'_>,
-) -> (u64, u64) {
-    let (iid, new) = interning.intern(seq, true, value);
-    if new {
-        put_interned(
-            interned,
-            tag::DEBUG_ANNOTATION_STRING_VALUES,
-            iid,
-            info,
-            value,
-        );
-    }
-    (tag::STRING_VALUE_IID, u64::from(iid))
 }
 
 /// The entry of a name or value interned on first use, under `tag` of InternedData.
@@ -440,6 +425,7 @@ mod tests {
     use crate::proto::{ClockSnapshot, TracePacket, clock_snapshot, trace_packet};
     use crate::proto::{TracePacketDefaults, TrackEventDefaults};
     use nsys_perfetto_model::category::Category;
+    use nsys_perfetto_model::model::Name;
     use nsys_perfetto_model::model::{Description, TextNo};
     use prost::Message;
     use std::collections::HashMap;

@@ -12,7 +12,7 @@
 //! queue, its stages and its context are interned once per sequence, names, arg names and
 //! string values as the track events intern theirs.
 
-use super::events::{intern_name, intern_value};
+use super::events::intern;
 use super::interning::Key;
 use super::wire::tag::{self, gpu};
 use super::wire::{TRACE_PACKET_BYTE, bytes_len, field_len, put_bytes, put_field, put_varint};
@@ -355,7 +355,7 @@ impl ProtoWriter {
         };
         put_field(body, gpu::STAGE_IID, stage);
 
-        let name_iid = intern_name(interning, interned, seq, info, ev.name);
+        let name_iid = intern(interning, interned, seq, info, false, ev.name.into());
         put_field(body, gpu::NAME_IID, name_iid);
 
         let mut demangled = None;
@@ -416,15 +416,15 @@ impl ProtoWriter {
                 }
                 ArgValue::Str(s) => put_bytes(launch, gpu::ARG_STRING, s.as_bytes()),
                 ArgValue::Label(s) => {
-                    let iid = intern_value(interning, interned, seq, info, Key::Text(s)).1;
+                    let iid = intern(interning, interned, seq, info, true, Key::Text(s));
                     put_field(launch, gpu::ARG_STRING_IID, iid);
                 }
                 ArgValue::StrId(sid) => {
-                    let iid = intern_value(interning, interned, seq, info, Key::Sid(sid)).1;
+                    let iid = intern(interning, interned, seq, info, true, Key::Sid(sid));
                     put_field(launch, gpu::ARG_STRING_IID, iid);
                 }
                 ArgValue::Numbered(no, s) => {
-                    let iid = intern_value(interning, interned, seq, info, Key::No(no, s)).1;
+                    let iid = intern(interning, interned, seq, info, true, Key::No(no, s));
                     put_field(launch, gpu::ARG_STRING_IID, iid);
                 }
             });

@@ -2,7 +2,7 @@
 //! first and in maps once a sequence has many.
 
 use nsys_perfetto_model::category::Category;
-use nsys_perfetto_model::model::{FastHash, TextNo};
+use nsys_perfetto_model::model::{FastHash, Name, TextNo};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -296,6 +296,16 @@ pub(super) enum Key<'a> {
     Sid(i64),
     No(TextNo, &'a str),
     Text(&'a str),
+}
+
+impl<'a> From<Name<'a>> for Key<'a> {
+    fn from(name: Name<'a>) -> Key<'a> {
+        match name {
+            Name::Str(sid) => Key::Sid(sid),
+            Name::Text(t) | Name::Static(t) => Key::Text(t),
+            Name::Numbered(no, t) => Key::No(no, t),
+        }
+    }
 }
 
 /// The arenas of the sequences' short lists (see [`Sequence`]).
