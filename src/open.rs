@@ -202,7 +202,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
         selection.gpu = nsys_perfetto_model::select::GpuModel::Perfetto;
     }
     let opts = crate::convert::Options {
-        format: crate::format::OutputFormat::Protobuf,
+        format: nsys_perfetto_write::output::formats::OutputFormat::Protobuf,
         json_colors: false,
         progress: true,
         selection,

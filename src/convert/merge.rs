@@ -4,12 +4,12 @@
 
 use super::file::{Target, is_stdout};
 use super::{Options, Run, Sources, read_into, run_format};
-use crate::format::OutputFormat;
 use anyhow::{Context, Result, anyhow, bail};
 use nsys_perfetto_model::errors::{error_line, os_error, write_error};
 use nsys_perfetto_model::progress::Progress;
 use nsys_perfetto_model::summary::Summary;
 use nsys_perfetto_read::source::Export;
+use nsys_perfetto_write::output::formats::OutputFormat;
 use nsys_perfetto_write::output::pftrace::file::Protobuf;
 use nsys_perfetto_write::output::{Format, Ids, Placed};
 use std::fmt::Write as _;
