@@ -384,14 +384,10 @@ pub trait Format: Sync {
     const SERVED_GZIPPED: bool;
     type Writer: EventWriter;
     /// The format as `options` ask for it, for a trace of `sources`.
-    fn made(sources: &[Placed], options: &FormatOptions) -> Self
-    where
-        Self: Sized;
+    fn made(sources: &[Placed], options: &FormatOptions) -> Self;
     /// The record text at the end of an uncompressed trace of it (the end of the file, `tail`),
     /// as its [`Format::footer`] writes it.
-    fn read_record(tail: &[u8]) -> Option<String>
-    where
-        Self: Sized;
+    fn read_record(tail: &[u8]) -> Option<String>;
     /// A writer for source number `source` (its index among the trace's sources).
     fn writer(&self, source: usize, desc: Arc<Description>) -> Self::Writer;
     /// What opens the file.
