@@ -152,13 +152,8 @@ impl Stats {
                     p.process.clone().unwrap_or_default(),
                 ]
             });
-            let columns = [
-                ("Faults", true),
-                ("Addresses", true),
-                ("PID", true),
-                ("Process", false),
-            ];
-            s.push_str(&titled_table(&title, &columns, rows));
+            let (numbers, texts) = (["Faults", "Addresses", "PID"], ["Process"]);
+            s.push_str(&titled_table(&title, &numbers, &texts, rows));
         }
         if !self.sampled_functions.is_empty() {
             let rows = self.sampled_functions.iter().map(|f| {
@@ -169,14 +164,9 @@ impl Stats {
                     f.module.clone().unwrap_or_default(),
                 ]
             });
-            let columns = [
-                ("Samples", true),
-                ("%", true),
-                ("Function", false),
-                ("Module", false),
-            ];
             let title = "Top sampled functions (CPU samples by their leaf frame)";
-            s.push_str(&titled_table(title, &columns, rows));
+            let (numbers, texts) = (["Samples", "%"], ["Function", "Module"]);
+            s.push_str(&titled_table(title, &numbers, &texts, rows));
         }
         if !self.gpu_metrics.is_empty() {
             let rows = self.gpu_metrics.iter().map(|m| {
@@ -190,17 +180,10 @@ impl Stats {
                     m.metric.clone(),
                 ]
             });
-            let columns = [
-                ("GPU", true),
-                ("Samples", true),
-                ("Mean", true),
-                ("Min", true),
-                ("Max", true),
-                ("Unit", false),
-                ("Metric", false),
-            ];
             let title = "GPU metrics per GPU (mean, min, max over the capture)";
-            s.push_str(&titled_table(title, &columns, rows));
+            let numbers = ["GPU", "Samples", "Mean", "Min", "Max"];
+            let texts = ["Unit", "Metric"];
+            s.push_str(&titled_table(title, &numbers, &texts, rows));
         }
         s
     }
@@ -274,13 +257,20 @@ impl Stats {
     }
 }
 
-/// A table under its title line (after a blank line), as each extra section prints.
+/// A table under its title line (after a blank line), as each extra section prints: its number
+/// columns (right-aligned) first, then its text columns.
 fn titled_table(
     title: &str,
-    columns: &[(&str, bool)],
+    numbers: &[&str],
+    texts: &[&str],
     rows: impl Iterator<Item = Vec<String>>,
 ) -> String {
-    let mut t = Table::new(columns);
+    let columns: Vec<(&str, bool)> = numbers
+        .iter()
+        .map(|h| (*h, true))
+        .chain(texts.iter().map(|h| (*h, false)))
+        .collect();
+    let mut t = Table::new(&columns);
     t.rows.extend(rows);
     format!("\n{title}\n{}", t.render())
 }
