@@ -3,11 +3,11 @@
 //! read them whole. Every other command's arguments are in its file under `commands`. Below the
 //! commands' modules, so that none imports `cli`.
 
-use crate::format::{FORMATS, OutputFormat};
 use crate::report::export::ExportOptions;
 use crate::workflow::{Output, Unit};
 use anyhow::Result;
 use clap::{Args, ValueEnum};
+use nsys_perfetto_write::output::formats::{FORMATS, OutputFormat};
 use std::net::IpAddr;
 use std::path::PathBuf;
 

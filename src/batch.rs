@@ -154,7 +154,10 @@ pub fn expand(inputs: &[PathBuf]) -> Expanded {
     }
     let mut groups: BTreeMap<PathBuf, Vec<usize>> = BTreeMap::new();
     for (i, f) in files.iter().enumerate() {
-        let output = crate::convert::default_output(f, crate::format::OutputFormat::Protobuf);
+        let output = crate::convert::default_output(
+            f,
+            nsys_perfetto_write::output::formats::OutputFormat::Protobuf,
+        );
         groups.entry(output.with_extension("")).or_default().push(i);
     }
     let mut drop = HashSet::new();

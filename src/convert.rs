@@ -7,7 +7,6 @@
 pub mod file;
 pub mod merge;
 
-use crate::format::{OutputFormat, WithFormat};
 use anyhow::{Result, anyhow, bail};
 use file::{Target, ToFile, write_file};
 use nsys_perfetto_model::category::EventType;
@@ -21,7 +20,8 @@ use nsys_perfetto_model::select::{NameFilter, Selection};
 use nsys_perfetto_model::summary::Summary;
 use nsys_perfetto_read::source::Export;
 use nsys_perfetto_write::layout::{Placement, Router};
-use nsys_perfetto_write::output::{Chunk, Format, Ids, Placed};
+use nsys_perfetto_write::output::formats::{OutputFormat, WithFormat};
+use nsys_perfetto_write::output::{Chunk, Format, FormatOptions, Ids, Placed};
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -255,8 +255,11 @@ fn placed(export: &Export, offset: i64) -> Placed {
 /// Convert with the format's writer: [`run`] it.
 fn run_format(conversion: Run<'_>) -> Result<Summary> {
     let opts = conversion.opts;
-    opts.format
-        .write_with(opts.selection.gpu, opts.json_colors, conversion)
+    let options = FormatOptions {
+        gpu: opts.selection.gpu,
+        json_colors: opts.json_colors,
+    };
+    opts.format.write_with(&options, conversion)
 }
 
 /// What [`run`] converts, and where: all but the format's writer, which

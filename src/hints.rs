@@ -182,11 +182,16 @@ mod tests {
 
     #[test]
     fn seconds_read_as_written() {
-        assert_eq!(secs(0), "0s");
-        assert_eq!(secs(5_000_000_000), "5s");
-        assert_eq!(secs(2_310_000_000), "2.31s");
-        assert_eq!(secs(630_846_976), "0.631s");
-        assert_eq!(secs(4_200_000), "0.0042s");
+        let cases = [
+            (0, "0s"),
+            (5_000_000_000, "5s"),
+            (2_310_000_000, "2.31s"),
+            (630_846_976, "0.631s"),
+            (4_200_000, "0.0042s"),
+        ];
+        for (ns, text) in cases {
+            assert_eq!(secs(ns), text);
+        }
         assert_eq!(secs_in(-38_000, 609_000_000), "-0.000038s");
     }
 }

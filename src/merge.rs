@@ -22,13 +22,13 @@ use crate::convert::merge::{
     Align, Clock, MergedSource, PartHeader, PartIdentity, assemble_parts, merge_clocked,
     read_part_header,
 };
-use crate::format::OutputFormat;
 use crate::input::{self, Profile};
 use crate::report::export::ExportOptions;
 use anyhow::{Result, anyhow, bail};
 use nsys_perfetto_model::parallel::parallel_map;
 use nsys_perfetto_model::summary::{Summary, human_ns};
 use nsys_perfetto_read::source::Export;
+use nsys_perfetto_write::output::formats::OutputFormat;
 use regex::Regex;
 use std::path::{Path, PathBuf};
 
@@ -424,7 +424,7 @@ pub fn render(merged: &Merged, sources: &[Row], align: Align) -> String {
 impl MergeArgs {
     /// The format asked for, else the one the output name implies (as a conversion chooses).
     pub fn output_format(&self) -> Result<OutputFormat> {
-        OutputFormat::chosen(self.format, Some(&self.output))
+        crate::format::chosen(self.format, Some(&self.output))
     }
 
     /// Merge (or make a part of) the inputs; the text says what was written.

@@ -202,7 +202,7 @@ fn trace_for(args: &OpenArgs) -> Result<(PathBuf, Option<TempFolder>)> {
         selection.gpu = nsys_perfetto_model::select::GpuModel::Perfetto;
     }
     let opts = crate::convert::Options {
-        format: crate::format::OutputFormat::Protobuf,
+        format: nsys_perfetto_write::output::formats::OutputFormat::Protobuf,
         json_colors: false,
         progress: true,
         selection,
@@ -324,6 +324,12 @@ impl OpenArgs {
         self.serve_once(&trace, size, &link_params)
     }
 
+    /// When `--timeout` ends waiting, counted from now.
+    fn deadline(&self) -> Option<Instant> {
+        self.timeout
+            .map(|secs| Instant::now() + Duration::from_secs(secs))
+    }
+
     /// Say where the UI is, and start a browser when there is a display.
     pub(crate) fn announce(&self, url: &str) {
         let mut err = std::io::stderr();
@@ -431,18 +437,7 @@ impl OpenArgs {
             })
         };
         self.announce(&url);
-        let _interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&stop);
-        if let Some(secs) = self.timeout {
-            let stop = stop.clone();
-            std::thread::spawn(move || {
-                let end = Instant::now() + Duration::from_secs(secs);
-                while Instant::now() < end && !stop.load(Ordering::Relaxed) {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                stop.store(true, Ordering::SeqCst);
-            });
-        }
-        http::run(&listener, handler, stop, 16)?;
+        serve_until(&listener, handler, stop, self.deadline(), 16)?;
         if fetched.load(Ordering::SeqCst) {
             eprintln!("the trace was fetched; done");
             Ok(Outcome::Done)
@@ -509,9 +504,7 @@ impl OpenArgs {
         }
         let stop = Arc::new(AtomicBool::new(false));
         let _interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&stop);
-        let deadline = self
-            .timeout
-            .map(|s| Instant::now() + Duration::from_secs(s));
+        let deadline = self.deadline();
         loop {
             if let Some(st) =
                 nsys_perfetto_model::cleanup::wait_exit(&mut child, Duration::from_millis(100))?
@@ -531,6 +524,29 @@ impl OpenArgs {
             }
         }
     }
+}
+
+/// Serve `handler` on `listener` (at most `max_connections` at once) until `stop` is set: by
+/// the handler, by Ctrl-C, or at `deadline`.
+fn serve_until(
+    listener: &std::net::TcpListener,
+    handler: Arc<http::Handler>,
+    stop: Arc<AtomicBool>,
+    deadline: Option<Instant>,
+    max_connections: usize,
+) -> Result<()> {
+    let _interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&stop);
+    if let Some(end) = deadline {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while Instant::now() < end && !stop.load(Ordering::Relaxed) {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            stop.store(true, Ordering::SeqCst);
+        });
+    }
+    http::run(listener, handler, stop, max_connections)?;
+    Ok(())
 }
 
 /// `open --ui DIR`: serve the UI at `/` and the trace at `/nsys-perfetto/NAME` on one port, and
@@ -568,7 +584,6 @@ fn open_with_local_ui(
         nsys_perfetto_model::summary::human_bytes(size)
     );
     let fetched = Arc::new(AtomicBool::new(false));
-    let stop = Arc::new(AtomicBool::new(false));
     let handler: Arc<http::Handler> = {
         let (ui, trace, fetched) = (ui.clone(), trace.to_path_buf(), fetched.clone());
         Arc::new(move |req: &mut http::Request| {
@@ -603,20 +618,7 @@ fn open_with_local_ui(
     let mut shown = args.clone();
     shown.port = port;
     shown.announce(&url);
-    let _interrupts = nsys_perfetto_model::cleanup::stop_on_interrupt(&stop);
-    let deadline = args
-        .timeout
-        .map(|secs| Instant::now() + Duration::from_secs(secs));
-    if let Some(end) = deadline {
-        let stop = stop.clone();
-        std::thread::spawn(move || {
-            while Instant::now() < end && !stop.load(Ordering::Relaxed) {
-                std::thread::sleep(Duration::from_millis(100));
-            }
-            stop.store(true, Ordering::SeqCst);
-        });
-    }
-    http::run(&listener, handler, stop, 64)?;
+    serve_until(&listener, handler, Arc::default(), args.deadline(), 64)?;
     let was_fetched = fetched.load(Ordering::SeqCst);
     if nsys_perfetto_model::cleanup::interrupted().is_some() {
         eprintln!("stopped");

@@ -8,7 +8,7 @@
 //! and says why. A file without a record (not written by this tool, or by a version that did
 //! not record one) is never reused.
 //!
-//! Where the record lives (each format's entry in [`crate::format::FORMATS`] reads it):
+//! Where the record lives (each format's entry in [`nsys_perfetto_write::output::formats::FORMATS`] reads it):
 //! * `.pftrace`: the last packet of the file, a `ChromeEventBundle` with one `ChromeMetadata`
 //!   entry named `nsys-perfetto` (trace_processor keeps it as metadata and draws nothing). It is
 //!   found by reading the file's last 64 KiB, not the whole trace.
@@ -24,7 +24,7 @@
 //! read and its CRC compared: a copy with the same bytes is still recognised, and a file
 //! changed in place with its old size and modification time is not mistaken for the original.
 //! The CRC reads the input at about memory speed; a conversion reads all of it anyway.
-use crate::format::OutputFormat;
+use nsys_perfetto_write::output::formats::OutputFormat;
 use std::fs::{self, File};
 use std::io::{Read, Seek, SeekFrom};
 use std::os::unix::fs::MetadataExt;

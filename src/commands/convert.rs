@@ -3,10 +3,10 @@
 
 use crate::args::{NsysArgs, SelectArgs, format_parser};
 use crate::convert::Options;
-use crate::format::OutputFormat;
 use crate::outcome::{Outcome, usage};
 use anyhow::Result;
 use clap::Args;
+use nsys_perfetto_write::output::formats::OutputFormat;
 use std::path::PathBuf;
 
 #[derive(Args, Debug, Clone)]
@@ -56,7 +56,7 @@ impl ConvertArgs {
     /// The format asked for, else the one the output name implies. Contradictory choices
     /// (`-o x.json --format protobuf`) are an error.
     pub fn output_format(&self) -> anyhow::Result<OutputFormat> {
-        OutputFormat::chosen(self.format, self.output.as_deref())
+        crate::format::chosen(self.format, self.output.as_deref())
     }
 }
 

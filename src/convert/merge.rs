@@ -4,12 +4,12 @@
 
 use super::file::{Target, is_stdout};
 use super::{Options, Run, Sources, read_into, run_format};
-use crate::format::OutputFormat;
 use anyhow::{Context, Result, anyhow, bail};
 use nsys_perfetto_model::errors::{error_line, os_error, write_error};
 use nsys_perfetto_model::progress::Progress;
 use nsys_perfetto_model::summary::Summary;
 use nsys_perfetto_read::source::Export;
+use nsys_perfetto_write::output::formats::OutputFormat;
 use nsys_perfetto_write::output::pftrace::file::Protobuf;
 use nsys_perfetto_write::output::{Format, Ids, Placed};
 use std::fmt::Write as _;
@@ -62,6 +62,18 @@ impl Clock {
             earliest_ns: d.earliest_ns.unwrap_or(0).min(0),
             kernel_release: d.kernel_release.clone(),
             machine: d.machine.clone(),
+        }
+    }
+
+    /// The report named `label`, at `offset` on the trace's timeline, as a writer describes it.
+    fn placed(&self, label: &str, offset: i64) -> Placed {
+        Placed {
+            label: Some(label.to_string()),
+            offset,
+            session_start_utc_ns: self.session_start_utc_ns,
+            metadata: Default::default(),
+            kernel_release: self.kernel_release.clone(),
+            machine: self.machine.clone(),
         }
     }
 }
@@ -118,14 +130,7 @@ pub fn merge_clocked(
         .iter()
         .zip(known)
         .zip(&offsets)
-        .map(|(((_, label), clock), &offset)| Placed {
-            label: Some(label.clone()),
-            offset,
-            session_start_utc_ns: clock.session_start_utc_ns,
-            metadata: Default::default(),
-            kernel_release: clock.kernel_release.clone(),
-            machine: clock.machine.clone(),
-        })
+        .map(|(((_, label), clock), &offset)| clock.placed(label, offset))
         .collect();
     let floors: Vec<i64> = clocks.iter().map(|c| c.1).collect();
     // A protobuf trace takes the reports as parts, several converted at once, each on sequences
@@ -402,13 +407,9 @@ pub struct PartHeader {
     /// The options that shape the content ([`Options::content_text`]): every part of a merge
     /// must be made with the same.
     pub options: String,
-    pub session_start_utc_ns: Option<i64>,
-    /// Its earliest row's time relative to its session start (at most 0).
-    pub earliest_ns: i64,
+    pub clock: Clock,
     /// Where its session start sits in the part (a merge moves it to its place).
     pub offset: i64,
-    pub kernel_release: Option<String>,
-    pub machine: Option<String>,
     /// Its events by category (`Category::index`), flows, trace events and tracks.
     pub events: Vec<u64>,
     pub flows: u64,
@@ -442,15 +443,16 @@ impl PartHeader {
             .into(),
         );
         put("options", self.options.clone());
-        if let Some(u) = self.session_start_utc_ns {
+        let clock = &self.clock;
+        if let Some(u) = clock.session_start_utc_ns {
             put("session_start_utc_ns", u.to_string());
         }
-        put("earliest_ns", self.earliest_ns.to_string());
+        put("earliest_ns", clock.earliest_ns.to_string());
         put("offset", self.offset.to_string());
-        if let Some(k) = &self.kernel_release {
+        if let Some(k) = &clock.kernel_release {
             put("kernel_release", k.clone());
         }
-        if let Some(m) = &self.machine {
+        if let Some(m) = &clock.machine {
             put("machine", m.clone());
         }
         let events: Vec<String> = self.events.iter().map(u64::to_string).collect();
@@ -489,11 +491,13 @@ impl PartHeader {
                 _ => Align::WallClock,
             },
             options: get("options").unwrap_or_default(),
-            session_start_utc_ns: number("session_start_utc_ns")?,
-            earliest_ns: number("earliest_ns")?.unwrap_or(0).min(0),
+            clock: Clock {
+                session_start_utc_ns: number("session_start_utc_ns")?,
+                earliest_ns: number("earliest_ns")?.unwrap_or(0).min(0),
+                kernel_release: get("kernel_release"),
+                machine: get("machine"),
+            },
             offset: number("offset")?.ok_or_else(|| anyhow!("its header lacks offset"))?,
-            kernel_release: get("kernel_release"),
-            machine: get("machine"),
             events: need("events")?
                 .split(',')
                 .filter(|v| !v.is_empty())
@@ -519,17 +523,6 @@ impl PartHeader {
         s.tracks = self.tracks;
         s
     }
-
-    fn placed(&self, offset: i64) -> Placed {
-        Placed {
-            label: Some(self.label.clone()),
-            offset,
-            session_start_utc_ns: self.session_start_utc_ns,
-            metadata: Default::default(),
-            kernel_release: self.kernel_release.clone(),
-            machine: self.machine.clone(),
-        }
-    }
 }
 
 /// Who a report is, for [`write_part`]: its label and rank as a merge names it.
@@ -554,21 +547,9 @@ pub fn write_part(
     opts: &Options,
 ) -> Result<Summary> {
     let started = Instant::now();
-    let Clock {
-        session_start_utc_ns: utc,
-        earliest_ns: floor,
-        kernel_release: kernel,
-        machine,
-    } = clock.clone();
-    let placed = [Placed {
-        label: Some(who.label.to_string()),
-        // Where a conversion of this report alone puts it: its earliest row at zero.
-        offset: -floor,
-        session_start_utc_ns: utc,
-        metadata: Default::default(),
-        kernel_release: kernel.clone(),
-        machine: machine.clone(),
-    }];
+    let floor = clock.earliest_ns;
+    // Where a conversion of this report alone puts it: its earliest row at zero.
+    let placed = [clock.placed(who.label, -floor)];
     let target = Target::open(output, &[input])?;
     let position = who.rank.unwrap_or(0).clamp(0, i32::MAX as i64 >> 8) as usize;
     let part = Part {
@@ -597,11 +578,8 @@ pub fn write_part(
         input: who.origin.display().to_string(),
         align,
         options: opts.content_text(),
-        session_start_utc_ns: utc,
-        earliest_ns: floor,
+        clock: clock.clone(),
         offset: placed[0].offset,
-        kernel_release: kernel,
-        machine,
         events: summary.events.to_vec(),
         flows: summary.flows,
         trace_events: summary.trace_events,
@@ -723,13 +701,13 @@ pub fn assemble_parts(
     read.sort_by_key(|(_, h, _)| (h.rank.is_none(), h.rank));
     let clocks: Vec<(Option<i64>, i64)> = read
         .iter()
-        .map(|(_, h, _)| (h.session_start_utc_ns, h.earliest_ns))
+        .map(|(_, h, _)| (h.clock.session_start_utc_ns, h.clock.earliest_ns))
         .collect();
     let (relative, offsets) = placements(&clocks, first.align);
     let placed: Vec<Placed> = read
         .iter()
         .zip(&offsets)
-        .map(|((_, h, _), &o)| h.placed(o))
+        .map(|((_, h, _), &o)| h.clock.placed(&h.label, o))
         .collect();
     let inputs: Vec<&Path> = read.iter().map(|(p, _, _)| p.as_path()).collect();
     let target = Target::open(output, &inputs)?;
@@ -786,7 +764,7 @@ pub fn assemble_parts(
         .zip(relative.iter().zip(&offsets))
         .map(|((_, h, _), (&rel, &off))| MergedSource {
             offset_ns: rel,
-            session_start_utc_ns: h.session_start_utc_ns,
+            session_start_utc_ns: h.clock.session_start_utc_ns,
             trace_offset_ns: off,
         })
         .collect();

@@ -2,8 +2,8 @@
 
 use super::finding::find_nsys;
 use super::process::{nsys_message, run_bounded};
-use crate::format::{FORMATS, OutputFormat};
 use anyhow::{Context, Result, anyhow, bail};
+use nsys_perfetto_write::output::formats::{FORMATS, OutputFormat};
 use std::ffi::{OsStr, OsString};
 use std::fs::{self};
 use std::io::{Read, Seek, SeekFrom};

@@ -17,12 +17,12 @@ pub mod ui_dir;
 
 use crate::args::{SelectArgs, ServeArgs};
 use crate::convert::{self};
-use crate::format::{FORMATS, OutputFormat};
 use anyhow::{Context, Result};
 use http::{Request, Response, bind, loopback_host};
 use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::summary::Summary;
 use nsys_perfetto_read::inputs::{Input, classify, classify_name};
+use nsys_perfetto_write::output::formats::{FORMATS, OutputFormat};
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::fs;

@@ -117,7 +117,10 @@ pub struct Outcome {
 /// A rank's name, as the recipes name it: the stem of the report's file name (`rank_0` for
 /// `rank_0.nsys-rep`, `rank_0.sqlite`, `rank_0_pqtdir`).
 pub fn rank_name(path: &Path) -> String {
-    let as_report = crate::convert::default_output(path, crate::format::OutputFormat::Protobuf);
+    let as_report = crate::convert::default_output(
+        path,
+        nsys_perfetto_write::output::formats::OutputFormat::Protobuf,
+    );
     as_report.file_stem().map_or_else(
         || path.display().to_string(),
         |s| s.to_string_lossy().into_owned(),

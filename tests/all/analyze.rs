@@ -646,7 +646,7 @@ fn the_library_refuses_chunks_out_of_range_in_its_own_words() {
 fn convert_analyzed(
     input: &Path,
     dir: &Path,
-    format: nsys_perfetto::format::OutputFormat,
+    format: nsys_perfetto_write::output::formats::OutputFormat,
     selection: nsys_perfetto_model::select::Selection,
 ) -> (nsys_perfetto_model::summary::Summary, PathBuf) {
     let out = dir.join(format!(
@@ -690,7 +690,7 @@ fn findings_on_the_timeline() {
         let (summary, out) = convert_analyzed(
             &input,
             dir.path(),
-            nsys_perfetto::format::OutputFormat::Protobuf,
+            nsys_perfetto_write::output::formats::OutputFormat::Protobuf,
             Default::default(),
         );
         let trace = crate::common::validate_file(&out);
@@ -831,7 +831,7 @@ fn findings_with_a_selection_and_in_json() {
     let (summary, out) = convert_analyzed(
         &input,
         dir.path(),
-        nsys_perfetto::format::OutputFormat::Protobuf,
+        nsys_perfetto_write::output::formats::OutputFormat::Protobuf,
         selection,
     );
     assert_eq!(summary.events_of(Category::Analysis) as usize, n);
@@ -846,7 +846,7 @@ fn findings_with_a_selection_and_in_json() {
     let (summary, out) = convert_analyzed(
         &input,
         dir.path(),
-        nsys_perfetto::format::OutputFormat::Json,
+        nsys_perfetto_write::output::formats::OutputFormat::Json,
         Default::default(),
     );
     assert_eq!(summary.events_of(Category::Analysis) as usize, n);

@@ -7,9 +7,9 @@
 //! for what the corpus lacks (NVTX marks, overlapping ranges, colours, odd strings) and gzip.
 
 use nsys_perfetto::convert::Options;
-use nsys_perfetto::format::OutputFormat;
 use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::summary::Summary;
+use nsys_perfetto_write::output::formats::OutputFormat;
 use rusqlite::Connection;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};

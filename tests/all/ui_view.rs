@@ -144,7 +144,7 @@ fn processes_are_named_by_their_program() {
             .join(if json { "mpi.json" } else { "mpi.pftrace" });
         let opts = Options {
             format: if json {
-                nsys_perfetto::format::OutputFormat::Json
+                nsys_perfetto_write::output::formats::OutputFormat::Json
             } else {
                 Default::default()
             },
@@ -264,7 +264,7 @@ fn json_tracks_read_as_nsys_names_them() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("saxpy.json");
     let opts = Options {
-        format: nsys_perfetto::format::OutputFormat::Json,
+        format: nsys_perfetto_write::output::formats::OutputFormat::Json,
         ..Default::default()
     };
     common::convert_to(&input, &out, &opts);
@@ -429,7 +429,7 @@ fn merged_ranks_sort_in_rank_order() {
 
     let json = dir.path().join("job.json");
     let conv = Options {
-        format: nsys_perfetto::format::OutputFormat::Json,
+        format: nsys_perfetto_write::output::formats::OutputFormat::Json,
         ..Default::default()
     };
     merge::merge(&sources, &json, &opts, &conv).unwrap();

@@ -1892,7 +1892,7 @@ static SHARED_OUT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
 /// The default options but for the output format, Chrome JSON.
 pub fn json_options() -> nsys_perfetto::convert::Options {
     nsys_perfetto::convert::Options {
-        format: nsys_perfetto::format::OutputFormat::Json,
+        format: nsys_perfetto_write::output::formats::OutputFormat::Json,
         ..Default::default()
     }
 }

@@ -134,8 +134,8 @@ impl Stats {
         let mut s = String::new();
         if !self.page_faults.is_empty() {
             let total: u64 = self.page_faults.iter().map(|p| p.faults).sum();
-            s.push_str(&format!(
-                "\nUnified memory CPU page faults: {} in {} process{}\n",
+            let title = format!(
+                "Unified memory CPU page faults: {} in {} process{}",
                 crate::workflow::group_digits(&total.to_string()),
                 self.page_faults.len(),
                 if self.page_faults.len() == 1 {
@@ -143,54 +143,34 @@ impl Stats {
                 } else {
                     "es"
                 }
-            ));
-            let mut t = Table::new(&[
-                ("Faults", true),
-                ("Addresses", true),
-                ("PID", true),
-                ("Process", false),
-            ]);
-            for p in &self.page_faults {
-                t.rows.push(vec![
+            );
+            let rows = self.page_faults.iter().map(|p| {
+                vec![
                     crate::workflow::group_digits(&p.faults.to_string()),
                     crate::workflow::group_digits(&p.addresses.to_string()),
                     p.pid.to_string(),
                     p.process.clone().unwrap_or_default(),
-                ]);
-            }
-            s.push_str(&t.render());
+                ]
+            });
+            let (numbers, texts) = (["Faults", "Addresses", "PID"], ["Process"]);
+            s.push_str(&titled_table(&title, &numbers, &texts, rows));
         }
         if !self.sampled_functions.is_empty() {
-            s.push_str("\nTop sampled functions (CPU samples by their leaf frame)\n");
-            let mut t = Table::new(&[
-                ("Samples", true),
-                ("%", true),
-                ("Function", false),
-                ("Module", false),
-            ]);
-            for f in &self.sampled_functions {
-                t.rows.push(vec![
+            let rows = self.sampled_functions.iter().map(|f| {
+                vec![
                     crate::workflow::group_digits(&f.samples.to_string()),
                     crate::workflow::fmt_decimals(f.percent, 1),
                     f.function.clone(),
                     f.module.clone().unwrap_or_default(),
-                ]);
-            }
-            s.push_str(&t.render());
+                ]
+            });
+            let title = "Top sampled functions (CPU samples by their leaf frame)";
+            let (numbers, texts) = (["Samples", "%"], ["Function", "Module"]);
+            s.push_str(&titled_table(title, &numbers, &texts, rows));
         }
         if !self.gpu_metrics.is_empty() {
-            s.push_str("\nGPU metrics per GPU (mean, min, max over the capture)\n");
-            let mut t = Table::new(&[
-                ("GPU", true),
-                ("Samples", true),
-                ("Mean", true),
-                ("Min", true),
-                ("Max", true),
-                ("Unit", false),
-                ("Metric", false),
-            ]);
-            for m in &self.gpu_metrics {
-                t.rows.push(vec![
+            let rows = self.gpu_metrics.iter().map(|m| {
+                vec![
                     m.gpu.to_string(),
                     crate::workflow::group_digits(&m.samples.to_string()),
                     crate::workflow::fmt_decimals(m.mean, 2),
@@ -198,9 +178,12 @@ impl Stats {
                     crate::workflow::fmt_decimals(m.max, 2),
                     m.unit.to_string(),
                     m.metric.clone(),
-                ]);
-            }
-            s.push_str(&t.render());
+                ]
+            });
+            let title = "GPU metrics per GPU (mean, min, max over the capture)";
+            let numbers = ["GPU", "Samples", "Mean", "Min", "Max"];
+            let texts = ["Unit", "Metric"];
+            s.push_str(&titled_table(title, &numbers, &texts, rows));
         }
         s
     }
@@ -272,6 +255,24 @@ impl Stats {
             })).collect::<Vec<_>>(),
         })
     }
+}
+
+/// A table under its title line (after a blank line), as each extra section prints: its number
+/// columns (right-aligned) first, then its text columns.
+fn titled_table(
+    title: &str,
+    numbers: &[&str],
+    texts: &[&str],
+    rows: impl Iterator<Item = Vec<String>>,
+) -> String {
+    let columns: Vec<(&str, bool)> = numbers
+        .iter()
+        .map(|h| (*h, true))
+        .chain(texts.iter().map(|h| (*h, false)))
+        .collect();
+    let mut t = Table::new(&columns);
+    t.rows.extend(rows);
+    format!("\n{title}\n{}", t.render())
 }
 
 /// The line under a table cut to `--top`: how many of its `names` the `shown` rows left out

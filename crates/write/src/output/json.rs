@@ -24,7 +24,8 @@ mod samples;
 pub const RECORD_KEY: &str = "nsys-perfetto-provenance";
 
 use super::{
-    Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, Placed, WellKnown,
+    Chunk, ChunkBuffer, CounterTrack, CustomTrack, EventWriter, Format, FormatOptions, Placed,
+    WellKnown, find_last,
 };
 use nsys_perfetto_model::category::Category;
 use nsys_perfetto_model::model::{
@@ -54,7 +55,33 @@ pub struct Json {
 }
 
 impl Format for Json {
+    const NAME: &'static str = "json";
+    const HELP: &'static str = "Chrome JSON trace (.json), for tools that read only that";
+    const EXTENSION: &'static str = "json";
+    const SERVED_GZIPPED: bool = true;
     type Writer = JsonWriter;
+
+    fn made(_sources: &[Placed], options: &FormatOptions) -> Json {
+        Json {
+            colors: options.json_colors,
+        }
+    }
+
+    /// The last `otherData` key ([`RECORD_KEY`]), then `}}`.
+    fn read_record(tail: &[u8]) -> Option<String> {
+        let needle = format!("\"{RECORD_KEY}\":");
+        for at in find_last(tail, needle.as_bytes()) {
+            let Ok(rest) = std::str::from_utf8(&tail[at + needle.len()..]) else {
+                continue;
+            };
+            let mut de = serde_json::Deserializer::from_str(rest).into_iter::<String>();
+            let Some(Ok(text)) = de.next() else { continue };
+            if rest[de.byte_offset()..].trim_end() == "}}" {
+                return Some(text);
+            }
+        }
+        None
+    }
 
     fn writer(&self, _source: usize, desc: Arc<Description>) -> JsonWriter {
         JsonWriter {
@@ -808,6 +835,19 @@ pub fn nearest_cname(rgb: u32) -> &'static str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_record_is_the_last_key() {
+        let text = "{\"x\":\"a\\\"b\"}";
+        let mut out = b"{\"traceEvents\":[\n],\"otherData\":{\"converter\":\"c\",".to_vec();
+        push_str(&mut out, RECORD_KEY);
+        out.push(b':');
+        push_str(&mut out, text);
+        out.extend_from_slice(b"}}\n");
+        assert_eq!(Json::read_record(&out).as_deref(), Some(text));
+        out.extend_from_slice(b"{}");
+        assert_eq!(Json::read_record(&out), None);
+    }
 
     fn us(ns: i64) -> String {
         let mut b = Vec::new();

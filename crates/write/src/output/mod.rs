@@ -6,7 +6,12 @@
 //!
 //! Writers see only the neutral model ([`Event`], [`Description`]): nothing here knows where
 //! the events came from.
+//!
+//! Each format is described once, in its writer's module: its [`Format`] implementation says
+//! its name, help, extension, how `serve` hands it out, how it is made from the
+//! [`FormatOptions`] and how its trace's record is read back. [`formats`] lists them.
 
+pub mod formats;
 pub mod json;
 pub mod pftrace;
 
@@ -14,8 +19,31 @@ use nsys_perfetto_model::model::{
     CounterValue, CpuSample, CpuSlice, Description, Event, global_pid_of, source_of, trace_pid_of,
     trace_tid_of,
 };
+use nsys_perfetto_model::select::GpuModel;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+
+/// The options a format is made with ([`Format::made`]); each format takes what concerns it.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FormatOptions {
+    /// How GPU work is written (`--gpu`).
+    pub gpu: GpuModel,
+    /// JSON: colour NVTX ranges with the nearest Chrome colour names (`--json-colors`).
+    pub json_colors: bool,
+}
+
+/// The last places `needle` stands in `hay`, the last first: where a format's
+/// [`Format::read_record`] looks for its record at the end of a file.
+fn find_last(hay: &[u8], needle: &[u8]) -> Vec<usize> {
+    let mut at: Vec<usize> = hay
+        .windows(needle.len())
+        .enumerate()
+        .filter(|(_, w)| *w == needle)
+        .map(|(i, _)| i)
+        .collect();
+    at.reverse();
+    at
+}
 
 /// Processes and threads: tracks every format knows how to describe from the profile's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -341,8 +369,25 @@ pub trait EventWriter: Send {
 /// `sources` are the descriptions of every source in the trace, indexed by source number; a
 /// writer is made for one source (its names and strings) and `offset` is what that source's
 /// times were shifted by to place it on the trace's timeline.
+///
+/// It also says what the tool offers of it (gathered in [`formats::FORMATS`]).
 pub trait Format: Sync {
+    /// Its name: `--format NAME`, the API's `format=NAME`, the record of options.
+    const NAME: &'static str;
+    /// Other names the API accepts.
+    const ALIASES: &'static [&'static str] = &[];
+    /// What `--help` says of it.
+    const HELP: &'static str;
+    /// The extension of its files, without the dot; `.EXT.gz` is the same, gzip-compressed.
+    const EXTENSION: &'static str;
+    /// `serve` gzips it (`.EXT.gz`): text that compresses well.
+    const SERVED_GZIPPED: bool;
     type Writer: EventWriter;
+    /// The format as `options` ask for it, for a trace of `sources`.
+    fn made(sources: &[Placed], options: &FormatOptions) -> Self;
+    /// The record text at the end of an uncompressed trace of it (the end of the file, `tail`),
+    /// as its [`Format::footer`] writes it.
+    fn read_record(tail: &[u8]) -> Option<String>;
     /// A writer for source number `source` (its index among the trace's sources).
     fn writer(&self, source: usize, desc: Arc<Description>) -> Self::Writer;
     /// What opens the file.

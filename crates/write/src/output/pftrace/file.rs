@@ -9,7 +9,7 @@ use super::{
     BOOTTIME, DESCRIPTOR_SEQUENCE, ProtoWriter, REALTIME, SEQ_INCREMENTAL_STATE_CLEARED,
     SESSION_SEQUENCE, SESSION_TRACK_UUID, descriptor_packet, frame, kernel,
 };
-use crate::output::{ChunkBuffer, Format, Placed, WellKnown};
+use crate::output::{ChunkBuffer, Format, FormatOptions, Placed, WellKnown, find_last};
 use crate::proto::{
     ClockSnapshot, ProcessDescriptor, SystemInfo, ThreadDescriptor, TracePacket, TrackDescriptor,
     TrackEvent, Utsname, clock_snapshot, trace_packet, track_descriptor, track_event,
@@ -110,7 +110,35 @@ impl Protobuf {
 }
 
 impl Format for Protobuf {
+    const NAME: &'static str = "protobuf";
+    const ALIASES: &'static [&'static str] = &["pftrace"];
+    const HELP: &'static str = "Perfetto protobuf (.pftrace)";
+    const EXTENSION: &'static str = "pftrace";
+    const SERVED_GZIPPED: bool = false;
     type Writer = ProtoWriter;
+
+    fn made(sources: &[Placed], options: &FormatOptions) -> Protobuf {
+        Protobuf::new(sources).with_gpu_model(options.gpu)
+    }
+
+    /// The trailer that ends the file exactly ([`record_packet`]).
+    fn read_record(tail: &[u8]) -> Option<String> {
+        let needle = record_text_prefix();
+        for at in find_last(tail, &needle) {
+            let text = &tail[at + needle.len()..];
+            // Skip the length varint; the text runs to the end of the file.
+            let Some(n) = text.iter().position(|b| b & 0x80 == 0) else {
+                continue;
+            };
+            let Ok(text) = std::str::from_utf8(&text[n + 1..]) else {
+                continue;
+            };
+            if tail.ends_with(&record_packet(text)) {
+                return Some(text.to_string());
+            }
+        }
+        None
+    }
 
     fn writer(&self, source: usize, desc: Arc<Description>) -> ProtoWriter {
         let kernel = match self.machines.get(self.position_of(source)) {
@@ -417,6 +445,18 @@ fn system_info(release: Option<&str>, arch: Option<&str>, machine: Option<(u32, 
 mod tests {
     use super::super::on_machine;
     use super::*;
+    use crate::output::pftrace::wire::TRACE_PACKET_BYTE;
+
+    #[test]
+    fn trailer_round_trips_and_needs_the_end_of_the_file() {
+        let rec = r#"{"a":"b \u00e9"}"#.repeat(20);
+        let mut file = vec![TRACE_PACKET_BYTE, 3, 1, 2, 3];
+        file.extend(record_packet(&rec));
+        assert_eq!(Protobuf::read_record(&file).as_deref(), Some(rec.as_str()));
+        // Anything after it (another packet) and it is not the record of this file.
+        file.extend([TRACE_PACKET_BYTE, 1, 0]);
+        assert_eq!(Protobuf::read_record(&file), None);
+    }
 
     /// A part copied into a merge: every packet on its machine, the absolute times (clock
     /// snapshots, CPU samples, scheduling) moved, the rest (a track event's delta on its
