@@ -2,11 +2,13 @@
 //! NVTX domains and categories, enum labels. Their size follows the number of distinct names
 //! in a profile, not its length; the event tables themselves are streamed by the readers.
 
+use super::arrow::scan::KeyScan;
 use super::cells::{int_at, text_at};
 use super::contexts::Contexts;
 use super::enums::Enums;
 use super::names::NVTX;
 use super::names::nvtx_type::{CATEGORY, DOMAIN_CREATE, THREAD_NAME};
+use super::scan::Scan;
 use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::{Description, StringTable, global_pid_of};
@@ -386,6 +388,12 @@ type StringCache = HashMap<i64, Option<Box<str>>>;
 /// `StringIds` looked up by id where `id` is the table's key (every real export), else (an
 /// edited export, where each lookup would scan the table) read whole.
 fn string_table(conn: &Connection, schema: &Schema) -> Result<Box<dyn StringTable>> {
+    if let Some(direct) = Scan::new(schema, "StringIds")
+        .col(schema, "value")
+        .key_scan(schema, "id")?
+    {
+        return Ok(Box::new(KeyedStrings(direct)));
+    }
     let keyed: bool = conn
         .query_row(
             "SELECT count(*) FROM pragma_table_info('StringIds') \
@@ -413,6 +421,17 @@ fn string_table(conn: &Connection, schema: &Schema) -> Result<Box<dyn StringTabl
         }
     })?;
     Ok(Box::new(all))
+}
+
+/// An Arrow export's `StringIds`, each lookup a binary search of its typed columns (the first
+/// row of an id, as where the table is read whole).
+struct KeyedStrings(KeyScan);
+
+impl StringTable for KeyedStrings {
+    fn get(&self, id: i64) -> Option<Box<str>> {
+        let row = self.0.rows(id).ok()?.next()?;
+        text_at(&self.0.row(row), 0).map(Into::into)
+    }
 }
 
 /// Strings kept between lookups; the cache starts over when full.

@@ -161,6 +161,62 @@ impl Scan {
         }
         Ok(Rows::Sql(Query::new(conn, &self.sql())?))
     }
+
+    /// Look the table's rows up by the value of its integer column `key`, one value at a time
+    /// (see [`Lookup::each`]), in storage order.
+    pub fn lookup<'c>(
+        &self,
+        conn: &'c Connection,
+        schema: &Schema,
+        key: &str,
+    ) -> Result<Lookup<'c>> {
+        if let Some(direct) = self.key_scan(schema, key)? {
+            return Ok(Lookup::Arrow(direct));
+        }
+        let mut by_key = self.clone();
+        let equal = format!("t.{} = ?1", super::query::quote_ident(key));
+        by_key.filter = Some(match &self.filter {
+            Some(f) => format!("({f}) AND {equal}"),
+            None => equal,
+        });
+        Ok(Lookup::Sql(conn.prepare(&by_key.sql())?))
+    }
+
+    /// The direct lookup [`Scan::lookup`] makes of an Arrow export's table: `None` where the
+    /// export is not Arrow or the lookup needs SQL. It needs no connection, so it can outlive
+    /// one (a string table shared by the conversion's threads).
+    pub fn key_scan(&self, schema: &Schema, key: &str) -> Result<Option<arrow::scan::KeyScan>> {
+        if !schema.is_arrow() || self.filter.is_some() {
+            return Ok(None);
+        }
+        arrow::scan::KeyScan::open(&schema.path, &self.table, &self.cols, key)
+    }
+}
+
+/// The rows of a [`Scan`] by key (see [`Scan::lookup`]).
+pub enum Lookup<'c> {
+    Sql(rusqlite::Statement<'c>),
+    Arrow(arrow::scan::KeyScan),
+}
+
+impl Lookup<'_> {
+    /// Call `f` with each row whose key is `v`.
+    pub fn each(&mut self, v: i64, mut f: impl FnMut(&dyn Fetch)) -> Result<()> {
+        match self {
+            Lookup::Sql(stmt) => {
+                let mut rows = stmt.query([v])?;
+                while let Some(r) = rows.next()? {
+                    f(r);
+                }
+            }
+            Lookup::Arrow(k) => {
+                for row in k.rows(v)? {
+                    f(&k.row(row));
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// The rows of a [`Scan`] being read.
