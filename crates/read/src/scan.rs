@@ -19,6 +19,8 @@ pub struct Scan {
     cols: Vec<Col>,
     /// SQL over the table aliased `t`; `None` for every row.
     filter: Option<String>,
+    /// Only rows whose column (one of `cols`, by index) holds one of these integers.
+    only: Option<(usize, Vec<i64>)>,
     /// Columns the rows come ordered by ([`Col::Column`] or [`Col::Rowid`]), ascending.
     order: Vec<Col>,
     /// The table's rowid as it can be selected, if it has one.
@@ -31,6 +33,7 @@ impl Scan {
             table: table.to_string(),
             cols: Vec::new(),
             filter: None,
+            only: None,
             order: Vec::new(),
             rowid: schema.rowid(table),
         }
@@ -100,6 +103,18 @@ impl Scan {
         self
     }
 
+    /// Only rows whose column `name`, selected before, holds one of `values` (no row where
+    /// the export lacks the column). From Arrow the column is compared as each row is read.
+    pub fn only(mut self, name: &str, values: &[i64]) -> Scan {
+        let at = self
+            .cols
+            .iter()
+            .position(|c| matches!(c, Col::Column(n) if n == name));
+        // A column the export lacks is NULL: no row holds a value.
+        self.only = Some((at.unwrap_or(usize::MAX), values.to_vec()));
+        self
+    }
+
     /// Rows in rowid order (storage order: what the readers' reorder windows expect).
     pub fn by_rowid(mut self) -> Scan {
         if self.rowid.is_some() {
@@ -112,6 +127,15 @@ impl Scan {
     pub fn order_by(mut self, names: &[&str]) -> Scan {
         self.order = names.iter().map(|n| Col::Column(n.to_string())).collect();
         self
+    }
+
+    /// Rows in the order of these columns, then of their rowids.
+    pub fn order_by_then_rowid(self, names: &[&str]) -> Scan {
+        let mut s = self.order_by(names);
+        if s.rowid.is_some() {
+            s.order.push(Col::Rowid);
+        }
+        s
     }
 
     /// The statement this scan is in SQL.
@@ -140,8 +164,29 @@ impl Scan {
             },
             super::query::quote_ident(&self.table)
         );
-        if let Some(f) = &self.filter {
-            sql.push_str(&format!(" WHERE {f}"));
+        let only = self
+            .only
+            .as_ref()
+            .map(|(at, values)| match self.cols.get(*at) {
+                Some(c) => values
+                    .iter()
+                    .map(|v| format!("{} = {v}", render(c)))
+                    .collect::<Vec<_>>()
+                    .join(" OR "),
+                None => "0".to_string(),
+            });
+        let only = only.map(|o| {
+            if self.filter.is_some() {
+                format!("({o})")
+            } else {
+                o
+            }
+        });
+        match (&self.filter, only) {
+            (Some(f), Some(o)) => sql.push_str(&format!(" WHERE ({f}) AND {o}")),
+            (Some(f), None) => sql.push_str(&format!(" WHERE {f}")),
+            (None, Some(o)) => sql.push_str(&format!(" WHERE {o}")),
+            (None, None) => {}
         }
         if !self.order.is_empty() {
             let order: Vec<String> = self.order.iter().map(render).collect();
@@ -157,7 +202,7 @@ impl Scan {
             && let Some(direct) =
                 arrow::scan::TableScan::open(&schema.path, &self.table, &self.cols, &self.order)?
         {
-            return Ok(Rows::Arrow(Box::new(direct)));
+            return Ok(Rows::Arrow(Box::new(direct), self.only.clone()));
         }
         Ok(Rows::Sql(Query::new(conn, &self.sql())?))
     }
@@ -222,7 +267,8 @@ impl Lookup<'_> {
 /// The rows of a [`Scan`] being read.
 pub enum Rows<'c> {
     Sql(Query<'c>),
-    Arrow(Box<arrow::scan::TableScan>),
+    /// With the rows to keep (see [`Scan::only`]).
+    Arrow(Box<arrow::scan::TableScan>, Option<(usize, Vec<i64>)>),
 }
 
 impl Rows<'_> {
@@ -232,13 +278,19 @@ impl Rows<'_> {
     pub fn next(&mut self) -> Result<Option<Row<'_>>> {
         Ok(match self {
             Rows::Sql(q) => q.next()?.map(Row::Sql),
-            Rows::Arrow(a) => {
+            Rows::Arrow(a, only) => loop {
                 if !a.step() {
                     a.unchanged()?;
                     return Ok(None);
                 }
-                Some(Row::Arrow(a.row()))
-            }
+                let row = a.row();
+                if only
+                    .as_ref()
+                    .is_none_or(|(at, values)| row.int(*at).is_some_and(|v| values.contains(&v)))
+                {
+                    break Some(Row::Arrow(a.row()));
+                }
+            },
         })
     }
 }

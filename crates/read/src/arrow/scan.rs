@@ -60,6 +60,11 @@ impl TableScan {
         let Some(picks) = picks(&t, cols) else {
             return Ok(None);
         };
+        // Storage order is rowid order: a trailing rowid orders nothing more.
+        let order = match order.split_last() {
+            Some((Col::Rowid, rest)) if !rest.is_empty() => rest,
+            _ => order,
+        };
         let mut keys = Vec::with_capacity(order.len());
         for o in order {
             keys.push(match o {
