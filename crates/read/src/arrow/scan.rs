@@ -266,7 +266,9 @@ impl KeyScan {
     /// the table's file where it lost a page (a truncation: see `Table::lost`).
     pub fn rows(&self, v: i64) -> Result<std::ops::Range<usize>> {
         let (first, end) = if self.unique {
-            self.table.find(v).map_or((0, 0), |r| (r, r + 1))
+            self.dense(v)
+                .or_else(|| self.table.find(v))
+                .map_or((0, 0), |r| (r, r + 1))
         } else {
             self.table.equal_range(self.key, v)
         };
@@ -274,6 +276,15 @@ impl KeyScan {
             self.table.unchanged()?;
         }
         Ok(first..end)
+    }
+
+    /// The row of key `v` where the keys run without gaps from the first row's (nsys numbers
+    /// its strings so): the row `v` is as many rows past the first as its value is past the
+    /// first key, checked there (the key rises strictly: no other row holds it).
+    fn dense(&self, v: i64) -> Option<usize> {
+        let low = self.table.int_at(self.key, 0);
+        let row = usize::try_from(v.checked_sub(low)?).ok()?;
+        (row < self.table.rows && self.table.int_at(self.key, row) == v).then_some(row)
     }
 
     /// Row `row` of the table (one of [`KeyScan::rows`]).
