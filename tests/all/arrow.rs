@@ -1170,3 +1170,67 @@ fn table_truncated_while_read_is_an_error_naming_it() {
         assert!(end.starts_with(&want), "{end}");
     }
 }
+
+/// Lookups and `Scan::only` read an Arrow export's typed columns (no SQLite) and find what the
+/// same reads find in its SQLite twin: every `StringIds` id and ids it lacks, and the memcpys of
+/// two kinds, in the same order.
+#[test]
+fn lookups_and_only_read_as_from_the_sqlite_twin() {
+    use nsys_perfetto_read::cells::{int_at, text_at};
+    use nsys_perfetto_read::scan::{Lookup, Scan};
+    use nsys_perfetto_read::schema::open_schema;
+    let dir = tempfile::tempdir().unwrap();
+    let arrow = fixture_copy(dir.path());
+    let twin = dir.path().join("kmeans.sqlite");
+    std::fs::copy(common::fixture("arrow/kmeans.sqlite"), &twin).unwrap();
+    let (aconn, aschema) = open_schema(&arrow).unwrap();
+    let (sconn, sschema) = open_schema(&twin).unwrap();
+    let ids: Vec<i64> = sconn
+        .prepare("SELECT id FROM StringIds")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert!(ids.len() > 100, "{}", ids.len());
+    let lookup = |conn, schema| {
+        Scan::new(schema, "StringIds")
+            .col(schema, "value")
+            .lookup(conn, schema, "id")
+            .unwrap()
+    };
+    let (mut from_arrow, mut from_sqlite) = (lookup(&aconn, &aschema), lookup(&sconn, &sschema));
+    assert!(
+        matches!(from_arrow, Lookup::Arrow(_)),
+        "not a direct lookup"
+    );
+    let max = *ids.iter().max().unwrap();
+    for id in ids.iter().copied().chain([-1, max + 1, i64::MIN, i64::MAX]) {
+        let values = |l: &mut Lookup<'_>| {
+            let mut v = Vec::new();
+            l.each(id, |r| v.push(text_at(r, 0).map(|t| t.into_owned())))
+                .unwrap();
+            v
+        };
+        let want = values(&mut from_sqlite);
+        assert_eq!(values(&mut from_arrow), want, "id {id}");
+        assert_eq!(want.len(), usize::from(id <= max && id >= 0), "id {id}");
+    }
+    let table = "CUPTI_ACTIVITY_KIND_MEMCPY";
+    let rows = |conn, schema| {
+        let mut rows = Scan::new(schema, table)
+            .cols(schema, &["start", "copyKind", "bytes"])
+            .only("copyKind", &[1, 2])
+            .open(conn, schema)
+            .unwrap();
+        let mut out = Vec::new();
+        while let Some(r) = rows.next().unwrap() {
+            out.push([0, 1, 2].map(|i| int_at(&r, i)));
+        }
+        out
+    };
+    let want = rows(&sconn, &sschema);
+    assert!(!want.is_empty());
+    assert!(want.iter().all(|r| matches!(r[1], Some(1 | 2))));
+    assert_eq!(rows(&aconn, &aschema), want);
+}

@@ -1,7 +1,9 @@
 //! Call stacks of the rows of a table, each looked up once.
 
-use crate::cells::text_at;
+use crate::arrow::scan::KeyScan;
+use crate::cells::{int_at, text_at};
 use crate::query::Fetch;
+use crate::scan::Scan;
 use crate::schema::Schema;
 use anyhow::Result;
 use rusqlite::Connection;
@@ -14,6 +16,8 @@ use std::collections::HashMap;
 /// reading of the table itself).
 pub struct Callchains<'c> {
     pub(super) stmt: Option<rusqlite::Statement<'c>>,
+    /// An Arrow export's frames and strings, looked up in their typed columns instead.
+    direct: Option<Frames>,
     pub(super) cache: HashMap<i64, Option<std::rc::Rc<str>>, nsys_perfetto_model::model::FastHash>,
 }
 
@@ -47,8 +51,13 @@ impl<'c> Callchains<'c> {
                  WHERE id = ?1 ORDER BY stackDepth)"
             ))?)
         };
+        let direct = match stmt {
+            Some(_) => Frames::open(schema, chains)?,
+            None => None,
+        };
         Ok(Callchains {
             stmt,
+            direct,
             cache: HashMap::default(),
         })
     }
@@ -73,7 +82,10 @@ impl<'c> Callchains<'c> {
                 if let Some(c) = self.cache.get(&id) {
                     return Ok(c.clone());
                 }
-                let c = lookup(stmt, rusqlite::types::Value::Integer(id))?;
+                let c = match &self.direct {
+                    Some(frames) => frames.stack(id)?,
+                    None => lookup(stmt, rusqlite::types::Value::Integer(id))?,
+                };
                 if self.cache.len() >= Self::CACHED {
                     self.cache.clear();
                 }
@@ -92,5 +104,75 @@ impl<'c> Callchains<'c> {
                 Ok(lookup(stmt, rusqlite::types::Value::Blob(v.to_vec()))?)
             }
         }
+    }
+}
+
+/// A table's call stacks in an Arrow export: a stack's frames by `id` (the rows are sorted by
+/// it) and their symbols by `StringIds.id`, as the SQL of [`Callchains::new`] joins them.
+struct Frames {
+    /// `stackDepth`, `symbol` of the frames.
+    frames: KeyScan,
+    /// `value` of the strings; `None` where the export has no string table.
+    strings: Option<KeyScan>,
+}
+
+impl Frames {
+    fn open(schema: &Schema, chains: &str) -> Result<Option<Frames>> {
+        let frames = Scan::new(schema, chains)
+            .cols(schema, &["stackDepth", "symbol"])
+            .key_scan(schema, "id")?;
+        let Some(frames) = frames else {
+            return Ok(None);
+        };
+        let strings = if schema.has_columns("StringIds", &["id", "value"]) {
+            match Scan::new(schema, "StringIds")
+                .col(schema, "value")
+                .key_scan(schema, "id")?
+            {
+                Some(s) => Some(s),
+                None => return Ok(None),
+            }
+        } else {
+            None
+        };
+        Ok(Some(Frames { frames, strings }))
+    }
+
+    /// The stack `id`: its frames by depth, each its symbol's strings (`?` for none), one a
+    /// line; `None` for a stack with no frames.
+    fn stack(&self, id: i64) -> Result<Option<std::rc::Rc<str>>> {
+        let rows = self.frames.rows(id)?;
+        if rows.is_empty() {
+            return Ok(None);
+        }
+        let mut frames: Vec<(Option<i64>, Option<i64>)> = rows
+            .map(|r| {
+                let row = self.frames.row(r);
+                (int_at(&row, 0), int_at(&row, 1))
+            })
+            .collect();
+        // NULL depths first, as SQL orders them.
+        frames.sort_by_key(|&(depth, _)| depth);
+        let mut text = String::new();
+        for (_, symbol) in frames {
+            let mut found = false;
+            if let (Some(strings), Some(symbol)) = (&self.strings, symbol) {
+                for r in strings.rows(symbol)? {
+                    found = true;
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    // A value of the typed column is text or NULL (`coalesce(s.value, '?')`).
+                    text.push_str(text_at(&strings.row(r), 0).as_deref().unwrap_or("?"));
+                }
+            }
+            if !found {
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push('?');
+            }
+        }
+        Ok(Some(text.into()))
     }
 }

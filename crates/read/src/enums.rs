@@ -61,12 +61,11 @@ pub fn read_enum(conn: &Connection, schema: &Schema, table: &str) -> Labels {
     } else {
         "name"
     };
-    let sql = format!("SELECT id, \"{label}\" FROM \"{table}\"");
-    if let Ok(mut stmt) = conn.prepare(&sql)
-        && let Ok(mut rows) = stmt.query([])
-    {
+    let scan = super::scan::Scan::new(schema, table).cols(schema, &["id", label]);
+    if let Ok(mut rows) = scan.open(conn, schema) {
         while let Ok(Some(r)) = rows.next() {
-            if let (Some(id), Some(l)) = (super::cells::int_at(r, 0), super::cells::text_at(r, 1)) {
+            if let (Some(id), Some(l)) = (super::cells::int_at(&r, 0), super::cells::text_at(&r, 1))
+            {
                 out.insert(id, l.into_owned());
             }
         }

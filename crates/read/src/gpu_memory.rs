@@ -11,6 +11,7 @@
 
 use super::cells::{int_at, text_at};
 use super::reader::ReadContext;
+use super::scan::Scan;
 use anyhow::Result;
 use nsys_perfetto_model::category::{Category, EventType};
 use nsys_perfetto_model::model::{
@@ -57,23 +58,33 @@ pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     let mut unwindowed = selection.clone();
     unwindowed.time = None;
     let filter = unwindowed.sql("t", false, Some("globalPid"), Some("deviceId"));
-    let sql = format!(
-        "SELECT t.start, t.globalPid, t.deviceId, t.bytes, t.memoryOperationType, {}, {}, {}, {} \
-         FROM {GPU_MEMORY} t WHERE {filter} ORDER BY t.start, t.rowid",
-        schema.col_of(GPU_MEMORY, "t", "address"),
-        schema.col_of(GPU_MEMORY, "t", "memKind"),
-        schema.col_of(GPU_MEMORY, "t", "correlationId"),
-        schema.col_of(GPU_MEMORY, "t", "name"),
-    );
+    // In time order; from Arrow without SQLite where the rows have it (nsys writes them so).
+    let mut rows = Scan::new(schema, GPU_MEMORY)
+        .cols(
+            schema,
+            &[
+                "start",
+                "globalPid",
+                "deviceId",
+                "bytes",
+                "memoryOperationType",
+                "address",
+                "memKind",
+                "correlationId",
+                "name",
+            ],
+        )
+        .filter(filter)
+        .order_by_then_rowid(&["start"])
+        .open(conn, schema)?;
     let window = selection.time;
-    let mut stmt = conn.prepare(&sql)?;
-    let mut rows = stmt.query([])?;
     let mut per_gpu: HashMap<i64, i64> = HashMap::new();
     let mut per_process: HashMap<(i64, i64), i64> = HashMap::new();
     // Live allocations: (device, pid, address) -> bytes, for frees that do not say their size.
     let mut live: HashMap<(i64, i64, i64), i64> = HashMap::new();
     let mut names: HashMap<i64, String> = HashMap::new();
     while let Some(r) = rows.next()? {
+        let r = &r;
         let (Some(ts), Some(gpid), Some(device), Some(op)) =
             (int_at(r, 0), int_at(r, 1), int_at(r, 2), int_at(r, 4))
         else {

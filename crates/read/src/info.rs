@@ -2,11 +2,13 @@
 //! NVTX domains and categories, enum labels. Their size follows the number of distinct names
 //! in a profile, not its length; the event tables themselves are streamed by the readers.
 
+use super::arrow::scan::KeyScan;
 use super::cells::{int_at, text_at};
 use super::contexts::Contexts;
 use super::enums::Enums;
 use super::names::NVTX;
 use super::names::nvtx_type::{CATEGORY, DOMAIN_CREATE, THREAD_NAME};
+use super::scan::{Row, Scan};
 use super::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::{Description, StringTable, global_pid_of};
@@ -92,25 +94,27 @@ impl ProfileInfo {
             .then(|| string_table(conn, schema))
             .transpose()?;
         if schema.has_columns("ThreadNames", &["nameId", "globalTid"]) {
-            let order = if schema.has_column("ThreadNames", "priority") {
-                " ORDER BY priority"
-            } else {
-                ""
-            };
-            let sql = format!("SELECT globalTid, nameId FROM ThreadNames{order}");
-            let names = &mut desc.thread_names;
-            let every = &mut info.every_thread_name;
-            each_row(conn, &sql, |r| {
-                if let (Some(t), Some(n)) = (int_at(r, 0), int_at(r, 1))
-                    && let Some(s) = strings.as_ref().and_then(|st| st.get(n))
-                {
-                    every.push(s.to_string());
-                    names.insert(t, s.to_string());
+            // By priority (NULL first, ties in storage order), sorted here: the table holds a
+            // row a thread name.
+            let scan =
+                Scan::new(schema, "ThreadNames").cols(schema, &["priority", "globalTid", "nameId"]);
+            let mut rows: Vec<(Option<i64>, i64, i64)> = Vec::new();
+            each_row(conn, schema, &scan, |r| {
+                if let (Some(t), Some(n)) = (int_at(r, 1), int_at(r, 2)) {
+                    rows.push((int_at(r, 0), t, n));
                 }
             })?;
+            rows.sort_by_key(|&(priority, _, _)| priority);
+            for (_, t, n) in rows {
+                if let Some(s) = strings.as_ref().and_then(|st| st.get(n)) {
+                    info.every_thread_name.push(s.to_string());
+                    desc.thread_names.insert(t, s.to_string());
+                }
+            }
         }
         if schema.has_columns("PROCESSES", &["globalPid", "name"]) {
-            each_row(conn, "SELECT globalPid, name FROM PROCESSES", |r| {
+            let scan = Scan::new(schema, "PROCESSES").cols(schema, &["globalPid", "name"]);
+            each_row(conn, schema, &scan, |r| {
                 // Reports launched through nsys name the application's process after nsys'
                 // launcher; nsys itself shows the program (the main thread's name) instead.
                 if let (Some(p), Some(n)) = (int_at(r, 0), text_at(r, 1))
@@ -132,30 +136,26 @@ impl ProfileInfo {
             if desc.gpu_names.is_empty() && schema.has_columns(table, &[id_col, "name"]) {
                 // The other facts where the table has them (nsys 2021.3 and newer), as NULL
                 // where it does not.
-                let col = |c: &str| match schema.has_columns(table, &[c]) {
-                    true => format!("\"{c}\""),
-                    false => "NULL".to_string(),
-                };
-                let limits = [
-                    "threadsPerWarp",
-                    "maxWarpsPerSm",
-                    "maxBlocksPerSm",
-                    "maxRegistersPerSm",
-                    "maxRegistersPerBlock",
-                    "maxShmemPerSm",
-                    "maxShmemPerBlockOptin",
-                ]
-                .map(col)
-                .join(", ");
-                let sql = format!(
-                    "SELECT \"{id_col}\", name, {}, {}, {}, {}, {}, {limits} FROM \"{table}\"",
-                    col("computeMajor"),
-                    col("computeMinor"),
-                    col("chipName"),
-                    col("uuid"),
-                    col("busLocation"),
+                let scan = Scan::new(schema, table).cols(
+                    schema,
+                    &[
+                        id_col,
+                        "name",
+                        "computeMajor",
+                        "computeMinor",
+                        "chipName",
+                        "uuid",
+                        "busLocation",
+                        "threadsPerWarp",
+                        "maxWarpsPerSm",
+                        "maxBlocksPerSm",
+                        "maxRegistersPerSm",
+                        "maxRegistersPerBlock",
+                        "maxShmemPerSm",
+                        "maxShmemPerBlockOptin",
+                    ],
                 );
-                each_row(conn, &sql, |r| {
+                each_row(conn, schema, &scan, |r| {
                     if let (Some(id), Some(n)) = (int_at(r, 0), text_at(r, 1)) {
                         desc.gpu_names.entry(id).or_insert_with(|| n.into_owned());
                         let text = |i| {
@@ -181,8 +181,8 @@ impl ProfileInfo {
         }
         for table in ["META_DATA_EXPORT", "EXPORT_META_DATA"] {
             if schema.has_columns(table, &["name", "value"]) {
-                let sql = format!("SELECT name, value FROM \"{table}\"");
-                each_row(conn, &sql, |r| {
+                let scan = Scan::new(schema, table).cols(schema, &["name", "value"]);
+                each_row(conn, schema, &scan, |r| {
                     if let (Some(k), Some(v)) = (text_at(r, 0), text_at(r, 1)) {
                         desc.metadata.insert(k.into_owned(), v.into_owned());
                     }
@@ -190,21 +190,23 @@ impl ProfileInfo {
             }
         }
         if schema.has_column("TARGET_INFO_SESSION_START_TIME", "utcEpochNs") {
-            each_row(
-                conn,
-                "SELECT utcEpochNs FROM TARGET_INFO_SESSION_START_TIME LIMIT 1",
-                |r| desc.session_start_utc_ns = int_at(r, 0),
-            )?;
+            let scan =
+                Scan::new(schema, "TARGET_INFO_SESSION_START_TIME").col(schema, "utcEpochNs");
+            // The first row's.
+            let mut first = true;
+            each_row(conn, schema, &scan, |r| {
+                if std::mem::take(&mut first) {
+                    desc.session_start_utc_ns = int_at(r, 0);
+                }
+            })?;
         }
         if schema.has_columns("TARGET_INFO_SYSTEM_ENV", &["name", "value"]) {
             let mut env = None;
             let (mut cpu_arch, mut platform) = (None, None);
-            each_row(
-                conn,
-                "SELECT name, value FROM TARGET_INFO_SYSTEM_ENV \
-                 WHERE name IN ('Hostname', 'DeviceEnvironment', 'SoftwareReleaseVersion', \
-                 'CpuArchitecture', 'HardwarePlatform')",
-                |r| match (text_at(r, 0).as_deref(), text_at(r, 1)) {
+            // A few rows, of which the names below are kept.
+            let scan = Scan::new(schema, "TARGET_INFO_SYSTEM_ENV").cols(schema, &["name", "value"]);
+            each_row(conn, schema, &scan, |r| {
+                match (text_at(r, 0).as_deref(), text_at(r, 1)) {
                     (Some("Hostname"), Some(v)) if !v.is_empty() => {
                         desc.host = Some(v.into_owned());
                     }
@@ -215,8 +217,8 @@ impl ProfileInfo {
                     (Some("CpuArchitecture"), Some(v)) => cpu_arch = Some(v.into_owned()),
                     (Some("HardwarePlatform"), Some(v)) => platform = Some(v.into_owned()),
                     _ => {}
-                },
-            )?;
+                }
+            })?;
             desc.machine = [cpu_arch.as_deref(), platform.as_deref()]
                 .into_iter()
                 .flatten()
@@ -308,16 +310,21 @@ fn load_nvtx_names(
         if !schema.has_columns(NVTX, &["eventType", "globalTid"]) {
             return Ok(nvtx_threads);
         }
-        let sql = format!(
-            "SELECT eventType, globalTid, {dom}, {cat}, text, {tid} FROM {NVTX} \
-             WHERE eventType = {CATEGORY} OR eventType = {THREAD_NAME} \
-             OR eventType = {DOMAIN_CREATE}",
-            dom = schema.col(NVTX, "domainId"),
-            cat = schema.col(NVTX, "category"),
-            tid = schema.col(NVTX, "textId"),
-        );
+        let scan = Scan::new(schema, NVTX)
+            .cols(
+                schema,
+                &[
+                    "eventType",
+                    "globalTid",
+                    "domainId",
+                    "category",
+                    "text",
+                    "textId",
+                ],
+            )
+            .only("eventType", &[CATEGORY, THREAD_NAME, DOMAIN_CREATE]);
         let (domains, threads) = (&mut desc.nvtx_domains, &mut desc.thread_names);
-        each_row(conn, &sql, |r| {
+        each_row(conn, schema, &scan, |r| {
             let ty = int_at(r, 0).unwrap_or(-1);
             let gtid = int_at(r, 1).unwrap_or(0);
             let domain = int_at(r, 2).unwrap_or(0);
@@ -350,7 +357,7 @@ fn load_nvtx_names(
 
 /// A GPU's SM limits from a `TARGET_INFO_GPU` row as `ProfileInfo::load` selects it (compute
 /// capability at 2 and 3, the limits from 7 on), where every one is recorded and positive.
-fn sm_limits(r: &rusqlite::Row<'_>) -> Option<nsys_perfetto_model::model::SmLimits> {
+fn sm_limits(r: &Row<'_>) -> Option<nsys_perfetto_model::model::SmLimits> {
     let at = |i| int_at(r, i).filter(|&v| v > 0);
     Some(nsys_perfetto_model::model::SmLimits {
         compute: (at(2)?, int_at(r, 3)?),
@@ -364,11 +371,15 @@ fn sm_limits(r: &rusqlite::Row<'_>) -> Option<nsys_perfetto_model::model::SmLimi
     })
 }
 
-fn each_row(conn: &Connection, sql: &str, mut f: impl FnMut(&rusqlite::Row<'_>)) -> Result<()> {
-    let mut stmt = conn.prepare(sql)?;
-    let mut rows = stmt.query([])?;
+fn each_row(
+    conn: &Connection,
+    schema: &Schema,
+    scan: &Scan,
+    mut f: impl FnMut(&Row<'_>),
+) -> Result<()> {
+    let mut rows = scan.open(conn, schema)?;
     while let Some(r) = rows.next()? {
-        f(r);
+        f(&r);
     }
     Ok(())
 }
@@ -386,6 +397,12 @@ type StringCache = HashMap<i64, Option<Box<str>>>;
 /// `StringIds` looked up by id where `id` is the table's key (every real export), else (an
 /// edited export, where each lookup would scan the table) read whole.
 fn string_table(conn: &Connection, schema: &Schema) -> Result<Box<dyn StringTable>> {
+    if let Some(direct) = Scan::new(schema, "StringIds")
+        .col(schema, "value")
+        .key_scan(schema, "id")?
+    {
+        return Ok(Box::new(KeyedStrings(direct)));
+    }
     let keyed: bool = conn
         .query_row(
             "SELECT count(*) FROM pragma_table_info('StringIds') \
@@ -407,12 +424,24 @@ fn string_table(conn: &Connection, schema: &Schema) -> Result<Box<dyn StringTabl
         return Ok(Box::new(SqliteStrings::open(&schema.path)?));
     }
     let mut all: HashMap<i64, Box<str>> = HashMap::new();
-    each_row(conn, "SELECT id, value FROM StringIds", |r| {
+    let scan = Scan::new(schema, "StringIds").cols(schema, &["id", "value"]);
+    each_row(conn, schema, &scan, |r| {
         if let (Some(id), Some(v)) = (int_at(r, 0), text_at(r, 1)) {
             all.entry(id).or_insert_with(|| v.into());
         }
     })?;
     Ok(Box::new(all))
+}
+
+/// An Arrow export's `StringIds`, each lookup a binary search of its typed columns (the first
+/// row of an id, as where the table is read whole).
+struct KeyedStrings(KeyScan);
+
+impl StringTable for KeyedStrings {
+    fn get(&self, id: i64) -> Option<Box<str>> {
+        let row = self.0.rows(id).ok()?.next()?;
+        text_at(&self.0.row(row), 0).map(Into::into)
+    }
 }
 
 /// Strings kept between lookups; the cache starts over when full.

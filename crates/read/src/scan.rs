@@ -19,6 +19,8 @@ pub struct Scan {
     cols: Vec<Col>,
     /// SQL over the table aliased `t`; `None` for every row.
     filter: Option<String>,
+    /// Only rows whose column (one of `cols`, by index) holds one of these integers.
+    only: Option<(usize, Vec<i64>)>,
     /// Columns the rows come ordered by ([`Col::Column`] or [`Col::Rowid`]), ascending.
     order: Vec<Col>,
     /// The table's rowid as it can be selected, if it has one.
@@ -31,6 +33,7 @@ impl Scan {
             table: table.to_string(),
             cols: Vec::new(),
             filter: None,
+            only: None,
             order: Vec::new(),
             rowid: schema.rowid(table),
         }
@@ -100,6 +103,18 @@ impl Scan {
         self
     }
 
+    /// Only rows whose column `name`, selected before, holds one of `values` (no row where
+    /// the export lacks the column). From Arrow the column is compared as each row is read.
+    pub fn only(mut self, name: &str, values: &[i64]) -> Scan {
+        let at = self
+            .cols
+            .iter()
+            .position(|c| matches!(c, Col::Column(n) if n == name));
+        // A column the export lacks is NULL: no row holds a value.
+        self.only = Some((at.unwrap_or(usize::MAX), values.to_vec()));
+        self
+    }
+
     /// Rows in rowid order (storage order: what the readers' reorder windows expect).
     pub fn by_rowid(mut self) -> Scan {
         if self.rowid.is_some() {
@@ -112,6 +127,15 @@ impl Scan {
     pub fn order_by(mut self, names: &[&str]) -> Scan {
         self.order = names.iter().map(|n| Col::Column(n.to_string())).collect();
         self
+    }
+
+    /// Rows in the order of these columns, then of their rowids.
+    pub fn order_by_then_rowid(self, names: &[&str]) -> Scan {
+        let mut s = self.order_by(names);
+        if s.rowid.is_some() {
+            s.order.push(Col::Rowid);
+        }
+        s
     }
 
     /// The statement this scan is in SQL.
@@ -140,8 +164,29 @@ impl Scan {
             },
             super::query::quote_ident(&self.table)
         );
-        if let Some(f) = &self.filter {
-            sql.push_str(&format!(" WHERE {f}"));
+        let only = self
+            .only
+            .as_ref()
+            .map(|(at, values)| match self.cols.get(*at) {
+                Some(c) => values
+                    .iter()
+                    .map(|v| format!("{} = {v}", render(c)))
+                    .collect::<Vec<_>>()
+                    .join(" OR "),
+                None => "0".to_string(),
+            });
+        let only = only.map(|o| {
+            if self.filter.is_some() {
+                format!("({o})")
+            } else {
+                o
+            }
+        });
+        match (&self.filter, only) {
+            (Some(f), Some(o)) => sql.push_str(&format!(" WHERE ({f}) AND {o}")),
+            (Some(f), None) => sql.push_str(&format!(" WHERE {f}")),
+            (None, Some(o)) => sql.push_str(&format!(" WHERE {o}")),
+            (None, None) => {}
         }
         if !self.order.is_empty() {
             let order: Vec<String> = self.order.iter().map(render).collect();
@@ -157,16 +202,73 @@ impl Scan {
             && let Some(direct) =
                 arrow::scan::TableScan::open(&schema.path, &self.table, &self.cols, &self.order)?
         {
-            return Ok(Rows::Arrow(Box::new(direct)));
+            return Ok(Rows::Arrow(Box::new(direct), self.only.clone()));
         }
         Ok(Rows::Sql(Query::new(conn, &self.sql())?))
+    }
+
+    /// Look the table's rows up by the value of its integer column `key`, one value at a time
+    /// (see [`Lookup::each`]), in storage order.
+    pub fn lookup<'c>(
+        &self,
+        conn: &'c Connection,
+        schema: &Schema,
+        key: &str,
+    ) -> Result<Lookup<'c>> {
+        if let Some(direct) = self.key_scan(schema, key)? {
+            return Ok(Lookup::Arrow(direct));
+        }
+        let mut by_key = self.clone();
+        let equal = format!("t.{} = ?1", super::query::quote_ident(key));
+        by_key.filter = Some(match &self.filter {
+            Some(f) => format!("({f}) AND {equal}"),
+            None => equal,
+        });
+        Ok(Lookup::Sql(conn.prepare(&by_key.sql())?))
+    }
+
+    /// The direct lookup [`Scan::lookup`] makes of an Arrow export's table: `None` where the
+    /// export is not Arrow or the lookup needs SQL. It needs no connection, so it can outlive
+    /// one (a string table shared by the conversion's threads).
+    pub fn key_scan(&self, schema: &Schema, key: &str) -> Result<Option<arrow::scan::KeyScan>> {
+        if !schema.is_arrow() || self.filter.is_some() {
+            return Ok(None);
+        }
+        arrow::scan::KeyScan::open(&schema.path, &self.table, &self.cols, key)
+    }
+}
+
+/// The rows of a [`Scan`] by key (see [`Scan::lookup`]).
+pub enum Lookup<'c> {
+    Sql(rusqlite::Statement<'c>),
+    Arrow(arrow::scan::KeyScan),
+}
+
+impl Lookup<'_> {
+    /// Call `f` with each row whose key is `v`.
+    pub fn each(&mut self, v: i64, mut f: impl FnMut(&dyn Fetch)) -> Result<()> {
+        match self {
+            Lookup::Sql(stmt) => {
+                let mut rows = stmt.query([v])?;
+                while let Some(r) = rows.next()? {
+                    f(r);
+                }
+            }
+            Lookup::Arrow(k) => {
+                for row in k.rows(v)? {
+                    f(&k.row(row));
+                }
+            }
+        }
+        Ok(())
     }
 }
 
 /// The rows of a [`Scan`] being read.
 pub enum Rows<'c> {
     Sql(Query<'c>),
-    Arrow(Box<arrow::scan::TableScan>),
+    /// With the rows to keep (see [`Scan::only`]).
+    Arrow(Box<arrow::scan::TableScan>, Option<(usize, Vec<i64>)>),
 }
 
 impl Rows<'_> {
@@ -176,13 +278,19 @@ impl Rows<'_> {
     pub fn next(&mut self) -> Result<Option<Row<'_>>> {
         Ok(match self {
             Rows::Sql(q) => q.next()?.map(Row::Sql),
-            Rows::Arrow(a) => {
+            Rows::Arrow(a, only) => loop {
                 if !a.step() {
                     a.unchanged()?;
                     return Ok(None);
                 }
-                Some(Row::Arrow(a.row()))
-            }
+                let row = a.row();
+                if only
+                    .as_ref()
+                    .is_none_or(|(at, values)| row.int(*at).is_some_and(|v| values.contains(&v)))
+                {
+                    break Some(Row::Arrow(a.row()));
+                }
+            },
         })
     }
 }

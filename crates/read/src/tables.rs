@@ -440,13 +440,12 @@ pub fn marker_ids(conn: &Connection, schema: &Schema) -> Result<HashSet<i64, Fas
     if !schema.has_columns("StringIds", &["id", "value"]) {
         return Ok(out);
     }
-    let mut stmt = conn.prepare(
-        "SELECT id, value FROM StringIds WHERE value LIKE '%profiling started%' \
-         OR value LIKE '%profiling finished%' OR value LIKE '%profiling stopped%'",
-    )?;
-    let mut rows = stmt.query([])?;
+    // Every string, tested here (from Arrow, without SQLite).
+    let mut rows = super::scan::Scan::new(schema, "StringIds")
+        .cols(schema, &["id", "value"])
+        .open(conn, schema)?;
     while let Some(r) = rows.next()? {
-        if let (Some(id), Some(v)) = (super::cells::int_at(r, 0), super::cells::text_at(r, 1))
+        if let (Some(id), Some(v)) = (super::cells::int_at(&r, 0), super::cells::text_at(&r, 1))
             && is_marker_name(&v)
         {
             out.insert(id);

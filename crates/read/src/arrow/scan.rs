@@ -55,20 +55,16 @@ impl TableScan {
         order: &[crate::column::Col],
     ) -> Result<Option<TableScan>> {
         use crate::column::Col;
-        let place = place(dir, table)?;
-        let t = Table::shared(&place).map_err(|e| anyhow!("{place}: {e:#}"))?;
+        let t = shared(dir, table)?;
         let index = |n: &str| t.columns.iter().position(|(c, _)| c == n);
-        let mut picks = Vec::with_capacity(cols.len());
-        for c in cols {
-            picks.push(match c {
-                Col::Column(n) => index(n).map_or(Pick::Null, Pick::Column),
-                Col::Rowid => Pick::Rowid,
-                Col::Null => Pick::Null,
-                Col::Int(n) => Pick::Int(*n),
-                Col::Coalesce(ns) => Pick::Coalesce(ns.iter().filter_map(|n| index(n)).collect()),
-                Col::Sql(_) => return Ok(None),
-            });
-        }
+        let Some(picks) = picks(&t, cols) else {
+            return Ok(None);
+        };
+        // Storage order is rowid order: a trailing rowid orders nothing more.
+        let order = match order.split_last() {
+            Some((Col::Rowid, rest)) if !rest.is_empty() => rest,
+            _ => order,
+        };
         let mut keys = Vec::with_capacity(order.len());
         for o in order {
             keys.push(match o {
@@ -199,6 +195,135 @@ impl TableScan {
             })
             .collect();
         self.integral = self.slots.iter().map(Column::integral).collect();
+    }
+}
+
+/// The table `table` of the export `dir`, loaded (or shared with the scans reading it).
+fn shared(dir: &Path, table: &str) -> Result<Arc<Table>> {
+    let place = place(dir, table)?;
+    Table::shared(&place).map_err(|e| anyhow!("{place}: {e:#}"))
+}
+
+/// `cols` resolved to the columns of `t`: `None` where one needs SQL (an expression).
+fn picks(t: &Table, cols: &[crate::column::Col]) -> Option<Vec<Pick>> {
+    use crate::column::Col;
+    let index = |n: &str| t.columns.iter().position(|(c, _)| c == n);
+    cols.iter()
+        .map(|c| {
+            Some(match c {
+                Col::Column(n) => index(n).map_or(Pick::Null, Pick::Column),
+                Col::Rowid => Pick::Rowid,
+                Col::Null => Pick::Null,
+                Col::Int(n) => Pick::Int(*n),
+                Col::Coalesce(ns) => Pick::Coalesce(ns.iter().filter_map(|n| index(n)).collect()),
+                Col::Sql(_) => return None,
+            })
+        })
+        .collect()
+}
+
+/// The rows of a table whose key holds a value, found without SQLite: by binary search on the
+/// column the rowid is an alias of, or on a column the rows are sorted by (a lookup such as
+/// `StringIds` by `id`, or a call stack's frames by `id`).
+pub struct KeyScan {
+    table: Arc<Table>,
+    picks: Vec<Pick>,
+    /// The column looked up: the rowid's column, or one the rows are sorted by.
+    key: usize,
+    /// Whether `key` is the rowid's column (at most one row a value).
+    unique: bool,
+}
+
+impl KeyScan {
+    /// The direct lookup of `cols` of `table` in the export `dir` by the integer column `key`:
+    /// `None` where it needs SQL (an expression, or a key the rows are not sorted by).
+    pub fn open(
+        dir: &Path,
+        table: &str,
+        cols: &[crate::column::Col],
+        key: &str,
+    ) -> Result<Option<KeyScan>> {
+        let t = shared(dir, table)?;
+        let Some(key) = t.columns.iter().position(|(c, _)| c == key) else {
+            return Ok(None);
+        };
+        let Some(picks) = picks(&t, cols) else {
+            return Ok(None);
+        };
+        let unique = t.key == Some(key);
+        if !unique && !t.sorted_by(&[key as c_int]) {
+            return Ok(None);
+        }
+        Ok(Some(KeyScan {
+            table: t,
+            picks,
+            key,
+            unique,
+        }))
+    }
+
+    /// The table's rows (numbers from 0) whose key is `v`, in storage order; an error naming
+    /// the table's file where it lost a page (a truncation: see `Table::lost`).
+    pub fn rows(&self, v: i64) -> Result<std::ops::Range<usize>> {
+        let (first, end) = if self.unique {
+            self.dense(v)
+                .or_else(|| self.table.find(v))
+                .map_or((0, 0), |r| (r, r + 1))
+        } else {
+            self.table.equal_range(self.key, v)
+        };
+        if self.table.lost() {
+            self.table.unchanged()?;
+        }
+        Ok(first..end)
+    }
+
+    /// The row of key `v` where the keys run without gaps from the first row's (nsys numbers
+    /// its strings so): the row `v` is as many rows past the first as its value is past the
+    /// first key, checked there (the key rises strictly: no other row holds it).
+    fn dense(&self, v: i64) -> Option<usize> {
+        let low = self.table.int_at(self.key, 0);
+        let row = usize::try_from(v.checked_sub(low)?).ok()?;
+        (row < self.table.rows && self.table.int_at(self.key, row) == v).then_some(row)
+    }
+
+    /// Row `row` of the table (one of [`KeyScan::rows`]).
+    pub fn row(&self, row: usize) -> KeyRow<'_> {
+        let (batch, at) = self.table.locate(row);
+        KeyRow {
+            scan: self,
+            batch,
+            at,
+            row,
+        }
+    }
+}
+
+/// A row of a [`KeyScan`].
+pub struct KeyRow<'s> {
+    scan: &'s KeyScan,
+    batch: usize,
+    at: usize,
+    row: usize,
+}
+
+impl crate::query::Fetch for KeyRow<'_> {
+    fn fetch(&self, k: usize) -> ValueRef<'_> {
+        let t = &self.scan.table;
+        let Some(cols) = t.batches.get(self.batch) else {
+            return ValueRef::Null;
+        };
+        match self.scan.picks.get(k) {
+            Some(Pick::Column(c)) => cols[*c].value(self.at),
+            Some(Pick::Rowid) => ValueRef::Integer(t.rowid(self.batch, self.at, self.row)),
+            Some(Pick::Int(n)) => ValueRef::Integer(*n),
+            Some(Pick::Coalesce(cs)) => cs
+                .iter()
+                .map(|&c| cols[c].value(self.at))
+                .find(|v| *v != ValueRef::Null)
+                .unwrap_or(ValueRef::Null),
+            Some(Pick::Null) | None => ValueRef::Null,
+        }
     }
 }
 

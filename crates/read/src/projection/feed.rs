@@ -7,6 +7,7 @@ use super::{Abort, Projected, RangeCols, Stop, nvtx_usable};
 use crate::flows::Launches;
 use crate::names::nvtx_type::{PUSH_POP, START_END};
 use crate::runs::Sorted;
+use crate::scan::{Lookup, Scan};
 use crate::schema::Schema;
 use anyhow::Result;
 use nsys_perfetto_model::model::TextNo;
@@ -24,7 +25,7 @@ pub(super) fn sweep_all(
     let cols = RangeCols::new(schema);
     for nvtx_sorted in [false, true] {
         let t0 = std::time::Instant::now();
-        match sweep(conn, &cols, launches, nvtx_sorted) {
+        match sweep(conn, schema, &cols, launches, nvtx_sorted) {
             Ok(p) => {
                 nsys_perfetto_model::progress::timing("projection: sweep", t0);
                 return Ok(Some(p));
@@ -83,7 +84,7 @@ pub struct RangeColumns {
 /// Registered strings (`StringIds.value` by `id`), looked up once per id, up to
 /// [`Registered::CACHED`] of them.
 pub(super) struct Registered<'c> {
-    stmt: rusqlite::Statement<'c>,
+    lookup: Lookup<'c>,
     cache: HashMap<i64, Option<Text>, nsys_perfetto_model::model::FastHash>,
 }
 
@@ -95,6 +96,7 @@ impl<'c> Registered<'c> {
     /// would repeat the range).
     pub(super) fn new(
         conn: &'c Connection,
+        schema: &Schema,
         cols: &RangeCols,
     ) -> Result<Option<Registered<'c>>, Stop> {
         if !cols.string_ids {
@@ -110,7 +112,9 @@ impl<'c> Registered<'c> {
             return Err(Stop::Abort(Abort::Unsupported));
         }
         Ok(Some(Registered {
-            stmt: conn.prepare("SELECT value FROM main.StringIds WHERE id = ?1")?,
+            lookup: Scan::new(schema, "StringIds")
+                .col(schema, "value")
+                .lookup(conn, schema, "id")?,
             cache: HashMap::default(),
         }))
     }
@@ -121,15 +125,16 @@ impl<'c> Registered<'c> {
         if let Some(v) = self.cache.get(&id) {
             return Ok(v.clone());
         }
-        let mut rows = self.stmt.query([id])?;
-        let v = match rows.next()? {
-            None => None,
-            Some(r) => match r.get_ref(0)? {
-                ValueRef::Text(t) => Some(texts.text(t)),
-                ValueRef::Null => None,
-                _ => return Err(Stop::Abort(Abort::Unsupported)),
-            },
-        };
+        // The first row's (the id is the table's key: at most one).
+        let mut found: Option<Result<Option<Text>, Stop>> = None;
+        self.lookup.each(id, |r| {
+            found.get_or_insert_with(|| match r.fetch(0) {
+                ValueRef::Text(t) => Ok(Some(texts.text(t))),
+                ValueRef::Null => Ok(None),
+                _ => Err(Stop::Abort(Abort::Unsupported)),
+            });
+        })?;
+        let v = found.unwrap_or(Ok(None))?;
         if self.cache.len() >= Registered::CACHED {
             self.cache.clear();
         }
@@ -256,7 +261,7 @@ impl<'l, 'c> Feed<'l, 'c> {
         if launches.unsupported || !nvtx_usable(schema) {
             return Ok(None);
         }
-        let registered = match Registered::new(conn, &RangeCols::new(schema)) {
+        let registered = match Registered::new(conn, schema, &RangeCols::new(schema)) {
             Ok(r) => r,
             Err(Stop::Fail(e)) => return Err(e),
             Err(Stop::Abort(_)) => return Ok(None),
@@ -315,6 +320,7 @@ impl FeedRows for Feed<'_, '_> {
 /// The sweep over the table read on its own (sorted by SQLite when `nvtx_sorted`).
 pub(super) fn sweep(
     conn: &Connection,
+    schema: &Schema,
     cols: &RangeCols,
     launches: &Sorted<[i64; 7]>,
     nvtx_sorted: bool,
@@ -325,7 +331,7 @@ pub(super) fn sweep(
         domain,
         ..
     } = cols;
-    let mut registered = Registered::new(conn, cols)?;
+    let mut registered = Registered::new(conn, schema, cols)?;
     let mut stmt = conn.prepare(&format!(
         "SELECT r.rowid, r.eventType, r.globalTid, r.start, r.\"end\", {domain}, {text}, {text_id} \
          FROM main.NVTX_EVENTS r{}",
