@@ -9,7 +9,7 @@ use crate::workflow::stats::comparison::compare;
 use crate::workflow::stats::query::stats_with;
 use crate::workflow::stats::{ReportChoice, Stats, StatsOptions};
 use anyhow::Result;
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
 use nsys_perfetto_read::reports::{self, KernelNames};
 use std::path::{Path, PathBuf};
 

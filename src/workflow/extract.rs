@@ -16,7 +16,7 @@
 use super::{Output, Pattern, Table, Unit, csv_line, json_f64, matches_event, name_at, plain_f64};
 use crate::input::{self, Opened};
 use anyhow::Result;
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 

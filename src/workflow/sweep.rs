@@ -17,7 +17,7 @@ use super::stats::query::stats_of;
 use super::{Pattern, Table, Unit, csv_line, plain_f64};
 use crate::input::{self, Opened};
 use anyhow::{Context, Result, bail};
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
 use std::path::{Path, PathBuf};
 
 /// The placeholder replaced by each parameter value.

@@ -7,8 +7,9 @@ use super::{
 use crate::input::{self, Opened};
 use crate::workflow::name_at;
 use anyhow::Result;
+use nsys_perfetto_model::category::Kind;
 use nsys_perfetto_read::reports::functions::{register_functions, register_group_name};
-use nsys_perfetto_read::reports::totals::{self, Kind};
+use nsys_perfetto_read::reports::totals;
 use nsys_perfetto_read::reports::{self, ReportName, ReportOptions};
 use std::path::Path;
 
