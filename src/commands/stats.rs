@@ -109,16 +109,17 @@ pub fn run(args: &StatsArgs) -> Result<Outcome> {
     let table = args.out.format() == Output::Table;
     let top = args.top.unwrap_or(if table { 10 } else { 0 });
     let one = |path: &Path, top: usize, choice: &ReportChoice| -> Result<Stats> {
-        let ex = input::open(path, &args.out.export_options(), true).map_err(|e| {
+        let opened = input::open(path, &args.out.export_options(), true).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {}",
                 path.display(),
                 nsys_perfetto_model::errors::error_line(&e)
             )
         })?;
+        let ex = &opened.export;
         ex.schema
             .read_through(stats_with(
-                &ex,
+                ex,
                 path,
                 &StatsOptions {
                     top,

@@ -62,9 +62,9 @@ fn ours(path: &Path, names: KernelNames, reports: &[ReportName]) -> BTreeMap<Str
         quiet: true,
         ..Default::default()
     };
-    let ex = nsys_perfetto::input::open(path, &quiet, true).unwrap();
+    let opened = nsys_perfetto::input::open(path, &quiet, true).unwrap();
     let st = stats_with(
-        &ex,
+        &opened.export,
         path,
         &StatsOptions {
             top: 0,
