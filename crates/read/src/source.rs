@@ -65,25 +65,29 @@ pub struct Export {
 impl Export {
     /// Check the file and read its schema (see [`open_schema`]). Errors are one line.
     pub fn open(path: &Path) -> Result<Export> {
+        // Before the connection: it may make the `-shm` file.
         let shm = super::connection::ShmGuard::new(path);
         let (conn, schema) = open_schema(path)?;
-        let mut export = Export::opened(conn, schema);
-        export._shm = shm;
-        Ok(export)
+        Ok(Export::guarded(conn, schema, shm))
     }
 
     /// The export that `conn` and `schema` opened (see [`open_schema`]: a check that read it
     /// first, which need not open it again).
     pub fn opened(conn: Connection, schema: Schema) -> Export {
+        let shm = super::connection::ShmGuard::new(&schema.path);
+        Export::guarded(conn, schema, shm)
+    }
+
+    fn guarded(conn: Connection, schema: Schema, shm: super::connection::ShmGuard) -> Export {
         let enums = Enums::load(&conn, &schema);
         Export {
-            _shm: super::connection::ShmGuard::new(&schema.path),
             conn,
             schema,
             enums,
             projection: None,
             info: OnceCell::new(),
             earliest_ns: None,
+            _shm: shm,
         }
     }
 
@@ -139,9 +143,9 @@ impl Export {
         Ok(self.info()?.desc.clone())
     }
 
-    /// Build the NVTX-to-GPU projection and attach it to `conn` as [`crate::projection::PROJ_DB`], where the
-    /// export has NVTX ranges and GPU work (it reads every NVTX range and GPU row: a caller that
-    /// never queries it should not ask).
+    /// Build the NVTX-to-GPU projection and attach it to `conn` as
+    /// [`crate::projection::PROJ_DB`], where the export has NVTX ranges and GPU work (it reads
+    /// every NVTX range and GPU row: a caller that never queries it should not ask).
     pub fn project(&mut self) -> Result<()> {
         let projection = self.schema.read_through(Projection::build(&self.schema))?;
         if let Some(p) = &projection {
