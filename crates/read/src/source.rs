@@ -1,6 +1,7 @@
-//! One nsys export as a source of events: opened, described in the neutral model
-//! ([`Description`]), and read by its readers in parallel threads into sinks the caller
-//! provides. Nothing here knows about tracks, lanes or output formats.
+//! One nsys export, opened ([`Export`]: what every command reads, the workflows' queries on its
+//! connection), described in the neutral model ([`Description`]), and read by its readers in
+//! parallel threads into sinks the caller provides. Nothing here knows about tracks, lanes or
+//! output formats.
 
 use super::connection::open_readonly;
 use super::enums::Enums;
