@@ -260,14 +260,11 @@ impl Export {
                 ))
             });
             let t = Instant::now();
-            let conn = open_readonly(&schema.path)?;
-            let (flow_db, launches) = flows::prepare(
-                &conn,
-                schema,
-                selection,
-                selection.wants(EventType::NvtxGpu),
-            )
-            .map_err(nsys_perfetto_model::errors::scratch_error)?;
+            // The calling thread's readers read on the export's own connection.
+            let conn = &self.conn;
+            let (flow_db, launches) =
+                flows::prepare(conn, schema, selection, selection.wants(EventType::NvtxGpu))
+                    .map_err(nsys_perfetto_model::errors::scratch_error)?;
             let flow_db: Arc<Option<FlowDb>> = Arc::new(flow_db);
             timing("flow links", t);
             let with_flows: Vec<_> = readers
@@ -349,7 +346,7 @@ impl Export {
                 })
                 .collect();
             let gpu = (|| -> Result<Summary> {
-                let mut cx = ReadContext::new(&conn, schema, selection, info);
+                let mut cx = ReadContext::new(conn, schema, selection, info);
                 cx.flows = flow_db.as_ref().as_ref();
                 cx.projected = projected.as_ref().as_ref();
                 let mut sink = make_sink();
