@@ -175,9 +175,9 @@ pub fn convert_export_from(
     opts: &Options,
 ) -> Result<Summary> {
     nsys_perfetto_model::cleanup::remove_dead_scratch();
-    let export = Export::open(input, opts.check)?;
-    let offset = export.info.desc.earliest_ns.map_or(0, |e| -e);
-    let placed = vec![placed(&export, offset)];
+    let export = Export::open_described(input, opts.check)?;
+    let offset = export.info()?.desc.earliest_ns.map_or(0, |e| -e);
+    let placed = vec![placed(&export, offset)?];
     // Only where a later run can read it back (not `.gz`, not standard output).
     let record = crate::provenance::readable(output)
         .then(|| crate::provenance::Record::new(origin, opts.content_text()).map(|r| r.to_text()))
@@ -240,16 +240,16 @@ impl<S: EventSink> SinkFilter<S> for Floor {
     }
 }
 
-fn placed(export: &Export, offset: i64) -> Placed {
-    let d = &export.info.desc;
-    Placed {
+fn placed(export: &Export, offset: i64) -> Result<Placed> {
+    let d = &export.info()?.desc;
+    Ok(Placed {
         label: d.label.clone(),
         offset,
         session_start_utc_ns: d.session_start_utc_ns,
         metadata: d.metadata.clone(),
         kernel_release: d.kernel_release.clone(),
         machine: d.machine.clone(),
-    }
+    })
 }
 
 /// Convert with the format's writer: [`run`] it.
@@ -407,9 +407,10 @@ fn read_into<F: Format>(
             let (source, position) = part.unwrap_or((i, i));
             let export = match slot {
                 Some(e) => e,
-                None => match Export::open(&paths[i].0, opts.check) {
-                    Ok(mut e) => {
-                        e.set_label(paths[i].1.clone());
+                None => match Export::open_described(&paths[i].0, opts.check)
+                    .and_then(|mut e| e.set_label(paths[i].1.clone()).map(|()| e))
+                {
+                    Ok(e) => {
                         progress
                             .total
                             .fetch_add(e.estimated_rows(), Ordering::Relaxed);
@@ -421,7 +422,14 @@ fn read_into<F: Format>(
                     }
                 },
             };
-            let desc = export.description();
+            // Read when the export was opened (`Export::open_described`): no new error here.
+            let desc = match export.description() {
+                Ok(d) => d,
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            };
             if tx.send(ToFile::Source(source, desc.clone())).is_err() {
                 break;
             }

@@ -5,12 +5,8 @@
 
 use crate::report::export::{ExportOptions, Exported, export_and_open, export_report};
 use anyhow::Result;
-use nsys_perfetto_read::enums::Enums;
 use nsys_perfetto_read::inputs::{Input, classify};
-use nsys_perfetto_read::projection::tables::Projection;
-use nsys_perfetto_read::reports::totals::Events;
-use nsys_perfetto_read::schema::Schema;
-use rusqlite::Connection;
+use nsys_perfetto_read::source::Export;
 use std::path::{Path, PathBuf};
 
 /// A profile ready to read: the export that stands for it.
@@ -51,54 +47,26 @@ pub fn prepare(input: &Path, opts: &ExportOptions) -> Result<Profile> {
     Ok(Profile::of(input, exported))
 }
 
-/// A profile opened for the workflows' queries: its export's connection, schema and enum labels
-/// and, when asked for and the export has NVTX ranges and GPU work, the NVTX-to-GPU projection
-/// attached as [`nsys_perfetto_read::projection::PROJ_DB`].
+/// A profile opened for the workflows' queries: its export, opened, and the profile it stands
+/// for, kept while the export is read (the fields drop in order: a temporary export is removed
+/// once closed).
 pub struct Opened {
-    pub conn: Connection,
-    pub schema: Schema,
-    pub enums: Enums,
-    pub projection: Option<Projection>,
-    /// The export read, kept alive while this is.
+    pub export: Export,
     pub profile: Profile,
 }
 
-impl Opened {
-    /// The events the workflows total, for their queries.
-    pub fn events(&self) -> Events<'_> {
-        Events {
-            schema: &self.schema,
-            enums: &self.enums,
-            projected: self.projection.is_some(),
-        }
-    }
-}
-
-/// [`prepare`], and the export opened (see [`nsys_perfetto_read::schema::open_schema`]; a reused export
-/// as the check that it may be reused opened it), with the NVTX-to-GPU projection when `project`
-/// (it reads every NVTX range and GPU row: work a caller that never reads it should not pay).
+/// [`prepare`], and the export opened (see [`Export::open`]; a reused export as the check that
+/// it may be reused opened it), with the NVTX-to-GPU projection attached when `project` (see
+/// [`Export::project`]).
 pub fn open(input: &Path, opts: &ExportOptions, project: bool) -> Result<Opened> {
-    let (profile, conn, schema) = if classify(input) == Input::Report {
-        let (exported, conn, schema) = export_and_open(input, opts)?;
-        (Profile::of(input, Some(exported)), conn, schema)
+    let (profile, mut export) = if classify(input) == Input::Report {
+        let (exported, export) = export_and_open(input, opts)?;
+        (Profile::of(input, Some(exported)), export)
     } else {
-        let (conn, schema) = nsys_perfetto_read::schema::open_schema(input)?;
-        (Profile::of(input, None), conn, schema)
+        (Profile::of(input, None), Export::open(input)?)
     };
-    let enums = Enums::load(&conn, &schema);
-    let projection = if project {
-        schema.read_through(Projection::build(&schema))?
-    } else {
-        None
-    };
-    if let Some(p) = &projection {
-        p.attach(&conn)?;
+    if project {
+        export.project()?;
     }
-    Ok(Opened {
-        conn,
-        schema,
-        enums,
-        projection,
-        profile,
-    })
+    Ok(Opened { export, profile })
 }

@@ -90,21 +90,21 @@ fn file_stem(path: &Path) -> String {
 }
 
 /// Who an opened export says it is.
-pub fn identity_of(export: &Export, path: &Path) -> Identity {
-    let desc = &export.info.desc;
+pub fn identity_of(export: &Export, path: &Path) -> Result<Identity> {
+    let info = export.info()?;
+    let desc = &info.desc;
     let mut id = Identity {
         host: desc.host.clone(),
         ..Default::default()
     };
-    if let Some(r) = export.info.rank {
+    if let Some(r) = info.rank {
         id.rank = Some(r);
         id.rank_from = Some("environment");
     } else {
         // The smallest rank any thread is named after (a report holds one rank, as a rule).
         // Every name a thread had counts: nsys keeps one per thread for display, and a thread
         // named "MPI Rank 3" by MPI tracing may show as the program's name.
-        let ranks = export
-            .info
+        let ranks = info
             .every_thread_name
             .iter()
             .chain(desc.thread_names.values())
@@ -118,7 +118,7 @@ pub fn identity_of(export: &Export, path: &Path) -> Identity {
             id.rank_from = Some("file name");
         }
     }
-    id
+    Ok(id)
 }
 
 /// "rank 3 · host-a", "rank 3", "NAME · host-a" (NAME: the file's stem, without rank).
@@ -231,8 +231,8 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
         .transpose()?;
     let prepared = parallel_map(files, opts.jobs, |_, input| -> Result<Source> {
         let profile = input::prepare(input, &opts.export)?;
-        let export = Export::open(profile.export(), false)?;
-        let identity = identity_of(&export, input);
+        let export = Export::open_described(profile.export(), false)?;
+        let identity = identity_of(&export, input)?;
         let forced = match &label_re {
             Some(re) => {
                 let name = input
@@ -252,7 +252,7 @@ pub fn prepare(files: &[PathBuf], opts: &MergeOptions) -> Result<Vec<Source>> {
             profile,
             identity,
             label,
-            clock: Clock::of(&export),
+            clock: Clock::of(&export)?,
         })
     });
     let mut sources = Vec::new();

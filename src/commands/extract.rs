@@ -37,9 +37,11 @@ pub fn run(args: &ExtractArgs) -> Result<Outcome> {
     let mut results = Vec::new();
     let mut failed = false;
     for p in &args.profiles {
-        match input::open(p, &args.out.export_options(), true)
-            .and_then(|ex| ex.schema.read_through(extract_of(&ex, p, &patterns)))
-        {
+        match input::open(p, &args.out.export_options(), true).and_then(|o| {
+            o.export
+                .schema
+                .read_through(extract_of(&o.export, p, &patterns))
+        }) {
             Ok(r) => results.push(r),
             Err(e) => {
                 nsys_perfetto_model::say!(

@@ -9,7 +9,7 @@ use crate::workflow::stats::comparison::compare;
 use crate::workflow::stats::query::stats_with;
 use crate::workflow::stats::{ReportChoice, Stats, StatsOptions};
 use anyhow::Result;
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
 use nsys_perfetto_read::reports::{self, KernelNames};
 use std::path::{Path, PathBuf};
 
@@ -109,16 +109,17 @@ pub fn run(args: &StatsArgs) -> Result<Outcome> {
     let table = args.out.format() == Output::Table;
     let top = args.top.unwrap_or(if table { 10 } else { 0 });
     let one = |path: &Path, top: usize, choice: &ReportChoice| -> Result<Stats> {
-        let ex = input::open(path, &args.out.export_options(), true).map_err(|e| {
+        let opened = input::open(path, &args.out.export_options(), true).map_err(|e| {
             anyhow::anyhow!(
                 "{}: {}",
                 path.display(),
                 nsys_perfetto_model::errors::error_line(&e)
             )
         })?;
+        let ex = &opened.export;
         ex.schema
             .read_through(stats_with(
-                &ex,
+                ex,
                 path,
                 &StatsOptions {
                     top,

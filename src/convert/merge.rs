@@ -55,14 +55,14 @@ pub struct Clock {
 }
 
 impl Clock {
-    pub fn of(export: &Export) -> Clock {
-        let d = &export.info.desc;
-        Clock {
+    pub fn of(export: &Export) -> Result<Clock> {
+        let d = &export.info()?.desc;
+        Ok(Clock {
             session_start_utc_ns: d.session_start_utc_ns,
             earliest_ns: d.earliest_ns.unwrap_or(0).min(0),
             kernel_release: d.kernel_release.clone(),
             machine: d.machine.clone(),
-        }
+        })
     }
 
     /// The report named `label`, at `offset` on the trace's timeline, as a writer describes it.
@@ -93,9 +93,9 @@ pub fn merge_exports(
     // First the clocks of every report (small tables), to place them before any event is written.
     let opened =
         nsys_perfetto_model::parallel::parallel_map(inputs, jobs, |_, (path, _)| -> Result<_> {
-            let e = Export::open(path, opts.check)
+            let e = Export::open_described(path, opts.check)
                 .map_err(|e| anyhow!("{}: {}", path.display(), error_line(&e)))?;
-            Ok(Clock::of(&e))
+            Clock::of(&e)
         });
     let clocks = opened.into_iter().collect::<Result<Vec<Clock>>>()?;
     merge_clocked(inputs, &clocks, output, align, opts, jobs)
@@ -365,7 +365,7 @@ fn convert_part(
     let named = |e: anyhow::Error| anyhow!("{}: {}", path.display(), error_line(&e));
     // The merge's clock pass found the report's earliest time: its floor.
     let mut export = Export::open_placed(path, opts.check, part.floor).map_err(named)?;
-    export.set_label(part.label.to_string());
+    export.set_label(part.label.to_string()).map_err(named)?;
     let mut spool = tempfile::tempfile_in(spool_dir).map_err(|e| write_error(spool_dir, &e))?;
     let sink = spool.try_clone().map_err(|e| write_error(spool_dir, &e))?;
     let i = part.position.min(part.placed.len() - 1);

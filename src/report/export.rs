@@ -9,6 +9,7 @@ use crate::provenance::{
     EXPORT_APPLICATION_ID, EXPORT_RECORD_FILE, EXPORT_RECORD_TABLE, owns_export, recorded_report,
 };
 use anyhow::{Context, Result, anyhow, bail};
+use nsys_perfetto_read::source::Export;
 use std::fs::{self, File, OpenOptions};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -415,22 +416,15 @@ pub fn export_report(report: &Path, opts: &ExportOptions) -> Result<Exported> {
     Ok(exported)
 }
 
-/// [`export_report`], and the export opened (see [`nsys_perfetto_read::schema::open_schema`]): a reused export as
-/// the check that it may be reused opened it.
-pub fn export_and_open(
-    report: &Path,
-    opts: &ExportOptions,
-) -> Result<(
-    Exported,
-    rusqlite::Connection,
-    nsys_perfetto_read::schema::Schema,
-)> {
+/// [`export_report`], and the export opened (see [`Export::open`]): a reused export as the check
+/// that it may be reused opened it.
+pub fn export_and_open(report: &Path, opts: &ExportOptions) -> Result<(Exported, Export)> {
     let mut exported = export_keeping_open(report, opts)?;
-    let (conn, schema) = match exported.opened.take() {
-        Some(opened) => opened,
-        None => nsys_perfetto_read::schema::open_schema(&exported.path)?,
+    let export = match exported.opened.take() {
+        Some((conn, schema)) => Export::opened(conn, schema),
+        None => Export::open(&exported.path)?,
     };
-    Ok((exported, conn, schema))
+    Ok((exported, export))
 }
 
 /// [`export_report`], keeping a reused export opened by its check in `opened`.

@@ -14,9 +14,10 @@
 //! matches were left out that way.
 
 use super::{Output, Pattern, Table, Unit, csv_line, json_f64, matches_event, name_at, plain_f64};
-use crate::input::{self, Opened};
+use crate::input;
 use anyhow::Result;
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
+use nsys_perfetto_read::source::Export;
 use serde_json::json;
 use std::path::{Path, PathBuf};
 
@@ -58,11 +59,11 @@ pub fn extract(path: &Path, patterns: &[Pattern]) -> Result<Extract> {
         quiet: true,
         ..Default::default()
     };
-    let ex = input::open(path, &quiet, true)?;
-    extract_of(&ex, path, patterns)
+    let opened = input::open(path, &quiet, true)?;
+    extract_of(&opened.export, path, patterns)
 }
 
-pub fn extract_of(ex: &Opened, path: &Path, patterns: &[Pattern]) -> Result<Extract> {
+pub fn extract_of(ex: &Export, path: &Path, patterns: &[Pattern]) -> Result<Extract> {
     // acc[pattern][kind] = (count, total, nested)
     let mut acc = vec![[(0u64, 0i64, 0u64); Kind::ALL.len()]; patterns.len()];
     for (ki, kind) in Kind::ALL.into_iter().enumerate() {
@@ -139,7 +140,7 @@ pub fn extract_of(ex: &Opened, path: &Path, patterns: &[Pattern]) -> Result<Extr
 /// earlier: the running maximum end of the pattern's matches tells). Ranges without a thread
 /// are never nested.
 fn outermost(
-    ex: &Opened,
+    ex: &Export,
     sql: &str,
     patterns: &[Pattern],
     hit: &mut dyn FnMut(usize, i64, bool),

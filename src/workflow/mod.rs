@@ -23,7 +23,7 @@ pub mod stats;
 pub mod sweep;
 
 use anyhow::Result;
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
 use regex::Regex;
 use std::path::Path;
 

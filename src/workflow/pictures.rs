@@ -19,7 +19,8 @@ struct RankTimes {
 }
 
 fn rank_times(path: &Path, export: &ExportOptions, stragglers: bool) -> Result<RankTimes> {
-    let ex = input::open(path, export, false)?;
+    let opened = input::open(path, export, false)?;
+    let ex = &opened.export;
     let session = match recipes::session(&ex.schema) {
         Some(sql) => {
             let (d, u): (Option<i64>, Option<i64>) = ex

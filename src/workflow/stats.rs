@@ -22,7 +22,7 @@ pub mod comparison;
 pub mod query;
 pub mod render;
 
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
 use nsys_perfetto_read::reports::{KernelNames, ReportName, ReportTable};
 use std::path::PathBuf;
 

@@ -15,9 +15,10 @@ use super::extract::{Extract, extract_of};
 use super::stats::StatsOptions;
 use super::stats::query::stats_of;
 use super::{Pattern, Table, Unit, csv_line, plain_f64};
-use crate::input::{self, Opened};
+use crate::input;
 use anyhow::{Context, Result, bail};
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
+use nsys_perfetto_read::source::Export;
 use std::path::{Path, PathBuf};
 
 /// The placeholder replaced by each parameter value.
@@ -184,10 +185,11 @@ pub fn sweep(
             ));
             let prof = profile(&command, &output)
                 .with_context(|| format!("profiling p={value} ({})", command.join(" ")))?;
-            let ex = input::open(&prof, &opts.export, true)
+            let opened = input::open(&prof, &opts.export, true)
                 .with_context(|| format!("{}", prof.display()))?;
+            let ex = &opened.export;
             if patterns.is_empty() {
-                let (top, what) = default_patterns(&ex, &prof)?;
+                let (top, what) = default_patterns(ex, &prof)?;
                 if top.is_empty() {
                     bail!(
                         "no -e pattern given, and {} (p={value}) has no kernels, NVTX ranges, \
@@ -202,15 +204,15 @@ pub fn sweep(
                 ));
                 patterns = top;
             }
-            let extract = extract_of(&ex, &prof, &patterns)?;
+            let extract = extract_of(ex, &prof, &patterns)?;
             let trace = if opts.traces {
                 let trace = trace_name(&output);
                 let copts = crate::convert::Options {
                     progress: false,
                     ..Default::default()
                 };
-                crate::convert::convert_export(ex.profile.export(), &trace, &copts)
-                    .with_context(|| format!("converting {}", ex.profile.export().display()))?;
+                crate::convert::convert_export(opened.profile.export(), &trace, &copts)
+                    .with_context(|| format!("converting {}", opened.profile.export().display()))?;
                 Some(trace)
             } else {
                 None
@@ -243,7 +245,7 @@ pub fn trace_name(output: &Path) -> PathBuf {
 
 /// The top 10 kernels and NVTX ranges of a profile, as exact-name patterns; without either, its
 /// top 10 memory operations and CUDA API calls. With what they are, for the note that says so.
-fn default_patterns(ex: &Opened, path: &Path) -> Result<(Vec<Pattern>, &'static str)> {
+fn default_patterns(ex: &Export, path: &Path) -> Result<(Vec<Pattern>, &'static str)> {
     let st = stats_of(
         ex,
         path,

@@ -508,8 +508,8 @@ fn estimated_rows_equal_the_sqlite_twins() {
     let arrow = fixture_copy(dir.path());
     let twin = dir.path().join("kmeans.sqlite");
     std::fs::copy(common::fixture("arrow/kmeans.sqlite"), &twin).unwrap();
-    let from_arrow = Export::open(&arrow, false).unwrap().estimated_rows();
-    let from_sqlite = Export::open(&twin, false).unwrap().estimated_rows();
+    let from_arrow = Export::open(&arrow).unwrap().estimated_rows();
+    let from_sqlite = Export::open(&twin).unwrap().estimated_rows();
     assert_eq!(from_arrow, from_sqlite);
     assert!(from_arrow > 1000, "{from_arrow}");
 }

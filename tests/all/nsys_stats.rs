@@ -62,9 +62,9 @@ fn ours(path: &Path, names: KernelNames, reports: &[ReportName]) -> BTreeMap<Str
         quiet: true,
         ..Default::default()
     };
-    let ex = nsys_perfetto::input::open(path, &quiet, true).unwrap();
+    let opened = nsys_perfetto::input::open(path, &quiet, true).unwrap();
     let st = stats_with(
-        &ex,
+        &opened.export,
         path,
         &StatsOptions {
             top: 0,
@@ -564,7 +564,7 @@ fn every_name_form_finds_the_same_events() {
     };
     // MPI traced as the NVTX domain "MPI"; a kernel `saxpy`; HtoD and DtoH copies.
     let input = corpus.join("hpcgroup__pipit__saxpy-mpi-cuda_nsys_perlmutter0.sqlite");
-    use nsys_perfetto_read::reports::totals::Kind;
+    use nsys_perfetto_model::category::Kind;
     let of_kind = |p: &str, kind: Kind| -> (u64, i64) {
         let x = extract(&input, &[Pattern::exact(p)]).unwrap();
         x.rows

@@ -860,6 +860,16 @@ fn wal_changes_are_read_and_no_shm_is_left() {
         "stale read"
     );
     assert_eq!(names(&dir), vec!["w.pftrace", "w.sqlite", "w.sqlite-wal"]);
+    // The workflows open the export as the conversion does: no `-shm` left either.
+    for command in ["stats", "analyze"] {
+        let o = run_in(&dir, &[command.as_ref(), "w.sqlite".as_ref()], &[]);
+        assert!(o.status.success(), "{command}: {}", text(&o));
+        assert_eq!(
+            names(&dir),
+            vec!["w.pftrace", "w.sqlite", "w.sqlite-wal"],
+            "{command}"
+        );
+    }
     assert_eq!(
         (hash_file(&w), hash_file(&dir.join("w.sqlite-wal"))),
         (hw, hl)

@@ -348,7 +348,7 @@ fn projection_hand_checked_ranges() {
 use nsys_perfetto::workflow::extract::{self, Extract};
 use nsys_perfetto::workflow::stats::{self, Stats, StatsOptions};
 use nsys_perfetto::workflow::{Output, Pattern, Unit};
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
 
 /// Every `.sqlite` export of the corpus, then the repo fixtures.
 fn all_exports() -> Vec<PathBuf> {

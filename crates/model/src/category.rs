@@ -1,20 +1,24 @@
 //! The vocabulary of events, declared once: the `--types` selection names ([`EventType`]), the
-//! event categories every slice carries ([`Category`]) with the type that selects each, and the
+//! event categories every slice carries ([`Category`]) with the type that selects each, the
 //! named tracks of a thread, process, GPU or machine ([`TrackKind`]) with the type whose events
-//! they hold. Below the model, the selection and the summary, which all speak it.
+//! they hold, and the kinds of events the workflows total ([`Kind`]) with the types each
+//! gathers. Below the model, the selection, the summary and the workflows, which all speak it.
 //!
 //! A new kind of event is one line in each list of the `vocabulary!` invocation below (only the
 //! lists it needs: a new category of an existing type is one line); the enums, their `ALL`
 //! arrays, names, `--types` parsing and help, and the category-to-type mapping follow from it.
 //! A source then says which tables hold it (for nsys, one entry of the reading crate's `tables::SPECS`).
 
-/// Writes the three enums and their tables from one declaration. Each list keeps its order:
-/// `ALL` (and so the summary's lines and `--types help`) follow it.
+/// Writes the four enums and their tables from one declaration. Each list keeps its order:
+/// `ALL` (and so the summary's lines, `--types help` and the workflows' sections) follow it.
 macro_rules! vocabulary {
     (
         types { $( $(#[$tm:meta])* $t:ident = $tname:literal : $tabout:literal, )* }
         categories { $( $(#[$cm:meta])* $c:ident = $cname:literal $(in $ct:ident)?, )* }
         tracks { $( $(#[$km:meta])* $k:ident = $klabel:literal in $kt:ident, )* }
+        totals {
+            $( $(#[$wm:meta])* $w:ident $(= $wname:literal)? of [$($wt:ident),+] : $wtitle:literal, )*
+        }
     ) => {
         vocabulary!(@enum
             /// Event types, as named on the command line (`--types`).
@@ -84,9 +88,44 @@ macro_rules! vocabulary {
                 }
             }
         }
+
+        /// The kinds of events the workflows total (`stats`, `extract`, `sweep`), each the
+        /// events of one or more types.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        pub enum Kind {
+            $( $(#[$wm])* $w, )*
+        }
+
+        impl Kind {
+            pub const ALL: [Kind; [$(stringify!($w)),*].len()] = [$(Kind::$w),*];
+
+            /// The types of events the kind totals.
+            pub fn event_types(self) -> &'static [EventType] {
+                match self {
+                    $( Kind::$w => &[$(EventType::$wt),+], )*
+                }
+            }
+
+            /// The name in CSV, JSON and tables: its type's name where it has one type,
+            /// else its own.
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $( Kind::$w => vocabulary!(@name [$($wt),+] $($wname)?), )*
+                }
+            }
+
+            /// The heading of its section in `stats`.
+            pub fn title(self) -> &'static str {
+                match self {
+                    $( Kind::$w => $wtitle, )*
+                }
+            }
+        }
     };
     (@type) => { None };
     (@type $t:ident) => { Some(EventType::$t) };
+    (@name [$t:ident]) => { EventType::$t.name() };
+    (@name [$($t:ident),+] $name:literal) => { $name };
 }
 
 vocabulary! {
@@ -205,11 +244,28 @@ vocabulary! {
         LoadBalance = "Load balance" in Graphics,
         CudaEvents = "CUDA events" in Sync,
     }
+    totals {
+        Kernel of [Kernel]: "CUDA kernels",
+        Memory = "memory" of [Memcpy, Memset]: "GPU memory operations (memcpy by kind, memset)",
+        Api = "api" of [CudaApi]: "CUDA API calls (runtime and driver)",
+        Nvtx of [Nvtx]: "NVTX ranges (CPU time)",
+        NvtxGpu of [NvtxGpu]:
+            "NVTX ranges projected onto the GPU (span of the GPU work launched inside)",
+    }
 }
 
 impl Category {
     pub fn index(self) -> usize {
         self as usize
+    }
+}
+
+impl Kind {
+    /// GPU work (kernels and memory operations) shares one percentage basis: all GPU time.
+    pub fn is_gpu(self) -> bool {
+        self.event_types()
+            .iter()
+            .all(|t| matches!(t, EventType::Kernel | EventType::Memcpy | EventType::Memset))
     }
 }
 
@@ -245,6 +301,18 @@ mod tests {
              graphics.gpu:graphics,nsys.diagnostic:diagnostics,nsys.overhead:overhead,\
              nsys.marker:diagnostics,cuda.event:sync,gpu.context_switch:graphics,\
              cpu.sample:cpu-samples,gpu.metric:gpu-metrics,cuda.memory:gpu-memory,analysis"
+        );
+        let kinds: Vec<String> = Kind::ALL
+            .iter()
+            .map(|k| {
+                let types: Vec<&str> = k.event_types().iter().map(|t| t.name()).collect();
+                format!("{}:{}:{}", k.as_str(), types.join("+"), k.is_gpu())
+            })
+            .collect();
+        assert_eq!(
+            kinds.join(","),
+            "kernel:kernel:true,memory:memcpy+memset:true,api:cuda-api:false,nvtx:nvtx:false,\
+             nvtx-gpu:nvtx-gpu:false"
         );
         let tracks: Vec<String> = TrackKind::ALL
             .iter()

@@ -80,10 +80,18 @@ pub fn flow_id(src: i64, rid: i64) -> u64 {
     (rid as u64) << 2 | (src as u64 & 3)
 }
 
+/// The GPU tables with the type of their events, each at its `src` number: the number the flow
+/// tables and flow ids ([`flow_id`]) give it.
+pub const GPU_TABLES: [(EventType, &str); 3] = [
+    (EventType::Kernel, KERNEL),
+    (EventType::Memcpy, MEMCPY),
+    (EventType::Memset, MEMSET),
+];
+
 /// (src number, table) of the GPU tables with what linking needs.
 pub fn gpu_tables(schema: &Schema) -> Vec<(i64, &'static str)> {
-    [(0, KERNEL), (1, MEMCPY), (2, MEMSET)]
-        .into_iter()
+    (0..)
+        .zip(GPU_TABLES.map(|(_, t)| t))
         .filter(|(_, t)| gpu_flows(schema, t) || gpu_projects(schema, t))
         .collect()
 }
@@ -197,8 +205,7 @@ pub fn prepare(
     project: bool,
 ) -> Result<(Option<FlowDb>, Option<Launches>)> {
     // Only selected rows link: an arrow never points at a slice that is not written.
-    let gpu_selected =
-        |s: i64| sel.wants([EventType::Kernel, EventType::Memcpy, EventType::Memset][s as usize]);
+    let gpu_selected = |s: i64| sel.wants(GPU_TABLES[s as usize].0);
     let gpu_all = gpu_tables(schema);
     let api_all = api_tables(schema);
     let flows = sel.wants(EventType::CudaApi)

@@ -1,11 +1,11 @@
 //! GPU activity: kernels, memcpys and memsets, merged in start order into per-stream groups.
 
 use super::cells::int_at;
-use super::names::{KERNEL, MEMCPY, MEMSET};
 use super::query::Fetch;
 use super::reader::ReadContext;
 use super::scan::{Rows, Scan};
 use super::schema::Schema;
+use crate::flows::GPU_TABLES;
 use crate::projection::KernelNames;
 use crate::runs::Lookup;
 use anyhow::Result;
@@ -16,6 +16,8 @@ use nsys_perfetto_model::model::{
 };
 use std::collections::HashMap;
 
+/// A GPU table, numbered as in [`GPU_TABLES`] (its `src` number), which names its table and the
+/// type of its events.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Kernel,
@@ -24,28 +26,19 @@ enum Kind {
 }
 
 impl Kind {
+    const ALL: [Kind; GPU_TABLES.len()] = [Kind::Kernel, Kind::Memcpy, Kind::Memset];
+
     fn table(self) -> &'static str {
-        match self {
-            Kind::Kernel => KERNEL,
-            Kind::Memcpy => MEMCPY,
-            Kind::Memset => MEMSET,
-        }
+        GPU_TABLES[self as usize].1
     }
+
     fn event_type(self) -> EventType {
-        match self {
-            Kind::Kernel => EventType::Kernel,
-            Kind::Memcpy => EventType::Memcpy,
-            Kind::Memset => EventType::Memset,
-        }
+        GPU_TABLES[self as usize].0
     }
 
     /// The `src` number the flow tables use for this table.
-    pub fn src(self) -> i64 {
-        match self {
-            Kind::Kernel => 0,
-            Kind::Memcpy => 1,
-            Kind::Memset => 2,
-        }
+    fn src(self) -> i64 {
+        self as i64
     }
 }
 
@@ -186,7 +179,7 @@ impl Row {
 /// `projected` (each row lists the push/pop ranges around its launch) are joined.
 pub fn read<S: EventSink>(cx: &ReadContext<'_>, sink: &mut S) -> Result<()> {
     let &ReadContext { conn, schema, .. } = cx;
-    let kinds: Vec<Kind> = [Kind::Kernel, Kind::Memcpy, Kind::Memset]
+    let kinds: Vec<Kind> = Kind::ALL
         .into_iter()
         .filter(|k| schema.has_columns(k.table(), &["start", "end"]))
         .filter(|k| cx.selection.wants(k.event_type()))

@@ -83,9 +83,10 @@ pub fn machine_in_release(release: &str) -> Option<&'static str> {
 }
 
 impl ProfileInfo {
-    pub fn load(conn: &Connection, schema: &Schema) -> Result<ProfileInfo> {
+    /// Read from the export that `conn` opened, with its `enums` (loaded when it was opened).
+    pub fn load(conn: &Connection, schema: &Schema, enums: Enums) -> Result<ProfileInfo> {
         let mut info = ProfileInfo {
-            enums: Enums::load(conn, schema),
+            enums,
             ..Default::default()
         };
         let mut desc = Description::default();

@@ -10,7 +10,8 @@
 //! of each kind of event (`gpu`, `nvtx`, `osrt`, `sched`, ...) and their machinery (`order`,
 //! `runs`, `flows`, `reader`, `scratch`) are private: a conversion reaches them through
 //! [`source`].
-//! - Opening: [`inputs`] (what a path is), [`schema`] ([`open_schema`](schema::open_schema),
+//! - Opening: [`source::Export`] (an opened export, what every command reads), [`inputs`] (what
+//!   a path is), [`schema`] ([`open_schema`](schema::open_schema),
 //!   the export's tables and columns), [`connection`] (read-only connections, SQLite URIs, WAL
 //!   files), [`arrow`] and [`parquet`] (those exports' folder names).
 //! - Converting: [`source`] (an export as a source of the model's events), [`tables`] (the

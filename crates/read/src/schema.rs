@@ -1,5 +1,6 @@
 //! An opened export's tables and columns ([`Schema`]), and the one way to open an export
 //! ([`open_schema`]): checked, read as it was opened, its changes while it is read reported.
+//! Commands open an export as a [`crate::source::Export`], which opens it here.
 
 use crate::connection::open_readonly;
 use crate::inputs::Input;

@@ -1,14 +1,18 @@
-//! One nsys export as a source of events: opened, described in the neutral model
-//! ([`Description`]), and read by its readers in parallel threads into sinks the caller
-//! provides. Nothing here knows about tracks, lanes or output formats.
+//! One nsys export, opened ([`Export`]: what every command reads, the workflows' queries on its
+//! connection), described in the neutral model ([`Description`]), and read by its readers in
+//! parallel threads into sinks the caller provides. Nothing here knows about tracks, lanes or
+//! output formats.
 
 use super::connection::open_readonly;
+use super::enums::Enums;
 use super::flows::{self, FlowDb};
 use super::info::ProfileInfo;
 use super::names::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME, SYNC};
 use super::projection::Projected;
 use super::projection::feed::FeedRows;
+use super::projection::tables::Projection;
 use super::reader::{Notes, ReadContext, Reader};
+use super::reports::totals::Events;
 use super::scan::Scan;
 use super::schema::{Schema, open_schema};
 use anyhow::{Result, anyhow};
@@ -17,7 +21,8 @@ use nsys_perfetto_model::model::{Description, EventSink};
 use nsys_perfetto_model::progress::timing;
 use nsys_perfetto_model::select::Selection;
 use nsys_perfetto_model::summary::Summary;
-use std::cell::RefCell;
+use rusqlite::Connection;
+use std::cell::{OnceCell, RefCell};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
@@ -38,57 +43,126 @@ pub const EVENT_TABLES: [&str; 12] = [
     super::gpu_memory::GPU_MEMORY,
 ];
 
-/// An opened export: its tables and what it says about itself.
+/// An opened export, what every command reads: its tables, the connection that opened them, its
+/// enum labels, and what it says about itself ([`Export::info`]), read when first asked for (a
+/// conversion reads it; the workflows' queries need only the connection). A report is read
+/// through its export, which the app finds or makes first.
 pub struct Export {
+    /// The connection that opened the export: the workflows' queries run on it (each reader of
+    /// a conversion opens its own, one a thread).
+    pub conn: Connection,
     pub schema: Schema,
-    pub info: ProfileInfo,
+    pub enums: Enums,
+    /// The NVTX-to-GPU projection, attached to `conn` as [`crate::projection::PROJ_DB`]
+    /// ([`Export::project`]).
+    pub projection: Option<Projection>,
+    info: OnceCell<ProfileInfo>,
+    /// The earliest time an earlier opening found ([`Export::open_placed`]).
+    earliest_ns: Option<i64>,
     /// Removes the `-shm` file SQLite creates to read a WAL-mode export, when we made it.
     _shm: super::connection::ShmGuard,
 }
 
 impl Export {
-    /// Check the file, read its schema and small lookup tables. Errors are one line.
-    /// With `check`, SQLite's `PRAGMA quick_check` runs first and a damaged file is refused.
-    pub fn open(path: &Path, check: bool) -> Result<Export> {
-        Export::open_placing(path, check, None)
-    }
-
-    /// [`Export::open`] of an export whose earliest time (relative to its session start, at
-    /// most 0) an earlier opening found: a merge opens each report for its clock, then again
-    /// to convert it, and the second opening need not look for the earliest rows again.
-    pub fn open_placed(path: &Path, check: bool, earliest_ns: i64) -> Result<Export> {
-        Export::open_placing(path, check, Some(earliest_ns))
-    }
-
-    /// [`Export::open`], looking for the earliest rows where `earliest_ns` does not say.
-    fn open_placing(path: &Path, check: bool, earliest_ns: Option<i64>) -> Result<Export> {
+    /// Check the file and read its schema (see [`open_schema`]). Errors are one line.
+    pub fn open(path: &Path) -> Result<Export> {
+        // Before the connection: it may make the `-shm` file.
         let shm = super::connection::ShmGuard::new(path);
         let (conn, schema) = open_schema(path)?;
-        let opened = (|| {
-            if check {
-                crate::connection::quick_check(&conn)?;
-            }
-            let mut info = ProfileInfo::load(&conn, &schema)
+        Ok(Export::guarded(conn, schema, shm))
+    }
+
+    /// The export that `conn` and `schema` opened (see [`open_schema`]: a check that read it
+    /// first, which need not open it again).
+    pub fn opened(conn: Connection, schema: Schema) -> Export {
+        let shm = super::connection::ShmGuard::new(&schema.path);
+        Export::guarded(conn, schema, shm)
+    }
+
+    fn guarded(conn: Connection, schema: Schema, shm: super::connection::ShmGuard) -> Export {
+        let enums = Enums::load(&conn, &schema);
+        Export {
+            conn,
+            schema,
+            enums,
+            projection: None,
+            info: OnceCell::new(),
+            earliest_ns: None,
+            _shm: shm,
+        }
+    }
+
+    /// [`Export::open`] for a conversion: with `check`, SQLite's `PRAGMA quick_check` runs first
+    /// and a damaged file is refused; what the export says about itself is read now, so that
+    /// its errors come before any output.
+    pub fn open_described(path: &Path, check: bool) -> Result<Export> {
+        Export::open_describing(path, check, None)
+    }
+
+    /// [`Export::open_described`] of an export whose earliest time (relative to its session
+    /// start, at most 0) an earlier opening found: a merge opens each report for its clock, then
+    /// again to convert it, and the second opening need not look for the earliest rows again.
+    pub fn open_placed(path: &Path, check: bool, earliest_ns: i64) -> Result<Export> {
+        Export::open_describing(path, check, Some(earliest_ns))
+    }
+
+    fn open_describing(path: &Path, check: bool, earliest_ns: Option<i64>) -> Result<Export> {
+        let mut export = Export::open(path)?;
+        export.earliest_ns = earliest_ns;
+        if check {
+            let checked = crate::connection::quick_check(&export.conn);
+            export.schema.read_through(checked)?;
+        }
+        export.info()?;
+        Ok(export)
+    }
+
+    /// What the export says about itself: names, GPUs, its clock, its earliest time (read the
+    /// first time it is asked for).
+    pub fn info(&self) -> Result<&ProfileInfo> {
+        if let Some(info) = self.info.get() {
+            return Ok(info);
+        }
+        let (conn, schema) = (&self.conn, &self.schema);
+        let described = (|| {
+            let mut info = ProfileInfo::load(conn, schema, self.enums.clone())
                 .map_err(|e| anyhow!("damaged SQLite database: {e}"))?;
-            let earliest = match earliest_ns {
+            let earliest = match self.earliest_ns {
                 Some(known) => Some(known),
-                None => earliest_time(&conn, &schema)?,
+                None => earliest_time(conn, schema)?,
             };
             if let Some(desc) = Arc::get_mut(&mut info.desc) {
                 desc.earliest_ns = earliest.filter(|t| *t < 0);
             }
             Ok(info)
         })();
-        let info = schema.read_through(opened)?;
-        Ok(Export {
-            schema,
-            info,
-            _shm: shm,
-        })
+        let info = schema.read_through(described)?;
+        Ok(self.info.get_or_init(|| info))
     }
 
-    pub fn description(&self) -> Arc<Description> {
-        self.info.desc.clone()
+    pub fn description(&self) -> Result<Arc<Description>> {
+        Ok(self.info()?.desc.clone())
+    }
+
+    /// Build the NVTX-to-GPU projection and attach it to `conn` as
+    /// [`crate::projection::PROJ_DB`], where the export has NVTX ranges and GPU work (it reads
+    /// every NVTX range and GPU row: a caller that never queries it should not ask).
+    pub fn project(&mut self) -> Result<()> {
+        let projection = self.schema.read_through(Projection::build(&self.schema))?;
+        if let Some(p) = &projection {
+            p.attach(&self.conn)?;
+        }
+        self.projection = projection;
+        Ok(())
+    }
+
+    /// The events the workflows total, for their queries.
+    pub fn events(&self) -> Events<'_> {
+        Events {
+            schema: &self.schema,
+            enums: &self.enums,
+            projected: self.projection.is_some(),
+        }
     }
 
     /// How many CPU numbers its scheduling rows use (the highest CPU plus one; 0 without
@@ -98,31 +172,28 @@ impl Export {
         if !self.schema.has_columns(table, &["cpu"]) {
             return 0;
         }
-        let Ok(conn) = open_readonly(&self.schema.path) else {
-            return 0;
-        };
-        conn.query_row(&format!("SELECT max(cpu) FROM {table}"), [], |r| {
-            r.get::<_, Option<i64>>(0)
-        })
-        .ok()
-        .flatten()
-        .map_or(0, |c| c.clamp(-1, 1 << 20) + 1)
+        self.conn
+            .query_row(&format!("SELECT max(cpu) FROM {table}"), [], |r| {
+                r.get::<_, Option<i64>>(0)
+            })
+            .ok()
+            .flatten()
+            .map_or(0, |c| c.clamp(-1, 1 << 20) + 1)
     }
 
     /// Name this export among several (a merge).
-    pub fn set_label(&mut self, label: String) {
-        if let Some(desc) = Arc::get_mut(&mut self.info.desc) {
+    pub fn set_label(&mut self, label: String) -> Result<()> {
+        self.info()?;
+        if let Some(desc) = self.info.get_mut().and_then(|i| Arc::get_mut(&mut i.desc)) {
             desc.label = Some(label);
         }
+        Ok(())
     }
 
     /// Rows the readers will visit, for a progress bar: `max(rowid)` is instant where
     /// `count(*)` would scan the table (in SQLite; an Arrow table knows its last rowid, where
     /// SQLite would scan the virtual table for it).
     pub fn estimated_rows(&self) -> u64 {
-        let Ok(conn) = open_readonly(&self.schema.path) else {
-            return 0;
-        };
         EVENT_TABLES
             .iter()
             .copied()
@@ -133,13 +204,14 @@ impl Export {
                     return super::arrow::max_rowid(&self.schema.path, t).ok().flatten();
                 }
                 let rowid = self.schema.rowid(t)?;
-                conn.query_row(
-                    &format!("SELECT max({rowid}) FROM {}", super::query::quote_ident(t)),
-                    [],
-                    |r| r.get::<_, Option<i64>>(0),
-                )
-                .ok()
-                .flatten()
+                self.conn
+                    .query_row(
+                        &format!("SELECT max({rowid}) FROM {}", super::query::quote_ident(t)),
+                        [],
+                        |r| r.get::<_, Option<i64>>(0),
+                    )
+                    .ok()
+                    .flatten()
             })
             .map(|n| n.max(0) as u64)
             .sum()
@@ -159,7 +231,7 @@ impl Export {
         M: Fn() -> S + Sync,
     {
         let schema = &self.schema;
-        let info = &self.info;
+        let info = self.info()?;
         let readers = readers::<S>();
         let readers = &readers;
         // A thread's readers in turn, on a connection of their own, into one sink.
@@ -188,14 +260,11 @@ impl Export {
                 ))
             });
             let t = Instant::now();
-            let conn = open_readonly(&schema.path)?;
-            let (flow_db, launches) = flows::prepare(
-                &conn,
-                schema,
-                selection,
-                selection.wants(EventType::NvtxGpu),
-            )
-            .map_err(nsys_perfetto_model::errors::scratch_error)?;
+            // The calling thread's readers read on the export's own connection.
+            let conn = &self.conn;
+            let (flow_db, launches) =
+                flows::prepare(conn, schema, selection, selection.wants(EventType::NvtxGpu))
+                    .map_err(nsys_perfetto_model::errors::scratch_error)?;
             let flow_db: Arc<Option<FlowDb>> = Arc::new(flow_db);
             timing("flow links", t);
             let with_flows: Vec<_> = readers
@@ -277,7 +346,7 @@ impl Export {
                 })
                 .collect();
             let gpu = (|| -> Result<Summary> {
-                let mut cx = ReadContext::new(&conn, schema, selection, info);
+                let mut cx = ReadContext::new(conn, schema, selection, info);
                 cx.flows = flow_db.as_ref().as_ref();
                 cx.projected = projected.as_ref().as_ref();
                 let mut sink = make_sink();

@@ -2,10 +2,10 @@
 //! the durations per name, then `rank_stats` and `all_stats`.
 
 use super::{ColumnType, Outcome, Recipe, Table, median, round1};
-use crate::input::Opened;
 use anyhow::Result;
 use nsys_perfetto_read::recipes;
 use nsys_perfetto_read::reports::Cell;
+use nsys_perfetto_read::source::Export;
 use std::collections::BTreeMap;
 
 /// pandas' `describe` of one name's durations, with their sum (`summary.describe_duration`).
@@ -38,7 +38,7 @@ fn quantile(sorted: &[i64], q: f64) -> f64 {
 
 /// The per-name statistics of the `(name, duration)` rows of `sql`, names in order; `None`
 /// without rows.
-pub(super) fn describe(ex: &Opened, sql: &Option<String>) -> Result<Option<Vec<Described>>> {
+pub(super) fn describe(ex: &Export, sql: &Option<String>) -> Result<Option<Vec<Described>>> {
     let Some(sql) = sql else { return Ok(None) };
     let mut by_name: BTreeMap<String, Vec<i64>> = BTreeMap::new();
     let mut stmt = ex.conn.prepare(sql)?;
@@ -96,7 +96,7 @@ fn described(by_name: BTreeMap<String, Vec<i64>>) -> Option<Vec<Described>> {
 /// is: per thread, over range starts, range ends and calls in time order, a call gets the
 /// ranges open at its start that have not ended by its end, and a range is closed for good once
 /// a call reaches past its end.
-pub(super) fn nvtx_gpu_projection(ex: &Opened) -> Result<Option<Vec<Described>>> {
+pub(super) fn nvtx_gpu_projection(ex: &Export) -> Result<Option<Vec<Described>>> {
     let Some((ranges_sql, calls_sql)) = recipes::nvtx_projection(&ex.schema) else {
         return Ok(None);
     };

@@ -108,19 +108,20 @@ enum RankData {
 
 fn rank_data(recipe: Recipe, path: &Path, export: &ExportOptions) -> Result<Option<RankData>> {
     // No recipe reads this tool's NVTX projection (nvtx_gpu_proj_sum has its own).
-    let ex = input::open(path, export, false)?;
+    let opened = input::open(path, export, false)?;
+    let ex = &opened.export;
     Ok(match recipe {
         Recipe::CudaGpuKernSum | Recipe::CudaApiSum | Recipe::CudaGpuMemTimeSum => {
-            report_rows(&ex, recipe)?.map(RankData::Report)
+            report_rows(ex, recipe)?.map(RankData::Report)
         }
         Recipe::NvtxSum => {
-            describe(&ex, &recipes::nvtx_durations(&ex.schema))?.map(RankData::Describe)
+            describe(ex, &recipes::nvtx_durations(&ex.schema))?.map(RankData::Describe)
         }
         Recipe::MpiSum => {
-            describe(&ex, &recipes::mpi_durations(&ex.schema))?.map(RankData::Describe)
+            describe(ex, &recipes::mpi_durations(&ex.schema))?.map(RankData::Describe)
         }
-        Recipe::NvtxGpuProjSum => nvtx_gpu_projection(&ex)?.map(RankData::Describe),
-        Recipe::GpuTimeUtil => time_util_findings(&ex)?.map(RankData::Findings),
-        Recipe::CudaGpuTimeUtilMap => rank_kernels(&ex)?.map(RankData::Kernels),
+        Recipe::NvtxGpuProjSum => nvtx_gpu_projection(ex)?.map(RankData::Describe),
+        Recipe::GpuTimeUtil => time_util_findings(ex)?.map(RankData::Findings),
+        Recipe::CudaGpuTimeUtilMap => rank_kernels(ex)?.map(RankData::Kernels),
     })
 }

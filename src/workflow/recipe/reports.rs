@@ -3,10 +3,10 @@
 //! `all_stats`.
 
 use super::{ColumnType, Outcome, Recipe, Table, median, round1};
-use crate::input::Opened;
 use anyhow::{Result, anyhow};
 use nsys_perfetto_read::reports::functions::register_functions;
 use nsys_perfetto_read::reports::{self, Cell, ReportOptions};
+use nsys_perfetto_read::source::Export;
 use std::collections::BTreeMap;
 
 /// One row of a rank's `nsys stats` report, as the recipe reads it.
@@ -35,7 +35,7 @@ fn report_of(recipe: Recipe) -> (&'static str, &'static str, &'static str) {
     }
 }
 
-pub(super) fn report_rows(ex: &Opened, recipe: Recipe) -> Result<Option<Vec<ReportRow>>> {
+pub(super) fn report_rows(ex: &Export, recipe: Recipe) -> Result<Option<Vec<ReportRow>>> {
     let (name, count, key) = report_of(recipe);
     let r = reports::report_name(name).expect("a known report");
     register_functions(&ex.conn)?;

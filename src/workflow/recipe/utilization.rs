@@ -2,15 +2,15 @@
 //! (per rank, process and GPU, the share of each time bin covered by kernels).
 
 use super::{ColumnType, Outcome, Recipe, Table, round1};
-use crate::input::Opened;
 use anyhow::Result;
 use nsys_perfetto_read::recipes;
 use nsys_perfetto_read::reports::Cell;
+use nsys_perfetto_read::source::Export;
 
 /// nsys' `gpu_time_util` rule on one rank, with its defaults; `None` when nsys would not run it
 /// or it finds nothing.
 pub(super) fn time_util_findings(
-    ex: &Opened,
+    ex: &Export,
 ) -> Result<Option<Vec<nsys_perfetto_read::rules::Finding>>> {
     use nsys_perfetto_read::rules::{self, Outcome, Rule};
     let opts = rules::Options {
@@ -91,7 +91,7 @@ pub(super) struct RankKernels {
 }
 
 /// `None` when the export lacks what the recipe reads (it skips such a rank).
-pub(super) fn rank_kernels(ex: &Opened) -> Result<Option<RankKernels>> {
+pub(super) fn rank_kernels(ex: &Export) -> Result<Option<RankKernels>> {
     let Some(session) = recipes::session(&ex.schema) else {
         return Ok(None);
     };

@@ -2,7 +2,7 @@
 
 use super::{Section, Stats};
 use crate::workflow::{Output, Table, Unit, csv_line, json_f64, plain_f64};
-use nsys_perfetto_read::reports::totals::Kind;
+use nsys_perfetto_model::category::Kind;
 use serde_json::json;
 use std::path::PathBuf;
 

@@ -4,16 +4,18 @@ use super::{
     MetricSummary, PageFaults, ReportChoice, SampledFunction, Section, StatRow, Stats,
     StatsOptions, metric_unit,
 };
-use crate::input::{self, Opened};
+use crate::input;
 use crate::workflow::name_at;
 use anyhow::Result;
+use nsys_perfetto_model::category::Kind;
 use nsys_perfetto_read::reports::functions::{register_functions, register_group_name};
-use nsys_perfetto_read::reports::totals::{self, Kind};
+use nsys_perfetto_read::reports::totals;
 use nsys_perfetto_read::reports::{self, ReportName, ReportOptions};
+use nsys_perfetto_read::source::Export;
 use std::path::Path;
 
 /// Leaf frames of `SAMPLING_CALLCHAINS` (`stackDepth` 0) by function, most first.
-fn sampled_functions(ex: &Opened, top: usize) -> Result<Vec<SampledFunction>> {
+fn sampled_functions(ex: &Export, top: usize) -> Result<Vec<SampledFunction>> {
     let Some((count, by_function)) = totals::sampled_functions(&ex.schema, top) else {
         return Ok(Vec::new());
     };
@@ -36,7 +38,7 @@ fn sampled_functions(ex: &Opened, top: usize) -> Result<Vec<SampledFunction>> {
 /// Each GPU metric per GPU, read by the converter's own metrics reader (so `GPU_METRICS` of
 /// nsys 2023+ and the "GpuMetrics" `GENERIC_EVENTS` of nsys 2022 both count, the same samples
 /// once, wrapped values restored and named as in the trace), aggregated as it streams.
-fn gpu_metrics(ex: &Opened) -> Result<Vec<MetricSummary>> {
+fn gpu_metrics(ex: &Export) -> Result<Vec<MetricSummary>> {
     let mut sink = MetricStats::default();
     nsys_perfetto_read::metrics::read(
         &ex.conn,
@@ -129,7 +131,7 @@ impl nsys_perfetto_model::model::EventSink for MetricStats {
 }
 
 /// Faults per process, most first (ties by pid).
-fn page_faults(ex: &Opened) -> Result<Vec<PageFaults>> {
+fn page_faults(ex: &Export) -> Result<Vec<PageFaults>> {
     let Some(sql) = totals::page_faults(&ex.schema) else {
         return Ok(Vec::new());
     };
@@ -153,17 +155,17 @@ pub fn stats(path: &Path, opts: &StatsOptions) -> Result<Stats> {
         quiet: true,
         ..Default::default()
     };
-    let ex = input::open(path, &quiet, true)?;
-    stats_of(&ex, path, opts)
+    let opened = input::open(path, &quiet, true)?;
+    stats_of(&opened.export, path, opts)
 }
 
-pub fn stats_of(ex: &Opened, path: &Path, opts: &StatsOptions) -> Result<Stats> {
+pub fn stats_of(ex: &Export, path: &Path, opts: &StatsOptions) -> Result<Stats> {
     stats_with(ex, path, opts, &ReportChoice::default())
 }
 
 /// [`stats_of`] with a choice of nsys reports.
 pub fn stats_with(
-    ex: &Opened,
+    ex: &Export,
     path: &Path,
     opts: &StatsOptions,
     choice: &ReportChoice,

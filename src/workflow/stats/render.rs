@@ -3,8 +3,8 @@
 use super::{Section, Stats};
 use crate::workflow::reports;
 use crate::workflow::{Output, Table, Unit, json_f64};
+use nsys_perfetto_model::category::Kind;
 use nsys_perfetto_read::reports::ReportTable;
-use nsys_perfetto_read::reports::totals::Kind;
 use serde_json::json;
 
 /// One nsys report in our table look: its title, its columns with units, `top` rows (0: all).

@@ -23,66 +23,7 @@ use crate::names::nvtx_type::{DOMAIN_CREATE, PUSH_POP, START_END};
 use crate::names::{DRIVER, KERNEL, MEMCPY, MEMSET, NVTX, RUNTIME};
 use crate::projection::{NVTX_GPU, PROJ_DB};
 use crate::schema::Schema;
-use nsys_perfetto_model::category::EventType;
-
-/// The kinds of events the workflows total, each the events of one or two types of the events'
-/// vocabulary ([`Kind::event_types`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Kind {
-    Kernel,
-    Memory,
-    Api,
-    Nvtx,
-    NvtxGpu,
-}
-
-impl Kind {
-    pub const ALL: [Kind; 5] = [
-        Kind::Kernel,
-        Kind::Memory,
-        Kind::Api,
-        Kind::Nvtx,
-        Kind::NvtxGpu,
-    ];
-
-    /// The types of the events' vocabulary whose events the kind totals.
-    pub fn event_types(self) -> &'static [EventType] {
-        match self {
-            Kind::Kernel => &[EventType::Kernel],
-            Kind::Memory => &[EventType::Memcpy, EventType::Memset],
-            Kind::Api => &[EventType::CudaApi],
-            Kind::Nvtx => &[EventType::Nvtx],
-            Kind::NvtxGpu => &[EventType::NvtxGpu],
-        }
-    }
-
-    /// Short name used in CSV/JSON and tables: its type's `--types` name, but `memory` for
-    /// copies and sets together and `api` for the CUDA API calls.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Kind::Memory => "memory",
-            Kind::Api => "api",
-            Kind::Kernel | Kind::Nvtx | Kind::NvtxGpu => self.event_types()[0].name(),
-        }
-    }
-
-    pub fn title(self) -> &'static str {
-        match self {
-            Kind::Kernel => "CUDA kernels",
-            Kind::Memory => "GPU memory operations (memcpy by kind, memset)",
-            Kind::Api => "CUDA API calls (runtime and driver)",
-            Kind::Nvtx => "NVTX ranges (CPU time)",
-            Kind::NvtxGpu => {
-                "NVTX ranges projected onto the GPU (span of the GPU work launched inside)"
-            }
-        }
-    }
-
-    /// GPU work (kernels and memory operations) shares one percentage basis: all GPU time.
-    pub fn is_gpu(self) -> bool {
-        matches!(self, Kind::Kernel | Kind::Memory)
-    }
-}
+use nsys_perfetto_model::category::Kind;
 
 /// The events of an export, as the workflows total them: its schema, its enum labels and
 /// whether the NVTX-to-GPU projection is attached (as [`PROJ_DB`]).

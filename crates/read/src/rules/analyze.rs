@@ -18,8 +18,9 @@ use std::path::Path;
 
 /// Run the rules of `opts` on an nsys export (SQLite, Arrow or Parquet).
 pub fn analyze_export(path: &Path, opts: &Options) -> Result<Vec<RuleReport>> {
-    let (conn, schema) = crate::schema::open_schema(path)?;
-    schema.read_through(analyze(&conn, &schema, opts))
+    let export = crate::source::Export::open(path)?;
+    let reports = analyze(&export.conn, &export.schema, opts);
+    export.schema.read_through(reports)
 }
 
 /// Run the rules of `opts` on an open export (temporary views are made on `conn` and dropped).
