@@ -65,6 +65,25 @@ macro_rules! vocabulary {
             /// The `--types` entry whose events this track holds.
             event_type -> EventType { $( $k => EventType::$kt, )* }
         );
+
+        vocabulary!(@enum
+            /// The kinds of events the workflows total (`stats`, `extract`, `sweep`), each the
+            /// events of one or more types.
+            Kind { $( $(#[$wm])* $w, )* }
+        );
+        vocabulary!(@map Kind
+            /// The types of events the kind totals.
+            event_types -> &'static [EventType] { $( $w => &[$(EventType::$wt),+], )* }
+        );
+        vocabulary!(@map Kind
+            /// The name in CSV, JSON and tables: its type's name where it has one type, else
+            /// its own.
+            as_str -> &'static str { $( $w => vocabulary!(@name [$($wt),+] $($wname)?), )* }
+        );
+        vocabulary!(@map Kind
+            /// The heading of its section in `stats`.
+            title -> &'static str { $( $w => $wtitle, )* }
+        );
     };
     // An enum and `ALL`, its variants in order.
     (@enum $(#[$em:meta])* $e:ident { $( $(#[$vm:meta])* $v:ident, )* }) => {
@@ -89,38 +108,6 @@ macro_rules! vocabulary {
             }
         }
 
-        /// The kinds of events the workflows total (`stats`, `extract`, `sweep`), each the
-        /// events of one or more types.
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-        pub enum Kind {
-            $( $(#[$wm])* $w, )*
-        }
-
-        impl Kind {
-            pub const ALL: [Kind; [$(stringify!($w)),*].len()] = [$(Kind::$w),*];
-
-            /// The types of events the kind totals.
-            pub fn event_types(self) -> &'static [EventType] {
-                match self {
-                    $( Kind::$w => &[$(EventType::$wt),+], )*
-                }
-            }
-
-            /// The name in CSV, JSON and tables: its type's name where it has one type,
-            /// else its own.
-            pub fn as_str(self) -> &'static str {
-                match self {
-                    $( Kind::$w => vocabulary!(@name [$($wt),+] $($wname)?), )*
-                }
-            }
-
-            /// The heading of its section in `stats`.
-            pub fn title(self) -> &'static str {
-                match self {
-                    $( Kind::$w => $wtitle, )*
-                }
-            }
-        }
     };
     (@type) => { None };
     (@type $t:ident) => { Some(EventType::$t) };
