@@ -77,14 +77,19 @@ impl Place {
     }
 }
 
-/// The tables of the Arrow export `export` (a directory, or an `.arrows` file), by name.
+/// The tables of the Arrow or Parquet export `export` (a directory, or an `.arrows` file), by
+/// name.
 pub(super) fn places(export: &Path) -> Result<Vec<Place>> {
     if let Ok(m) = std::fs::metadata(export)
         && m.is_file()
     {
         return walked_streams(export, &m);
     }
-    Ok(table_files(export)?
+    let extension = match crate::inputs::classify(export) {
+        crate::inputs::Input::ParquetDir => crate::parquet::EXTENSION,
+        _ => EXTENSION,
+    };
+    Ok(table_files(export, extension)?
         .into_iter()
         .map(|(table, file)| Place {
             file,
@@ -265,9 +270,9 @@ pub(super) fn streams(file: &Path) -> Result<Vec<Place>> {
     Ok(places)
 }
 
-/// The tables of an Arrow export directory: (table name, file), by name. A table is named by
-/// its file, as nsys names the files.
-pub(super) fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
+/// The tables of an export directory, its files named `TABLE.extension`: (table name, file), by
+/// name. A table is named by its file, as nsys names the files.
+pub(super) fn table_files(dir: &Path, extension: &str) -> Result<Vec<(String, PathBuf)>> {
     let mut tables = Vec::new();
     for entry in std::fs::read_dir(dir).map_err(|e| anyhow!("cannot read the directory: {e}"))? {
         let entry = entry.map_err(|e| anyhow!("cannot read the directory: {e}"))?;
@@ -277,7 +282,7 @@ pub(super) fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
         let is_file = |t: std::fs::FileType| {
             t.is_file() || t.is_symlink() && std::fs::metadata(&path).is_ok_and(|m| m.is_file())
         };
-        if path.extension().is_some_and(|e| e == EXTENSION)
+        if path.extension().is_some_and(|e| e == extension)
             && entry.file_type().is_ok_and(is_file)
             && let Some(name) = path.file_stem().and_then(|s| s.to_str())
         {

@@ -1,5 +1,6 @@
-//! One table decoded in place from its mapped file, shared by every user of the same file while
-//! it is in use, and checked for changes.
+//! One table, from its mapped Arrow stream (decoded in place) or its Parquet file (decoded a
+//! batch at a time by each reader: see [`super::walk`]), shared by every user of the same file
+//! while it is in use, and checked for changes.
 
 use super::check::{check_layout, sql_columns, stream};
 use super::column::{Column, Data, ascending};
@@ -7,6 +8,7 @@ use super::files::{
     EXTENSION, MAX_HEADER, Place, Stamp, change, change_since, changed, damaged, one_line, stamp,
     walked_streams,
 };
+use super::walk::{ParquetRows, Walk};
 
 use anyhow::{Result, anyhow, bail};
 use arrow_array::{Array, RecordBatch};
@@ -71,12 +73,38 @@ pub(super) fn place(export: &Path, table: &str) -> Result<Place> {
             .find(|p| p.table == table)
             .ok_or_else(|| anyhow!("{}: no table {table}", export.display()));
     }
-    Ok(Place {
-        file: export.join(format!("{table}.{EXTENSION}")),
-        bytes: None,
-        table: table.to_string(),
-        walked: None,
-    })
+    // The place the export's opening found, else the table's file of either format.
+    let open = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    let found = open.iter().filter_map(|o| o.upgrade()).find_map(|tables| {
+        let o = tables
+            .iter()
+            .find(|o| o.place.table == table && o.place.file.parent() == Some(export))?;
+        Some(o.place.clone())
+    });
+    drop(open);
+    Ok(found.unwrap_or_else(|| {
+        let arrow = export.join(format!("{table}.{EXTENSION}"));
+        let parquet = export.join(format!("{table}.{}", crate::parquet::EXTENSION));
+        Place {
+            file: if !arrow.exists() && parquet.exists() {
+                parquet
+            } else {
+                arrow
+            },
+            bytes: None,
+            table: table.to_string(),
+            walked: None,
+        }
+    }))
+}
+
+/// Whether `place` is a table of a Parquet export.
+fn is_parquet(place: &Place) -> bool {
+    place.bytes.is_none()
+        && place
+            .file
+            .extension()
+            .is_some_and(|e| e == crate::parquet::EXTENSION)
 }
 
 /// A table of an open export (see [`super::Tables`]): where it lies, its columns (from its
@@ -142,6 +170,9 @@ fn schema_of(place: &Place) -> Result<(Vec<(String, &'static str)>, Stamp)> {
     if let Some(how) = place.walked.and_then(|w| change(w, stamp)) {
         return Err(changed(how));
     }
+    if is_parquet(place) {
+        return Ok((sql_columns(crate::parquet::schema(&file)?.as_ref())?, stamp));
+    }
     let (start, end) = match &place.bytes {
         Some(bytes) => (bytes.start, bytes.end),
         None => (0, stamp.0),
@@ -183,11 +214,17 @@ fn schema_of(place: &Place) -> Result<(Vec<(String, &'static str)>, Stamp)> {
     Ok((sql_columns(&schema)?, stamp))
 }
 
-/// One table: its record batches, decoded in place from the mapped file.
+/// One table, in record batches, from one of two files: an Arrow IPC stream, whose batches are
+/// decoded in place when the table is loaded (`batches`), or a Parquet file, whose batches each
+/// reader decodes as it reaches them (`parquet`). Readers reach the rows through a [`Walk`] (in
+/// order) or [`Table::decoded`] (at random), whichever the file.
 pub(super) struct Table {
     /// Column names and declared SQLite types.
     pub(super) columns: Vec<(String, &'static str)>,
+    /// An Arrow stream's batches (a Parquet table's: none).
     pub(super) batches: Vec<Vec<Column>>,
+    /// A Parquet table's rows.
+    pub(super) parquet: Option<ParquetRows>,
     /// Rows of each batch.
     pub(super) lengths: Vec<usize>,
     pub(super) rows: usize,
@@ -195,6 +232,8 @@ pub(super) struct Table {
     /// (as `StringIds.id` and `COMPOSITE_EVENTS.id`, each the table's `INTEGER PRIMARY KEY`).
     /// Without one, the rowid is the row's number from 1, as in the SQLite export.
     pub(super) key: Option<usize>,
+    /// The last row's rowid (`None` without rows).
+    pub(super) last_rowid: Option<i64>,
     /// Whether the rows are in the order of these columns (ascending), found once per list.
     pub(super) sorted: Mutex<HashMap<Vec<c_int>, bool>>,
     /// The addresses of the file's mapping: only its pages are given back (a buffer the
@@ -203,6 +242,8 @@ pub(super) struct Table {
     pub(super) mapped: std::ops::Range<usize>,
     /// The file read, to tell whether it changed while it was read.
     pub(super) source: Source,
+    /// What went wrong reading a Parquet table's rows, naming its file (see [`Table::failed`]).
+    pub(super) failure: Mutex<Option<String>>,
 }
 
 /// The file a [`Table`] was read from, as it was when it was read.
@@ -387,6 +428,9 @@ impl Table {
     /// damage (what was read of it may be zeros).
     pub(super) fn load(place: &Place) -> Result<Table> {
         use std::os::unix::fs::FileExt;
+        if is_parquet(place) {
+            return Table::load_parquet(place);
+        }
         let file = std::fs::File::open(&place.file).map_err(|e| anyhow!("cannot read: {e}"))?;
         let stamp = stamp(&file.metadata().map_err(|e| anyhow!("cannot read: {e}"))?);
         if let Some(how) = place.walked.and_then(|w| change(w, stamp)) {
@@ -523,21 +567,38 @@ impl Table {
             rows: lengths.iter().sum(),
             columns,
             batches: decoded,
+            parquet: None,
             lengths,
             key: None,
+            last_rowid: None,
             sorted: Mutex::default(),
             mapped,
             source,
+            failure: Mutex::default(),
         };
         if checked {
             table.validate(&batches).map_err(|e| lost(damaged(&e)))?;
         }
-        table.key = table
+        table.find_key()?;
+        Ok(table)
+    }
+
+    /// Find the table's key (see [`Table::key`]) and its last rowid.
+    pub(super) fn find_key(&mut self) -> Result<()> {
+        let id = self
             .columns
             .iter()
-            .position(|(n, t)| n == "id" && *t == "INTEGER")
-            .filter(|&c| table.rises_strictly(c));
-        Ok(table)
+            .position(|(n, t)| n == "id" && *t == "INTEGER");
+        let rising = match id {
+            Some(c) => self.rising_to(c)?,
+            None => None,
+        };
+        self.key = id.filter(|_| rising.is_some());
+        self.last_rowid = match rising {
+            Some(last) => last,
+            None => (self.rows > 0).then_some(self.rows as i64),
+        };
+        Ok(())
     }
 
     /// Whether a page of the table's mapping was lost (its file truncated): what was read of
@@ -557,10 +618,14 @@ impl Table {
         change_since(&self.source.place.file, self.source.stamp)
     }
 
-    /// An error naming the table's file where it changed since it was loaded.
+    /// An error naming the table's file where it changed since it was loaded, or where a
+    /// reader failed to read its rows (see [`Table::failed`]).
     pub(super) fn unchanged(&self) -> Result<()> {
-        match self.change() {
-            Some(how) => Err(self.source.place.changed(how)),
+        if let Some(how) = self.change() {
+            return Err(self.source.place.changed(how));
+        }
+        match &*self.failure.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(failure) => Err(anyhow!("{failure}")),
             None => Ok(()),
         }
     }
@@ -622,13 +687,19 @@ impl Table {
         mask
     }
 
-    pub(super) fn rises_strictly(&self, col: usize) -> bool {
+    /// Whether column `col`'s values rise strictly (no NULL among them), with the last value:
+    /// `None` where they do not.
+    pub(super) fn rising_to(&self, col: usize) -> Result<Option<Option<i64>>> {
         let mask = self.reading([col as c_int]);
         let mut behind = Behind::default();
+        let mut walk = Walk::new(&mask);
         let mut last = None;
         let rising = 'rows: {
             for (b, n) in self.lengths.iter().enumerate() {
-                let c = &self.batches[b][col];
+                let Some(batch) = walk.next(self)? else {
+                    break;
+                };
+                let c = &batch[col];
                 if let (Data::I64(v), None) = (&c.data, &c.nulls) {
                     for (k, part) in v.chunks(RELEASE_EVERY).enumerate() {
                         if last.zip(part.first()).is_some_and(|(l, f)| l >= *f)
@@ -664,15 +735,15 @@ impl Table {
             true
         };
         self.give_back_stopped(&mask, &mut behind);
-        rising
+        Ok(rising.then_some(last))
     }
 
     /// Whether the rows come in ascending order of these columns (SQLite's order: NULL first;
     /// integer columns only).
-    pub(super) fn sorted_by(&self, cols: &[c_int]) -> bool {
+    pub(super) fn sorted_by(&self, cols: &[c_int]) -> Result<bool> {
         let mut memo = self.sorted.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(&s) = memo.get(cols) {
-            return s;
+            return Ok(s);
         }
         let integer = |c: c_int| {
             c < 0
@@ -681,17 +752,18 @@ impl Table {
                     .get(c as usize)
                     .is_some_and(|t| t.1 == "INTEGER")
         };
-        let sorted = cols.iter().all(|&c| integer(c)) && self.rows_sorted(cols);
+        let sorted = cols.iter().all(|&c| integer(c)) && self.rows_sorted(cols)?;
         memo.insert(cols.to_vec(), sorted);
-        sorted
+        Ok(sorted)
     }
 
-    pub(super) fn rows_sorted(&self, cols: &[c_int]) -> bool {
+    pub(super) fn rows_sorted(&self, cols: &[c_int]) -> Result<bool> {
         // Read a chunk of rows' keys at a time, column by column (each a typed loop), and
         // compare each row's key with the one before (NULL sorts first): as plain integers
         // where no key column of the batch has a NULL (nsys' tables), else as options.
         let mask = self.reading(cols.iter().copied());
         let mut behind = Behind::default();
+        let mut walk = Walk::new(&mask);
         let mut plain: Vec<Vec<i64>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
         let mut keys: Vec<Vec<Option<i64>>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
         // The key of the last row compared (empty before the first).
@@ -699,7 +771,9 @@ impl Table {
         let mut row = 0;
         let sorted = 'rows: {
             for (b, &n) in self.lengths.iter().enumerate() {
-                let batch = &self.batches[b];
+                let Some(batch) = walk.next(self)? else {
+                    break;
+                };
                 let column = |c: c_int| match (c, self.key) {
                     (c, _) if c >= 0 => Some(&batch[c as usize]),
                     (_, Some(key)) => Some(&batch[key]),
@@ -759,22 +833,23 @@ impl Table {
             true
         };
         self.give_back_stopped(&mask, &mut behind);
-        sorted
+        Ok(sorted)
     }
 
-    /// SQLite's rowid of row `i` of batch `b`, row `row` of the table.
+    /// SQLite's rowid of row `i` of `batch` (its columns), row `row` of the table.
     #[inline]
-    pub(super) fn rowid(&self, b: usize, i: usize, row: usize) -> i64 {
+    pub(super) fn rowid(&self, batch: &[Column], i: usize, row: usize) -> i64 {
         match self.key {
-            Some(k) => self.batches[b][k].int(i).unwrap_or_default(),
+            Some(k) => batch[k].int(i).unwrap_or_default(),
             None => row as i64 + 1,
         }
     }
 
-    /// Column `col` of row `row` of the table, as an integer (NULL sorts first: `i64::MIN`).
-    pub(super) fn int_at(&self, col: usize, row: usize) -> i64 {
+    /// Column `col` of row `row` of the table (its `batches`), as an integer (NULL sorts
+    /// first: `i64::MIN`).
+    fn int_at(&self, batches: &[Vec<Column>], col: usize, row: usize) -> i64 {
         match self.locate(row) {
-            (b, i) if b < self.lengths.len() => self.batches[b][col].int(i).unwrap_or(i64::MIN),
+            (b, i) if b < self.lengths.len() => batches[b][col].int(i).unwrap_or(i64::MIN),
             _ => i64::MAX,
         }
     }
@@ -818,12 +893,13 @@ impl Table {
     }
 
     /// The rows `[first, end)` whose column `col`, which the rows are sorted by, equals `v`.
-    pub(super) fn equal_range(&self, col: usize, v: i64) -> (usize, usize) {
+    pub(super) fn equal_range(&self, col: usize, v: i64) -> Result<(usize, usize)> {
+        let batches = self.decoded()?;
         let bound = |strict: bool| {
             let (mut lo, mut hi) = (0, self.rows);
             while lo < hi {
                 let mid = (lo + hi) / 2;
-                let x = self.int_at(col, mid);
+                let x = self.int_at(batches, col, mid);
                 if x < v || (strict && x == v) {
                     lo = mid + 1;
                 } else {
@@ -834,7 +910,7 @@ impl Table {
         };
         let range = (bound(false), bound(true));
         self.forget_probes(col);
-        range
+        Ok(range)
     }
 
     /// Give back the pages a binary search over column `col` mapped, where the column is large:
@@ -853,15 +929,15 @@ impl Table {
     }
 
     /// The row whose rowid is `rowid`, if any.
-    pub(super) fn find(&self, rowid: i64) -> Option<usize> {
+    pub(super) fn find(&self, rowid: i64) -> Result<Option<usize>> {
         let Some(k) = self.key else {
-            return usize::try_from(rowid)
+            return Ok(usize::try_from(rowid)
                 .ok()
                 .filter(|r| (1..=self.rows).contains(r))
-                .map(|r| r - 1);
+                .map(|r| r - 1));
         };
         // The key rises strictly: at most one row holds it.
-        let (first, end) = self.equal_range(k, rowid);
-        (end > first).then_some(first)
+        let (first, end) = self.equal_range(k, rowid)?;
+        Ok((end > first).then_some(first))
     }
 }

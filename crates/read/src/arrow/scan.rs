@@ -3,6 +3,7 @@
 
 use super::column::{CHUNK, Column, Data, Lane};
 use super::load::{Behind, Table, place};
+use super::walk::Walk;
 use anyhow::{Result, anyhow};
 use rusqlite::types::ValueRef;
 use std::cell::Cell;
@@ -35,6 +36,8 @@ pub struct TableScan {
     /// The columns the picks read, and what of them is given back (see [`Table::give_back`]).
     pub(super) reads: Vec<Cell<u8>>,
     pub(super) behind: Behind,
+    /// The walk over the batches, reading the columns in `reads`.
+    pub(super) walk: Walk,
     /// The batch being read, and the table's row number of its first row.
     pub(super) batch: usize,
     pub(super) first: usize,
@@ -81,7 +84,10 @@ impl TableScan {
             });
         }
         let is_key = |c: c_int| c < 0 || t.key.is_some_and(|k| k as c_int == c);
-        if !keys.is_empty() && !keys.iter().all(|&c| is_key(c)) && !t.sorted_by(&keys) {
+        if !keys.is_empty()
+            && !keys.iter().all(|&c| is_key(c))
+            && !t.sorted_by(&keys).map_err(|e| anyhow!("{place}: {e:#}"))?
+        {
             return Ok(None);
         }
         let reads = t.reading(picks.iter().flat_map(|p| match p {
@@ -96,6 +102,7 @@ impl TableScan {
             slots: Vec::new(),
             lanes: Vec::new(),
             integral: Vec::new(),
+            walk: Walk::new(&reads),
             reads,
             behind: Behind::default(),
             batch: 0,
@@ -135,14 +142,14 @@ impl TableScan {
     }
 
     /// After the last row: an error naming the table's file where it changed while it was read
-    /// (what the scan gave may not be the file's).
+    /// (what the scan gave may not be the file's), or where its rows could not be read.
     pub fn unchanged(&self) -> Result<()> {
         self.table.unchanged()
     }
 
     /// Move to the next chunk: past the batches read to their end, giving back what is behind
     /// the scan (see [`Table::step`]); false after the last row, or where the table lost a
-    /// page.
+    /// page, or where the next batch cannot be read (see [`TableScan::unchanged`]).
     #[inline(never)]
     pub(super) fn advance(&mut self) -> bool {
         let (from, mut i) = (self.batch, self.chunk + self.rows);
@@ -154,7 +161,10 @@ impl TableScan {
         };
         if self.batch != from || self.slots.len() != self.picks.len() {
             self.first += self.table.lengths[from..self.batch].iter().sum::<usize>();
-            self.resolve();
+            if !self.resolve() {
+                (self.chunk, self.rows, self.at) = (0, 0, usize::MAX);
+                return false;
+            }
         }
         let rows = i..n.min(i + CHUNK);
         if self.lanes.len() != self.slots.len() {
@@ -176,10 +186,12 @@ impl TableScan {
         true
     }
 
-    /// Resolve the picks against batch `batch`.
-    pub(super) fn resolve(&mut self) {
+    /// Resolve the picks against batch `batch`: false where it cannot be read.
+    pub(super) fn resolve(&mut self) -> bool {
         let t = &self.table;
-        let cols = &t.batches[self.batch];
+        let Ok(Some(cols)) = self.walk.to(t, self.batch) else {
+            return false;
+        };
         let computed = |data| Column { nulls: None, data };
         self.slots = self
             .picks
@@ -199,6 +211,7 @@ impl TableScan {
             })
             .collect();
         self.integral = self.slots.iter().map(Column::integral).collect();
+        true
     }
 }
 

@@ -1,8 +1,10 @@
 //! The SQLite virtual table of one table: its plans (`rowid = ?`, sorted equality, ordered
 //! scans) and its cursor.
 
+use super::column::Column;
 use super::files::Place;
 use super::load::{ALL, Behind, Table};
+use super::walk::Walk;
 use rusqlite::ffi;
 use rusqlite::types::ValueRef;
 use rusqlite::vtab::{
@@ -70,6 +72,7 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
 
     fn best_index(&self, info: &mut IndexInfo) -> rusqlite::Result<bool> {
         let t = &self.table;
+        let sorted_by = |cols: &[c_int]| t.sorted_by(cols).map_err(module_error);
         let is_key = |c: c_int| c < 0 || t.key.is_some_and(|k| k as c_int == c);
         let mut by_rowid = None;
         let mut sorted_eq = None;
@@ -81,7 +84,7 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
                 by_rowid = Some(i);
                 break;
             }
-            if sorted_eq.is_none() && c.column() >= 0 && t.sorted_by(&[c.column()]) {
+            if sorted_eq.is_none() && c.column() >= 0 && sorted_by(&[c.column()])? {
                 sorted_eq = Some((i, c.column()));
             }
         }
@@ -103,7 +106,7 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
             rest.retain(|&o| o != c);
             if !order.is_empty()
                 && ascending
-                && (rest.is_empty() || t.sorted_by(&[&[c][..], &rest[..]].concat()))
+                && (rest.is_empty() || sorted_by(&[&[c][..], &rest[..]].concat())?)
             {
                 info.set_order_by_consumed(true);
             }
@@ -122,7 +125,7 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
             info.set_estimated_rows(t.rows as i64);
             if !order.is_empty()
                 && ascending
-                && (cols.iter().all(|&c| is_key(c)) || t.sorted_by(&cols))
+                && (cols.iter().all(|&c| is_key(c)) || sorted_by(&cols)?)
             {
                 info.set_order_by_consumed(true);
             }
@@ -138,6 +141,9 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
             end: 0,
             batch: 0,
             in_batch: 0,
+            cols: Vec::new(),
+            walk: None,
+            scans: 0,
             reads: vec![Cell::new(0); self.table.columns.len()],
             behind: Behind::default(),
         })
@@ -156,16 +162,44 @@ pub(super) struct Cursor<'vtab> {
     /// The current row as a batch and a row in it.
     pub(super) batch: usize,
     pub(super) in_batch: usize,
+    /// The current batch's columns.
+    pub(super) cols: Vec<Column>,
+    /// A scan's walk over the batches; `None` for the rows of a rowid or a value, read from
+    /// the table's batches at hand (see [`Table::decoded`]).
+    pub(super) walk: Option<Walk>,
+    /// How many scans of the whole table the cursor began.
+    pub(super) scans: u32,
     /// The columns SQLite has read, and what of them is given back (see [`Table::give_back`]).
     pub(super) reads: Vec<Cell<u8>>,
     pub(super) behind: Behind,
 }
 
+/// `e` as SQLite's error of a virtual table.
+fn module_error(e: anyhow::Error) -> rusqlite::Error {
+    rusqlite::Error::ModuleError(format!("{e:#}"))
+}
+
 impl Cursor<'_> {
     /// Move to row `row` of the table.
-    pub(super) fn seek(&mut self, row: usize) {
+    pub(super) fn seek(&mut self, row: usize) -> rusqlite::Result<()> {
         self.row = row;
         (self.batch, self.in_batch) = self.table.locate(row);
+        self.cols.clear();
+        self.read_batch()
+    }
+
+    /// Read the columns of the current batch, where it holds the current row.
+    pub(super) fn read_batch(&mut self) -> rusqlite::Result<()> {
+        if self.row >= self.end {
+            return Ok(());
+        }
+        let t = self.table;
+        let cols = match &mut self.walk {
+            Some(walk) => walk.to(t, self.batch),
+            None => t.decoded().map(|all| all.get(self.batch).cloned()),
+        };
+        self.cols = cols.map_err(module_error)?.unwrap_or_default();
+        Ok(())
     }
 }
 
@@ -178,30 +212,38 @@ unsafe impl VTabCursor for Cursor<'_> {
                 Some(ValueRef::Real(f)) if f.fract() == 0.0 => Some(f as i64),
                 _ => None,
             };
-            let (first, end) = value.map_or((0, 0), |v| self.table.equal_range(col, v));
-            self.seek(first);
+            let (first, end) = match value {
+                Some(v) => self.table.equal_range(col, v).map_err(module_error)?,
+                None => (0, 0),
+            };
+            self.walk = None;
             self.end = end;
+            self.seek(first)
         } else if plan == BY_ROWID {
             let row = match args.iter().next() {
                 Some(ValueRef::Integer(id)) => self.table.find(id),
                 Some(ValueRef::Real(f)) if f.fract() == 0.0 => self.table.find(f as i64),
-                _ => None,
+                _ => Ok(None),
             };
-            match row {
+            self.walk = None;
+            match row.map_err(module_error)? {
                 Some(r) => {
-                    self.seek(r);
                     self.end = r + 1;
+                    self.seek(r)
                 }
                 None => {
-                    self.seek(0);
                     self.end = 0;
+                    self.seek(0)
                 }
             }
         } else {
-            self.seek(0);
+            // A table scanned again and again (the inner loop of a join) is read from its
+            // batches at hand: a Parquet table's decoded once, not each time.
+            self.scans += 1;
+            self.walk = (self.scans == 1).then(|| Walk::all(self.table));
             self.end = self.table.rows;
+            self.seek(0)
         }
-        Ok(())
     }
 
     fn next(&mut self) -> rusqlite::Result<()> {
@@ -214,8 +256,12 @@ unsafe impl VTabCursor for Cursor<'_> {
         // Only a scan of the whole table leaves pages behind it for good.
         let whole = self.end == self.table.rows;
         let release = whole.then_some((&self.reads[..], &mut self.behind));
+        let batch = self.batch;
         self.table
             .step(&mut self.batch, &mut self.in_batch, release);
+        if self.batch != batch {
+            self.read_batch()?;
+        }
         Ok(())
     }
 
@@ -227,7 +273,8 @@ unsafe impl VTabCursor for Cursor<'_> {
         if let Some(r) = self.reads.get(i as usize) {
             r.set(ALL);
         }
-        let value = self.table.batches[self.batch]
+        let value = self
+            .cols
             .get(i as usize)
             .map_or(ValueRef::Null, |c| c.value(self.in_batch));
         ctx.set_result(rusqlite::types::ToSqlOutput::Borrowed(value))
@@ -237,6 +284,6 @@ unsafe impl VTabCursor for Cursor<'_> {
         if let Some(r) = self.table.key.and_then(|k| self.reads.get(k)) {
             r.set(ALL);
         }
-        Ok(self.table.rowid(self.batch, self.in_batch, self.row))
+        Ok(self.table.rowid(&self.cols, self.in_batch, self.row))
     }
 }
