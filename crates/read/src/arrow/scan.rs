@@ -189,8 +189,13 @@ impl TableScan {
     /// Resolve the picks against batch `batch`: false where it cannot be read.
     pub(super) fn resolve(&mut self) -> bool {
         let t = &self.table;
-        let Ok(Some(cols)) = self.walk.to(t, self.batch) else {
-            return false;
+        let cols = match self.walk.to(t, self.batch) {
+            Ok(Some(cols)) => cols,
+            Ok(None) => return false,
+            Err(e) => {
+                t.failed(e);
+                return false;
+            }
         };
         let computed = |data| Column { nulls: None, data };
         self.slots = self

@@ -72,7 +72,7 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
 
     fn best_index(&self, info: &mut IndexInfo) -> rusqlite::Result<bool> {
         let t = &self.table;
-        let sorted_by = |cols: &[c_int]| t.sorted_by(cols).map_err(module_error);
+        let sorted_by = |cols: &[c_int]| t.sorted_by(cols).map_err(|e| module_error(t, e));
         let is_key = |c: c_int| c < 0 || t.key.is_some_and(|k| k as c_int == c);
         let mut by_rowid = None;
         let mut sorted_eq = None;
@@ -174,9 +174,10 @@ pub(super) struct Cursor<'vtab> {
     pub(super) behind: Behind,
 }
 
-/// `e` as SQLite's error of a virtual table.
-fn module_error(e: anyhow::Error) -> rusqlite::Error {
-    rusqlite::Error::ModuleError(format!("{e:#}"))
+/// `e`, what went wrong reading `table`, as SQLite's error of a virtual table, naming the
+/// table's file.
+fn module_error(table: &Table, e: anyhow::Error) -> rusqlite::Error {
+    rusqlite::Error::ModuleError(format!("{}: {e:#}", table.source.place))
 }
 
 impl Cursor<'_> {
@@ -198,7 +199,7 @@ impl Cursor<'_> {
             Some(walk) => walk.to(t, self.batch),
             None => t.decoded().map(|all| all.get(self.batch).cloned()),
         };
-        self.cols = cols.map_err(module_error)?.unwrap_or_default();
+        self.cols = cols.map_err(|e| module_error(t, e))?.unwrap_or_default();
         Ok(())
     }
 }
@@ -213,7 +214,9 @@ unsafe impl VTabCursor for Cursor<'_> {
                 _ => None,
             };
             let (first, end) = match value {
-                Some(v) => self.table.equal_range(col, v).map_err(module_error)?,
+                Some(v) => {
+                    (self.table.equal_range(col, v)).map_err(|e| module_error(self.table, e))?
+                }
                 None => (0, 0),
             };
             self.walk = None;
@@ -226,7 +229,7 @@ unsafe impl VTabCursor for Cursor<'_> {
                 _ => Ok(None),
             };
             self.walk = None;
-            match row.map_err(module_error)? {
+            match row.map_err(|e| module_error(self.table, e))? {
                 Some(r) => {
                     self.end = r + 1;
                     self.seek(r)

@@ -58,8 +58,8 @@ impl Walk {
     }
 
     /// The columns of batch `b` (at or after the walk's next), those the walk does not read
-    /// NULL; `None` past the last. An error names the table's file, and stays the table's (see
-    /// [`Table::unchanged`]).
+    /// NULL; `None` past the last. Where the file changed, the change is the error; the caller
+    /// names the table (see [`Table::failed`]).
     pub(super) fn to(&mut self, table: &Table, b: usize) -> Result<Option<Vec<Column>>> {
         loop {
             let batch = self.next(table)?;
@@ -79,7 +79,12 @@ impl Walk {
             None => table.batches[b].clone(),
             Some(p) => match p.whole.get() {
                 Some(whole) => whole[b].clone(),
-                None => self.read(table, p, rows).map_err(|e| table.failed(e))?,
+                None => self.read(table, p, rows).map_err(|e| {
+                    match change_since(&table.source.place.file, table.source.stamp) {
+                        Some(how) => changed(how),
+                        None => e,
+                    }
+                })?,
             },
         };
         self.next += 1;
@@ -171,17 +176,10 @@ impl Table {
         Ok(p.whole.get().expect("set above"))
     }
 
-    /// `e`, what went wrong reading the table's rows, as the error naming its file (where the
-    /// file changed, the change is what went wrong), kept for [`Table::unchanged`]: a reader
-    /// that stops at it tells it there.
-    pub(super) fn failed(&self, e: anyhow::Error) -> anyhow::Error {
-        let place = &self.source.place;
-        let e = match change_since(&place.file, self.source.stamp) {
-            Some(how) => place.changed(how),
-            None => anyhow!("{place}: {e:#}"),
-        };
+    /// Keep `e`, what stopped a reader of the table's rows (see [`Walk::to`]), as the table's
+    /// error naming its file, for [`Table::unchanged`] to tell once the reader has stopped.
+    pub(super) fn failed(&self, e: anyhow::Error) {
         let mut failure = self.failure.lock().unwrap_or_else(|e| e.into_inner());
-        failure.get_or_insert_with(|| format!("{e:#}"));
-        e
+        failure.get_or_insert_with(|| format!("{}: {e:#}", self.source.place));
     }
 }
