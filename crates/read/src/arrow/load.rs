@@ -845,11 +845,11 @@ impl Table {
         }
     }
 
-    /// Column `col` of row `row` of the table (its `batches`), as an integer (NULL sorts
-    /// first: `i64::MIN`).
-    fn int_at(&self, batches: &[Vec<Column>], col: usize, row: usize) -> i64 {
+    /// Row `row` of `column` (a column of every batch), as an integer (NULL sorts first:
+    /// `i64::MIN`).
+    fn int_at(&self, column: &[&Column], row: usize) -> i64 {
         match self.locate(row) {
-            (b, i) if b < self.lengths.len() => batches[b][col].int(i).unwrap_or(i64::MIN),
+            (b, i) if b < self.lengths.len() => column[b].int(i).unwrap_or(i64::MIN),
             _ => i64::MAX,
         }
     }
@@ -894,12 +894,12 @@ impl Table {
 
     /// The rows `[first, end)` whose column `col`, which the rows are sorted by, equals `v`.
     pub(super) fn equal_range(&self, col: usize, v: i64) -> Result<(usize, usize)> {
-        let batches = self.decoded()?;
+        let column = self.at_hand(col)?;
         let bound = |strict: bool| {
             let (mut lo, mut hi) = (0, self.rows);
             while lo < hi {
                 let mid = (lo + hi) / 2;
-                let x = self.int_at(batches, col, mid);
+                let x = self.int_at(&column, mid);
                 if x < v || (strict && x == v) {
                     lo = mid + 1;
                 } else {

@@ -4,7 +4,7 @@
 use super::column::Column;
 use super::files::Place;
 use super::load::{ALL, Behind, Table};
-use super::walk::Walk;
+use super::walk::{Walk, unread};
 use rusqlite::ffi;
 use rusqlite::types::ValueRef;
 use rusqlite::vtab::{
@@ -73,6 +73,8 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
     fn best_index(&self, info: &mut IndexInfo) -> rusqlite::Result<bool> {
         let t = &self.table;
         let sorted_by = |cols: &[c_int]| t.sorted_by(cols).map_err(|e| module_error(t, e));
+        // The columns the statement reads, for a scan's walk to decode only those.
+        info.set_idx_str(&info.col_used().to_string());
         let is_key = |c: c_int| c < 0 || t.key.is_some_and(|k| k as c_int == c);
         let mut by_rowid = None;
         let mut sorted_eq = None;
@@ -142,6 +144,7 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
             batch: 0,
             in_batch: 0,
             cols: Vec::new(),
+            used: Vec::new(),
             walk: None,
             scans: 0,
             reads: vec![Cell::new(0); self.table.columns.len()],
@@ -162,10 +165,11 @@ pub(super) struct Cursor<'vtab> {
     /// The current row as a batch and a row in it.
     pub(super) batch: usize,
     pub(super) in_batch: usize,
-    /// The current batch's columns.
+    /// The current batch's columns (those the statement reads: `used`).
     pub(super) cols: Vec<Column>,
+    pub(super) used: Vec<Cell<u8>>,
     /// A scan's walk over the batches; `None` for the rows of a rowid or a value, read from
-    /// the table's batches at hand (see [`Table::decoded`]).
+    /// the table's columns at hand (see [`Table::at_hand`]).
     pub(super) walk: Option<Walk>,
     /// How many scans of the whole table the cursor began.
     pub(super) scans: u32,
@@ -197,7 +201,13 @@ impl Cursor<'_> {
         let t = self.table;
         let cols = match &mut self.walk {
             Some(walk) => walk.to(t, self.batch),
-            None => t.decoded().map(|all| all.get(self.batch).cloned()),
+            None => (0..t.columns.len())
+                .map(|c| match self.used[c].get() {
+                    0 => Ok(unread()),
+                    _ => Ok(t.at_hand(c)?[self.batch].clone()),
+                })
+                .collect::<Result<Vec<Column>, anyhow::Error>>()
+                .map(Some),
         };
         self.cols = cols.map_err(|e| module_error(t, e))?.unwrap_or_default();
         Ok(())
@@ -205,7 +215,18 @@ impl Cursor<'_> {
 }
 
 unsafe impl VTabCursor for Cursor<'_> {
-    fn filter(&mut self, plan: c_int, _: Option<&str>, args: &Filters<'_>) -> rusqlite::Result<()> {
+    fn filter(
+        &mut self,
+        plan: c_int,
+        used: Option<&str>,
+        args: &Filters<'_>,
+    ) -> rusqlite::Result<()> {
+        // SQLite's mask of the columns used: a bit a column, the last for all from it on;
+        // the key is read for the rowid.
+        let used = used.and_then(|u| u.parse::<u64>().ok()).unwrap_or(u64::MAX);
+        let t = self.table;
+        let cols = (0..t.columns.len()).filter(|&c| used & (1 << c.min(63)) != 0);
+        self.used = t.reading(cols.map(|c| c as c_int).chain([-1]));
         if plan >= SORTED_EQ {
             let col = (plan - SORTED_EQ) as usize;
             let value = match args.iter().next() {
@@ -241,9 +262,9 @@ unsafe impl VTabCursor for Cursor<'_> {
             }
         } else {
             // A table scanned again and again (the inner loop of a join) is read from its
-            // batches at hand: a Parquet table's decoded once, not each time.
+            // columns at hand: a Parquet table's decoded once, not each time.
             self.scans += 1;
-            self.walk = (self.scans == 1).then(|| Walk::all(self.table));
+            self.walk = (self.scans == 1).then(|| Walk::new(&self.used));
             self.end = self.table.rows;
             self.seek(0)
         }

@@ -16,12 +16,13 @@ use std::sync::{Mutex, OnceLock};
 /// A Parquet table's rows (see [`Table::parquet`]).
 pub(super) struct ParquetRows {
     pub(super) groups: RowGroups,
-    /// Every batch, decoded once a reader needs rows at random (see [`Table::decoded`]).
-    pub(super) whole: OnceLock<Vec<Vec<Column>>>,
+    /// Each column of every batch, decoded once a reader needs its rows at random (see
+    /// [`Table::at_hand`]).
+    pub(super) whole: Vec<OnceLock<Vec<Column>>>,
 }
 
 /// A column a walk does not read: NULL in every row.
-fn unread() -> Column {
+pub(super) fn unread() -> Column {
     Column {
         nulls: None,
         data: Data::Null,
@@ -48,15 +49,6 @@ impl Walk {
         }
     }
 
-    /// A walk reading every column of `table`.
-    pub(super) fn all(table: &Table) -> Walk {
-        Walk {
-            next: 0,
-            columns: (0..table.columns.len()).collect(),
-            batches: None,
-        }
-    }
-
     /// The columns of batch `b` (at or after the walk's next), those the walk does not read
     /// NULL; `None` past the last. Where the file changed, the change is the error; the caller
     /// names the table (see [`Table::failed`]).
@@ -77,15 +69,12 @@ impl Walk {
         };
         let batch = match &table.parquet {
             None => table.batches[b].clone(),
-            Some(p) => match p.whole.get() {
-                Some(whole) => whole[b].clone(),
-                None => self.read(table, p, rows).map_err(|e| {
-                    match change_since(&table.source.place.file, table.source.stamp) {
-                        Some(how) => changed(how),
-                        None => e,
-                    }
-                })?,
-            },
+            Some(p) => self.read(table, p, rows).map_err(|e| {
+                match change_since(&table.source.place.file, table.source.stamp) {
+                    Some(how) => changed(how),
+                    None => e,
+                }
+            })?,
         };
         self.next += 1;
         Ok(Some(batch))
@@ -123,6 +112,20 @@ impl Walk {
     }
 }
 
+impl Drop for Walk {
+    /// A walk over a Parquet table freed its batches and footers, many blocks the allocator
+    /// would keep for the rest of the conversion: they go back to the system.
+    fn drop(&mut self) {
+        #[cfg(all(target_os = "linux", target_env = "gnu"))]
+        if self.batches.take().is_some() {
+            // SAFETY: malloc_trim only returns free memory of glibc's allocator to the system.
+            unsafe {
+                libc::malloc_trim(0);
+            }
+        }
+    }
+}
+
 impl Table {
     /// Load the Parquet table at `place`: its footer read (its layout and schema), and its key
     /// found (see [`Table::key`]); its rows are read by each reader's [`Walk`].
@@ -147,7 +150,9 @@ impl Table {
             },
             parquet: Some(ParquetRows {
                 groups,
-                whole: OnceLock::new(),
+                whole: (0..schema.fields().len())
+                    .map(|_| OnceLock::new())
+                    .collect(),
             }),
             failure: Mutex::default(),
         };
@@ -158,22 +163,24 @@ impl Table {
         }
     }
 
-    /// Every batch of the table at hand, for a reader of rows at random (a rowid's row, the
+    /// Column `col` of every batch at hand, for a reader of rows at random (a rowid's row, the
     /// rows of a value of a sorted column): an Arrow stream's as loaded, a Parquet table's
-    /// decoded whole, once (the tables read so are small: `StringIds` and its like).
-    pub(super) fn decoded(&self) -> Result<&[Vec<Column>]> {
+    /// decoded whole, once, only the columns such readers read (a key searched, the columns
+    /// of the rows found: `StringIds` and its like).
+    pub(super) fn at_hand(&self, col: usize) -> Result<Vec<&Column>> {
         let Some(p) = &self.parquet else {
-            return Ok(&self.batches);
+            return Ok(self.batches.iter().map(|b| &b[col]).collect());
         };
-        if p.whole.get().is_none() {
-            let mut walk = Walk::all(self);
+        if p.whole[col].get().is_none() {
+            let mask = self.reading([col as std::ffi::c_int]);
+            let mut walk = Walk::new(&mask);
             let mut all = Vec::with_capacity(self.lengths.len());
-            while let Some(batch) = walk.next(self)? {
-                all.push(batch);
+            while let Some(mut batch) = walk.next(self)? {
+                all.push(batch.swap_remove(col));
             }
-            let _ = p.whole.set(all);
+            let _ = p.whole[col].set(all);
         }
-        Ok(p.whole.get().expect("set above"))
+        Ok(p.whole[col].get().expect("set above").iter().collect())
     }
 
     /// Keep `e`, what stopped a reader of the table's rows (see [`Walk::to`]), as the table's

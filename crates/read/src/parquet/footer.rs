@@ -13,7 +13,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
 /// Bytes of the encoded footer a piece holds at most, unless one row group is larger.
-pub(super) const PIECE_BYTES: u64 = 512 << 10;
+pub(super) const PIECE_BYTES: u64 = 64 << 10;
 
 /// The length of the file's tail: the footer's length (4 bytes, little-endian) and `PAR1`.
 const TAIL: u64 = 8;
