@@ -223,7 +223,7 @@ fn caught<T>(read: impl FnOnce() -> Result<T>) -> Result<T> {
 pub(crate) fn damaged(e: &dyn std::fmt::Display) -> anyhow::Error {
     anyhow!(
         "not a readable Parquet file ({}): a damaged or truncated file; export the report again",
-        crate::arrow::files::one_line(&e.to_string())
+        nsys_perfetto_model::errors::error_line(&anyhow!("{e}"))
     )
 }
 

@@ -3,12 +3,11 @@
 //! while it is in use, and checked for changes.
 
 use super::check::{check_layout, sql_columns, stream};
-use super::column::{Column, Data, ascending};
+use super::column::Column;
 use super::files::{
     EXTENSION, MAX_HEADER, Place, Stamp, change, change_since, changed, damaged, one_line, stamp,
     walked_streams,
 };
-use super::walk::{ParquetRows, Walk};
 
 use anyhow::{Result, anyhow, bail};
 use arrow_array::{Array, RecordBatch};
@@ -216,8 +215,8 @@ fn schema_of(place: &Place) -> Result<(Vec<(String, &'static str)>, Stamp)> {
 
 /// One table, in record batches, from one of two files: an Arrow IPC stream, whose batches are
 /// decoded in place when the table is loaded (`batches`), or a Parquet file, whose batches each
-/// reader decodes as it reaches them (`parquet`). Readers reach the rows through a [`Walk`] (in
-/// order) or [`Table::decoded`] (at random), whichever the file.
+/// reader decodes as it reaches them (`parquet`). Readers reach the rows through a walk (in
+/// order: `walk::Walk`) or `Table::at_hand` (at random), whichever the file.
 pub(super) struct Table {
     /// Column names and declared SQLite types.
     pub(super) columns: Vec<(String, &'static str)>,
@@ -244,6 +243,14 @@ pub(super) struct Table {
     pub(super) source: Source,
     /// What went wrong reading a Parquet table's rows, naming its file (see [`Table::failed`]).
     pub(super) failure: Mutex<Option<String>>,
+}
+
+/// A Parquet table's rows (see [`Table`]).
+pub(super) struct ParquetRows {
+    pub(super) groups: crate::parquet::RowGroups,
+    /// Each column of every batch, decoded once a reader needs its rows at random (see
+    /// `Table::at_hand`).
+    pub(super) whole: Vec<std::sync::OnceLock<Vec<Column>>>,
 }
 
 /// The file a [`Table`] was read from, as it was when it was read.
@@ -685,155 +692,6 @@ impl Table {
             }
         }
         mask
-    }
-
-    /// Whether column `col`'s values rise strictly (no NULL among them), with the last value:
-    /// `None` where they do not.
-    pub(super) fn rising_to(&self, col: usize) -> Result<Option<Option<i64>>> {
-        let mask = self.reading([col as c_int]);
-        let mut behind = Behind::default();
-        let mut walk = Walk::new(&mask);
-        let mut last = None;
-        let rising = 'rows: {
-            for (b, n) in self.lengths.iter().enumerate() {
-                let Some(batch) = walk.next(self)? else {
-                    break;
-                };
-                let c = &batch[col];
-                if let (Data::I64(v), None) = (&c.data, &c.nulls) {
-                    for (k, part) in v.chunks(RELEASE_EVERY).enumerate() {
-                        if last.zip(part.first()).is_some_and(|(l, f)| l >= *f)
-                            || part.windows(2).any(|w| w[0] >= w[1])
-                        {
-                            break 'rows false;
-                        }
-                        last = part.last().copied();
-                        self.give_back(
-                            b,
-                            (k + 1) * RELEASE_EVERY,
-                            &mask,
-                            &mut behind,
-                            RELEASE_BYTES,
-                        );
-                    }
-                } else {
-                    for i in 0..*n {
-                        if i.is_multiple_of(RELEASE_EVERY) {
-                            self.give_back(b, i, &mask, &mut behind, RELEASE_BYTES);
-                        }
-                        let Some(v) = c.int(i) else {
-                            break 'rows false;
-                        };
-                        if last.is_some_and(|l| v <= l) {
-                            break 'rows false;
-                        }
-                        last = Some(v);
-                    }
-                }
-                self.give_back(b, *n, &mask, &mut behind, 0);
-            }
-            true
-        };
-        self.give_back_stopped(&mask, &mut behind);
-        Ok(rising.then_some(last))
-    }
-
-    /// Whether the rows come in ascending order of these columns (SQLite's order: NULL first;
-    /// integer columns only).
-    pub(super) fn sorted_by(&self, cols: &[c_int]) -> Result<bool> {
-        let mut memo = self.sorted.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&s) = memo.get(cols) {
-            return Ok(s);
-        }
-        let integer = |c: c_int| {
-            c < 0
-                || self
-                    .columns
-                    .get(c as usize)
-                    .is_some_and(|t| t.1 == "INTEGER")
-        };
-        let sorted = cols.iter().all(|&c| integer(c)) && self.rows_sorted(cols)?;
-        memo.insert(cols.to_vec(), sorted);
-        Ok(sorted)
-    }
-
-    pub(super) fn rows_sorted(&self, cols: &[c_int]) -> Result<bool> {
-        // Read a chunk of rows' keys at a time, column by column (each a typed loop), and
-        // compare each row's key with the one before (NULL sorts first): as plain integers
-        // where no key column of the batch has a NULL (nsys' tables), else as options.
-        let mask = self.reading(cols.iter().copied());
-        let mut behind = Behind::default();
-        let mut walk = Walk::new(&mask);
-        let mut plain: Vec<Vec<i64>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
-        let mut keys: Vec<Vec<Option<i64>>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
-        // The key of the last row compared (empty before the first).
-        let mut last: Vec<Option<i64>> = Vec::with_capacity(cols.len());
-        let mut row = 0;
-        let sorted = 'rows: {
-            for (b, &n) in self.lengths.iter().enumerate() {
-                let Some(batch) = walk.next(self)? else {
-                    break;
-                };
-                let column = |c: c_int| match (c, self.key) {
-                    (c, _) if c >= 0 => Some(&batch[c as usize]),
-                    (_, Some(key)) => Some(&batch[key]),
-                    // Row numbers.
-                    (_, None) => None,
-                };
-                for start in (0..n).step_by(RELEASE_EVERY) {
-                    self.give_back(b, start, &mask, &mut behind, RELEASE_BYTES);
-                    let rows = start..(start + RELEASE_EVERY).min(n);
-                    let numbers = || (row + rows.start..row + rows.end).map(|r| r as i64 + 1);
-                    let is_plain = cols.iter().zip(&mut plain).all(|(&c, out)| {
-                        out.clear();
-                        match column(c) {
-                            Some(col) => col.plain_ints(rows.clone(), out),
-                            None => {
-                                out.extend(numbers());
-                                true
-                            }
-                        }
-                    });
-                    let first: Vec<Option<i64>>;
-                    if is_plain {
-                        first = plain.iter().map(|k| k.first().copied()).collect();
-                        if !ascending(&plain) {
-                            break 'rows false;
-                        }
-                    } else {
-                        for (&c, out) in cols.iter().zip(&mut keys) {
-                            out.clear();
-                            match column(c) {
-                                Some(col) => col.ints(rows.clone(), out),
-                                None => out.extend(numbers().map(Some)),
-                            }
-                        }
-                        first = keys.iter().map(|k| k.first().copied().flatten()).collect();
-                        for j in 1..keys.first().map_or(0, Vec::len) {
-                            let before = keys.iter().map(|k| k[j - 1]);
-                            if before.gt(keys.iter().map(|k| k[j])) {
-                                break 'rows false;
-                            }
-                        }
-                    }
-                    // The chunk's first row against the last row before it.
-                    if !last.is_empty() && last > first {
-                        break 'rows false;
-                    }
-                    last.clear();
-                    if is_plain {
-                        last.extend(plain.iter().map(|k| k.last().copied()));
-                    } else {
-                        last.extend(keys.iter().map(|k| k.last().copied().flatten()));
-                    }
-                }
-                row += n;
-                self.give_back(b, n, &mask, &mut behind, 0);
-            }
-            true
-        };
-        self.give_back_stopped(&mask, &mut behind);
-        Ok(sorted)
     }
 
     /// SQLite's rowid of row `i` of `batch` (its columns), row `row` of the table.
