@@ -980,9 +980,8 @@ fn seeded_damage_to_an_arrows_file_never_panics() {
     }
 }
 
-/// nsys' Parquet export converts to the content of the SQLite export of the same report (it is
-/// rewritten as an Arrow export in a temporary folder, which is removed), names its trace after
-/// the report, and its workflows print the same.
+/// nsys' Parquet export converts to the content of the SQLite export of the same report, names
+/// its trace after the report, and its workflows print the same.
 #[test]
 fn parquet_exports_convert_as_their_sqlite_twins() {
     let (Some(nsys), Some(corpus)) = (nsys_2023(), corpus()) else {
