@@ -5,8 +5,7 @@
 //! holds a batch of the table, not the table.
 
 use super::check::sql_columns;
-use super::column::ascending;
-use super::column::{Column, Data};
+use super::column::{Column, Data, ascending};
 use super::files::{Place, change, change_since, changed, stamp};
 use super::load::{Behind, ParquetRows, RELEASE_BYTES, RELEASE_EVERY, Source, Table};
 use crate::parquet::{Batches, RowGroups};
