@@ -14,7 +14,7 @@ use arrow_schema::SchemaRef;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{
     ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReader,
-    ParquetRecordBatchReaderBuilder,
+    ParquetRecordBatchReaderBuilder, RowSelection, RowSelector,
 };
 use parquet::file::metadata::{ParquetMetaDataReader, ParquetStatisticsPolicy};
 use std::fs::File;
@@ -155,16 +155,34 @@ pub(crate) struct Batches {
     /// The next run of row groups, and the reader of the run being read.
     run: usize,
     reader: Option<ParquetRecordBatchReader>,
+    /// Rows of the next run not read (the batches before the first asked).
+    skip: usize,
 }
 
 impl Batches {
-    /// A walk over the columns `columns` (rising) of the table in `file`.
-    pub(crate) fn new(file: File, columns: Vec<usize>) -> Batches {
+    /// A walk over the columns `columns` (rising) of the table in `file` (whose layout is
+    /// `groups`) from its batch `b` on: the runs of row groups before it are not read, and its
+    /// run's rows before it are skipped.
+    pub(crate) fn from_batch(
+        file: File,
+        columns: Vec<usize>,
+        groups: &RowGroups,
+        b: usize,
+    ) -> Batches {
+        let (mut run, mut first) = (0, 0);
+        while let Some(&rows) = groups.rows.get(run) {
+            let batches = rows.div_ceil(BATCH_ROWS);
+            if b < first + batches {
+                break;
+            }
+            (run, first) = (run + 1, first + batches);
+        }
         Batches {
             file,
             columns,
-            run: 0,
+            run,
             reader: None,
+            skip: b.saturating_sub(first) * BATCH_ROWS,
         }
     }
 
@@ -189,11 +207,19 @@ impl Batches {
                     .file
                     .try_clone()
                     .map_err(|e| anyhow!("cannot read: {e}"))?;
-                let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(source, metadata)
-                    .with_projection(mask)
-                    .with_batch_size(BATCH_ROWS)
-                    .build()
-                    .map_err(|e| damaged(&e))?;
+                let mut builder =
+                    ParquetRecordBatchReaderBuilder::new_with_metadata(source, metadata)
+                        .with_projection(mask)
+                        .with_batch_size(BATCH_ROWS);
+                let skip = std::mem::take(&mut self.skip);
+                if skip > 0 {
+                    let rest = groups.rows[self.run - 1].saturating_sub(skip);
+                    builder = builder.with_row_selection(RowSelection::from(vec![
+                        RowSelector::skip(skip),
+                        RowSelector::select(rest),
+                    ]));
+                }
+                let reader = builder.build().map_err(|e| damaged(&e))?;
                 self.reader = Some(reader);
             }
         })
@@ -310,7 +336,7 @@ mod tests {
     fn read_all(src: &Path, piece_bytes: Option<u64>) -> Result<Vec<RecordBatch>> {
         let f = std::fs::File::open(src).unwrap();
         let (schema, groups) = RowGroups::open_in_pieces(&f, piece_bytes)?;
-        let mut batches = Batches::new(f, (0..schema.fields().len()).collect());
+        let mut batches = Batches::from_batch(f, (0..schema.fields().len()).collect(), &groups, 0);
         let mut out = Vec::new();
         while let Some(batch) = batches.next(&groups)? {
             out.push(batch);
@@ -357,6 +383,26 @@ mod tests {
         }
     }
 
+    /// A walk from a batch on gives the batches a walk from the first gives from there, the
+    /// runs before it not read and its run's rows before it skipped.
+    #[test]
+    fn a_walk_from_a_batch_reads_from_there() {
+        let (_dir, src) = written(&table_of(40_000));
+        let all = read_all(&src, Some(20_000)).unwrap();
+        let f = std::fs::File::open(&src).unwrap();
+        let (_, groups) = RowGroups::open_in_pieces(&f, Some(20_000)).unwrap();
+        assert!(groups.runs() > 2, "{} runs", groups.runs());
+        for b in [0, 1, 2, all.len() - 1, all.len()] {
+            let f = f.try_clone().unwrap();
+            let mut batches = Batches::from_batch(f, vec![0, 1, 2], &groups, b);
+            let mut got = Vec::new();
+            while let Some(batch) = batches.next(&groups).unwrap() {
+                got.push(batch);
+            }
+            assert_eq!(got, all[b..], "from batch {b}");
+        }
+    }
+
     /// A walk decodes only the columns it reads, in the table's order.
     #[test]
     fn a_walk_reads_the_columns_asked() {
@@ -365,7 +411,7 @@ mod tests {
         let f = std::fs::File::open(&src).unwrap();
         let (_, groups) = RowGroups::open(&f).unwrap();
         let want = want.project(&[0, 2]).unwrap();
-        let mut batches = Batches::new(f, vec![0, 2]);
+        let mut batches = Batches::from_batch(f, vec![0, 2], &groups, 0);
         let mut at = 0;
         while let Some(batch) = batches.next(&groups).unwrap() {
             assert_eq!(batch, want.slice(at, batch.num_rows()), "rows from {at}");

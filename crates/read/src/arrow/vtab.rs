@@ -29,6 +29,10 @@ pub(super) const SCAN: c_int = 0;
 pub(super) const BY_ROWID: c_int = 1;
 pub(super) const SORTED_EQ: c_int = 2;
 
+/// A cursor's lookups of a value's rows that are read by a walk from the first row's batch (a
+/// Parquet table's batches decoded there): more are read from the columns at hand.
+const LOOKUPS_WALKED: u32 = 8;
+
 unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
     /// Where the table lies.
     type Aux = Place;
@@ -147,6 +151,7 @@ unsafe impl<'vtab> VTab<'vtab> for ArrowTable {
             used: Vec::new(),
             walk: None,
             scans: 0,
+            lookups: 0,
             reads: vec![Cell::new(0); self.table.columns.len()],
             behind: Behind::default(),
         })
@@ -171,8 +176,9 @@ pub(super) struct Cursor<'vtab> {
     /// A scan's walk over the batches; `None` for the rows of a rowid or a value, read from
     /// the table's columns at hand (see [`Table::at_hand`]).
     pub(super) walk: Option<Walk>,
-    /// How many scans of the whole table the cursor began.
+    /// How many scans of the whole table, and of a value's rows, the cursor began.
     pub(super) scans: u32,
+    pub(super) lookups: u32,
     /// The columns SQLite has read, and what of them is given back (see [`Table::give_back`]).
     pub(super) reads: Vec<Cell<u8>>,
     pub(super) behind: Behind,
@@ -240,7 +246,12 @@ unsafe impl VTabCursor for Cursor<'_> {
                 }
                 None => (0, 0),
             };
-            self.walk = None;
+            // The rows of a value are read from the batch of the first on, but where the
+            // cursor looks values up again and again (a join's inner loop): from the
+            // columns at hand.
+            self.lookups += 1;
+            self.walk = (self.lookups <= LOOKUPS_WALKED)
+                .then(|| Walk::from_batch(&self.used, self.table.locate(first).0));
             self.end = end;
             self.seek(first)
         } else if plan == BY_ROWID {

@@ -35,8 +35,13 @@ pub(super) struct Walk {
 impl Walk {
     /// A walk reading the columns marked in `cols` (see [`Table::reading`]).
     pub(super) fn new(cols: &[Cell<u8>]) -> Walk {
+        Walk::from_batch(cols, 0)
+    }
+
+    /// [`Walk::new`] from batch `b` on, the batches before it not read.
+    pub(super) fn from_batch(cols: &[Cell<u8>], b: usize) -> Walk {
         Walk {
-            next: 0,
+            next: b,
             columns: (0..cols.len()).filter(|&c| cols[c].get() != 0).collect(),
             batches: None,
         }
@@ -87,7 +92,8 @@ impl Walk {
             if let Some(how) = change(source.stamp, now) {
                 return Err(changed(how));
             }
-            self.batches = Some(Batches::new(file, self.columns.clone()));
+            let columns = self.columns.clone();
+            self.batches = Some(Batches::from_batch(file, columns, &p.groups, self.next));
         }
         let reading = self.batches.as_mut().expect("opened above");
         let batch = reading
