@@ -102,10 +102,10 @@ impl Drop for ShmGuard {
     }
 }
 
-/// Open the export read-only (see [`read_params`]). An Arrow export is read through an
-/// in-memory database where its tables are virtual tables (see [`crate::arrow::register`]).
+/// Open the export read-only (see [`read_params`]). An Arrow or Parquet export is read through
+/// an in-memory database where its tables are virtual tables (see [`crate::arrow::register`]).
 pub fn open_readonly(path: &Path) -> Result<Connection> {
-    if crate::inputs::classify(path).is_arrow() {
+    if crate::inputs::classify(path).is_columnar() {
         let mut conn = Connection::open_in_memory_with_flags(
             OpenFlags::SQLITE_OPEN_READ_WRITE
                 | OpenFlags::SQLITE_OPEN_CREATE

@@ -52,12 +52,8 @@ impl Input {
         !matches!(self, Input::Trace | Input::Other)
     }
 
-    /// An Arrow export, read through virtual tables over its Arrow data.
-    pub fn is_arrow(self) -> bool {
-        matches!(self, Input::ArrowDir | Input::ArrowStreams)
-    }
-
-    /// An export other than an SQLite file: Arrow or Parquet.
+    /// An export other than an SQLite file, Arrow or Parquet: its tables are read as
+    /// [`crate::arrow`]'s (typed scans, and virtual tables for SQL).
     pub fn is_columnar(self) -> bool {
         matches!(
             self,
@@ -187,7 +183,7 @@ mod tests {
         let file = dir.path().join("f.arrows");
         std::fs::write(&file, b"").unwrap();
         assert_eq!(classify(&file), Input::ArrowStreams);
-        assert!(Input::ParquetDir.is_columnar() && !Input::ParquetDir.is_arrow());
+        assert!(Input::ParquetDir.is_columnar());
         assert!(Input::Sqlite.is_profile() && !Input::Trace.is_profile());
     }
 }

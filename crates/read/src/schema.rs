@@ -16,20 +16,18 @@ pub struct Schema {
     pub(super) tables: HashMap<String, Vec<String>>,
     /// Tables declared `WITHOUT ROWID` (they have no implicit rowid).
     pub(super) without_rowid: std::collections::HashSet<String>,
-    /// The Arrow rewriting of a Parquet export, which `path` names: removed when the last
-    /// copy of the schema goes.
-    pub(super) _rewritten: Option<std::sync::Arc<tempfile::TempDir>>,
-    /// An Arrow export's tables (a directory of `.arrow` files, or an `.arrows` file), loaded
-    /// once for every copy of the schema and its readers; `None` for an SQLite export.
+    /// An Arrow or Parquet export's tables (a directory of `.arrow` or `.parquet` files, or an
+    /// `.arrows` file), loaded once for every copy of the schema and its readers; `None` for an
+    /// SQLite export.
     pub(super) loaded: Option<std::sync::Arc<crate::arrow::Tables>>,
-    /// The files of an SQLite or Parquet export as they were opened (an Arrow export's are in
+    /// The file of an SQLite export as it was opened (an Arrow or Parquet export's are in
     /// `loaded`): each reader of an SQLite export opens its own connection, which would read
-    /// another file where it was replaced meanwhile; a Parquet export was read into `path`.
+    /// another file where it was replaced meanwhile.
     pub(super) opened: Vec<(PathBuf, crate::arrow::files::Stamp)>,
 }
 
 impl Schema {
-    /// Whether the export is nsys' Arrow export (see [`crate::arrow`]).
+    /// Whether the export is nsys' Arrow or Parquet export, read as [`crate::arrow`]'s tables.
     pub fn is_arrow(&self) -> bool {
         self.loaded.is_some()
     }
@@ -176,15 +174,8 @@ pub(super) fn first_change(
 pub(super) fn open_schema_as_it_is(path: &Path) -> Result<(Connection, Schema)> {
     let meta = std::fs::metadata(path).map_err(|e| anyhow::anyhow!("cannot read: {e}"))?;
     let kind = crate::inputs::classify(path);
-    let arrow = kind.is_arrow();
+    let arrow = kind.is_columnar();
     if meta.is_dir() {
-        if kind == Input::ParquetDir {
-            let (rewritten, opened) = crate::parquet::to_arrow(path)?;
-            let (conn, mut schema) = open_schema(rewritten.path())?;
-            schema._rewritten = Some(std::sync::Arc::new(rewritten));
-            schema.opened = opened;
-            return Ok((conn, schema));
-        }
         if !arrow {
             bail!("is a directory, not an nsys export");
         }
@@ -237,10 +228,10 @@ pub(super) fn open_schema_as_it_is(path: &Path) -> Result<(Connection, Schema)> 
         .iter()
         .any(|t| tables.contains_key(*t))
     {
-        let what = if arrow {
-            "Arrow file"
-        } else {
-            "SQLite database"
+        let what = match kind {
+            Input::ParquetDir => "Parquet export",
+            _ if arrow => "Arrow file",
+            _ => "SQLite database",
         };
         bail!("{what} is not an Nsight Systems export (no StringIds, NVTX or CUPTI tables)");
     }
@@ -250,7 +241,6 @@ pub(super) fn open_schema_as_it_is(path: &Path) -> Result<(Connection, Schema)> 
             path: path.to_path_buf(),
             tables,
             without_rowid,
-            _rewritten: None,
             opened: (!arrow && meta.is_file())
                 .then(|| (path.to_path_buf(), crate::arrow::files::stamp(&meta)))
                 .into_iter()

@@ -51,7 +51,7 @@ pub fn scratch_db(
     )?;
     conn.execute_batch("PRAGMA journal_mode = OFF; PRAGMA synchronous = OFF;")?;
     tune(&mut conn)?;
-    if crate::inputs::classify(&schema.path).is_arrow() {
+    if crate::inputs::classify(&schema.path).is_columnar() {
         // The export's tables answer to any database's name, `src` too (see
         // `arrow::register`); the empty database only makes `src` a name.
         conn.execute_batch("ATTACH DATABASE ':memory:' AS src")?;

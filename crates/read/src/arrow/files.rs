@@ -77,7 +77,8 @@ impl Place {
     }
 }
 
-/// The tables of the Arrow export `export` (a directory, or an `.arrows` file), by name.
+/// The tables of the Arrow or Parquet export `export` (a directory, or an `.arrows` file), by
+/// name.
 pub(super) fn places(export: &Path) -> Result<Vec<Place>> {
     if let Ok(m) = std::fs::metadata(export)
         && m.is_file()
@@ -265,10 +266,11 @@ pub(super) fn streams(file: &Path) -> Result<Vec<Place>> {
     Ok(places)
 }
 
-/// The tables of an Arrow export directory: (table name, file), by name. A table is named by
-/// its file, as nsys names the files.
+/// The tables of an export directory: (table name, file), by name, its `.arrow` files, or where
+/// it has none its `.parquet` files (as `inputs::classify` tells the two). A table is
+/// named by its file, as nsys names the files.
 pub(super) fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
-    let mut tables = Vec::new();
+    let (mut tables, mut parquet) = (Vec::new(), Vec::new());
     for entry in std::fs::read_dir(dir).map_err(|e| anyhow!("cannot read the directory: {e}"))? {
         let entry = entry.map_err(|e| anyhow!("cannot read the directory: {e}"))?;
         let path = entry.path();
@@ -277,12 +279,24 @@ pub(super) fn table_files(dir: &Path) -> Result<Vec<(String, PathBuf)>> {
         let is_file = |t: std::fs::FileType| {
             t.is_file() || t.is_symlink() && std::fs::metadata(&path).is_ok_and(|m| m.is_file())
         };
-        if path.extension().is_some_and(|e| e == EXTENSION)
-            && entry.file_type().is_ok_and(is_file)
+        let Some(extension) = path.extension() else {
+            continue;
+        };
+        let of = if extension == EXTENSION {
+            &mut tables
+        } else if extension == crate::parquet::EXTENSION {
+            &mut parquet
+        } else {
+            continue;
+        };
+        if entry.file_type().is_ok_and(is_file)
             && let Some(name) = path.file_stem().and_then(|s| s.to_str())
         {
-            tables.push((name.to_string(), path));
+            of.push((name.to_string(), path));
         }
+    }
+    if tables.is_empty() {
+        tables = parquet;
     }
     tables.sort();
     Ok(tables)

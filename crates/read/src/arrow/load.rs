@@ -1,8 +1,9 @@
-//! One table decoded in place from its mapped file, shared by every user of the same file while
-//! it is in use, and checked for changes.
+//! One table, from its mapped Arrow stream (decoded in place) or its Parquet file (decoded a
+//! batch at a time by each reader: see [`super::walk`]), shared by every user of the same file
+//! while it is in use, and checked for changes.
 
 use super::check::{check_layout, sql_columns, stream};
-use super::column::{Column, Data, ascending};
+use super::column::Column;
 use super::files::{
     EXTENSION, MAX_HEADER, Place, Stamp, change, change_since, changed, damaged, one_line, stamp,
     walked_streams,
@@ -71,12 +72,38 @@ pub(super) fn place(export: &Path, table: &str) -> Result<Place> {
             .find(|p| p.table == table)
             .ok_or_else(|| anyhow!("{}: no table {table}", export.display()));
     }
-    Ok(Place {
-        file: export.join(format!("{table}.{EXTENSION}")),
-        bytes: None,
-        table: table.to_string(),
-        walked: None,
-    })
+    // The place the export's opening found, else the table's file of either format.
+    let open = OPENED.lock().unwrap_or_else(|e| e.into_inner());
+    let found = open.iter().filter_map(|o| o.upgrade()).find_map(|tables| {
+        let o = tables
+            .iter()
+            .find(|o| o.place.table == table && o.place.file.parent() == Some(export))?;
+        Some(o.place.clone())
+    });
+    drop(open);
+    Ok(found.unwrap_or_else(|| {
+        let arrow = export.join(format!("{table}.{EXTENSION}"));
+        let parquet = export.join(format!("{table}.{}", crate::parquet::EXTENSION));
+        Place {
+            file: if !arrow.exists() && parquet.exists() {
+                parquet
+            } else {
+                arrow
+            },
+            bytes: None,
+            table: table.to_string(),
+            walked: None,
+        }
+    }))
+}
+
+/// Whether `place` is a table of a Parquet export.
+fn is_parquet(place: &Place) -> bool {
+    place.bytes.is_none()
+        && place
+            .file
+            .extension()
+            .is_some_and(|e| e == crate::parquet::EXTENSION)
 }
 
 /// A table of an open export (see [`super::Tables`]): where it lies, its columns (from its
@@ -145,11 +172,14 @@ fn open_stream(place: &Place) -> Result<(std::fs::File, Stamp, std::ops::Range<u
 }
 
 /// The columns of the table at `place` from its stream's schema (its first message, read
-/// alone: the batches are read and checked when the table is loaded), and the stamp of its file
-/// as it was read.
+/// alone: the batches are read and checked when the table is loaded) or its Parquet file's
+/// footer, and the stamp of its file as it was read.
 fn schema_of(place: &Place) -> Result<(Vec<(String, &'static str)>, Stamp)> {
     use std::os::unix::fs::FileExt;
     let (file, stamp, std::ops::Range { start, end }) = open_stream(place)?;
+    if is_parquet(place) {
+        return Ok((sql_columns(crate::parquet::schema(&file)?.as_ref())?, stamp));
+    }
     let read = |at: u64, len: usize| -> Result<Vec<u8>> {
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, start + at)
@@ -187,11 +217,17 @@ fn schema_of(place: &Place) -> Result<(Vec<(String, &'static str)>, Stamp)> {
     Ok((sql_columns(&schema)?, stamp))
 }
 
-/// One table: its record batches, decoded in place from the mapped file.
+/// One table, in record batches, from one of two files: an Arrow IPC stream, whose batches are
+/// decoded in place when the table is loaded (`batches`), or a Parquet file, whose batches each
+/// reader decodes as it reaches them (`parquet`). Readers reach the rows through a walk (in
+/// order: `walk::Walk`) or `Table::at_hand` (at random), whichever the file.
 pub(super) struct Table {
     /// Column names and declared SQLite types.
     pub(super) columns: Vec<(String, &'static str)>,
+    /// An Arrow stream's batches (a Parquet table's: none).
     pub(super) batches: Vec<Vec<Column>>,
+    /// A Parquet table's rows.
+    pub(super) parquet: Option<ParquetRows>,
     /// Rows of each batch.
     pub(super) lengths: Vec<usize>,
     pub(super) rows: usize,
@@ -199,6 +235,8 @@ pub(super) struct Table {
     /// (as `StringIds.id` and `COMPOSITE_EVENTS.id`, each the table's `INTEGER PRIMARY KEY`).
     /// Without one, the rowid is the row's number from 1, as in the SQLite export.
     pub(super) key: Option<usize>,
+    /// The last row's rowid (`None` without rows).
+    pub(super) last_rowid: Option<i64>,
     /// Whether the rows are in the order of these columns (ascending), found once per list.
     pub(super) sorted: Mutex<HashMap<Vec<c_int>, bool>>,
     /// The addresses of the file's mapping: only its pages are given back (a buffer the
@@ -207,6 +245,16 @@ pub(super) struct Table {
     pub(super) mapped: std::ops::Range<usize>,
     /// The file read, to tell whether it changed while it was read.
     pub(super) source: Source,
+    /// What went wrong reading a Parquet table's rows, naming its file (see [`Table::failed`]).
+    pub(super) failure: Mutex<Option<String>>,
+}
+
+/// A Parquet table's rows (see [`Table`]).
+pub(super) struct ParquetRows {
+    pub(super) groups: crate::parquet::RowGroups,
+    /// Each column of every batch, decoded once a reader needs its rows at random (see
+    /// `Table::at_hand`).
+    pub(super) whole: Vec<std::sync::OnceLock<Vec<Column>>>,
 }
 
 /// The file a [`Table`] was read from, as it was when it was read.
@@ -391,6 +439,9 @@ impl Table {
     /// damage (what was read of it may be zeros).
     pub(super) fn load(place: &Place) -> Result<Table> {
         use std::os::unix::fs::FileExt;
+        if is_parquet(place) {
+            return Table::load_parquet(place);
+        }
         let (file, stamp, std::ops::Range { start: offset, end }) = open_stream(place)?;
         let len = usize::try_from(end - offset).map_err(|_| anyhow!("a stream too long to map"))?;
         let mapping =
@@ -519,21 +570,38 @@ impl Table {
             rows: lengths.iter().sum(),
             columns,
             batches: decoded,
+            parquet: None,
             lengths,
             key: None,
+            last_rowid: None,
             sorted: Mutex::default(),
             mapped,
             source,
+            failure: Mutex::default(),
         };
         if checked {
             table.validate(&batches).map_err(|e| lost(damaged(&e)))?;
         }
-        table.key = table
+        table.find_key()?;
+        Ok(table)
+    }
+
+    /// Find the table's key (see [`Table::key`]) and its last rowid.
+    pub(super) fn find_key(&mut self) -> Result<()> {
+        let id = self
             .columns
             .iter()
-            .position(|(n, t)| n == "id" && *t == "INTEGER")
-            .filter(|&c| table.rises_strictly(c));
-        Ok(table)
+            .position(|(n, t)| n == "id" && *t == "INTEGER");
+        let rising = match id {
+            Some(c) => self.rising_to(c)?,
+            None => None,
+        };
+        self.key = id.filter(|_| rising.is_some());
+        self.last_rowid = match rising {
+            Some(last) => last,
+            None => (self.rows > 0).then_some(self.rows as i64),
+        };
+        Ok(())
     }
 
     /// Whether a page of the table's mapping was lost (its file truncated): what was read of
@@ -553,10 +621,14 @@ impl Table {
         change_since(&self.source.place.file, self.source.stamp)
     }
 
-    /// An error naming the table's file where it changed since it was loaded.
+    /// An error naming the table's file where it changed since it was loaded, or where a
+    /// reader failed to read its rows (see [`Table::failed`]).
     pub(super) fn unchanged(&self) -> Result<()> {
-        match self.change() {
-            Some(how) => Err(self.source.place.changed(how)),
+        if let Some(how) = self.change() {
+            return Err(self.source.place.changed(how));
+        }
+        match &*self.failure.lock().unwrap_or_else(|e| e.into_inner()) {
+            Some(failure) => Err(anyhow!("{failure}")),
             None => Ok(()),
         }
     }
@@ -618,159 +690,20 @@ impl Table {
         mask
     }
 
-    pub(super) fn rises_strictly(&self, col: usize) -> bool {
-        let mask = self.reading([col as c_int]);
-        let mut behind = Behind::default();
-        let mut last = None;
-        let rising = 'rows: {
-            for (b, n) in self.lengths.iter().enumerate() {
-                let c = &self.batches[b][col];
-                if let (Data::I64(v), None) = (&c.data, &c.nulls) {
-                    for (k, part) in v.chunks(RELEASE_EVERY).enumerate() {
-                        if last.zip(part.first()).is_some_and(|(l, f)| l >= *f)
-                            || part.windows(2).any(|w| w[0] >= w[1])
-                        {
-                            break 'rows false;
-                        }
-                        last = part.last().copied();
-                        self.give_back(
-                            b,
-                            (k + 1) * RELEASE_EVERY,
-                            &mask,
-                            &mut behind,
-                            RELEASE_BYTES,
-                        );
-                    }
-                } else {
-                    for i in 0..*n {
-                        if i.is_multiple_of(RELEASE_EVERY) {
-                            self.give_back(b, i, &mask, &mut behind, RELEASE_BYTES);
-                        }
-                        let Some(v) = c.int(i) else {
-                            break 'rows false;
-                        };
-                        if last.is_some_and(|l| v <= l) {
-                            break 'rows false;
-                        }
-                        last = Some(v);
-                    }
-                }
-                self.give_back(b, *n, &mask, &mut behind, 0);
-            }
-            true
-        };
-        self.give_back_stopped(&mask, &mut behind);
-        rising
-    }
-
-    /// Whether the rows come in ascending order of these columns (SQLite's order: NULL first;
-    /// integer columns only).
-    pub(super) fn sorted_by(&self, cols: &[c_int]) -> bool {
-        let mut memo = self.sorted.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(&s) = memo.get(cols) {
-            return s;
-        }
-        let integer = |c: c_int| {
-            c < 0
-                || self
-                    .columns
-                    .get(c as usize)
-                    .is_some_and(|t| t.1 == "INTEGER")
-        };
-        let sorted = cols.iter().all(|&c| integer(c)) && self.rows_sorted(cols);
-        memo.insert(cols.to_vec(), sorted);
-        sorted
-    }
-
-    pub(super) fn rows_sorted(&self, cols: &[c_int]) -> bool {
-        // Read a chunk of rows' keys at a time, column by column (each a typed loop), and
-        // compare each row's key with the one before (NULL sorts first): as plain integers
-        // where no key column of the batch has a NULL (nsys' tables), else as options.
-        let mask = self.reading(cols.iter().copied());
-        let mut behind = Behind::default();
-        let mut plain: Vec<Vec<i64>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
-        let mut keys: Vec<Vec<Option<i64>>> = vec![Vec::with_capacity(RELEASE_EVERY); cols.len()];
-        // The key of the last row compared (empty before the first).
-        let mut last: Vec<Option<i64>> = Vec::with_capacity(cols.len());
-        let mut row = 0;
-        let sorted = 'rows: {
-            for (b, &n) in self.lengths.iter().enumerate() {
-                let batch = &self.batches[b];
-                let column = |c: c_int| match (c, self.key) {
-                    (c, _) if c >= 0 => Some(&batch[c as usize]),
-                    (_, Some(key)) => Some(&batch[key]),
-                    // Row numbers.
-                    (_, None) => None,
-                };
-                for start in (0..n).step_by(RELEASE_EVERY) {
-                    self.give_back(b, start, &mask, &mut behind, RELEASE_BYTES);
-                    let rows = start..(start + RELEASE_EVERY).min(n);
-                    let numbers = || (row + rows.start..row + rows.end).map(|r| r as i64 + 1);
-                    let is_plain = cols.iter().zip(&mut plain).all(|(&c, out)| {
-                        out.clear();
-                        match column(c) {
-                            Some(col) => col.plain_ints(rows.clone(), out),
-                            None => {
-                                out.extend(numbers());
-                                true
-                            }
-                        }
-                    });
-                    let first: Vec<Option<i64>>;
-                    if is_plain {
-                        first = plain.iter().map(|k| k.first().copied()).collect();
-                        if !ascending(&plain) {
-                            break 'rows false;
-                        }
-                    } else {
-                        for (&c, out) in cols.iter().zip(&mut keys) {
-                            out.clear();
-                            match column(c) {
-                                Some(col) => col.ints(rows.clone(), out),
-                                None => out.extend(numbers().map(Some)),
-                            }
-                        }
-                        first = keys.iter().map(|k| k.first().copied().flatten()).collect();
-                        for j in 1..keys.first().map_or(0, Vec::len) {
-                            let before = keys.iter().map(|k| k[j - 1]);
-                            if before.gt(keys.iter().map(|k| k[j])) {
-                                break 'rows false;
-                            }
-                        }
-                    }
-                    // The chunk's first row against the last row before it.
-                    if !last.is_empty() && last > first {
-                        break 'rows false;
-                    }
-                    last.clear();
-                    if is_plain {
-                        last.extend(plain.iter().map(|k| k.last().copied()));
-                    } else {
-                        last.extend(keys.iter().map(|k| k.last().copied().flatten()));
-                    }
-                }
-                row += n;
-                self.give_back(b, n, &mask, &mut behind, 0);
-            }
-            true
-        };
-        self.give_back_stopped(&mask, &mut behind);
-        sorted
-    }
-
-    /// SQLite's rowid of row `i` of batch `b`, row `row` of the table.
+    /// SQLite's rowid of row `i` of `batch` (its columns), row `row` of the table.
     #[inline]
-    pub(super) fn rowid(&self, b: usize, i: usize, row: usize) -> i64 {
+    pub(super) fn rowid(&self, batch: &[Column], i: usize, row: usize) -> i64 {
         match self.key {
-            Some(k) => self.batches[b][k].int(i).unwrap_or_default(),
+            Some(k) => batch[k].int(i).unwrap_or_default(),
             None => row as i64 + 1,
         }
     }
 
-    /// Column `col` of row `row` of the table, as an integer (NULL sorts first: `i64::MIN`).
-    pub(super) fn int_at(&self, col: usize, row: usize) -> i64 {
+    /// Row `row` of `column` (a column of every batch), as an integer (NULL sorts first:
+    /// `i64::MIN`).
+    pub(super) fn int_at(&self, column: &[&Column], row: usize) -> i64 {
         match self.locate(row) {
-            (b, i) if b < self.lengths.len() => self.batches[b][col].int(i).unwrap_or(i64::MIN),
+            (b, i) if b < self.lengths.len() => column[b].int(i).unwrap_or(i64::MIN),
             _ => i64::MAX,
         }
     }
@@ -814,12 +747,13 @@ impl Table {
     }
 
     /// The rows `[first, end)` whose column `col`, which the rows are sorted by, equals `v`.
-    pub(super) fn equal_range(&self, col: usize, v: i64) -> (usize, usize) {
+    pub(super) fn equal_range(&self, col: usize, v: i64) -> Result<(usize, usize)> {
+        let column = self.at_hand(col)?;
         let bound = |strict: bool| {
             let (mut lo, mut hi) = (0, self.rows);
             while lo < hi {
                 let mid = (lo + hi) / 2;
-                let x = self.int_at(col, mid);
+                let x = self.int_at(&column, mid);
                 if x < v || (strict && x == v) {
                     lo = mid + 1;
                 } else {
@@ -830,7 +764,7 @@ impl Table {
         };
         let range = (bound(false), bound(true));
         self.forget_probes(col);
-        range
+        Ok(range)
     }
 
     /// Give back the pages a binary search over column `col` mapped, where the column is large:
@@ -849,15 +783,15 @@ impl Table {
     }
 
     /// The row whose rowid is `rowid`, if any.
-    pub(super) fn find(&self, rowid: i64) -> Option<usize> {
+    pub(super) fn find(&self, rowid: i64) -> Result<Option<usize>> {
         let Some(k) = self.key else {
-            return usize::try_from(rowid)
+            return Ok(usize::try_from(rowid)
                 .ok()
                 .filter(|r| (1..=self.rows).contains(r))
-                .map(|r| r - 1);
+                .map(|r| r - 1));
         };
         // The key rises strictly: at most one row holds it.
-        let (first, end) = self.equal_range(k, rowid);
-        (end > first).then_some(first)
+        let (first, end) = self.equal_range(k, rowid)?;
+        Ok((end > first).then_some(first))
     }
 }

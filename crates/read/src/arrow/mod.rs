@@ -15,6 +15,7 @@ pub(crate) mod files;
 pub(crate) mod load;
 pub(crate) mod scan;
 mod vtab;
+mod walk;
 
 use anyhow::{Result, anyhow};
 use files::places;
@@ -31,11 +32,7 @@ pub const NSYS_DIR_SUFFIX: &str = "_arwdir";
 /// The largest rowid of `table` in the Arrow export `export` (its last key, or its row count
 /// where rowids are row numbers), without reading its rows; `None` for an empty table.
 pub fn max_rowid(export: &Path, table: &str) -> Result<Option<i64>> {
-    let t = Table::shared(&place(export, table)?)?;
-    Ok(t.rows.checked_sub(1).map(|last| {
-        let (b, i) = t.locate(last);
-        t.rowid(b, i, last)
-    }))
+    Ok(Table::shared(&place(export, table)?)?.last_rowid)
 }
 
 /// Every table of an Arrow export, open: each one's schema read and its file stamped at once,

@@ -3,6 +3,7 @@
 
 use super::column::{CHUNK, Column, Data, Lane};
 use super::load::{Behind, Table, place};
+use super::walk::Walk;
 use anyhow::{Result, anyhow};
 use rusqlite::types::ValueRef;
 use std::cell::Cell;
@@ -35,6 +36,8 @@ pub struct TableScan {
     /// The columns the picks read, and what of them is given back (see [`Table::give_back`]).
     pub(super) reads: Vec<Cell<u8>>,
     pub(super) behind: Behind,
+    /// The walk over the batches, reading the columns in `reads`.
+    pub(super) walk: Walk,
     /// The batch being read, and the table's row number of its first row.
     pub(super) batch: usize,
     pub(super) first: usize,
@@ -55,7 +58,7 @@ impl TableScan {
         order: &[crate::column::Col],
     ) -> Result<Option<TableScan>> {
         use crate::column::Col;
-        let t = shared(dir, table)?;
+        let (place, t) = shared(dir, table)?;
         let index = |n: &str| t.columns.iter().position(|(c, _)| c == n);
         let Some(picks) = picks(&t, cols) else {
             return Ok(None);
@@ -77,7 +80,10 @@ impl TableScan {
             });
         }
         let is_key = |c: c_int| c < 0 || t.key.is_some_and(|k| k as c_int == c);
-        if !keys.is_empty() && !keys.iter().all(|&c| is_key(c)) && !t.sorted_by(&keys) {
+        if !keys.is_empty()
+            && !keys.iter().all(|&c| is_key(c))
+            && !t.sorted_by(&keys).map_err(|e| anyhow!("{place}: {e:#}"))?
+        {
             return Ok(None);
         }
         let reads = t.reading(picks.iter().flat_map(|p| match p {
@@ -92,6 +98,7 @@ impl TableScan {
             slots: Vec::new(),
             lanes: Vec::new(),
             integral: Vec::new(),
+            walk: Walk::new(&reads),
             reads,
             behind: Behind::default(),
             batch: 0,
@@ -131,14 +138,14 @@ impl TableScan {
     }
 
     /// After the last row: an error naming the table's file where it changed while it was read
-    /// (what the scan gave may not be the file's).
+    /// (what the scan gave may not be the file's), or where its rows could not be read.
     pub fn unchanged(&self) -> Result<()> {
         self.table.unchanged()
     }
 
     /// Move to the next chunk: past the batches read to their end, giving back what is behind
     /// the scan (see [`Table::step`]); false after the last row, or where the table lost a
-    /// page.
+    /// page, or where the next batch cannot be read (see [`TableScan::unchanged`]).
     #[inline(never)]
     pub(super) fn advance(&mut self) -> bool {
         let (from, mut i) = (self.batch, self.chunk + self.rows);
@@ -150,7 +157,10 @@ impl TableScan {
         };
         if self.batch != from || self.slots.len() != self.picks.len() {
             self.first += self.table.lengths[from..self.batch].iter().sum::<usize>();
-            self.resolve();
+            if !self.resolve() {
+                (self.chunk, self.rows, self.at) = (0, 0, usize::MAX);
+                return false;
+            }
         }
         let rows = i..n.min(i + CHUNK);
         if self.lanes.len() != self.slots.len() {
@@ -172,10 +182,17 @@ impl TableScan {
         true
     }
 
-    /// Resolve the picks against batch `batch`.
-    pub(super) fn resolve(&mut self) {
+    /// Resolve the picks against batch `batch`: false where it cannot be read.
+    pub(super) fn resolve(&mut self) -> bool {
         let t = &self.table;
-        let cols = &t.batches[self.batch];
+        let cols = match self.walk.to(t, self.batch) {
+            Ok(Some(cols)) => cols,
+            Ok(None) => return false,
+            Err(e) => {
+                t.failed(e);
+                return false;
+            }
+        };
         let computed = |data| Column { nulls: None, data };
         self.slots = self
             .picks
@@ -195,13 +212,15 @@ impl TableScan {
             })
             .collect();
         self.integral = self.slots.iter().map(Column::integral).collect();
+        true
     }
 }
 
 /// The table `table` of the export `dir`, loaded (or shared with the scans reading it).
-fn shared(dir: &Path, table: &str) -> Result<Arc<Table>> {
+fn shared(dir: &Path, table: &str) -> Result<(super::files::Place, Arc<Table>)> {
     let place = place(dir, table)?;
-    Table::shared(&place).map_err(|e| anyhow!("{place}: {e:#}"))
+    let table = Table::shared(&place).map_err(|e| anyhow!("{place}: {e:#}"))?;
+    Ok((place, table))
 }
 
 /// `cols` resolved to the columns of `t`: `None` where one needs SQL (an expression).
@@ -243,7 +262,12 @@ impl KeyScan {
         cols: &[crate::column::Col],
         key: &str,
     ) -> Result<Option<KeyScan>> {
-        let t = shared(dir, table)?;
+        let (place, t) = shared(dir, table)?;
+        // A Parquet table's rows are decoded as a reader reaches them: its lookups go through
+        // SQL, whose virtual table keeps the columns they need at hand.
+        if t.parquet.is_some() {
+            return Ok(None);
+        }
         let Some(key) = t.columns.iter().position(|(c, _)| c == key) else {
             return Ok(None);
         };
@@ -251,7 +275,11 @@ impl KeyScan {
             return Ok(None);
         };
         let unique = t.key == Some(key);
-        if !unique && !t.sorted_by(&[key as c_int]) {
+        if !unique
+            && !t
+                .sorted_by(&[key as c_int])
+                .map_err(|e| anyhow!("{place}: {e:#}"))?
+        {
             return Ok(None);
         }
         Ok(Some(KeyScan {
@@ -266,11 +294,13 @@ impl KeyScan {
     /// the table's file where it lost a page (a truncation: see `Table::lost`).
     pub fn rows(&self, v: i64) -> Result<std::ops::Range<usize>> {
         let (first, end) = if self.unique {
-            self.dense(v)
-                .or_else(|| self.table.find(v))
-                .map_or((0, 0), |r| (r, r + 1))
+            let row = match self.dense(v)? {
+                Some(row) => Some(row),
+                None => self.table.find(v)?,
+            };
+            row.map_or((0, 0), |r| (r, r + 1))
         } else {
-            self.table.equal_range(self.key, v)
+            self.table.equal_range(self.key, v)?
         };
         if self.table.lost() {
             self.table.unchanged()?;
@@ -281,10 +311,13 @@ impl KeyScan {
     /// The row of key `v` where the keys run without gaps from the first row's (nsys numbers
     /// its strings so): the row `v` is as many rows past the first as its value is past the
     /// first key, checked there (the key rises strictly: no other row holds it).
-    fn dense(&self, v: i64) -> Option<usize> {
-        let low = self.table.int_at(self.key, 0);
-        let row = usize::try_from(v.checked_sub(low)?).ok()?;
-        (row < self.table.rows && self.table.int_at(self.key, row) == v).then_some(row)
+    fn dense(&self, v: i64) -> Result<Option<usize>> {
+        let column = self.table.at_hand(self.key)?;
+        let low = self.table.int_at(&column, 0);
+        let Some(row) = v.checked_sub(low).and_then(|d| usize::try_from(d).ok()) else {
+            return Ok(None);
+        };
+        Ok((row < self.table.rows && self.table.int_at(&column, row) == v).then_some(row))
     }
 
     /// Row `row` of the table (one of [`KeyScan::rows`]).
@@ -315,7 +348,7 @@ impl crate::query::Fetch for KeyRow<'_> {
         };
         match self.scan.picks.get(k) {
             Some(Pick::Column(c)) => cols[*c].value(self.at),
-            Some(Pick::Rowid) => ValueRef::Integer(t.rowid(self.batch, self.at, self.row)),
+            Some(Pick::Rowid) => ValueRef::Integer(t.rowid(cols, self.at, self.row)),
             Some(Pick::Int(n)) => ValueRef::Integer(*n),
             Some(Pick::Coalesce(cs)) => cs
                 .iter()

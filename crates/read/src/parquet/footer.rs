@@ -13,7 +13,7 @@ use std::fs::File;
 use std::io::{Read, Seek, SeekFrom};
 
 /// Bytes of the encoded footer a piece holds at most, unless one row group is larger.
-pub(super) const PIECE_BYTES: u64 = 512 << 10;
+pub(super) const PIECE_BYTES: u64 = 64 << 10;
 
 /// The length of the file's tail: the footer's length (4 bytes, little-endian) and `PAR1`.
 const TAIL: u64 = 8;
@@ -59,6 +59,19 @@ impl Pieces {
     /// The footer of run `i`: the file's footer with only that run's row groups.
     pub(super) fn footer(&self, file: &File, i: usize) -> std::io::Result<Vec<u8>> {
         let (start, len, count) = self.runs[i];
+        let (mut out, at) = self.around(len, count);
+        // At its offset, not the file's position: parquet's readers share the position.
+        std::os::unix::fs::FileExt::read_exact_at(file, &mut out[at..at + len as usize], start)?;
+        Ok(out)
+    }
+
+    /// The file's footer without its row groups: its schema and metadata alone.
+    pub(super) fn without_row_groups(&self) -> Vec<u8> {
+        self.around(0, 0).0
+    }
+
+    /// A footer of `count` row groups of `len` bytes, and where they go in it (zeros there).
+    fn around(&self, len: u64, count: u32) -> (Vec<u8>, usize) {
         let mut out = Vec::with_capacity(self.head.len() + 11 + len as usize + self.rest.len());
         out.extend_from_slice(&self.head);
         if count < 15 {
@@ -74,11 +87,8 @@ impl Pieces {
         }
         let at = out.len();
         out.resize(at + len as usize, 0);
-        let mut f = file;
-        f.seek(SeekFrom::Start(start))?;
-        f.read_exact(&mut out[at..])?;
         out.extend_from_slice(&self.rest);
-        Ok(out)
+        (out, at)
     }
 }
 
