@@ -112,7 +112,7 @@ fn gpu_slices_are_the_exports_gpu_rows() {
         let mut want = Vec::new();
         for (kind, table) in [("kernel", KERNEL), ("memcpy", MEMCPY), ("memset", MEMSET)] {
             if !has_table(&conn, table) {
-                return;
+                continue;
             }
             let r = &rows(
                 &conn,
@@ -126,22 +126,7 @@ fn gpu_slices_are_the_exports_gpu_rows() {
         }
         // The trace's times are the export's, shifted by one offset for the whole source
         // (where rows precede the session start): the same for every row.
-        let offset = {
-            let min_trace = tp_query(&trace, "SELECT min(ts) FROM gpu_slice").unwrap()[0][0]
-                .parse::<i64>()
-                .unwrap();
-            let min_export = [KERNEL, MEMCPY, MEMSET]
-                .iter()
-                .filter(|t| has_table(&conn, t))
-                .filter_map(|t| {
-                    rows(&conn, &where_placed(t, "min(start)"))[0][0]
-                        .parse::<i64>()
-                        .ok()
-                })
-                .min()
-                .unwrap();
-            min_trace - min_export
-        };
+        let offset = trace_offset(input, &trace).unwrap();
         assert!(offset >= 0, "{}: offset {offset}", input.display());
         let want: Vec<_> = want
             .into_iter()
