@@ -701,7 +701,7 @@ impl Table {
 
     /// Row `row` of `column` (a column of every batch), as an integer (NULL sorts first:
     /// `i64::MIN`).
-    pub(super) fn int_at(&self, column: &[&Column], row: usize) -> i64 {
+    fn int_at(&self, column: &[&Column], row: usize) -> i64 {
         match self.locate(row) {
             (b, i) if b < self.lengths.len() => column[b].int(i).unwrap_or(i64::MIN),
             _ => i64::MAX,

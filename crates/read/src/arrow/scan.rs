@@ -294,7 +294,7 @@ impl KeyScan {
     /// the table's file where it lost a page (a truncation: see `Table::lost`).
     pub fn rows(&self, v: i64) -> Result<std::ops::Range<usize>> {
         let (first, end) = if self.unique {
-            let row = match self.dense(v)? {
+            let row = match self.dense(v) {
                 Some(row) => Some(row),
                 None => self.table.find(v)?,
             };
@@ -311,13 +311,16 @@ impl KeyScan {
     /// The row of key `v` where the keys run without gaps from the first row's (nsys numbers
     /// its strings so): the row `v` is as many rows past the first as its value is past the
     /// first key, checked there (the key rises strictly: no other row holds it).
-    fn dense(&self, v: i64) -> Result<Option<usize>> {
-        let column = self.table.at_hand(self.key)?;
-        let low = self.table.int_at(&column, 0);
-        let Some(row) = v.checked_sub(low).and_then(|d| usize::try_from(d).ok()) else {
-            return Ok(None);
-        };
-        Ok((row < self.table.rows && self.table.int_at(&column, row) == v).then_some(row))
+    fn dense(&self, v: i64) -> Option<usize> {
+        let low = self.key_at(0)?;
+        let row = usize::try_from(v.checked_sub(low)?).ok()?;
+        (self.key_at(row) == Some(v)).then_some(row)
+    }
+
+    /// The key of row `row`, read from its batch (an Arrow table's batches are all mapped).
+    fn key_at(&self, row: usize) -> Option<i64> {
+        let (batch, at) = self.table.locate(row);
+        self.table.batches.get(batch)?[self.key].int(at)
     }
 
     /// Row `row` of the table (one of [`KeyScan::rows`]).
